@@ -1,0 +1,41 @@
+# cuebot-acct: `make run` starts the service with a demo farm, `make test` runs the suite.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+BIND ?= 127.0.0.1:8000
+LOCAL := .local
+export PROMETHEUS_MULTIPROC_DIR := $(CURDIR)/$(LOCAL)/metrics
+
+.PHONY: venv services run stop test bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	@command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }
+	@python3 -m venv $(VENV) 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.txt
+	touch $@
+
+services: venv
+	$(PY) scripts/services.py up
+
+run: services
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput -v 0
+	$(PY) manage.py seed_demo_farm
+	$(PY) manage.py setup_schedules
+	$(PY) scripts/server.py start --bind $(BIND)
+
+stop:
+	-$(PY) scripts/server.py stop
+	$(PY) scripts/services.py down
+
+test: services
+	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py up
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: services
+	$(PY) manage.py migrate --noinput
+	$(PY) bench/release.py
+	$(PY) bench/reseed.py

@@ -1,0 +1,12 @@
+"""Admin columns that show stored centicores as cores, with the unit."""
+from django.contrib import admin
+
+from accounting.units import format_cores
+
+
+def cores_column(field: str, label: str | None = None):
+    @admin.display(description=label or field.replace("int_", "").replace("_", " "), ordering=field)
+    def column(obj) -> str:
+        return format_cores(getattr(obj, field))
+
+    return column

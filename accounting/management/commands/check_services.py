@@ -1,0 +1,14 @@
+from django.core.management.base import BaseCommand
+
+from cuebot_acct.startup import check_services, redact, redis_urls
+from django.conf import settings
+
+
+class Command(BaseCommand):
+    help = "Check that PostgreSQL and every configured Redis answer; one line and exit 1 if not."
+
+    def handle(self, *args, **options) -> None:
+        check_services()
+        self.stdout.write(f"PostgreSQL ok: {redact(settings.DATABASE_URL)}")
+        for setting, url in redis_urls().items():
+            self.stdout.write(f"Redis ok ({setting}): {redact(url)}")

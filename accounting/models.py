@@ -1,0 +1,136 @@
+"""The accounting tables, `proc`, and the service's own records.
+
+Same conventions as shows.models: `id` on pk_<table>, foreign keys on pk_<model>,
+other fields named as their columns, centicores in every int_*cores* column.
+"""
+import hashlib
+
+from django.conf import settings
+from django.db import models
+
+from shows.models import Alloc, Dept, Folder, Host, Job, Layer, Show, big_integer, created_now, flag, integer, text_pk, tier
+
+
+class Subscription(models.Model):
+    id = text_pk("pk_subscription")
+    alloc = models.ForeignKey(Alloc, on_delete=models.PROTECT, db_column="pk_alloc")
+    show = models.ForeignKey(Show, on_delete=models.PROTECT, db_column="pk_show")
+    int_size = big_integer(0)
+    int_burst = big_integer(0)
+    int_cores = integer(0)
+    int_gpus = integer(0)
+    float_tier = tier()
+
+    class Meta:
+        db_table = "subscription"
+        constraints = [models.UniqueConstraint(fields=["show", "alloc"], name="subscription_show_alloc_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.show_id}:{self.alloc_id}"
+
+
+class FolderResource(models.Model):
+    id = text_pk("pk_folder_resource")
+    folder = models.OneToOneField(Folder, on_delete=models.CASCADE, db_column="pk_folder", related_name="resource")
+    int_cores = integer(0)
+    int_min_cores = integer(0)
+    int_max_cores = integer(-1)
+    int_gpus = integer(0)
+    int_min_gpus = integer(0)
+    int_max_gpus = integer(-1)
+    float_tier = tier()
+
+    class Meta:
+        db_table = "folder_resource"
+
+
+class JobResource(models.Model):
+    id = text_pk("pk_job_resource")
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, db_column="pk_job", related_name="resource")
+    int_cores = big_integer(0)
+    int_gpus = integer(0)
+    int_min_cores = integer(100)
+    int_max_cores = integer(10000)
+    int_min_gpus = integer(0)
+    int_max_gpus = integer(100)
+    int_priority = integer(1)
+    int_local_cores = integer(0)
+    int_local_gpus = integer(0)
+    float_tier = tier()
+
+    class Meta:
+        db_table = "job_resource"
+
+
+class LayerResource(models.Model):
+    id = text_pk("pk_layer_resource")
+    layer = models.OneToOneField(Layer, on_delete=models.CASCADE, db_column="pk_layer", related_name="resource")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, db_column="pk_job")
+    int_cores = big_integer(0)
+    int_gpus = integer(0)
+
+    class Meta:
+        db_table = "layer_resource"
+
+
+class Point(models.Model):
+    id = text_pk("pk_point")
+    dept = models.ForeignKey(Dept, on_delete=models.PROTECT, db_column="pk_dept")
+    show = models.ForeignKey(Show, on_delete=models.PROTECT, db_column="pk_show")
+    int_cores = integer(0)
+    int_gpus = integer(0)
+    int_min_cores = integer(0)
+    int_min_gpus = integer(0)
+    b_managed = flag(False)
+    float_tier = tier()
+    ts_updated = created_now()
+
+    class Meta:
+        db_table = "point"
+        constraints = [models.UniqueConstraint(fields=["show", "dept"], name="point_show_dept_uniq")]
+
+
+class Proc(models.Model):
+    """A booking: canonical for what is reserved. Allocation comes from the host."""
+
+    id = text_pk("pk_proc")
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, db_column="pk_host")
+    # The schema document gives these no foreign-key constraints; they are indexed.
+    job = models.ForeignKey(Job, null=True, on_delete=models.DO_NOTHING, db_column="pk_job", db_constraint=False)
+    show = models.ForeignKey(Show, null=True, on_delete=models.DO_NOTHING, db_column="pk_show", db_constraint=False)
+    layer = models.ForeignKey(Layer, null=True, on_delete=models.DO_NOTHING, db_column="pk_layer", db_constraint=False)
+    pk_frame = models.CharField(max_length=36, null=True, blank=True)
+    int_cores_reserved = models.BigIntegerField()
+    int_gpus_reserved = integer(0)
+    int_mem_reserved = models.BigIntegerField()
+    int_gpu_mem_reserved = big_integer(0)
+    b_local = flag(False)
+    b_unbooked = flag(False)
+    ts_booked = created_now()
+    ts_ping = created_now()
+
+    class Meta:
+        db_table = "proc"
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token for the API. Only its SHA-256 is stored; the raw value is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=8, editable=False, help_text="First characters, to tell tokens apart.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "acct_api_token"
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

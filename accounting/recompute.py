@@ -1,0 +1,91 @@
+"""Set-based recomputation of the PG accounting tables from `proc`, the canonical record.
+
+Counting rules (shared/docs/opencue-schema.md): a proc counts against the subscription
+(its show, its host's alloc), its job's folder, its job, its layer and the point (its
+job's dept and show). Local procs (b_local) count only in Cuebot's own local
+bookkeeping: layer_resource and job_resource.int_local_cores/int_local_gpus. All sums
+stay in centicores: PostgreSQL never sees cores.
+"""
+from collections.abc import Sequence
+
+from django.db import connection, transaction
+
+SUBSCRIPTIONS = """
+UPDATE subscription s
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
+  FROM subscription s2
+  LEFT JOIN (
+        SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p JOIN host h ON h.pk_host = p.pk_host
+         WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
+         GROUP BY p.pk_show, h.pk_alloc
+       ) t ON t.pk_show = s2.pk_show AND t.pk_alloc = s2.pk_alloc
+ WHERE s.pk_subscription = s2.pk_subscription AND s2.pk_show = ANY(%(shows)s)
+"""
+
+FOLDERS = """
+UPDATE folder_resource r
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
+  FROM folder f
+  LEFT JOIN (
+        SELECT j.pk_folder, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p JOIN job j ON j.pk_job = p.pk_job
+         WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
+         GROUP BY j.pk_folder
+       ) t ON t.pk_folder = f.pk_folder
+ WHERE r.pk_folder = f.pk_folder AND f.pk_show = ANY(%(shows)s)
+"""
+
+JOBS = """
+UPDATE job_resource r
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0),
+       int_local_cores = COALESCE(t.local_cores, 0), int_local_gpus = COALESCE(t.local_gpus, 0)
+  FROM job j
+  LEFT JOIN (
+        SELECT p.pk_job,
+               SUM(p.int_cores_reserved) FILTER (WHERE NOT p.b_local) AS cores,
+               SUM(p.int_gpus_reserved) FILTER (WHERE NOT p.b_local) AS gpus,
+               SUM(p.int_cores_reserved) FILTER (WHERE p.b_local) AS local_cores,
+               SUM(p.int_gpus_reserved) FILTER (WHERE p.b_local) AS local_gpus
+          FROM proc p
+         WHERE p.pk_show = ANY(%(shows)s)
+         GROUP BY p.pk_job
+       ) t ON t.pk_job = j.pk_job
+ WHERE r.pk_job = j.pk_job AND j.pk_show = ANY(%(shows)s)
+"""
+
+LAYERS = """
+UPDATE layer_resource r
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
+  FROM layer l
+  JOIN job j ON j.pk_job = l.pk_job
+  LEFT JOIN (
+        SELECT p.pk_layer, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p
+         WHERE p.pk_show = ANY(%(shows)s)
+         GROUP BY p.pk_layer
+       ) t ON t.pk_layer = l.pk_layer
+ WHERE r.pk_layer = l.pk_layer AND j.pk_show = ANY(%(shows)s)
+"""
+
+POINTS = """
+UPDATE point pt
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
+  FROM point pt2
+  LEFT JOIN (
+        SELECT j.pk_dept, j.pk_show, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p JOIN job j ON j.pk_job = p.pk_job
+         WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
+         GROUP BY j.pk_dept, j.pk_show
+       ) t ON t.pk_dept = pt2.pk_dept AND t.pk_show = pt2.pk_show
+ WHERE pt.pk_point = pt2.pk_point AND pt2.pk_show = ANY(%(shows)s)
+"""
+
+ALL_TABLES = (SUBSCRIPTIONS, FOLDERS, JOBS, LAYERS, POINTS)
+
+
+def recompute_pg_accounting(*, show_ids: Sequence[str]) -> None:
+    """Make the five accounting tables of these shows equal SUM(proc), in one transaction."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for statement in ALL_TABLES:
+            cursor.execute(statement, {"shows": list(show_ids)})

@@ -1,0 +1,83 @@
+"""Start-up reachability checks that fail with one readable line, not a traceback."""
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from django.conf import settings
+from django.db import OperationalError, connection
+
+from cuebot_acct.redis_factory import build_client
+
+
+class ServiceUnreachable(Exception):
+    """A backing service named by a URL setting does not answer."""
+
+
+def redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def postgres_problem(error: Exception) -> ServiceUnreachable:
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ServiceUnreachable(
+        f"cannot reach PostgreSQL at {redact(settings.DATABASE_URL)} ({first_line}); "
+        "start it (`make services`) or set DATABASE_URL"
+    )
+
+
+def redis_problem(*, setting: str, url: str, error: Exception) -> ServiceUnreachable:
+    return ServiceUnreachable(
+        f"cannot reach Redis at {redact(url)} ({error}); start it (`make services`) or set {setting}"
+    )
+
+
+def check_postgres() -> None:
+    try:
+        connection.ensure_connection()
+    except OperationalError as error:
+        raise postgres_problem(error) from None
+
+
+def redis_urls() -> dict[str, str]:
+    """Every Redis the process talks to, by the setting that names it."""
+    urls = {"CACHE_REDIS_URL": settings.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL}
+    if settings.ACCOUNTING_REDIS_ENABLED:
+        urls["ACCOUNTING_REDIS_URL"] = settings.ACCOUNTING_REDIS_URL
+    return urls
+
+
+def check_redis() -> None:
+    for setting, url in redis_urls().items():
+        client = build_client(url=url, timeout=3.0)
+        try:
+            client.ping()
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            raise redis_problem(setting=setting, url=url, error=error) from None
+        finally:
+            client.close()
+
+
+def check_services() -> None:
+    check_postgres()
+    check_redis()
+
+
+def run_with_clear_service_errors(argv: list[str]) -> None:
+    """Run a management command; an unreachable service ends it with one line, exit 1."""
+    from django.core.management import execute_from_command_line
+
+    try:
+        execute_from_command_line(argv)
+    except ServiceUnreachable as problem:
+        sys.stderr.write(f"cuebot-acct: {problem}\n")
+        sys.exit(1)
+    except OperationalError as error:
+        sys.stderr.write(f"cuebot-acct: {postgres_problem(error)}\n")
+        sys.exit(1)
+    except (redis.ConnectionError, redis.TimeoutError) as error:
+        sys.stderr.write(f"cuebot-acct: a Redis call failed ({error}); check {', '.join(redis_urls())}\n")
+        sys.exit(1)

@@ -1,0 +1,172 @@
+#!/usr/bin/env python
+"""Bring PostgreSQL and Redis up for cuebot-acct, or take down what this script started.
+
+`up`: for every URL the settings name (DATABASE_URL and the Redis URLs), use the server
+if it answers; otherwise start a project-local one under .local/ (PostgreSQL from the
+installed binaries, run as the postgres user when we are root; Redis from the
+distribution's packages, installed if missing, without persistence). Then make sure the
+database exists. `down`: stop only what `up` started (recorded under .local/started/).
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL = ROOT / ".local"
+STARTED = LOCAL / "started"
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", ""}
+
+
+def say(message: str) -> None:
+    print(f"services: {message}", flush=True)
+
+
+def answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host or "127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until_answers(host: str, port: int, *, what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not answers(host, port):
+        if time.monotonic() > deadline:
+            sys.exit(f"services: {what} on {host}:{port} did not come up; see .local/log/")
+        time.sleep(0.2)
+
+
+def as_postgres_user(command: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+def apt_install(package: str) -> None:
+    if os.geteuid() != 0:
+        sys.exit(f"services: {package} is not installed; install it (apt-get install {package}) and run again")
+    say(f"installing {package} from the distribution's packages")
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def postgres_bin_dir() -> Path:
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    if not candidates:
+        apt_install("postgresql")
+        return postgres_bin_dir()
+    return candidates[-1].parent
+
+
+def start_postgres(*, host: str, port: int, user: str) -> None:
+    bin_dir = postgres_bin_dir()
+    base = LOCAL / "postgres"
+    data, run_dir = base / "data", base / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (LOCAL / "log").mkdir(parents=True, exist_ok=True)
+    log = LOCAL / "log" / "postgres.log"
+    log.touch()
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres")
+        shutil.chown(run_dir, "postgres")
+        shutil.chown(log, "postgres")
+    if not (data / "PG_VERSION").exists():
+        say(f"initialising a project-local PostgreSQL in {data}")
+        subprocess.run(
+            as_postgres_user([str(bin_dir / "initdb"), "-D", str(data), "-U", user, "-A", "trust", "-E", "UTF8"]),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    options = f"-p {port} -k {run_dir} -c listen_addresses={host or '127.0.0.1'}"
+    say(f"starting PostgreSQL on {host}:{port}")
+    subprocess.run(as_postgres_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start"]), check=True, stdout=subprocess.DEVNULL)
+    (STARTED / "postgres").write_text(str(bin_dir))
+
+
+def ensure_database(url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin_url = parts._replace(path="/postgres").geturl()
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            say(f"creating database {name}")
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def postgres_up(url: str) -> None:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    if answers(host, port):
+        say(f"PostgreSQL answers on {host}:{port}")
+    elif host in LOCAL_HOSTS:
+        start_postgres(host=host, port=port, user=parts.username or "postgres")
+        wait_until_answers(host, port, what="PostgreSQL")
+    else:
+        sys.exit(f"services: PostgreSQL at {host}:{port} does not answer and is not local; start it or set DATABASE_URL")
+    ensure_database(url)
+
+
+def redis_up(host: str, port: int) -> None:
+    if answers(host, port):
+        say(f"Redis answers on {host}:{port}")
+        return
+    if host not in LOCAL_HOSTS:
+        sys.exit(f"services: Redis at {host}:{port} does not answer and is not local; start it or set the Redis URLs")
+    if shutil.which("redis-server") is None:
+        apt_install("redis-server")
+    work = LOCAL / "redis"
+    work.mkdir(parents=True, exist_ok=True)
+    (LOCAL / "log").mkdir(parents=True, exist_ok=True)
+    pidfile = STARTED / f"redis-{port}.pid"
+    say(f"starting Redis on {host}:{port} (no persistence)")
+    subprocess.run(
+        [
+            "redis-server", "--port", str(port), "--bind", host or "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--daemonize", "yes", "--pidfile", str(pidfile), "--dir", str(work),
+            "--logfile", str(LOCAL / "log" / f"redis-{port}.log"),
+        ],
+        check=True,
+    )
+    wait_until_answers(host, port, what="Redis")
+
+
+def configured_urls() -> tuple[str, list[str]]:
+    sys.path.insert(0, str(ROOT))
+    module = os.environ.get("DJANGO_SETTINGS_MODULE", "settings")
+    settings = __import__(module, fromlist=["*"])
+    redis_urls = [settings.ACCOUNTING_REDIS_URL, settings.CACHE_REDIS_URL, settings.TASK_BROKER_REDIS_URL]
+    return settings.DATABASE_URL, redis_urls
+
+
+def up() -> None:
+    STARTED.mkdir(parents=True, exist_ok=True)
+    database_url, redis_urls = configured_urls()
+    postgres_up(database_url)
+    for host, port in sorted({(urlsplit(u).hostname or "127.0.0.1", urlsplit(u).port or 6379) for u in redis_urls}):
+        redis_up(host, port)
+
+
+def down() -> None:
+    if (STARTED / "postgres").exists():
+        bin_dir = Path((STARTED / "postgres").read_text())
+        say("stopping the project-local PostgreSQL")
+        subprocess.run(as_postgres_user([str(bin_dir / "pg_ctl"), "-D", str(LOCAL / "postgres" / "data"), "-m", "fast", "-w", "stop"]), check=False)
+        (STARTED / "postgres").unlink()
+    for pidfile in STARTED.glob("redis-*.pid"):
+        say(f"stopping the project-local Redis ({pidfile.stem})")
+        try:
+            os.kill(int(pidfile.read_text().strip()), 15)
+        except (ProcessLookupError, ValueError):
+            pass
+        pidfile.unlink()
+
+
+if __name__ == "__main__":
+    {"up": up, "down": down}.get(sys.argv[1] if len(sys.argv) > 1 else "", lambda: sys.exit("usage: services.py up|down"))()

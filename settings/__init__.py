@@ -1,0 +1,130 @@
+"""cuebot-acct settings: every value comes from the environment (or a .env file).
+
+The README lists each variable, its default and the Cuebot property it replaces.
+"""
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="cuebot-acct-insecure-development-key")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_q",
+    "shows",
+    "accounting",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "cuebot_acct.urls"
+WSGI_APPLICATION = "cuebot_acct.wsgi.application"
+ASGI_APPLICATION = "cuebot_acct.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env.str("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/cuebot_acct")
+DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Replaces accounting.redis.enabled: false wires the no-op publisher.
+ACCOUNTING_REDIS_ENABLED = env.bool("ACCOUNTING_REDIS_ENABLED", default=True)
+# Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
+ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Seconds before a Redis call from the release path gives up. It is never retried.
+ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
+# Scheduled reseeds, for a deployment that runs without the Rust scheduler's own loops.
+ACCOUNTING_RECONCILE_ENABLED = env.bool("ACCOUNTING_RECONCILE_ENABLED", default=False)
+# TTL of the b_scheduler_managed cache (ShowDao's ~30 s in Cuebot).
+SHOW_FLAG_CACHE_SECONDS = env.int("SHOW_FLAG_CACHE_SECONDS", default=30)
+
+# Separate database indexes keep the roles apart: flushing the cache or the task
+# queue never touches the accounting keys.
+CACHE_REDIS_URL = env.str("CACHE_REDIS_URL", default="redis://127.0.0.1:6379/1")
+TASK_BROKER_REDIS_URL = env.str("TASK_BROKER_REDIS_URL", default="redis://127.0.0.1:6379/2")
+
+# Every Redis client (accounting, cache, broker) is built by cuebot_acct.redis_factory.
+DJANGO_REDIS_CONNECTION_FACTORY = "cuebot_acct.redis_factory.DjangoRedisConnectionFactory"
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": CACHE_REDIS_URL,
+        "KEY_PREFIX": "cuebot-acct",
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+    },
+    "broker": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": TASK_BROKER_REDIS_URL,
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+    },
+}
+
+Q_CLUSTER = {
+    "name": "cuebot-acct",
+    "workers": env.int("TASK_WORKERS", default=2),
+    "timeout": 600,
+    "retry": 900,
+    "max_attempts": 3,
+    "catch_up": False,
+    "django_redis": "broker",
+}
+
+SESSION_ENGINE = "django.contrib.sessions.backends.db"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".local" / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}

@@ -1,0 +1,22 @@
+"""Test settings: the real PostgreSQL and Redis, on databases of their own.
+
+pytest-django creates test_<name> in PostgreSQL. Redis uses three database indexes
+counted down from TEST_REDIS_DB (accounting, cache, broker); the suite flushes them
+between tests, so they must not be ones a running service uses.
+"""
+from settings import *  # noqa: F403
+from settings import CACHES, Q_CLUSTER, env
+
+TEST_REDIS_HOST = env.str("TEST_REDIS_HOST", default="127.0.0.1:6379")
+TEST_REDIS_DB = env.int("TEST_REDIS_DB", default=15)
+
+ACCOUNTING_REDIS_URL = f"redis://{TEST_REDIS_HOST}/{TEST_REDIS_DB}"
+CACHE_REDIS_URL = f"redis://{TEST_REDIS_HOST}/{TEST_REDIS_DB - 1}"
+TASK_BROKER_REDIS_URL = f"redis://{TEST_REDIS_HOST}/{TEST_REDIS_DB - 2}"
+CACHES["default"]["LOCATION"] = CACHE_REDIS_URL
+CACHES["broker"]["LOCATION"] = TASK_BROKER_REDIS_URL
+ACCOUNTING_REDIS_ENABLED = True
+ACCOUNTING_REDIS_TIMEOUT = 1.0
+
+Q_CLUSTER = {**Q_CLUSTER, "sync": True}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,215 @@
+"""Building blocks for farms: the demo farm, test fixtures and the simulator use these.
+
+Ids of the demo farm are uuid5 of the object's name, so building it twice finds the
+same rows and inserts nothing new (every insert is ON CONFLICT DO NOTHING).
+"""
+import math
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+
+from accounting.models import FolderResource, JobResource, LayerResource, Point, Subscription
+from accounting.recompute import recompute_pg_accounting
+from shows.models import Alloc, Dept, Facility, Folder, Job, Layer, Show
+
+DEMO_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "cuebot-acct/demo-farm")
+DEPARTMENTS = ("lighting", "animation", "fx")
+PROC_CORES = (100, 250, 400, 200)  # centicores; 250 keeps fractional cores in every demo
+KB_PER_GB = 1024 * 1024
+
+
+def demo_id(name: str) -> str:
+    return str(uuid.uuid5(DEMO_NAMESPACE, name))
+
+
+@dataclass(frozen=True)
+class DemoFarmSize:
+    shows: int = 4
+    hosts: int = 20
+    procs: int = 200
+
+    @property
+    def jobs_per_folder(self) -> int:
+        # About 20 procs a job keeps every job under its default 100-core cap.
+        folders = self.shows * len(DEPARTMENTS)
+        return max(2, math.ceil(self.procs / 20 / folders))
+
+    @property
+    def procs_per_host(self) -> int:
+        return math.ceil(self.procs / self.hosts) if self.hosts else 0
+
+    @property
+    def host_cores(self) -> int:
+        return 100 * max(64, math.ceil(self.procs_per_host * max(PROC_CORES) / 100))
+
+    @property
+    def host_mem_kb(self) -> int:
+        return max(256, self.procs_per_host * 4) * KB_PER_GB
+
+
+@dataclass(frozen=True)
+class DemoFarmSummary:
+    shows: int
+    hosts: int
+    procs: int
+    procs_added: int
+    scheduler_managed_show_ids: list[str]
+
+
+def copy_rows(*, table: str, columns: list[str], rows: Iterable[tuple]) -> int:
+    """COPY rows into `table`, skipping any whose primary key exists. Returns rows added."""
+    column_list = ", ".join(columns)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE incoming (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP")
+        with cursor.cursor.copy(f"COPY incoming ({column_list}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(f"INSERT INTO {table} ({column_list}) SELECT {column_list} FROM incoming ON CONFLICT DO NOTHING")
+        added = cursor.rowcount
+        cursor.execute("DROP TABLE incoming")
+    return added
+
+
+def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], list[Layer]]:
+    facility = Facility(id=demo_id("facility"), str_name="demo")
+    Facility.objects.bulk_create([facility], ignore_conflicts=True)
+    allocs = [
+        Alloc(id=demo_id(f"alloc:{tag}"), str_name=f"demo.{tag}", facility_id=facility.id, str_tag=tag, b_default=tag == "general")
+        for tag in ("general", "gpu")
+    ]
+    Alloc.objects.bulk_create(allocs, ignore_conflicts=True)
+    depts = [Dept(id=demo_id(f"dept:{name}"), str_name=name) for name in DEPARTMENTS]
+    Dept.objects.bulk_create(depts, ignore_conflicts=True)
+
+    # Even-numbered shows start scheduler-managed, odd ones Cuebot-managed; a re-run
+    # keeps whatever an operator has switched since.
+    shows = [
+        Show(id=demo_id(f"show:{i}"), str_name=f"demo{i + 1:02d}", b_scheduler_managed=i % 2 == 0)
+        for i in range(size.shows)
+    ]
+    Show.objects.bulk_create(shows, ignore_conflicts=True)
+    farm_cores = size.hosts * size.host_cores
+    share = max(100, farm_cores // max(1, size.shows * len(allocs)))
+    Subscription.objects.bulk_create(
+        [
+            Subscription(id=demo_id(f"sub:{s.id}:{a.id}"), show_id=s.id, alloc_id=a.id, int_size=share, int_burst=2 * share)
+            for s in shows
+            for a in allocs
+        ],
+        ignore_conflicts=True,
+    )
+    Point.objects.bulk_create(
+        [Point(id=demo_id(f"point:{s.id}:{d.id}"), show_id=s.id, dept_id=d.id) for s in shows for d in depts],
+        ignore_conflicts=True,
+    )
+    folders = [
+        Folder(id=demo_id(f"folder:{s.id}:{d.str_name}"), show_id=s.id, dept_id=d.id, str_name=d.str_name, b_default=d.str_name == "lighting")
+        for s in shows
+        for d in depts
+    ]
+    Folder.objects.bulk_create(folders, ignore_conflicts=True)
+    FolderResource.objects.bulk_create(
+        [FolderResource(id=demo_id(f"folder_resource:{f.id}"), folder_id=f.id) for f in folders], ignore_conflicts=True
+    )
+    jobs = []
+    for f in folders:
+        show_name = next(s.str_name for s in shows if s.id == f.show_id)
+        for n in range(size.jobs_per_folder):
+            name = f"{show_name}-{f.str_name}-job{n + 1:04d}"
+            jobs.append(
+                Job(
+                    id=demo_id(f"job:{name}"), folder_id=f.id, show_id=f.show_id, dept_id=f.dept_id,
+                    facility_id=facility.id, str_name=name, str_shot=f"sh{n % 100:03d}", str_user="demo", str_state="PENDING",
+                )
+            )
+        # One finished job per folder: reseeds and drift checks must leave it out.
+        name = f"{show_name}-{f.str_name}-finished"
+        jobs.append(
+            Job(
+                id=demo_id(f"job:{name}"), folder_id=f.id, show_id=f.show_id, dept_id=f.dept_id,
+                facility_id=facility.id, str_name=name, str_shot="sh999", str_user="demo", str_state="FINISHED",
+            )
+        )
+    Job.objects.bulk_create(jobs, ignore_conflicts=True, batch_size=2000)
+    JobResource.objects.bulk_create(
+        [JobResource(id=demo_id(f"job_resource:{j.id}"), job_id=j.id) for j in jobs], ignore_conflicts=True, batch_size=2000
+    )
+    layers = [
+        Layer(id=demo_id(f"layer:{j.id}:{kind}"), job_id=j.id, str_name=kind, str_type="Render", int_mem_min=4 * KB_PER_GB)
+        for j in jobs
+        for kind in ("render", "comp")
+    ]
+    Layer.objects.bulk_create(layers, ignore_conflicts=True, batch_size=2000)
+    LayerResource.objects.bulk_create(
+        [LayerResource(id=demo_id(f"layer_resource:{l.id}"), layer_id=l.id, job_id=l.job_id) for l in layers],
+        ignore_conflicts=True,
+        batch_size=2000,
+    )
+    job_state = {j.id: j.str_state for j in jobs}
+    running_layers = [l for l in layers if job_state[l.job_id] != "FINISHED"]
+    return shows, allocs, running_layers
+
+
+HOST_COLUMNS = ["pk_host", "pk_alloc", "str_name", "str_lock_state", "int_cores", "int_cores_idle", "int_mem", "int_mem_idle", "int_gpus", "int_gpus_idle", "int_gpu_mem", "int_gpu_mem_idle"]
+PROC_COLUMNS = ["pk_proc", "pk_host", "pk_job", "pk_show", "pk_layer", "pk_frame", "int_cores_reserved", "int_gpus_reserved", "int_mem_reserved", "int_gpu_mem_reserved"]
+GPU_HOST_GPUS = 4
+GPU_MEM_KB = 16 * KB_PER_GB
+
+
+def host_rows(*, size: DemoFarmSize, allocs: list[Alloc]) -> Iterable[tuple]:
+    for h in range(size.hosts):
+        alloc = allocs[h % len(allocs)]
+        gpus = GPU_HOST_GPUS if alloc.str_tag == "gpu" else 0
+        yield (
+            demo_id(f"host:{h}"), alloc.id, f"demo-host-{h + 1:05d}", "OPEN",
+            size.host_cores, size.host_cores, size.host_mem_kb, size.host_mem_kb, gpus, gpus, gpus * GPU_MEM_KB, gpus * GPU_MEM_KB,
+        )
+
+
+def proc_rows(*, size: DemoFarmSize, allocs: list[Alloc], layers: list[Layer], show_of_job: dict[str, str], progress: Callable[[int], None]) -> Iterable[tuple]:
+    for p in range(size.procs):
+        h = p % size.hosts
+        slot = p // size.hosts
+        gpu_host = allocs[h % len(allocs)].str_tag == "gpu"
+        gpus = 1 if gpu_host and slot < GPU_HOST_GPUS else 0
+        layer = layers[p % len(layers)]
+        yield (
+            demo_id(f"proc:{p}"), demo_id(f"host:{h}"), layer.job_id, show_of_job[layer.job_id], layer.id,
+            demo_id(f"frame:{p}"), PROC_CORES[p % len(PROC_CORES)], gpus, 4 * KB_PER_GB, gpus * GPU_MEM_KB,
+        )
+        if p % 1000 == 999:
+            progress(1000)
+    progress(size.procs % 1000)
+
+
+HOST_IDLE = """
+UPDATE host h
+   SET int_cores_idle = h.int_cores - COALESCE(t.cores, 0), int_mem_idle = h.int_mem - COALESCE(t.mem, 0),
+       int_gpus_idle = h.int_gpus - COALESCE(t.gpus, 0), int_gpu_mem_idle = h.int_gpu_mem - COALESCE(t.gpu_mem, 0)
+  FROM host h2
+  LEFT JOIN (
+        SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem,
+               SUM(int_gpus_reserved) AS gpus, SUM(int_gpu_mem_reserved) AS gpu_mem
+          FROM proc GROUP BY pk_host
+       ) t ON t.pk_host = h2.pk_host
+ WHERE h.pk_host = h2.pk_host AND h2.pk_host = ANY(%(hosts)s)
+"""
+
+
+def build_demo_farm(*, size: DemoFarmSize, progress: Callable[[int], None] = lambda n: None) -> DemoFarmSummary:
+    """Create (or complete) the demo farm in PostgreSQL, with accounting equal to SUM(proc)."""
+    with transaction.atomic():
+        shows, allocs, layers = build_structure(size=size)
+        copy_rows(table="host", columns=HOST_COLUMNS, rows=host_rows(size=size, allocs=allocs))
+        show_of_job = dict(Job.objects.filter(pk__in={l.job_id for l in layers}).values_list("pk", "show_id"))
+        added = copy_rows(
+            table="proc", columns=PROC_COLUMNS,
+            rows=proc_rows(size=size, allocs=allocs, layers=layers, show_of_job=show_of_job, progress=progress),
+        ) if size.procs and layers and size.hosts else 0
+        with connection.cursor() as cursor:
+            cursor.execute(HOST_IDLE, {"hosts": [demo_id(f"host:{h}") for h in range(size.hosts)]})
+        recompute_pg_accounting(show_ids=[s.id for s in shows])
+    managed = list(Show.objects.filter(pk__in=[s.id for s in shows], b_scheduler_managed=True).values_list("pk", flat=True))
+    return DemoFarmSummary(shows=len(shows), hosts=size.hosts, procs=size.procs, procs_added=added, scheduler_managed_show_ids=managed)

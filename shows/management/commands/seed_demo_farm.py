@@ -1,0 +1,36 @@
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from shows.farm import DemoFarmSize, build_demo_farm
+
+
+def positive(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Build the demo farm: shows (scheduler- and Cuebot-managed), subscriptions, folders, jobs, "
+        "layers, hosts and running procs, with the accounting tables equal to SUM(proc). Re-running adds nothing twice."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--shows", type=positive, default=4)
+        parser.add_argument("--hosts", type=positive, default=20)
+        parser.add_argument("--procs", type=positive, default=200)
+
+    def handle(self, *args, shows: int, hosts: int, procs: int, **options) -> None:
+        if procs and not hosts:
+            raise CommandError("--procs needs at least one host", returncode=2)
+        if shows < 2:
+            raise CommandError("--shows must be at least 2 (one scheduler-managed, one Cuebot-managed)", returncode=2)
+        size = DemoFarmSize(shows=shows, hosts=hosts, procs=procs)
+        with tqdm(total=procs, desc="procs", unit="proc", disable=not procs, file=self.stderr) as bar:
+            summary = build_demo_farm(size=size, progress=bar.update)
+        self.stdout.write(
+            f"demo farm: {summary.shows} shows ({len(summary.scheduler_managed_show_ids)} scheduler-managed), "
+            f"{summary.hosts} hosts, {summary.procs} procs ({summary.procs_added} new)"
+        )
