@@ -21,3 +21,7 @@ def layer(*, layer_id: str) -> str:
 
 def point(*, dept_id: str, show_id: str) -> str:
     return f"acct:point:{dept_id}:{show_id}"
+
+# Operations whose Redis and PG halves have not both landed; see accounting/inflight docs
+# in the README ("Reseed and in-flight operations").
+INFLIGHT = "acct:inflight"

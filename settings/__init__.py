@@ -71,6 +71,8 @@ ACCOUNTING_REDIS_ENABLED = env.bool("ACCOUNTING_REDIS_ENABLED", default=True)
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Seconds before a Redis call from the release path gives up. It is never retried.
 ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
+# How long an in-flight booking or release counts as booked if its holder never settles it.
+ACCOUNTING_INFLIGHT_TTL_SECONDS = env.int("ACCOUNTING_INFLIGHT_TTL_SECONDS", default=60)
 # Scheduled reseeds, for a deployment that runs without the Rust scheduler's own loops.
 ACCOUNTING_RECONCILE_ENABLED = env.bool("ACCOUNTING_RECONCILE_ENABLED", default=False)
 # TTL of the b_scheduler_managed cache (ShowDao's ~30 s in Cuebot).
