@@ -1,0 +1,115 @@
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from accounting.models import Proc, Subscription
+from shows.models import Host, Job, Show
+
+TABLE_COUNTS = ["facility", "alloc", "show", "dept", "folder", "folder_resource", "job", "job_resource", "layer", "layer_resource", "subscription", "point", "host", "proc"]
+
+# Each accounting table against SUM(proc) by the counting rules of accounting/recompute.py.
+MISMATCHES = {
+    "subscription": """
+        SELECT count(*) FROM subscription s LEFT JOIN (
+            SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) c, SUM(p.int_gpus_reserved) g
+            FROM proc p JOIN host h USING (pk_host) WHERE NOT p.b_local GROUP BY 1, 2) t USING (pk_show, pk_alloc)
+        WHERE s.int_cores <> COALESCE(t.c, 0) OR s.int_gpus <> COALESCE(t.g, 0)""",
+    "folder_resource": """
+        SELECT count(*) FROM folder_resource r LEFT JOIN (
+            SELECT j.pk_folder, SUM(p.int_cores_reserved) c, SUM(p.int_gpus_reserved) g
+            FROM proc p JOIN job j USING (pk_job) WHERE NOT p.b_local GROUP BY 1) t USING (pk_folder)
+        WHERE r.int_cores <> COALESCE(t.c, 0) OR r.int_gpus <> COALESCE(t.g, 0)""",
+    "job_resource": """
+        SELECT count(*) FROM job_resource r LEFT JOIN (
+            SELECT pk_job, SUM(int_cores_reserved) c, SUM(int_gpus_reserved) g FROM proc WHERE NOT b_local GROUP BY 1) t USING (pk_job)
+        WHERE r.int_cores <> COALESCE(t.c, 0) OR r.int_gpus <> COALESCE(t.g, 0)""",
+    "layer_resource": """
+        SELECT count(*) FROM layer_resource r LEFT JOIN (
+            SELECT pk_layer, SUM(int_cores_reserved) c, SUM(int_gpus_reserved) g FROM proc GROUP BY 1) t USING (pk_layer)
+        WHERE r.int_cores <> COALESCE(t.c, 0) OR r.int_gpus <> COALESCE(t.g, 0)""",
+    "point": """
+        SELECT count(*) FROM point pt LEFT JOIN (
+            SELECT j.pk_dept, j.pk_show, SUM(p.int_cores_reserved) c, SUM(p.int_gpus_reserved) g
+            FROM proc p JOIN job j USING (pk_job) WHERE NOT p.b_local GROUP BY 1, 2) t USING (pk_dept, pk_show)
+        WHERE pt.int_cores <> COALESCE(t.c, 0) OR pt.int_gpus <> COALESCE(t.g, 0)""",
+    "host": """
+        SELECT count(*) FROM host h LEFT JOIN (
+            SELECT pk_host, SUM(int_cores_reserved) c, SUM(int_mem_reserved) m, SUM(int_gpus_reserved) g FROM proc GROUP BY 1) t USING (pk_host)
+        WHERE h.int_cores_idle <> h.int_cores - COALESCE(t.c, 0) OR h.int_mem_idle <> h.int_mem - COALESCE(t.m, 0)
+           OR h.int_gpus_idle <> h.int_gpus - COALESCE(t.g, 0) OR h.int_cores_idle < 0 OR h.int_gpus_idle < 0""",
+}
+
+
+def scalar(sql: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetchone()[0]
+
+
+def counts() -> dict[str, int]:
+    return {table: scalar(f"SELECT count(*) FROM {table}") for table in TABLE_COUNTS}
+
+
+def seed(*args: str) -> str:
+    out = StringIO()
+    call_command("seed_demo_farm", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_demo_farm_accounting_tables_agree_with_sum_of_procs():
+    seed("--shows", "4", "--hosts", "10", "--procs", "300")
+    assert Proc.objects.count() == 300
+    assert {table: scalar(sql) for table, sql in MISMATCHES.items()} == dict.fromkeys(MISMATCHES, 0)
+    assert scalar("SELECT SUM(int_cores) FROM subscription") > 0
+
+
+@pytest.mark.django_db
+def test_demo_farm_has_both_kinds_of_show_and_fractional_and_finished_cases():
+    seed("--shows", "2", "--hosts", "4", "--procs", "40")
+    assert set(Show.objects.values_list("b_scheduler_managed", flat=True)) == {True, False}
+    assert Proc.objects.filter(int_cores_reserved=250).exists()
+    assert Job.objects.filter(str_state="FINISHED").exists()
+    assert not Proc.objects.filter(job__str_state="FINISHED").exists()
+    # Every proc's subscription exists: the show subscribes to its host's allocation.
+    assert scalar("SELECT count(*) FROM proc p JOIN host h USING (pk_host) LEFT JOIN subscription s "
+                  "ON s.pk_show = p.pk_show AND s.pk_alloc = h.pk_alloc WHERE s.pk_subscription IS NULL") == 0
+
+
+@pytest.mark.django_db
+def test_rerunning_adds_nothing():
+    seed("--shows", "3", "--hosts", "5", "--procs", "50")
+    before = counts()
+    subs_before = list(Subscription.objects.order_by("pk").values_list("pk", "int_cores"))
+    output = seed("--shows", "3", "--hosts", "5", "--procs", "50")
+    assert counts() == before
+    assert list(Subscription.objects.order_by("pk").values_list("pk", "int_cores")) == subs_before
+    assert "(0 new)" in output
+
+
+@pytest.mark.django_db
+def test_rerunning_larger_completes_the_farm_consistently():
+    seed("--shows", "2", "--hosts", "4", "--procs", "20")
+    seed("--shows", "2", "--hosts", "4", "--procs", "60")
+    assert Proc.objects.count() == 60
+    assert Host.objects.count() == 4
+    assert {table: scalar(sql) for table, sql in MISMATCHES.items()} == dict.fromkeys(MISMATCHES, 0)
+
+
+@pytest.mark.django_db
+def test_a_rerun_keeps_an_operators_flag_switch():
+    seed("--shows", "2", "--hosts", "2", "--procs", "4")
+    Show.objects.filter(str_name="demo01").update(b_scheduler_managed=False)
+    seed("--shows", "2", "--hosts", "2", "--procs", "4")
+    assert Show.objects.get(str_name="demo01").b_scheduler_managed is False
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("args", [["--shows", "1"], ["--hosts", "0", "--procs", "5"], ["--procs", "-3"]])
+def test_bad_sizes_are_refused_and_change_nothing(args):
+    with pytest.raises((CommandError, SystemExit)):
+        call_command("seed_demo_farm", *args, stdout=StringIO(), stderr=StringIO())
+    assert Show.objects.count() == 0

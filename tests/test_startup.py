@@ -1,0 +1,59 @@
+"""An unreachable PostgreSQL or Redis at start-up: one clear line naming the URL, exit 1."""
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", **env}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+
+
+def test_unreachable_postgres_names_the_url_in_one_line():
+    port = closed_port()
+    result = manage("check_services", DATABASE_URL=f"postgres://postgres:s3cret@127.0.0.1:{port}/nowhere")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"cannot reach PostgreSQL at postgres://postgres:***@127.0.0.1:{port}/nowhere" in lines[0]
+    assert "DATABASE_URL" in lines[0] and "s3cret" not in lines[0] and "Traceback" not in result.stderr
+
+
+def test_unreachable_postgres_during_any_command_is_one_line_too():
+    result = manage("migrate", "--check", DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/nowhere")
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "cannot reach PostgreSQL" in result.stderr
+
+
+@pytest.mark.parametrize("setting", ["ACCOUNTING_REDIS_URL", "CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL"])
+def test_unreachable_redis_names_the_setting_and_url(setting):
+    url = f"redis://127.0.0.1:{closed_port()}/0"
+    result = manage("check_services", **{setting: url})
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"cannot reach Redis at {url}" in lines[0] and setting in lines[0]
+
+
+def test_accounting_redis_is_not_required_when_publishing_is_disabled():
+    result = manage("check_services", ACCOUNTING_REDIS_ENABLED="false", ACCOUNTING_REDIS_URL=f"redis://127.0.0.1:{closed_port()}/0")
+    assert result.returncode == 0, result.stderr
+    assert "ACCOUNTING_REDIS_URL" not in result.stdout
+
+
+def test_reachable_services_pass():
+    result = manage("check_services")
+    assert result.returncode == 0, result.stderr
+    assert "PostgreSQL ok" in result.stdout
