@@ -12,7 +12,7 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
 	@command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }
-	@python3 -m venv $(VENV) 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
+	@test -x $(VENV)/bin/python || python3 -m venv $(VENV) 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements.txt
 	touch $@
