@@ -28,6 +28,8 @@ class Stats:
     reseed_cycles_skipped: int = 0
     bootstraps: int = 0
     errors: Counter = field(default_factory=Counter)
+    # Rolled back whole by PostgreSQL (deadlock, serialization) and retried by the caller.
+    transient_errors: Counter = field(default_factory=Counter)
     over_cap: list[OverCap] = field(default_factory=list)
     # Keys left out of over_cap: caps lowered and shows switched during the run.
     lowered_keys: set[str] = field(default_factory=set)
@@ -99,6 +101,7 @@ class Report:
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
             "invariants": self.invariants,
             "errors": dict(s.errors),
+            "transient_errors": dict(s.transient_errors),
             "over_cap_examples": [vars(v) for v in s.counted_over_cap()[:10]],
             "drift_examples": [str(r) for r in self.drift_rows[:10]],
             "negative_examples": [list(n) for n in self.negative_counters[:10]],
@@ -117,7 +120,8 @@ class Report:
             f"  faults injected       {sum(d['faults'].values()):>10}  {d['faults']}",
             f"  reseed cycles run     {d['reseed']['cycles_run']:>10}",
             f"  reseed cycles skipped {d['reseed']['cycles_skipped']:>10}",
-            f"  empty-Redis bootstraps{d['reseed']['bootstraps']:>10}",
+            f"  empty-Redis bootstraps{d['reseed']['bootstraps']:>10}  (after {d['faults'].get('redis-restart', 0)} redis-restart faults)",
+            f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",
             f"  left out of over_cap  {d['excluded']['lowered_keys']} lowered keys, {d['excluded']['switched_shows']} switched shows "
             f"({d['over_cap_excluded']} bookings)",
             "",

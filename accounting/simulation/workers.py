@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import redis
-from django.db import close_old_connections, connection, connections, transaction
+from django.db import OperationalError, close_old_connections, connection, connections, transaction
 
 from accounting import booking, keys
 from accounting.services import unbook_proc, unbook_procs
@@ -68,10 +68,9 @@ def worker(name: str):
     return decorate
 
 
-PICK_HOST = """
-SELECT pk_host, pk_alloc, int_gpus_idle FROM host
+OPEN_HOSTS = """
+SELECT pk_host, pk_alloc, int_cores_idle, int_gpus_idle FROM host
  WHERE pk_host = ANY(%(hosts)s) AND int_cores_idle >= %(cores)s AND int_mem_idle >= %(mem)s
- ORDER BY random() LIMIT 1
 """
 CLAIM_HOST = """
 UPDATE host SET int_cores_idle = int_cores_idle - %(cores)s, int_mem_idle = int_mem_idle - %(mem)s,
@@ -83,6 +82,29 @@ INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cor
                   int_mem_reserved, int_gpu_mem_reserved, b_local, b_unbooked, ts_booked, ts_ping)
 VALUES (%(proc)s, %(host)s, %(job)s, %(show)s, %(layer)s, %(frame)s, %(cores)s, %(gpus)s, %(mem)s, 0, false, false, now(), now())
 """
+
+
+class HostView:
+    """The scheduler's view of hosts with idle cores: refreshed every fraction of a second,
+    so it lags, and a booking on a host that filled up meanwhile fails at the INSERT (the
+    host claim) and takes the rollback path, as a real scheduler's would."""
+
+    def __init__(self, farm: SimFarm) -> None:
+        self.farm = farm
+        self.hosts: list[tuple[str, str, int, int]] = []
+        self.read_at = 0.0
+
+    def pick(self, *, rng: random.Random, cores: int) -> tuple[str, str, int] | None:
+        if time.monotonic() - self.read_at > MANAGED_SHOWS_REFRESH_SECONDS:
+            with connection.cursor() as cursor:
+                cursor.execute(OPEN_HOSTS, {"hosts": self.farm.host_ids, "cores": min(PROC_CORES), "mem": PROC_MEM_KB})
+                self.hosts = cursor.fetchall()
+            self.read_at = time.monotonic()
+        fitting = [h for h in self.hosts if h[2] >= cores]
+        if not fitting:
+            return None
+        host_id, alloc_id, _, gpus_idle = rng.choice(fitting)
+        return host_id, alloc_id, gpus_idle
 
 
 class ManagedShows:
@@ -103,25 +125,24 @@ class ManagedShows:
 
 @worker("booker")
 def booker(ctx: SimContext, index: int) -> None:
-    rng, managed = ctx.rng("booker", index), ManagedShows(ctx.farm)
+    rng, managed, hosts = ctx.rng("booker", index), ManagedShows(ctx.farm), HostView(ctx.farm)
     while not ctx.stop.is_set():
         shows = managed.current()
         if not shows:
             ctx.stop.wait(0.05)
             continue
         layer = rng.choice(ctx.farm.layers_by_show[rng.choice(shows)])
-        book_one(ctx, rng=rng, layer=layer, cores=rng.choice(PROC_CORES))
+        cores = rng.choice(PROC_CORES)
+        host = hosts.pick(rng=rng, cores=cores)
+        if host is None:
+            ctx.stats.count("rejections", "host")
+            continue
+        book_one(ctx, rng=rng, layer=layer, host=host, cores=cores)
 
 
-def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, cores: int) -> None:
+def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tuple[str, str, int], cores: int) -> None:
     """One scheduler booking: script, INSERT (host claimed in the same transaction), settle."""
-    with connection.cursor() as cursor:
-        cursor.execute(PICK_HOST, {"hosts": ctx.farm.host_ids, "cores": cores, "mem": PROC_MEM_KB})
-        row = cursor.fetchone()
-    if row is None:
-        ctx.stats.count("rejections", "host")
-        return
-    host_id, alloc_id, gpus_idle = row
+    host_id, alloc_id, gpus_idle = host
     gpus = 1 if gpus_idle > 0 and rng.random() < 0.3 else 0
     ids = dict(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id,
                layer_id=layer.layer_id, dept_id=layer.dept_id)
@@ -183,9 +204,24 @@ def releaser(ctx: SimContext, index: int) -> None:
             continue
         if ctx.publish_drop is not None and ctx.plan.take("publish-drop"):
             ctx.publish_drop.arm()
-        released = release(proc_ids)
+        try:
+            released = release(proc_ids)
+        except OperationalError as error:
+            if not is_transient(error):
+                raise
+            # The whole release transaction rolled back (nothing published); Cuebot sees
+            # the error and releases the proc again later, as this loop will.
+            ctx.stats.count("transient_errors", f"release {error.__cause__.sqlstate}")
+            continue
         ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
         ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
+
+
+TRANSIENT_SQLSTATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
+
+
+def is_transient(error: OperationalError) -> bool:
+    return getattr(error.__cause__, "sqlstate", None) in TRANSIENT_SQLSTATES
 
 
 def release(proc_ids: list[str]) -> list:
