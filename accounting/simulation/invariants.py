@@ -29,6 +29,7 @@ def over_cap_after_booking(*, show_id: str, alloc_id: str, folder_id: str, job_i
     with connection.cursor() as cursor:
         cursor.execute(BOOKED_AND_CAPS, {"show": show_id, "alloc": alloc_id, "folder": folder_id, "job": job_id})
         sub_booked, burst, folder_booked, folder_max, job_booked, job_max = cursor.fetchone()
+    sub_booked, folder_booked, job_booked = int(sub_booked), int(folder_booked), int(job_booked)
     found = []
     if burst is not None and sub_booked > cores_from_centicores(burst):
         found.append(OverCap("subscription", keys.sub(show_id=show_id, alloc_id=alloc_id), show_id, sub_booked, cores_from_centicores(burst)))
