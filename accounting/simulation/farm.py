@@ -118,10 +118,10 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
             batch_size=2000,
         )
         hosts_per_alloc = {a.id: sum(1 for h in host_rows if h.alloc_id == a.id) for a in allocs}
-        # Bursts add up to 120% of each allocation (render farms are oversubscribed), so
+        # Bursts add up to 200% of each allocation (render farms are oversubscribed), so
         # subscriptions, job and folder caps and full hosts all turn bookings away.
         burst = {
-            (s.id, a.id): max(400, int(1.2 * hosts_per_alloc[a.id] * HOST_CORES / shows) // 100 * 100)
+            (s.id, a.id): max(400, int(2.0 * hosts_per_alloc[a.id] * HOST_CORES / shows) // 100 * 100)
             for s in show_rows
             for a in allocs
         }

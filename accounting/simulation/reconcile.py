@@ -4,7 +4,9 @@ services), in one place: the reconciler thread, the operator and the final check
 import random
 from dataclasses import dataclass
 
-from accounting import reseed
+from accounting import keys, reseed
+from accounting.models import FolderResource, JobResource, Subscription
+from accounting.units import UNLIMITED
 from accounting.locks import LockBusy
 from accounting.snapshot import booked_rows, limit_rows
 from cuebot_acct.redis_factory import accounting_redis
@@ -35,7 +37,30 @@ class LimitChange:
 
 
 def change_random_limit(*, rng: random.Random, show_ids: list[str]) -> LimitChange:
-    raise NotImplementedError("limit-change services (issue 5) have not landed")
+    """An operator changes a burst, a folder cap or a job cap of one of these shows by up to
+    half, up or down, the way Cuebot's admin path does: a PG UPDATE, reaching Redis with the
+    next limit reseed."""
+    table = rng.choice(["subscription", "folder", "job"])
+    if table == "subscription":
+        row = Subscription.objects.filter(show_id__in=show_ids).order_by("pk").values_list("pk", "show_id", "alloc_id", "int_burst")
+        pk, show_id, alloc_id, old = rng.choice(list(row))
+        new = changed(rng=rng, old=old)
+        Subscription.objects.filter(pk=pk).update(int_burst=new)
+        return LimitChange(key=keys.sub(show_id=show_id, alloc_id=alloc_id), lowered=new < old)
+    if table == "folder":
+        pk, old = rng.choice(list(FolderResource.objects.filter(folder__show_id__in=show_ids).order_by("pk").values_list("folder_id", "int_max_cores")))
+        new = changed(rng=rng, old=old)
+        FolderResource.objects.filter(folder_id=pk).update(int_max_cores=new)
+        return LimitChange(key=keys.folder(folder_id=pk), lowered=old == UNLIMITED or new < old)
+    pk, old = rng.choice(list(JobResource.objects.filter(job__show_id__in=show_ids).order_by("pk").values_list("job_id", "int_max_cores")))
+    new = changed(rng=rng, old=old)
+    JobResource.objects.filter(job_id=pk).update(int_max_cores=new)
+    return LimitChange(key=keys.job(job_id=pk), lowered=old == UNLIMITED or new < old)
+
+
+def changed(*, rng: random.Random, old: int) -> int:
+    base = 2000 if old == UNLIMITED else old
+    return max(100, round(base * rng.uniform(0.5, 1.5) / 100) * 100)
 
 
 @dataclass(frozen=True)
