@@ -7,6 +7,7 @@ import random
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import redis
@@ -194,34 +195,41 @@ def releaser(ctx: SimContext, index: int) -> None:
         if not proc_ids:
             ctx.stop.wait(0.05)
             continue
-        if ctx.plan.take("pg-rollback"):
-            try:
-                with transaction.atomic():
-                    release(proc_ids)
-                    raise InjectedRollback
-            except InjectedRollback:
-                ctx.stats.count("faults", "pg-rollback")
-            continue
-        if ctx.publish_drop is not None and ctx.plan.take("publish-drop"):
-            ctx.publish_drop.arm()
+        with transient(ctx, "release"):
+            release_some(ctx, proc_ids=proc_ids)
+
+
+def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
+    if ctx.plan.take("pg-rollback"):
         try:
-            released = release(proc_ids)
-        except OperationalError as error:
-            if not is_transient(error):
-                raise
-            # The whole release transaction rolled back (nothing published); Cuebot sees
-            # the error and releases the proc again later, as this loop will.
-            ctx.stats.count("transient_errors", f"release {error.__cause__.sqlstate}")
-            continue
-        ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
-        ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
+            with transaction.atomic():
+                release(proc_ids)
+                raise InjectedRollback
+        except InjectedRollback:
+            ctx.stats.count("faults", "pg-rollback")
+        return
+    if ctx.publish_drop is not None and ctx.plan.take("publish-drop"):
+        ctx.publish_drop.arm()
+    released = release(proc_ids)
+    ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
+    ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
 
 
 TRANSIENT_SQLSTATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
 
 
-def is_transient(error: OperationalError) -> bool:
-    return getattr(error.__cause__, "sqlstate", None) in TRANSIENT_SQLSTATES
+@contextmanager
+def transient(ctx: SimContext, label: str):
+    """Count a transaction PostgreSQL rolled back whole (deadlock, serialization failure)
+    instead of ending the worker: the caller (Cuebot, the operator) sees the error and
+    does it again later, as these loops will. Anything else still ends the worker."""
+    try:
+        yield
+    except OperationalError as error:
+        sqlstate = getattr(error.__cause__, "sqlstate", None)
+        if sqlstate not in TRANSIENT_SQLSTATES:
+            raise
+        ctx.stats.count("transient_errors", f"{label} {sqlstate}")
 
 
 def release(proc_ids: list[str]) -> list:
@@ -253,23 +261,33 @@ def operator(ctx: SimContext, index: int) -> None:
     rng = ctx.rng("operator", index)
     while not ctx.stop.wait(0.1):
         if ctx.plan.take("flag-flip"):
-            show = Show.objects.get(pk=rng.choice(ctx.farm.show_ids))
-            # Recorded before the switch: a booking checked a moment after the switch is
-            # already one the issue leaves out.
-            ctx.stats.record("switched_show_ids", show.pk)
-            set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
-            ctx.stats.count("faults", "flag-flip")
+            with transient(ctx, "flag-flip"):
+                flip_a_show(ctx, rng=rng)
         if ctx.plan.take("limit-change"):
-            change = reconcile.change_random_limit(rng=rng, show_ids=ctx.farm.show_ids)
-            if change.lowered:
-                ctx.stats.record("lowered_keys", change.key)
-            ctx.stats.count("faults", "limit-change")
+            with transient(ctx, "limit-change"):
+                change = reconcile.change_random_limit(rng=rng, show_ids=ctx.farm.show_ids)
+                if change.lowered:
+                    ctx.stats.record("lowered_keys", change.key)
+                ctx.stats.count("faults", "limit-change")
         if ctx.plan.take("redis-restart"):
             # A restarted Redis without persistence: no keys, no scripts.
             client = accounting_redis()
             client.flushdb()
             client.script_flush()
             ctx.stats.count("faults", "redis-restart")
+
+
+def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:
+    """Switch a random show, but never the last scheduler-managed one away: a farm with no
+    managed show gives the bookers nothing to do for the rest of the run."""
+    managed = set(Show.objects.filter(pk__in=ctx.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+    candidates = [s for s in ctx.farm.show_ids if s not in managed or len(managed) > 1]
+    show = Show.objects.get(pk=rng.choice(candidates))
+    # Recorded before the switch: a booking checked a moment after the switch is
+    # already one the issue leaves out.
+    ctx.stats.record("switched_show_ids", show.pk)
+    set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
+    ctx.stats.count("faults", "flag-flip")
 
 
 class PublishDrop:
