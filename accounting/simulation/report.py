@@ -27,6 +27,7 @@ class Stats:
     reseed_cycles_run: int = 0
     reseed_cycles_skipped: int = 0
     bootstraps: int = 0
+    reseed_cycles_failed: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
     # Rolled back whole by PostgreSQL (deadlock, serialization) and retried by the caller.
     transient_errors: Counter = field(default_factory=Counter)
@@ -96,7 +97,8 @@ class Report:
             "release_misses": s.release_misses,
             "faults": {kind: s.faults[kind] for kind in sorted(s.faults)},
             "faults_not_injected": self.faults_pending,
-            "reseed": {"cycles_run": s.reseed_cycles_run, "cycles_skipped": s.reseed_cycles_skipped, "bootstraps": s.bootstraps},
+            "reseed": {"cycles_run": s.reseed_cycles_run, "cycles_skipped": s.reseed_cycles_skipped, "bootstraps": s.bootstraps,
+                       "cycles_failed": dict(s.reseed_cycles_failed)},
             "excluded": {"lowered_keys": len(s.lowered_keys), "switched_shows": len(s.switched_show_ids)},
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
             "invariants": self.invariants,
@@ -120,6 +122,7 @@ class Report:
             f"  faults injected       {sum(d['faults'].values()):>10}  {d['faults']}",
             f"  reseed cycles run     {d['reseed']['cycles_run']:>10}",
             f"  reseed cycles skipped {d['reseed']['cycles_skipped']:>10}",
+            f"  reseed cycles failed  {sum(d['reseed']['cycles_failed'].values()):>10}  {d['reseed']['cycles_failed']}",
             f"  empty-Redis bootstraps{d['reseed']['bootstraps']:>10}  (after {d['faults'].get('redis-restart', 0)} redis-restart faults)",
             f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",
             f"  left out of over_cap  {d['excluded']['lowered_keys']} lowered keys, {d['excluded']['switched_shows']} switched shows "

@@ -242,7 +242,13 @@ def release(proc_ids: list[str]) -> list:
 @worker("reconciler")
 def reconciler(ctx: SimContext, index: int) -> None:
     while not ctx.stop.wait(ctx.reconcile_interval):
-        reconcile_once(ctx.stats)
+        try:
+            reconcile_once(ctx.stats)
+        except redis.exceptions.RedisError as error:
+            # A cycle cut short by Redis (a redis-restart fault between a script load and
+            # its call, say) is what a scheduler's loop meets too: it logs and tries again
+            # at the next tick. Counted, not fatal.
+            ctx.stats.count("reseed_cycles_failed", type(error).__name__)
         close_old_connections()
 
 
