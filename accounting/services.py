@@ -52,6 +52,11 @@ UPDATE subscription s
 RETURNING d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus
 """
 
+SHOW_DRIFT = f"""
+WITH drift AS ({SUBSCRIPTION_DRIFT})
+SELECT d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus FROM drift d
+"""
+
 
 @dataclass(frozen=True)
 class SubscriptionChange:
@@ -86,7 +91,7 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     """
     try:
         with named_lock(name=RECALCULATE_SUBS_LOCK, ttl_seconds=RECALCULATE_SUBS_LOCK_SECONDS):
-            changes = _drift(statement=SUBSCRIPTION_DRIFT if dry_run else FIX_SUBSCRIPTIONS)
+            changes = _drift(statement=SHOW_DRIFT if dry_run else FIX_SUBSCRIPTIONS)
     except LockBusy:
         metrics.RECALCULATE_SUBS_SKIPPED.inc()
         logger.info("recalculate_subs skipped: another instance is running it")
