@@ -51,7 +51,7 @@ def delete_stale_instances(*, now: datetime | None = None) -> int:
 
 
 class Heartbeat:
-    """Records the process at start, then every `interval` seconds until stopped."""
+    """Records the process at once (before start() returns), then every `interval` seconds until stopped."""
 
     def __init__(self, *, role: str, interval: float = HEARTBEAT_SECONDS):
         self.role = role
@@ -63,6 +63,7 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name=f"acct-heartbeat-{role}", daemon=True)
 
     def start(self) -> "Heartbeat":
+        self._beat()  # registered before the process serves anything
         self._thread.start()
         return self
 
@@ -82,7 +83,6 @@ class Heartbeat:
 
     def _run(self) -> None:
         try:
-            self._beat()
             while not self._stop.wait(self.interval):
                 self._beat()
         finally:

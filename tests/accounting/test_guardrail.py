@@ -141,3 +141,12 @@ def test_check_does_not_crash_when_the_database_is_not_migrated():
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def test_the_gauge_is_on_metrics(client, farm, settings):
+    settings.ACCOUNTING_REDIS_ENABLED = False
+    run_guardrail()
+    assert "cuebot_redis_publish_misconfigured 1.0" in client.get("/metrics").content.decode()
+    settings.ACCOUNTING_REDIS_ENABLED = True
+    run_guardrail()
+    assert "cuebot_redis_publish_misconfigured 0.0" in client.get("/metrics").content.decode()

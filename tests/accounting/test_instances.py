@@ -1,5 +1,7 @@
 import os
 import socket
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -39,7 +41,7 @@ def test_live_and_stale_by_last_seen():
 def test_heartbeat_thread_records_at_start_and_stops_when_asked():
     heartbeat = Heartbeat(role="tasks", interval=3600).start()
     try:
-        assert heartbeat.beat_done.wait(10)
+        assert heartbeat.beat_done.is_set()  # the first beat happened inside start()
         row = Instance.objects.get(pid=os.getpid(), role="tasks")
         assert row.publishes_to_redis is True
     finally:
@@ -70,3 +72,37 @@ def test_task_worker_signal_does_not_start_a_heartbeat_in_sync_mode(monkeypatch)
     monkeypatch.setattr(instances, "start_process_heartbeat", lambda *, role: started.append(role))
     task_worker_started(sender="django_q", proc_name="Worker-1")
     assert started == []
+
+
+def test_a_task_worker_registers_itself_and_runs_the_guardrail_when_spawned(monkeypatch):
+    from django_q.conf import Conf
+    from django_q.signals import post_spawn
+
+    from accounting import guardrail
+
+    started, checked = [], []
+    monkeypatch.setattr(Conf, "SYNC", False)
+    monkeypatch.setattr(instances, "start_process_heartbeat", lambda *, role: started.append(role))
+    monkeypatch.setattr(guardrail, "run_guardrail_at_start", lambda: checked.append(True))
+    post_spawn.send(sender="django_q", proc_name="Worker-1")  # what django-q2 sends in a new worker
+    assert started == ["tasks"] and checked == [True]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_web_process_registers_itself_and_warns_at_start(cuebot_farm):
+    from django.conf import settings as live
+
+    from shows.models import Show
+
+    Show.objects.filter(pk=cuebot_farm.show.pk).update(b_scheduler_managed=True)
+    db = live.DATABASES["default"]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "ACCOUNTING_REDIS_ENABLED": "false",
+           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+           "CACHE_REDIS_URL": live.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": live.TASK_BROKER_REDIS_URL}
+    code = "import os, cuebot_acct.wsgi; print(os.getpid())"
+    done = subprocess.run([sys.executable, "-c", code], cwd=live.BASE_DIR, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    row = Instance.objects.get(pid=int(done.stdout.strip()))
+    assert (row.role, row.publishes_to_redis) == ("web", False)
+    assert "scheduler-managed shows exist but Redis publishing is disabled" in done.stderr

@@ -129,3 +129,53 @@ def test_two_concurrent_runs_do_not_both_run(two_farms, monkeypatch):
     assert results["first"].ran is True and len(results["first"].changes) == 1
     assert row_version(cuebot.subscription)[2:] == (350, 1)
     assert held_locks() == []
+
+
+def test_a_show_switched_to_the_scheduler_during_a_run_is_not_written(two_farms, monkeypatch):
+    """The toggle holds the show row; the run waits for it, then sees the show as scheduler-managed."""
+    from django.db import transaction
+
+    from accounting import switching
+    from shows.services import set_scheduler_managed
+
+    monkeypatch.setattr(switching, "seed_show", lambda *, show_id: None)
+    cuebot, _ = two_farms
+    drift(cuebot.subscription, cores=0)
+    before = row_version(cuebot.subscription)
+    toggled, commit = threading.Event(), threading.Event()
+    results = {}
+
+    def toggle():
+        try:
+            with transaction.atomic():
+                set_scheduler_managed(show=cuebot.show, managed=True)
+                toggled.set()
+                assert commit.wait(10)
+        finally:
+            connection.close()
+
+    def run():
+        try:
+            results["run"] = recalculate_subs()
+        finally:
+            connection.close()
+
+    toggler, runner = threading.Thread(target=toggle), threading.Thread(target=run)
+    toggler.start()
+    assert toggled.wait(10)
+    runner.start()
+    # Wait (bounded) until the run is blocked on the toggle's row lock, then let the toggle commit.
+    with connection.cursor() as cursor:
+        for _ in range(1000):
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                           ["%cuebot_shows%"])
+            if cursor.fetchone()[0]:
+                break
+            threading.Event().wait(0.01)
+        else:
+            pytest.fail("recalculate_subs never waited for the toggle's lock")
+    commit.set()
+    toggler.join(10)
+    runner.join(10)
+    assert results["run"].ran and results["run"].changes == []
+    assert row_version(cuebot.subscription) == before
