@@ -18,7 +18,8 @@ def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
         old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
         if old != managed:
             Show.objects.filter(pk=show.pk).update(b_scheduler_managed=managed)
-        transaction.on_commit(lambda: refresh_flag_cache(show_id=show.pk, managed=managed))
+        # robust: a cache hiccup is logged and must not stop the hand-over below.
+        transaction.on_commit(lambda: refresh_flag_cache(show_id=show.pk, managed=managed), robust=True)
         if old != managed and managed:
             transaction.on_commit(lambda: switching.after_switch_to_scheduler(show_id=show.pk))
         elif old != managed:

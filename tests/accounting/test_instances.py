@@ -106,3 +106,11 @@ def test_a_web_process_registers_itself_and_warns_at_start(cuebot_farm):
     row = Instance.objects.get(pid=int(done.stdout.strip()))
     assert (row.role, row.publishes_to_redis) == ("web", False)
     assert "scheduler-managed shows exist but Redis publishing is disabled" in done.stderr
+
+
+@pytest.mark.django_db
+def test_the_admin_lists_instances_with_liveness(admin_client):
+    now = timezone.now()
+    record_instance(role="web", started_at=now)
+    page = admin_client.get("/admin/accounting/instance/")
+    assert page.status_code == 200 and socket.gethostname() in page.content.decode()
