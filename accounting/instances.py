@@ -72,7 +72,6 @@ class Heartbeat:
         self._thread.join(timeout)
 
     def _beat(self) -> None:
-        close_old_connections()
         try:
             record_instance(role=self.role, started_at=self.started_at)
         except Exception:
@@ -84,6 +83,7 @@ class Heartbeat:
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.interval):
+                close_old_connections()  # this thread's own connection, dropped if broken or too old
                 self._beat()
         finally:
             connection.close()

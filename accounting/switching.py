@@ -40,7 +40,11 @@ def after_switch_to_scheduler(*, show_id: str) -> None:
         logger.warning("seeding Redis for show %s after its switch to the scheduler failed; retrying in the task cluster",
                        show_id, exc_info=True)
         metrics.SWITCH_SEED_FAILURES.inc()
-        async_task("accounting.tasks.retry_seed_show", show_id=show_id, attempt=1)
+        try:
+            async_task("accounting.tasks.retry_seed_show", show_id=show_id, attempt=1)
+        except Exception:
+            # The switch has committed; the caller must not see it fail. The periodic reseed heals.
+            logger.error("could not enqueue the seeding retry for show %s", show_id, exc_info=True)
 
 
 def retry_seed_show(*, show_id: str, attempt: int) -> None:

@@ -73,3 +73,15 @@ def test_a_retry_for_a_show_switched_back_meanwhile_does_nothing(cuebot_farm, mo
     monkeypatch.setattr(switching, "seed_show", seeding)
     switching.retry_seed_show(show_id=cuebot_farm.show.id, attempt=1)
     assert seeding.calls == []
+
+
+def test_an_unreachable_task_broker_does_not_fail_the_committed_switch(cuebot_farm, monkeypatch, caplog):
+    def broker_down(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(switching, "seed_show", FlakySeeding(failures=99))
+    monkeypatch.setattr(switching, "async_task", broker_down)
+    with caplog.at_level(logging.ERROR, logger="accounting.switching"):
+        assert set_scheduler_managed(show=cuebot_farm.show, managed=True) == (False, True)
+    assert Show.objects.get(pk=cuebot_farm.show.pk).b_scheduler_managed is True
+    assert any("could not enqueue" in r.getMessage() for r in caplog.records)
