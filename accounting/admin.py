@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.utils import timezone
 
 from accounting.admin_display import cores_column
-from accounting.models import ApiToken, FolderResource, JobResource, LayerResource, Point, Proc, Subscription
+from accounting.instances import STALE_AFTER
+from accounting.models import ApiToken, FolderResource, Instance, JobResource, LayerResource, Point, Proc, Subscription
 
 
 @admin.register(Subscription)
@@ -75,3 +76,22 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(Instance)
+class InstanceAdmin(admin.ModelAdmin):
+    """The fleet register, read-only: processes write their own rows."""
+
+    list_display = ["host", "pid", "role", "publishes_to_redis", "version", "started_at", "last_seen", "live"]
+    list_filter = ["role", "publishes_to_redis"]
+    search_fields = ["host"]
+
+    @admin.display(boolean=True, description="live")
+    def live(self, obj) -> bool:
+        return obj.last_seen >= timezone.now() - STALE_AFTER
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
