@@ -21,6 +21,11 @@ def render() -> tuple[bytes, str]:
 # Release path (accounting.services.unbook_proc/unbook_procs, accounting.publisher).
 from prometheus_client import Counter, Histogram  # noqa: E402
 
+# In multiprocess mode every value lives in a file of that directory: a process that
+# defines metrics before anything created it (tests, bench, qcluster) would fail.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
 RELEASES = Counter(
     "cuebot_acct_releases_total", "Procs released, counted at commit, by accounting branch.", ["branch"]
 )
@@ -39,3 +44,8 @@ RELEASE_BATCH_SIZE = Histogram(
     "Proc ids asked for per release call (unbook_proc counts as 1).",
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000),
 )
+# Series exist at 0 from the start, so alerts on their rate see the first failure.
+for _branch in ("local", "scheduler", "cuebot"):
+    RELEASES.labels(branch=_branch)
+for _stage in ("prepare", "publish"):
+    RELEASE_PUBLISH_FAILURES.labels(stage=_stage)
