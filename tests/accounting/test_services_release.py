@@ -330,3 +330,36 @@ def test_threads_releasing_one_proc_release_it_once(acct_redis):
     assert host_idle(farm)[0] == idle_before[0] + 300
     assert hashes(acct_redis, names) == {role: {"int_cores": "6", "int_gpus": "2"} for role in names}
     assert acct_redis.get(keys.SEQ) == "2"
+
+
+def statements(queries) -> list[str]:
+    # The test's own transaction turns the release's atomic block into a savepoint.
+    verbs = [q["sql"].split()[0] for q in queries.captured_queries]
+    return [verb for verb in verbs if verb not in ("SAVEPOINT", "RELEASE")]
+
+
+def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag_cache(
+    farm, monkeypatch, django_capture_on_commit_callbacks
+):
+    from django.test.utils import CaptureQueriesContext
+
+    from cuebot_acct.redis_factory import accounting_redis
+    from shows.selectors import is_scheduler_managed
+
+    procs = [farm.add_proc(cores=100) for _ in range(3)]
+    is_scheduler_managed(show_id=farm.show.id)  # warm
+    client = accounting_redis()
+    sent: list[str] = []
+    original = client.execute_command
+    monkeypatch.setattr(client, "execute_command", lambda *args, **kw: sent.append(args[0]) or original(*args, **kw))
+
+    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
+        unbook_proc(proc_id=procs[0].id)
+    assert statements(queries) == ["DELETE", "UPDATE"]
+    assert sent == ["EVALSHA", "EVALSHA"]  # in-flight prepare, then the release
+
+    sent.clear()
+    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
+        unbook_procs(proc_ids=[p.id for p in procs[1:]])
+    assert statements(queries) == ["DELETE", "UPDATE"]
+    assert sent == ["EVALSHA", "EVALSHA"]
