@@ -158,7 +158,7 @@ def _give_back_to_hosts(cursor, releases: Sequence[Release]) -> None:
         totals[1] += r.memory
         totals[2] += r.gpus
         totals[3] += r.gpu_memory
-    hosts = sorted(per_host)  # one lock order for every batch
+    hosts = sorted(per_host)
     cursor.execute(GIVE_BACK_TO_HOSTS, {
         "hosts": hosts,
         "cores": [per_host[h][0] for h in hosts], "mem": [per_host[h][1] for h in hosts],
