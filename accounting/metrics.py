@@ -5,7 +5,7 @@ cluster write to it and /metrics aggregates them all.
 """
 import os
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY
 
@@ -23,8 +23,34 @@ def render() -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
+# Release path (accounting.services.unbook_proc/unbook_procs, accounting.publisher).
+
+RELEASES = Counter(
+    "cuebot_acct_releases_total", "Procs released, counted at commit, by accounting branch.", ["branch"]
+)
+RELEASE_PUBLISH_FAILURES = Counter(
+    "cuebot_acct_release_publish_failures_total",
+    "Release publishes to Redis that failed and were dropped (Redis left counting high), by stage.",
+    ["stage"],
+)
+RELEASE_PUBLISH_SECONDS = Histogram(
+    "cuebot_acct_release_publish_seconds",
+    "Time of one release script call to Redis, failed calls included.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+RELEASE_BATCH_SIZE = Histogram(
+    "cuebot_acct_release_batch_size",
+    "Proc ids asked for per release call (unbook_proc counts as 1).",
+    buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000),
+)
+# Series exist at 0 from the start, so alerts on their rate see the first failure.
+for _branch in ("local", "scheduler", "cuebot"):
+    RELEASES.labels(branch=_branch)
+for _stage in ("prepare", "publish"):
+    RELEASE_PUBLISH_FAILURES.labels(stage=_stage)
+
+
 # --- Show ownership: switch seeding, the publish guardrail, recalculate_subs ---
-from prometheus_client import Counter, Gauge  # noqa: E402
 
 SWITCH_SEED_FAILURES = Counter(
     "cuebot_acct_switch_seed_failures",

@@ -84,8 +84,7 @@ def test_bad_body_is_422_and_changes_nothing(client, cuebot_farm, staff_token, b
     assert flag(cuebot_farm.show) is False
 
 
-def test_a_body_that_is_not_json_at_all_is_400_and_changes_nothing(client, cuebot_farm, staff_token):
-    # django-ninja answers a syntax error with 400 (422 is for JSON that does not fit the schema).
+def test_a_body_that_is_not_json_at_all_is_422_and_changes_nothing(client, cuebot_farm, staff_token):
     response = put(client, cuebot_farm.show.str_name, "not json", staff_token)
-    assert response.status_code == 400 and response.json()["detail"]
+    assert response.status_code == 422 and response.json()["detail"]
     assert flag(cuebot_farm.show) is False
