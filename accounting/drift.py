@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from itertools import islice
 
 from accounting import keys
+from accounting.lua import script
 from accounting.models import Subscription
 from accounting.units import cores_from_centicores
 from accounting.snapshot import booked_rows, limit_rows, managed_show_ids
@@ -70,35 +71,30 @@ def _as_int(raw: bytes | None) -> int | None:
     return None if raw is None else int(raw)
 
 
+def _compare(*, mode: str, triples: list[tuple[str, str, int]]) -> list[DriftRow]:
+    """Differing (key, field) among the triples, compared inside Redis (drift_read.lua)."""
+    reply = script("drift_read").run(accounting_redis(), keys=[], args=[mode, *(p for t in triples for p in t)])
+    rows = []
+    for i in range(0, len(reply), 2):
+        key, field, pg = triples[int(reply[i]) - 1]
+        redis_value = _as_int(reply[i + 1])
+        rows.append(DriftRow(key=key, field=field, redis=redis_value, pg=pg, difference=(redis_value or 0) - pg))
+    return rows
+
+
 def _booked_drift(*, show_ids: Sequence[str], inflight: dict[str, tuple[int, int]]) -> Iterator[tuple[int, list[DriftRow]]]:
-    client = accounting_redis()
     for chunk in _chunks(booked_rows(show_ids=show_ids), CHUNK):
-        pipe = client.pipeline(transaction=False)
-        for key, _, _ in chunk:
-            pipe.hmget(key, "int_cores", "int_gpus")
-        rows = []
-        for (key, cores, gpus), (r_cores, r_gpus) in zip(chunk, pipe.execute()):
+        triples = []
+        for key, cores, gpus in chunk:
             add_cores, add_gpus = inflight.get(key, (0, 0))
-            for field, pg, raw in (("int_cores", cores + add_cores, r_cores), ("int_gpus", gpus + add_gpus, r_gpus)):
-                redis_value = _as_int(raw)
-                if (redis_value or 0) != pg:
-                    rows.append(DriftRow(key=key, field=field, redis=redis_value, pg=pg, difference=(redis_value or 0) - pg))
-        yield 2 * len(chunk), rows
+            triples += [(key, "int_cores", cores + add_cores), (key, "int_gpus", gpus + add_gpus)]
+        yield len(triples), _compare(mode="booked", triples=triples)
 
 
 def _limit_drift(*, show_ids: Sequence[str]) -> Iterator[tuple[int, list[DriftRow]]]:
-    client = accounting_redis()
     numeric = ((key, field, value) for key, field, value in limit_rows(show_ids=show_ids) if field != "show_id")
-    for chunk in _chunks(numeric, CHUNK):
-        pipe = client.pipeline(transaction=False)
-        for key, field, _ in chunk:
-            pipe.hget(key, field)
-        rows = []
-        for (key, field, pg), raw in zip(chunk, pipe.execute()):
-            redis_value = _as_int(raw)
-            if redis_value != pg:
-                rows.append(DriftRow(key=key, field=field, redis=redis_value, pg=pg, difference=(redis_value or 0) - pg))
-        yield len(chunk), rows
+    for chunk in _chunks(numeric, 2 * CHUNK):
+        yield len(chunk), _compare(mode="limits", triples=chunk)
 
 
 def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
