@@ -33,7 +33,7 @@ stop:
 
 test: services
 	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py up
-	$(PY) -m pytest $(PYTEST_ARGS)
+	env -u PROMETHEUS_MULTIPROC_DIR $(PY) -m pytest $(PYTEST_ARGS)  # tests read metrics from the in-process registry
 
 bench: services
 	$(PY) manage.py migrate --noinput

@@ -15,6 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from itertools import islice
 
@@ -63,15 +64,18 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None])
     client = accounting_redis()
     seq_before = client.get(keys.SEQ) or b""
     written = 0
-    for chunk in _chunks(booked_rows(show_ids=show_ids), CHUNK_KEYS):
-        args = [seq_before]
-        for key, cores, gpus in chunk:
-            args += [key, cores, gpus]
-        ok, count = script("reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
-        if not int(ok):
-            return None
-        written += int(count)
-        progress(int(count))
+    # closing(): a missed CAS leaves the loop early; end the snapshot's transaction and
+    # server-side cursor then, not whenever the generator is collected.
+    with closing(booked_rows(show_ids=show_ids)) as rows:
+        for chunk in _chunks(rows, CHUNK_KEYS):
+            args = [seq_before]
+            for key, cores, gpus in chunk:
+                args += [key, cores, gpus]
+            ok, count = script("reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
+            if not int(ok):
+                return None
+            written += int(count)
+            progress(int(count))
     return written
 
 
