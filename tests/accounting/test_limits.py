@@ -1,6 +1,7 @@
 """Limit changes: PostgreSQL first, Redis after commit, only for scheduler-managed shows."""
 import pytest
 import redis
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import transaction
 from django.core.management.base import CommandError
@@ -115,3 +116,18 @@ def test_bad_command_input_exits_2_and_changes_nothing(farm, acct_redis, command
     assert Subscription.objects.filter(pk=farm.subscription.pk, int_size=10000, int_burst=20000).exists()
     assert JobResource.objects.filter(pk=farm.job.resource.pk, int_max_cores=10000).exists()
     assert FolderResource.objects.filter(folder=farm.folder, int_max_cores=-1, int_min_gpus=0).exists()
+
+
+def test_admin_change_form_publishes_after_commit(farm, acct_redis, client, django_capture_on_commit_callbacks):
+    admin = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(admin)
+    sub = farm.subscription
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(
+            f"/admin/accounting/subscription/{sub.pk}/change/",
+            {"alloc": sub.alloc_id, "show": sub.show_id, "int_size": 4200, "int_burst": 8400, "int_cores": 0,
+             "int_gpus": 0, "float_tier": "0"},
+        )
+    assert len(callbacks) == 1
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["42", "84"]
