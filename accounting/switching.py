@@ -17,6 +17,7 @@ from django_q.tasks import async_task
 
 from accounting import metrics
 from accounting.recompute import recompute_pg_accounting
+from accounting.reseed import seed_show
 from shows.selectors import is_scheduler_managed
 
 logger = logging.getLogger(__name__)
@@ -24,13 +25,6 @@ logger = logging.getLogger(__name__)
 # Attempts after the first, the first retry at once, then 20 s, 40 s, 80 s, 160 s later.
 SEED_RETRIES = 5
 FIRST_BACKOFF_SECONDS = 20
-
-
-def seed_show(*, show_id: str) -> None:
-    """The seeding itself lives with the reseed; imported late so either module can load first."""
-    from accounting.reseed import seed_show as seed
-
-    seed(show_id=show_id)
 
 
 def after_switch_to_scheduler(*, show_id: str) -> None:

@@ -1,8 +1,8 @@
 """Failure and retry of the seeding after a switch to the scheduler.
 
-The seeding itself (accounting.reseed.seed_show) is built with the reconcile work; here
-it is replaced through the module attribute accounting.switching.seed_show so a failure
-can be injected.
+Here the seeding (accounting.reseed.seed_show) is replaced through the module attribute
+accounting.switching.seed_show so a failure can be injected; tests/shows/test_switch_seeding.py
+runs the real one.
 """
 import ast
 import logging

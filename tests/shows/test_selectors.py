@@ -62,3 +62,17 @@ def test_count_and_lookups(farm, cuebot_farm):
     assert get_show_by_name(name=farm.show.str_name) == farm.show
     assert get_show_by_name(name="no-such-show") is None
     assert [s.str_name for s in list_shows()] == sorted([farm.show.str_name, cuebot_farm.show.str_name])
+
+
+def test_an_unreachable_flag_cache_falls_back_to_postgresql(farm, settings, caplog):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    settings.CACHES = {**settings.CACHES, "default": {**settings.CACHES["default"], "LOCATION": f"redis://127.0.0.1:{closed}/0"}}
+    # A cache outage must not stop releases: the flag is read from PostgreSQL instead.
+    assert is_scheduler_managed(show_id=farm.show.id) is True
+    Show.objects.filter(pk=farm.show.pk).update(b_scheduler_managed=False)
+    assert is_scheduler_managed(show_id=farm.show.id) is False
+    assert any("Connection" in r.getMessage() or r.exc_info for r in caplog.records)
