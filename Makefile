@@ -4,7 +4,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIND ?= 127.0.0.1:8000
 LOCAL := .local
-export PROMETHEUS_MULTIPROC_DIR := $(CURDIR)/$(LOCAL)/metrics
 
 .PHONY: venv services run stop test bench clean
 

@@ -2,11 +2,22 @@ from django.contrib import admin
 from django.utils import timezone
 
 from accounting.admin_display import cores_column
-from accounting.models import ApiToken, FolderResource, JobResource, LayerResource, Point, Proc, Subscription
+from accounting.instances import STALE_AFTER
+from accounting.limits import publish_limits_on_commit
+from accounting.models import ApiToken, FolderResource, Instance, JobResource, LayerResource, Point, Proc, Subscription
+
+
+class PublishLimitsMixin:
+    """A limit edited in the admin reaches Redis after commit, like one made by the services
+    (the admin's change view runs in a transaction, so on_commit waits for it)."""
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        publish_limits_on_commit(instance=obj)
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(PublishLimitsMixin, admin.ModelAdmin):
     list_display = ["show", "alloc", "size", "burst", "cores", "int_gpus"]
     list_filter = ["show", "alloc"]
     search_fields = ["show__str_name", "alloc__str_name"]
@@ -16,7 +27,7 @@ class SubscriptionAdmin(admin.ModelAdmin):
 
 
 @admin.register(FolderResource)
-class FolderResourceAdmin(admin.ModelAdmin):
+class FolderResourceAdmin(PublishLimitsMixin, admin.ModelAdmin):
     list_display = ["folder", "cores", "min_cores", "max_cores", "int_gpus", "int_min_gpus", "int_max_gpus"]
     list_filter = ["folder__show"]
     search_fields = ["folder__str_name"]
@@ -26,7 +37,7 @@ class FolderResourceAdmin(admin.ModelAdmin):
 
 
 @admin.register(JobResource)
-class JobResourceAdmin(admin.ModelAdmin):
+class JobResourceAdmin(PublishLimitsMixin, admin.ModelAdmin):
     list_display = ["job", "cores", "max_cores", "int_gpus", "int_max_gpus", "int_priority"]
     list_filter = ["job__show", "job__str_state"]
     search_fields = ["job__str_name"]
@@ -43,7 +54,7 @@ class LayerResourceAdmin(admin.ModelAdmin):
 
 
 @admin.register(Point)
-class PointAdmin(admin.ModelAdmin):
+class PointAdmin(PublishLimitsMixin, admin.ModelAdmin):
     list_display = ["show", "dept", "cores", "min_cores", "int_gpus", "int_min_gpus"]
     list_filter = ["show", "dept"]
     search_fields = ["show__str_name", "dept__str_name"]
@@ -75,3 +86,22 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(Instance)
+class InstanceAdmin(admin.ModelAdmin):
+    """The fleet register, read-only: processes write their own rows."""
+
+    list_display = ["host", "pid", "role", "publishes_to_redis", "version", "started_at", "last_seen", "live"]
+    list_filter = ["role", "publishes_to_redis"]
+    search_fields = ["host"]
+
+    @admin.display(boolean=True, description="live")
+    def live(self, obj) -> bool:
+        return obj.last_seen >= timezone.now() - STALE_AFTER
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -6,7 +6,8 @@ from accounting.units import format_cores
 
 def cores_column(field: str, label: str | None = None):
     @admin.display(description=label or field.replace("int_", "").replace("_", " "), ordering=field)
-    def column(obj) -> str:
+    # Assigned as a ModelAdmin attribute, so the admin calls it as a method: (model_admin, obj).
+    def column(_model_admin, obj) -> str:
         return format_cores(getattr(obj, field))
 
     return column

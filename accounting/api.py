@@ -1,4 +1,187 @@
-"""Accounting endpoints under /api/v1/."""
-from ninja import Router
+"""Accounting endpoints under /api/v1/: release, drift, locks and limit changes."""
+from typing import Annotated, Literal
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Router, Schema, Status
+from ninja.errors import HttpError
+from pydantic import StrictStr, field_validator
+
+from accounting.auth import BearerToken
+from accounting.drift import drift_report, show_by_name
+from accounting.limits import InvalidLimit, set_folder_limits, set_job_limits, set_point_limits, set_subscription_limits
+from accounting.locks import held_locks
+from accounting.models import FolderResource, JobResource, Point, Subscription
+from accounting.services import Release, unbook_proc, unbook_procs
+from accounting.units import centicores_from_cores
 
 router = Router(tags=["accounting"])
+
+
+# Release path.
+MAX_BATCH = 1000
+
+
+class ReleaseOut(Schema):
+    proc_id: str
+    host_id: str
+    show_id: str
+    alloc_id: str
+    folder_id: str
+    job_id: str
+    layer_id: str
+    dept_id: str
+    cores_centicores: int = Field(description="Released cores as PostgreSQL stores them (1 core = 100).")
+    cores: int = Field(description="Released cores as Redis counts them: per proc, truncated.")
+    gpus: int
+    memory: int = Field(description="KB")
+    gpu_memory: int = Field(description="KB")
+    branch: Literal["local", "scheduler", "cuebot"]
+
+
+class ErrorOut(Schema):
+    detail: str
+
+
+class UnbookBatchIn(Schema):
+    proc_ids: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=36)]], Field(min_length=1, max_length=MAX_BATCH)]
+
+    @field_validator("proc_ids")
+    @classmethod
+    def no_duplicates(cls, proc_ids: list[str]) -> list[str]:
+        seen: set[str] = set()
+        repeated = sorted({p for p in proc_ids if p in seen or seen.add(p)})
+        if repeated:
+            raise ValueError(f"proc_ids repeat: {', '.join(repeated)}")
+        return proc_ids
+
+
+class UnbookResult(Schema):
+    proc_id: str
+    status: Literal["released", "not_found"]
+    release: ReleaseOut | None = None
+
+
+class UnbookBatchOut(Schema):
+    results: list[UnbookResult]
+
+
+def _release_out(release: Release) -> dict:
+    return {**release.__dict__, "branch": release.branch.value}
+
+
+@router.post(
+    "/procs/unbook", auth=BearerToken(), response={200: UnbookBatchOut}, tags=["release"],
+    summary="Release many procs in one transaction",
+)
+def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
+    releases = unbook_procs(proc_ids=payload.proc_ids)
+    return {
+        "results": [
+            {"proc_id": proc_id, "status": "released", "release": _release_out(release)} if release
+            else {"proc_id": proc_id, "status": "not_found"}
+            for proc_id, release in zip(payload.proc_ids, releases, strict=True)
+        ]
+    }
+
+
+@router.post(
+    "/procs/{proc_id}/unbook", auth=BearerToken(), response={200: ReleaseOut, 404: ErrorOut}, tags=["release"],
+    summary="Release one proc",
+)
+def unbook_one(request: HttpRequest, proc_id: str):
+    release = unbook_proc(proc_id=proc_id)
+    if release is None:
+        return Status(404, {"detail": f"no proc {proc_id}"})
+    return Status(200, _release_out(release))
+
+
+# Reconciliation: drift, locks, limit changes.
+
+
+@router.get("/accounting/drift", summary="Redis against PostgreSQL for scheduler-managed shows")
+def accounting_drift(request, show: str | None = None):
+    show_ids = None
+    if show is not None:
+        found = show_by_name(name=show)
+        if found is None:
+            raise HttpError(404, f"unknown show {show!r}")
+        show_ids = [found.id]
+    return drift_report(show_ids=show_ids).as_dict()
+
+
+@router.get("/locks", summary="Named locks currently held")
+def locks(request):
+    return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in held_locks()]
+
+
+class SubscriptionLimitsIn(Schema):
+    size: int | None = None  # cores
+    burst: int | None = None
+
+
+class FolderLimitsIn(Schema):
+    min_cores: int | None = None
+    max_cores: int | None = None
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+
+
+class JobLimitsIn(Schema):
+    max_cores: int | None = None
+    max_gpus: int | None = None
+    priority: int | None = None
+
+
+class PointLimitsIn(Schema):
+    min_cores: int | None = None
+    min_gpus: int | None = None
+
+
+def _centicores(payload: Schema, names: tuple[str, ...]) -> dict[str, int | None]:
+    """Operator cores to PG centicores; 422 for a bad value, before anything changes."""
+    values = payload.dict()
+    try:
+        return {k: centicores_from_cores(v) if k in names and v is not None else v for k, v in values.items()}
+    except ValueError as error:
+        raise HttpError(422, str(error)) from error
+
+
+def _limited(change) -> dict:
+    try:
+        return change()
+    except InvalidLimit as error:
+        raise HttpError(422, str(error)) from error
+
+
+@router.patch("/accounting/subscriptions/{subscription_id}/limits", auth=BearerToken(), summary="Set size/burst (cores)")
+def patch_subscription_limits(request, subscription_id: str, payload: SubscriptionLimitsIn):
+    subscription = get_object_or_404(Subscription, pk=subscription_id)
+    values = _centicores(payload, ("size", "burst"))
+    sub = _limited(lambda: set_subscription_limits(subscription=subscription, **values))
+    return {"id": sub.id, "int_size": sub.int_size, "int_burst": sub.int_burst}
+
+
+@router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(), summary="Set folder caps (cores, -1 unlimited)")
+def patch_folder_limits(request, folder_id: str, payload: FolderLimitsIn):
+    resource = get_object_or_404(FolderResource, folder_id=folder_id)
+    values = _centicores(payload, ("min_cores", "max_cores"))
+    folder = _limited(lambda: set_folder_limits(folder_resource=resource, **values))
+    return {"folder_id": folder.folder_id, "int_min_cores": folder.int_min_cores, "int_max_cores": folder.int_max_cores,
+            "int_min_gpus": folder.int_min_gpus, "int_max_gpus": folder.int_max_gpus}
+
+
+@router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(), summary="Set job caps (cores, -1 unlimited)")
+def patch_job_limits(request, job_id: str, payload: JobLimitsIn):
+    resource = get_object_or_404(JobResource, job_id=job_id)
+    values = _centicores(payload, ("max_cores",))
+    job = _limited(lambda: set_job_limits(job_resource=resource, **values))
+    return {"job_id": job.job_id, "int_max_cores": job.int_max_cores, "int_max_gpus": job.int_max_gpus, "int_priority": job.int_priority}
+
+
+@router.patch("/accounting/points/{point_id}/limits", auth=BearerToken(), summary="Set point minimums (cores)")
+def patch_point_limits(request, point_id: str, payload: PointLimitsIn):
+    point = get_object_or_404(Point, pk=point_id)
+    values = _centicores(payload, ("min_cores",))
+    point = _limited(lambda: set_point_limits(point=point, **values))
+    return {"id": point.id, "int_min_cores": point.int_min_cores, "int_min_gpus": point.int_min_gpus}

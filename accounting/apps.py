@@ -1,6 +1,26 @@
 from django.apps import AppConfig
 
 
+def task_worker_started(sender, proc_name: str, **kwargs) -> None:
+    """django-q2 post_spawn: a task worker process has started (after the fork)."""
+    from django_q.conf import Conf
+
+    from accounting.guardrail import run_guardrail_at_start
+    from accounting.instances import start_process_heartbeat
+
+    if Conf.SYNC:
+        return  # sync mode runs "workers" inside the calling process, which is not a task process
+    start_process_heartbeat(role="tasks")
+    run_guardrail_at_start()
+
+
 class AccountingConfig(AppConfig):
     name = "accounting"
     verbose_name = "Accounting"
+
+    def ready(self) -> None:
+        from django_q.signals import post_spawn
+
+        from accounting import checks  # noqa: F401  (registers accounting.W001)
+
+        post_spawn.connect(task_worker_started, dispatch_uid="accounting.task_worker_started")

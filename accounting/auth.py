@@ -3,6 +3,7 @@ import secrets
 
 from django.http import HttpRequest
 from django.utils import timezone
+from ninja.errors import HttpError
 from ninja.security import HttpBearer
 
 from accounting.models import ApiToken, hash_token
@@ -34,3 +35,13 @@ class BearerToken(HttpBearer):
             request.user = user
         return user
 
+
+
+class StaffBearerToken(BearerToken):
+    """A valid token of a staff user: 401 without one, 403 for a non-staff user's token."""
+
+    def authenticate(self, request: HttpRequest, token: str):
+        user = super().authenticate(request, token)
+        if user is not None and not user.is_staff:
+            raise HttpError(403, "this endpoint needs a staff user's token")
+        return user

@@ -5,9 +5,14 @@ cluster write to it and /metrics aggregates them all.
 """
 import os
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY
+
+# A metric created at import writes its file there at once, so the directory must exist
+# before any command (migrate included) imports this module.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 
 def render() -> tuple[bytes, str]:
@@ -16,3 +21,79 @@ def render() -> tuple[bytes, str]:
         MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+# Release path (accounting.services.unbook_proc/unbook_procs, accounting.publisher).
+
+RELEASES = Counter(
+    "cuebot_acct_releases_total", "Procs released, counted at commit, by accounting branch.", ["branch"]
+)
+RELEASE_PUBLISH_FAILURES = Counter(
+    "cuebot_acct_release_publish_failures_total",
+    "Release publishes to Redis that failed and were dropped (Redis left counting high), by stage.",
+    ["stage"],
+)
+RELEASE_PUBLISH_SECONDS = Histogram(
+    "cuebot_acct_release_publish_seconds",
+    "Time of one release script call to Redis, failed calls included.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+RELEASE_BATCH_SIZE = Histogram(
+    "cuebot_acct_release_batch_size",
+    "Proc ids asked for per release call (unbook_proc counts as 1).",
+    buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000),
+)
+# Series exist at 0 from the start, so alerts on their rate see the first failure.
+for _branch in ("local", "scheduler", "cuebot"):
+    RELEASES.labels(branch=_branch)
+for _stage in ("prepare", "publish"):
+    RELEASE_PUBLISH_FAILURES.labels(stage=_stage)
+
+
+# --- Show ownership: switch seeding, the publish guardrail, recalculate_subs ---
+
+SWITCH_SEED_FAILURES = Counter(
+    "cuebot_acct_switch_seed_failures",
+    "Seedings of a show's Redis keys after a switch to the scheduler that failed (each is retried).",
+)
+# Every process evaluates the same fleet-wide check, so the most recent value is the truth.
+PUBLISH_MISCONFIGURED = Gauge(
+    "cuebot_redis_publish_misconfigured",
+    "1 while scheduler-managed shows exist and some live instance does not publish releases to Redis.",
+    multiprocess_mode="mostrecent",
+)
+RECALCULATE_SUBS_ROWS = Counter(
+    "cuebot_acct_recalculate_subs_rows",
+    "Subscription rows of Cuebot-managed shows corrected by recalculate_subs.",
+)
+RECALCULATE_SUBS_SKIPPED = Counter(
+    "cuebot_acct_recalculate_subs_skipped",
+    "recalculate_subs runs skipped because another instance held the lock.",
+)
+
+
+# Reconciliation (reseed, limit publishing, bootstrap).
+
+RESEED_SKIPPED = Counter(
+    "cuebot_acct_reseed_skipped_total",
+    "Booked-counter reseed cycles given up after the acct:seq compare-and-swap kept missing.",
+    ["scope"],
+)
+RESEED_CAS_MISSES = Counter(
+    "cuebot_acct_reseed_cas_misses_total",
+    "Booked-counter reseed attempts whose compare-and-swap found acct:seq changed.",
+)
+RESEED_SECONDS = Histogram(
+    "cuebot_acct_reseed_seconds",
+    "Wall time of a reseed, by kind (booked, limits).",
+    ["kind"],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+LIMIT_PUBLISH_FAILURES = Counter(
+    "cuebot_acct_limit_publish_failures_total",
+    "Limit changes committed in PostgreSQL whose Redis write failed (healed by the limit reseed).",
+)
+BOOTSTRAPS = Counter(
+    "cuebot_acct_bootstrap_total",
+    "Times an empty accounting Redis was detected and rebuilt.",
+)

@@ -134,3 +134,31 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+class Instance(models.Model):
+    """A running web or task process, as it last reported itself (see accounting.instances).
+
+    The publish invariant is fleet-wide: one process that does not publish releases to
+    Redis makes the scheduler over-count. Records are refreshed every 30 s; one that has
+    not been refreshed for two minutes belongs to a process that is gone.
+    """
+
+    class Role(models.TextChoices):
+        WEB = "web"
+        TASKS = "tasks"
+
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    role = models.CharField(max_length=8, choices=Role.choices)
+    publishes_to_redis = models.BooleanField()
+    version = models.CharField(max_length=40)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField(db_index=True)
+
+    class Meta:
+        db_table = "acct_instance"
+        constraints = [models.UniqueConstraint(fields=["host", "pid", "role"], name="acct_instance_host_pid_role_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.host}:{self.pid}"

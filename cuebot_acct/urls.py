@@ -1,9 +1,15 @@
 from django.contrib import admin
 from django.urls import path
 
+from accounting import views as accounting_views
+from accounting.admin_views import drift_index, drift_show
 from cuebot_acct.api import api
 
 urlpatterns = [
+    path("admin/accounting/drift/", admin.site.admin_view(drift_index), name="acct-drift"),
+    path("admin/accounting/drift/<str:show_id>/", admin.site.admin_view(drift_show), name="acct-drift-show"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    path("metrics", accounting_views.metrics, name="metrics"),
+    path("healthz", accounting_views.healthz, name="healthz"),
 ]

@@ -1,4 +1,8 @@
-"""WSGI entry point (gunicorn). Refuses to boot a worker against unreachable services."""
+"""WSGI entry point (gunicorn). Refuses to boot a worker against unreachable services.
+
+Once the services answer, the worker records itself in the fleet register (and keeps
+doing so every 30 s) and runs the publish guardrail, which warns but never stops it.
+"""
 import os
 import sys
 
@@ -14,3 +18,9 @@ try:
 except ServiceUnreachable as problem:
     sys.stderr.write(f"cuebot-acct: {problem}\n")
     sys.exit(1)
+
+from accounting.guardrail import run_guardrail_at_start  # noqa: E402
+from accounting.instances import start_process_heartbeat  # noqa: E402
+
+start_process_heartbeat(role="web")
+run_guardrail_at_start()

@@ -90,7 +90,9 @@ CACHES = {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": CACHE_REDIS_URL,
         "KEY_PREFIX": "cuebot-acct",
-        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+        # An unreachable cache is a miss: the show flag is then read from PostgreSQL, so a
+        # cache outage slows releases down instead of failing them.
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", "IGNORE_EXCEPTIONS": True},
     },
     "broker": {
         "BACKEND": "django_redis.cache.RedisCache",
@@ -98,6 +100,8 @@ CACHES = {
         "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
     },
 }
+
+DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = True
 
 Q_CLUSTER = {
     "name": "cuebot-acct",

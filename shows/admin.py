@@ -1,7 +1,10 @@
 from django.contrib import admin
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
 
 from accounting.admin_display import cores_column
 from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Layer, Show
+from shows.services import set_scheduler_managed
 
 
 @admin.register(Facility)
@@ -24,6 +27,38 @@ class ShowAdmin(admin.ModelAdmin):
     search_fields = ["str_name"]
     default_min = cores_column("int_default_min_cores", "default min")
     default_max = cores_column("int_default_max_cores", "default max")
+    actions = ["move_to_scheduler", "move_back_to_cuebot"]
+
+    @admin.action(description="Move to scheduler", permissions=["change"])
+    def move_to_scheduler(self, request, queryset):
+        return self._toggle(request, queryset, managed=True, action="move_to_scheduler")
+
+    @admin.action(description="Move back to Cuebot", permissions=["change"])
+    def move_back_to_cuebot(self, request, queryset):
+        return self._toggle(request, queryset, managed=False, action="move_back_to_cuebot")
+
+    def _toggle(self, request, queryset, *, managed: bool, action: str):
+        """First a confirmation page; the toggle itself only on its POST."""
+        owner = "the scheduler" if managed else "Cuebot"
+        if request.POST.get("confirmed") != "yes":
+            return TemplateResponse(request, "admin/shows/show/confirm_scheduler_managed.html", {
+                **self.admin_site.each_context(request),
+                "title": f"Move {queryset.count()} show(s) to {owner}?",
+                "shows": list(queryset.order_by("str_name")),
+                "owner": owner,
+                "action": action,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "opts": self.model._meta,
+            })
+        changed = []
+        for show in queryset.order_by("str_name"):
+            old, new = set_scheduler_managed(show=show, managed=managed)
+            if old != new:
+                changed.append(show.str_name)
+        unchanged = queryset.count() - len(changed)
+        names = ", ".join(changed) or "none"
+        self.message_user(request, f"Moved {len(changed)} show(s) to {owner}: {names}. {unchanged} already there.")
+        return None
 
 
 @admin.register(Dept)

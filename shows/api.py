@@ -1,4 +1,58 @@
 """Show endpoints under /api/v1/shows."""
-from ninja import Router
+from django.http import HttpRequest
+from ninja import Router, Schema
+from ninja.errors import HttpError
+from pydantic import ConfigDict, StrictBool
+
+from accounting.auth import StaffBearerToken
+from shows.models import Show
+from shows.selectors import get_show_by_name, list_shows
+from shows.services import set_scheduler_managed
 
 router = Router(tags=["shows"])
+
+
+class ShowOut(Schema):
+    id: str
+    name: str
+    scheduler_managed: bool
+    active: bool
+
+    @staticmethod
+    def of(show: Show) -> "ShowOut":
+        return ShowOut(id=show.id, name=show.str_name, scheduler_managed=show.b_scheduler_managed, active=show.b_active)
+
+
+class ManagedIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    managed: StrictBool
+
+
+class ManagedOut(Schema):
+    name: str
+    old: bool
+    new: bool
+
+
+def show_or_404(name: str) -> Show:
+    show = get_show_by_name(name=name)
+    if show is None:
+        raise HttpError(404, f"no show named {name!r}")
+    return show
+
+
+@router.get("", response=list[ShowOut], summary="Shows with their ownership flag")
+def shows(request: HttpRequest):
+    return [ShowOut.of(show) for show in list_shows()]
+
+
+@router.get("/{name}", response=ShowOut, summary="One show with its ownership flag")
+def show(request: HttpRequest, name: str):
+    return ShowOut.of(show_or_404(name))
+
+
+@router.put("/{name}/scheduler-managed", response=ManagedOut, auth=StaffBearerToken(),
+            summary="Move a show to the scheduler (true) or back to Cuebot (false)")
+def put_scheduler_managed(request: HttpRequest, name: str, payload: ManagedIn):
+    old, new = set_scheduler_managed(show=show_or_404(name), managed=payload.managed)
+    return ManagedOut(name=name, old=old, new=new)

@@ -24,3 +24,21 @@ def is_scheduler_managed(*, show_id: str) -> bool:
         return False
     cache.set(key, managed, timeout=settings.SHOW_FLAG_CACHE_SECONDS)
     return managed
+
+
+def refresh_flag_cache(*, show_id: str, managed: bool) -> None:
+    """Store a flag known to be committed. Call it from on_commit only (lesson 9)."""
+    cache.set(flag_cache_key(show_id=show_id), managed, timeout=settings.SHOW_FLAG_CACHE_SECONDS)
+
+
+def count_scheduler_managed_shows() -> int:
+    """Straight from PostgreSQL: the guardrail must not trust a 30 s old answer."""
+    return Show.objects.filter(b_scheduler_managed=True).count()
+
+
+def get_show_by_name(*, name: str) -> Show | None:
+    return Show.objects.filter(str_name=name).first()
+
+
+def list_shows() -> list[Show]:
+    return list(Show.objects.order_by("str_name"))

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from accounting.reseed import reseed
 from shows.farm import DemoFarmSize, build_demo_farm
 
 
@@ -34,3 +35,8 @@ class Command(BaseCommand):
             f"demo farm: {summary.shows} shows ({len(summary.scheduler_managed_show_ids)} scheduler-managed), "
             f"{summary.hosts} hosts, {summary.procs} procs ({summary.procs_added} new)"
         )
+        # The PG build bypasses the booking path: seed Redis for the managed shows from it.
+        report = reseed(show_ids=summary.scheduler_managed_show_ids)
+        if not report.booked.written:
+            raise CommandError("Redis booked counters not seeded (acct:seq kept changing); run manage.py acct_reseed", returncode=1)
+        self.stdout.write(f"redis: {report.booked.keys} booked keys and {report.limit_fields} limit fields seeded")

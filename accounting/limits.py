@@ -1,0 +1,119 @@
+"""Limit changes (size/burst, folder and job caps, point minimums) that reach Redis at once.
+
+The PG update commits first; for a scheduler-managed show the new limit fields are then
+written to Redis from `transaction.on_commit` (publish iff commit), cores converted and -1
+verbatim, through limit_write.lua, which bumps acct:seq so a reseed in flight retries. A
+failed Redis write is logged at WARN, counted and swallowed, as for the release: the limit
+reseed (every 5 min) heals it. All amounts here are PG units (centicores); commands and the
+API convert operator input in cores with `centicores_from_cores`.
+
+The managed flag is read from PostgreSQL inside the transaction, not from the 30 s cache:
+limit changes are rare and must follow the flag as committed.
+"""
+import logging
+
+import redis
+from django.db import transaction
+
+from accounting import keys
+from accounting.lua import script
+from accounting.metrics import LIMIT_PUBLISH_FAILURES
+from accounting.models import FolderResource, JobResource, Point, Subscription
+from accounting.units import UNLIMITED, cores_from_centicores
+from cuebot_acct.redis_factory import accounting_redis
+from shows.models import Show
+
+log = logging.getLogger(__name__)
+
+LimitInstance = Subscription | FolderResource | JobResource | Point
+
+
+class InvalidLimit(ValueError):
+    pass
+
+
+def _check(name: str, value: int | None) -> None:
+    if value is not None and value < 0 and value != UNLIMITED:
+        raise InvalidLimit(f"{name} must be >= 0 or -1 (unlimited), got {value}")
+
+
+def limit_fields(*, instance: LimitInstance) -> tuple[str, str, list[tuple[str, int]]]:
+    """(show id, Redis key, [(field, value in Redis units)]) of one limit row."""
+    if isinstance(instance, Subscription):
+        return instance.show_id, keys.sub(show_id=instance.show_id, alloc_id=instance.alloc_id), [
+            ("size", cores_from_centicores(instance.int_size)),
+            ("burst", cores_from_centicores(instance.int_burst)),
+        ]
+    if isinstance(instance, FolderResource):
+        return instance.folder.show_id, keys.folder(folder_id=instance.folder_id), [
+            ("int_min_cores", cores_from_centicores(instance.int_min_cores)),
+            ("int_max_cores", cores_from_centicores(instance.int_max_cores)),
+            ("int_min_gpus", instance.int_min_gpus),
+            ("int_max_gpus", instance.int_max_gpus),
+        ]
+    if isinstance(instance, JobResource):
+        return instance.job.show_id, keys.job(job_id=instance.job_id), [
+            ("int_max_cores", cores_from_centicores(instance.int_max_cores)),
+            ("int_max_gpus", instance.int_max_gpus),
+            ("int_priority", instance.int_priority),
+        ]
+    return instance.show_id, keys.point(dept_id=instance.dept_id, show_id=instance.show_id), [
+        ("int_min_cores", cores_from_centicores(instance.int_min_cores)),
+        ("int_min_gpus", instance.int_min_gpus),
+    ]
+
+
+def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:
+    """After commit: write, or WARN + count + swallow (the limit reseed heals)."""
+    try:
+        script("limit_write").run(accounting_redis(), keys=[keys.SEQ], args=[part for f, v in fields for part in (key, f, v)])
+    except (redis.RedisError, OSError) as error:
+        LIMIT_PUBLISH_FAILURES.inc()
+        log.warning("limit write to Redis failed for %s (%s); the limit reseed will heal it", key, error)
+
+
+def publish_limits_on_commit(*, instance: LimitInstance) -> None:
+    """Schedule the Redis write of this row's limits for after commit, if its show is managed.
+
+    Call inside the transaction that saved `instance` (the admin does, through save_model).
+    """
+    show_id, key, fields = limit_fields(instance=instance)
+    if isinstance(instance, JobResource) and instance.job.str_state == "FINISHED":
+        return  # reseeds leave finished jobs out; the scheduler never books them
+    if not Show.objects.filter(pk=show_id, b_scheduler_managed=True).exists():
+        return
+    transaction.on_commit(lambda: write_limit_fields(key=key, fields=fields))
+
+
+def _apply(instance: LimitInstance, changes: dict[str, int | None]) -> LimitInstance:
+    for name, value in changes.items():
+        _check(name, value)
+    with transaction.atomic():
+        instance = type(instance).objects.select_for_update().get(pk=instance.pk)
+        updates = {name: value for name, value in changes.items() if value is not None}
+        for name, value in updates.items():
+            setattr(instance, name, value)
+        if updates:
+            instance.save(update_fields=list(updates))
+            publish_limits_on_commit(instance=instance)
+    return instance
+
+
+def set_subscription_limits(*, subscription: Subscription, size: int | None = None, burst: int | None = None) -> Subscription:
+    """size and burst in centicores; None leaves a value as it is."""
+    return _apply(subscription, {"int_size": size, "int_burst": burst})
+
+
+def set_folder_limits(*, folder_resource: FolderResource, min_cores: int | None = None, max_cores: int | None = None,
+                      min_gpus: int | None = None, max_gpus: int | None = None) -> FolderResource:
+    return _apply(folder_resource, {"int_min_cores": min_cores, "int_max_cores": max_cores,
+                                    "int_min_gpus": min_gpus, "int_max_gpus": max_gpus})
+
+
+def set_job_limits(*, job_resource: JobResource, max_cores: int | None = None, max_gpus: int | None = None,
+                   priority: int | None = None) -> JobResource:
+    return _apply(job_resource, {"int_max_cores": max_cores, "int_max_gpus": max_gpus, "int_priority": priority})
+
+
+def set_point_limits(*, point: Point, min_cores: int | None = None, min_gpus: int | None = None) -> Point:
+    return _apply(point, {"int_min_cores": min_cores, "int_min_gpus": min_gpus})

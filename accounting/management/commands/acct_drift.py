@@ -1,0 +1,37 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from accounting.drift import drift_report, show_by_name
+
+
+class Command(BaseCommand):
+    help = (
+        "Compare Redis with PostgreSQL for every key of the scheduler-managed shows: booked counters "
+        "against SUM(proc) (per-proc conversion, in-flight operations included), limits against the "
+        "tables. One row per differing key and field; exit 1 if anything differs."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--show", metavar="NAME", help="one show")
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def handle(self, *args, show: str | None, **options) -> None:
+        show_ids = None
+        if show is not None:
+            found = show_by_name(name=show)
+            if found is None:
+                raise CommandError(f"unknown show {show!r}", returncode=2)
+            show_ids = [found.id]
+        report = drift_report(show_ids=show_ids)
+        if options["json"]:
+            self.stdout.write(json.dumps(report.as_dict(), indent=2))
+        else:
+            for row in report.rows:
+                self.stdout.write(f"{row.key}\t{row.field}\tredis={row.redis}\tpg={row.pg}\tdiff={row.difference:+d}")
+            self.stdout.write(
+                f"{len(report.shows)} show(s), {report.fields_checked} fields checked, {len(report.rows)} drifted"
+            )
+        if report.drifted:
+            raise SystemExit(1)
+

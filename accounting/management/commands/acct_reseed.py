@@ -1,0 +1,45 @@
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from accounting.drift import show_by_name
+from accounting.locks import LockBusy
+from accounting.reseed import reseed
+
+
+class Command(BaseCommand):
+    help = (
+        "Rebuild the Redis live view of scheduler-managed shows from PostgreSQL: booked counters "
+        "(SUM(proc), under the acct:seq compare-and-swap) and limits (unconditionally). Both by default."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--limits", action="store_true", help="write limit fields")
+        parser.add_argument("--booked", action="store_true", help="write booked counters")
+        parser.add_argument("--show", metavar="NAME", help="one show (must be scheduler-managed)")
+
+    def handle(self, *args, limits: bool, booked: bool, show: str | None, **options) -> None:
+        if not limits and not booked:
+            limits = booked = True
+        show_ids = None
+        if show is not None:
+            found = show_by_name(name=show)
+            if found is None:
+                raise CommandError(f"unknown show {show!r}", returncode=2)
+            if not found.b_scheduler_managed:
+                raise CommandError(f"show {show!r} is Cuebot-managed; Redis holds nothing for it", returncode=2)
+            show_ids = [found.id]
+        try:
+            with tqdm(desc="reseed", unit="key", file=self.stderr) as bar:
+                report = reseed(limits=limits, booked=booked, show_ids=show_ids, progress=bar.update)
+        except LockBusy as busy:
+            raise CommandError(f"another reseed holds the lock {busy}; try again later", returncode=1) from busy
+        if report.booked is not None:
+            if report.booked.written:
+                self.stdout.write(f"booked: {report.booked.keys} keys written in {report.booked.attempts} attempt(s)")
+            else:
+                self.stdout.write(f"booked: SKIPPED, acct:seq changed during each of {report.booked.attempts} attempts")
+        if report.limit_fields is not None:
+            self.stdout.write(f"limits: {report.limit_fields} fields written")
+        self.stdout.write(f"shows: {report.shows}")
+        if report.booked is not None and not report.booked.written:
+            raise CommandError("booked reseed skipped", returncode=1)

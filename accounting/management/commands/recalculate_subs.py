@@ -1,0 +1,25 @@
+from django.core.management.base import BaseCommand
+
+from accounting.services import recalculate_subs
+from accounting.units import format_cores
+
+
+class Command(BaseCommand):
+    help = ("Recompute subscription int_cores/int_gpus from SUM(proc) for Cuebot-managed shows "
+            "(scheduler-managed shows are never written). --dry-run prints what would change.")
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--dry-run", action="store_true", help="print the rows that would change, write nothing")
+
+    def handle(self, *args, dry_run: bool, **options) -> None:
+        result = recalculate_subs(dry_run=dry_run)
+        if not result.ran:
+            self.stdout.write("recalculate_subs is already running elsewhere; nothing done")
+            return
+        for c in result.changes:
+            self.stdout.write(
+                f"{c.show} / {c.alloc}: cores {format_cores(c.old_cores)} → {format_cores(c.new_cores)}, "
+                f"gpus {c.old_gpus} → {c.new_gpus}"
+            )
+        verb = "would change" if dry_run else "changed"
+        self.stdout.write(f"{len(result.changes)} subscription row(s) {verb}")

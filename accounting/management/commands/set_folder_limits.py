@@ -1,0 +1,34 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from accounting.limits import set_folder_limits
+from accounting.management.commands._limit_args import parse_limits
+from accounting.models import FolderResource
+from accounting.units import format_cores
+
+
+class Command(BaseCommand):
+    help = (
+        "Change a folder's min/max cores (in cores, -1 unlimited) and min/max GPUs. For a "
+        "scheduler-managed show the new values reach Redis right after commit."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("show", help="show name")
+        parser.add_argument("folder", help="folder name")
+        parser.add_argument("--min-cores", help="cores")
+        parser.add_argument("--max-cores", help="cores, -1 for unlimited")
+        parser.add_argument("--min-gpus")
+        parser.add_argument("--max-gpus", help="-1 for unlimited")
+
+    def handle(self, *args, show: str, folder: str, **options) -> None:
+        values = parse_limits(options, cores=["min_cores", "max_cores"], counts=["min_gpus", "max_gpus"])
+        resources = list(FolderResource.objects.filter(folder__show__str_name=show, folder__str_name=folder)[:2])
+        if not resources:
+            raise CommandError(f"no folder {folder!r} in show {show!r}", returncode=2)
+        if len(resources) > 1:
+            raise CommandError(f"show {show!r} has several folders named {folder!r}; use the admin", returncode=2)
+        resource = set_folder_limits(folder_resource=resources[0], **values)
+        self.stdout.write(
+            f"{show}/{folder}: cores {format_cores(resource.int_min_cores)}..{format_cores(resource.int_max_cores)}, "
+            f"gpus {resource.int_min_gpus}..{resource.int_max_gpus}"
+        )

@@ -1,0 +1,29 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from accounting.limits import set_subscription_limits
+from accounting.management.commands._limit_args import parse_limits
+from accounting.models import Subscription
+from accounting.units import format_cores
+
+
+class Command(BaseCommand):
+    help = (
+        "Change a subscription's size and/or burst, in cores (like cueadmin). For a scheduler-managed "
+        "show the new values reach Redis right after commit."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("show", help="show name")
+        parser.add_argument("alloc", help="allocation name")
+        parser.add_argument("--size", help="cores")
+        parser.add_argument("--burst", help="cores")
+
+    def handle(self, *args, show: str, alloc: str, **options) -> None:
+        values = parse_limits(options, cores=["size", "burst"], counts=[])
+        subscription = Subscription.objects.filter(show__str_name=show, alloc__str_name=alloc).first()
+        if subscription is None:
+            raise CommandError(f"no subscription of show {show!r} on allocation {alloc!r}", returncode=2)
+        subscription = set_subscription_limits(subscription=subscription, **values)
+        self.stdout.write(
+            f"{show}/{alloc}: size {format_cores(subscription.int_size)}, burst {format_cores(subscription.int_burst)}"
+        )

@@ -1,0 +1,322 @@
+"""Writes of the accounting app: the release path and recalculate_subs."""
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import psycopg
+from django.db import connection, transaction
+
+from accounting import metrics
+from accounting.locks import LockBusy, named_lock
+from accounting.metrics import RELEASE_BATCH_SIZE, RELEASES
+from accounting.publisher import release_publisher
+from accounting.units import cores_from_centicores
+from shows.selectors import is_scheduler_managed
+
+# --- Release path (Cuebot's ProcDaoJdbc.unbookProc) -----------------------------------
+#
+# One transaction per call, whatever the batch size:
+# 1. one DELETE ... RETURNING takes each proc's reserved amounts as they are at delete
+#    time, with the ids of its keys (alloc via the host, folder and dept via the job).
+#    Row locks make concurrent releases of one proc release it once: the loser's DELETE
+#    finds the row gone and returns nothing.
+# 2. one host UPDATE gives the idle resources back (summed per host).
+# 3. the branch, per proc:
+#    - local (b_local): layer_resource and job_resource int_local_* only, whatever the
+#      show's flag (the counting rules of accounting.recompute);
+#    - scheduler-managed show: no accounting-table writes; registered in flight before
+#      the block ends, published to Redis after commit (accounting.publisher);
+#    - Cuebot-managed show: subscription, layer_resource, job_resource, folder_resource
+#      and point decremented in centicores in the same transaction.
+# Local and Cuebot-managed procs share one set-based statement.
+
+
+class Branch(StrEnum):
+    LOCAL = "local"
+    SCHEDULER = "scheduler"
+    CUEBOT = "cuebot"
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one release gave back. Cores in both units: PG's centicores and Redis's cores."""
+
+    proc_id: str
+    host_id: str
+    show_id: str
+    alloc_id: str
+    folder_id: str
+    job_id: str
+    layer_id: str
+    dept_id: str
+    cores_centicores: int
+    cores: int
+    gpus: int
+    memory: int  # KB
+    gpu_memory: int  # KB
+    branch: Branch
+
+
+DELETE_PROCS = """
+DELETE FROM proc p
+ USING host h, job j
+ WHERE p.pk_proc = ANY(%(ids)s) AND h.pk_host = p.pk_host AND j.pk_job = p.pk_job
+RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept,
+          p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+"""
+
+GIVE_BACK_TO_HOSTS = """
+UPDATE host h
+   SET int_cores_idle = h.int_cores_idle + d.cores, int_mem_idle = h.int_mem_idle + d.mem,
+       int_gpus_idle = h.int_gpus_idle + d.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + d.gpu_mem
+  FROM unnest(%(hosts)s::text[], %(cores)s::bigint[], %(mem)s::bigint[], %(gpus)s::bigint[], %(gpu_mem)s::bigint[])
+       AS d(pk_host, cores, mem, gpus, gpu_mem)
+ WHERE h.pk_host = d.pk_host
+"""
+
+# Each CTE runs even though none is referenced; the per-table sums make a batch
+# touch every accounting row once.
+TAKE_FROM_PG_ACCOUNTING = """
+WITH r AS (
+     SELECT * FROM unnest(%(show)s::text[], %(alloc)s::text[], %(folder)s::text[], %(job)s::text[],
+                          %(layer)s::text[], %(dept)s::text[], %(cores)s::bigint[], %(gpus)s::bigint[], %(local)s::bool[])
+            AS r(pk_show, pk_alloc, pk_folder, pk_job, pk_layer, pk_dept, cores, gpus, local)
+), layers AS (
+     UPDATE layer_resource t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus
+       FROM (SELECT pk_layer, SUM(cores) AS cores, SUM(gpus) AS gpus FROM r GROUP BY pk_layer) d
+      WHERE t.pk_layer = d.pk_layer
+), jobs AS (
+     UPDATE job_resource t
+        SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus,
+            int_local_cores = t.int_local_cores - d.local_cores, int_local_gpus = t.int_local_gpus - d.local_gpus
+       FROM (SELECT pk_job,
+                    COALESCE(SUM(cores) FILTER (WHERE NOT local), 0) AS cores,
+                    COALESCE(SUM(gpus) FILTER (WHERE NOT local), 0) AS gpus,
+                    COALESCE(SUM(cores) FILTER (WHERE local), 0) AS local_cores,
+                    COALESCE(SUM(gpus) FILTER (WHERE local), 0) AS local_gpus
+               FROM r GROUP BY pk_job) d
+      WHERE t.pk_job = d.pk_job
+), subs AS (
+     UPDATE subscription t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus
+       FROM (SELECT pk_show, pk_alloc, SUM(cores) AS cores, SUM(gpus) AS gpus
+               FROM r WHERE NOT local GROUP BY pk_show, pk_alloc) d
+      WHERE t.pk_show = d.pk_show AND t.pk_alloc = d.pk_alloc
+), folders AS (
+     UPDATE folder_resource t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus
+       FROM (SELECT pk_folder, SUM(cores) AS cores, SUM(gpus) AS gpus FROM r WHERE NOT local GROUP BY pk_folder) d
+      WHERE t.pk_folder = d.pk_folder
+), points AS (
+     UPDATE point t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus
+       FROM (SELECT pk_dept, pk_show, SUM(cores) AS cores, SUM(gpus) AS gpus
+               FROM r WHERE NOT local GROUP BY pk_dept, pk_show) d
+      WHERE t.pk_dept = d.pk_dept AND t.pk_show = d.pk_show
+)
+SELECT 1
+"""
+
+
+class _PreparedStatementCursor(psycopg.Cursor):
+    """Server-side binding, each statement prepared on its connection at first use.
+
+    The release statements are few and run at a high rate: planning the DELETE ... USING
+    and the unnest UPDATEs anew each time was most of their PostgreSQL cost. Django's own
+    cursors bind client-side and never prepare (for transaction-mode poolers); a deployment
+    behind such a pooler must route this service to PostgreSQL directly.
+    """
+
+    def execute(self, query, params=None, **kwargs):
+        return super().execute(query, params, prepare=True)
+
+
+def _release_cursor():
+    """A Django cursor wrapper (execute_wrappers, broken-transaction checks) over the above."""
+    connection.ensure_connection()
+    raw = _PreparedStatementCursor(connection.connection)
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
+def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
+    (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id,
+     centicores, gpus, mem, gpu_mem, local) = row
+    if local:
+        branch = Branch.LOCAL
+    elif managed[show_id]:
+        branch = Branch.SCHEDULER
+    else:
+        branch = Branch.CUEBOT
+    return Release(
+        proc_id=proc_id, host_id=host_id, show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
+        layer_id=layer_id, dept_id=dept_id, cores_centicores=centicores, cores=cores_from_centicores(centicores),
+        gpus=gpus, memory=mem, gpu_memory=gpu_mem, branch=branch,
+    )
+
+
+def _give_back_to_hosts(cursor, releases: Sequence[Release]) -> None:
+    per_host: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for r in releases:
+        totals = per_host[r.host_id]
+        totals[0] += r.cores_centicores
+        totals[1] += r.memory
+        totals[2] += r.gpus
+        totals[3] += r.gpu_memory
+    hosts = sorted(per_host)
+    cursor.execute(GIVE_BACK_TO_HOSTS, {
+        "hosts": hosts,
+        "cores": [per_host[h][0] for h in hosts], "mem": [per_host[h][1] for h in hosts],
+        "gpus": [per_host[h][2] for h in hosts], "gpu_mem": [per_host[h][3] for h in hosts],
+    })
+
+
+def _take_from_pg_accounting(cursor, releases: Sequence[Release]) -> None:
+    cursor.execute(TAKE_FROM_PG_ACCOUNTING, {
+        "show": [r.show_id for r in releases], "alloc": [r.alloc_id for r in releases],
+        "folder": [r.folder_id for r in releases], "job": [r.job_id for r in releases],
+        "layer": [r.layer_id for r in releases], "dept": [r.dept_id for r in releases],
+        "cores": [r.cores_centicores for r in releases], "gpus": [r.gpus for r in releases],
+        "local": [r.branch is Branch.LOCAL for r in releases],
+    })
+
+
+def _count_at_commit(releases: Sequence[Release]) -> None:
+    for branch in Branch:
+        n = sum(1 for r in releases if r.branch is branch)
+        if n:
+            RELEASES.labels(branch=branch.value).inc(n)
+
+
+def _release(proc_ids: list[str]) -> dict[str, Release]:
+    with transaction.atomic(), _release_cursor() as cursor:
+        cursor.execute(DELETE_PROCS, {"ids": proc_ids})
+        rows = cursor.fetchall()
+        if not rows:
+            return {}
+        # The flag is read once per show, and only for shows with non-local procs.
+        managed = {show_id: is_scheduler_managed(show_id=show_id) for show_id in {row[2] for row in rows if not row[12]}}
+        releases = [_release_from_row(row, managed=managed) for row in rows]
+        _give_back_to_hosts(cursor, releases)
+        in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
+        if in_pg:
+            _take_from_pg_accounting(cursor, in_pg)
+        to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
+        if to_redis:
+            publisher = release_publisher()
+            prepared = publisher.prepare(releases=to_redis)
+            if prepared is not None:
+                transaction.on_commit(lambda: publisher.publish(prepared=prepared))
+        transaction.on_commit(lambda: _count_at_commit(releases))
+    return {r.proc_id: r for r in releases}
+
+
+def unbook_proc(*, proc_id: str) -> Release | None:
+    """Release one proc; None if it does not exist (already released included)."""
+    RELEASE_BATCH_SIZE.observe(1)
+    return _release([proc_id]).get(proc_id)
+
+
+def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
+    """Release many procs in one transaction; one result per id, in order (None: not found)."""
+    ids = list(proc_ids)
+    if len(set(ids)) != len(ids):
+        raise ValueError("proc_ids must not repeat")
+    RELEASE_BATCH_SIZE.observe(len(ids))
+    if not ids:
+        return []
+    released = _release(ids)
+    return [released.get(proc_id) for proc_id in ids]
+
+
+# --- recalculate_subs: Cuebot's 2-hourly subscription recompute, show-aware ---
+
+logger = logging.getLogger(__name__)
+
+RECALCULATE_SUBS_LOCK = "recalculate_subs"
+# Far longer than a run takes; only matters when a holder dies mid-run.
+RECALCULATE_SUBS_LOCK_SECONDS = 600
+
+# Subscriptions of Cuebot-managed shows whose int_cores/int_gpus differ from SUM(proc) of
+# their non-local procs (allocation through the proc's host). Scheduler-managed shows are
+# left out by the WHERE itself, so their rows are never touched. FOR SHARE holds the
+# Cuebot shows' rows until the statement ends: a toggle that commits meanwhile waits, and
+# one that committed first is re-read, so a show that just became scheduler-managed is
+# excluded too.
+SUBSCRIPTION_DRIFT = """
+WITH cuebot_shows AS (
+        SELECT pk_show, str_name FROM show WHERE NOT b_scheduler_managed FOR SHARE
+     ),
+     booked AS (
+        SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p
+          JOIN host h ON h.pk_host = p.pk_host
+          JOIN cuebot_shows c ON c.pk_show = p.pk_show
+         WHERE NOT p.b_local
+         GROUP BY p.pk_show, h.pk_alloc
+     )
+SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
+       s.int_cores AS old_cores, s.int_gpus AS old_gpus,
+       COALESCE(b.cores, 0)::int AS new_cores, COALESCE(b.gpus, 0)::int AS new_gpus
+  FROM subscription s
+  JOIN cuebot_shows c ON c.pk_show = s.pk_show
+  JOIN alloc a ON a.pk_alloc = s.pk_alloc
+  LEFT JOIN booked b ON b.pk_show = s.pk_show AND b.pk_alloc = s.pk_alloc
+ WHERE (s.int_cores, s.int_gpus) IS DISTINCT FROM (COALESCE(b.cores, 0)::int, COALESCE(b.gpus, 0)::int)
+"""
+
+FIX_SUBSCRIPTIONS = f"""
+WITH drift AS ({SUBSCRIPTION_DRIFT})
+UPDATE subscription s
+   SET int_cores = d.new_cores, int_gpus = d.new_gpus
+  FROM drift d
+ WHERE s.pk_subscription = d.pk_subscription
+RETURNING d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus
+"""
+
+SHOW_DRIFT = f"""
+WITH drift AS ({SUBSCRIPTION_DRIFT})
+SELECT d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus FROM drift d
+"""
+
+
+@dataclass(frozen=True)
+class SubscriptionChange:
+    show: str
+    alloc: str
+    old_cores: int  # centicores, as stored
+    old_gpus: int
+    new_cores: int
+    new_gpus: int
+
+
+@dataclass(frozen=True)
+class RecalculateSubsResult:
+    changes: list[SubscriptionChange]
+    ran: bool  # False: another instance held the lock, nothing was read or written
+    dry_run: bool
+
+
+def _drift(*, statement: str) -> list[SubscriptionChange]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement)
+        rows = cursor.fetchall()
+    changes = [SubscriptionChange(*row) for row in rows]
+    return sorted(changes, key=lambda change: (change.show, change.alloc))
+
+
+def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
+    """Make Cuebot-managed shows' subscription int_cores/int_gpus equal SUM(proc), in one statement.
+
+    One instance at a time, fleet-wide: a run that finds the lock held skips (ran=False).
+    A dry run reads the same drift and writes nothing.
+    """
+    try:
+        with named_lock(name=RECALCULATE_SUBS_LOCK, ttl_seconds=RECALCULATE_SUBS_LOCK_SECONDS):
+            changes = _drift(statement=SHOW_DRIFT if dry_run else FIX_SUBSCRIPTIONS)
+    except LockBusy:
+        metrics.RECALCULATE_SUBS_SKIPPED.inc()
+        logger.info("recalculate_subs skipped: another instance is running it")
+        return RecalculateSubsResult(changes=[], ran=False, dry_run=dry_run)
+    if not dry_run:
+        metrics.RECALCULATE_SUBS_ROWS.inc(len(changes))
+        logger.info("recalculate_subs corrected %d subscription row(s)", len(changes))
+    return RecalculateSubsResult(changes=changes, ran=True, dry_run=dry_run)

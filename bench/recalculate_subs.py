@@ -1,0 +1,70 @@
+#!/usr/bin/env python
+"""recalculate_subs against a raw baseline, in the same process, on the demo farm.
+
+Baseline: accounting.recompute.SUBSCRIPTIONS for the Cuebot-managed shows, i.e. the
+plain set-based rewrite of every subscription row from SUM(proc), with no lease, no
+drift filter and no FOR SHARE on the shows. Prints the median of each and the ratio.
+Run after `manage.py migrate` (it completes the demo farm to the size asked for).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+
+from accounting.models import Subscription  # noqa: E402
+from accounting.recompute import SUBSCRIPTIONS  # noqa: E402
+from accounting.services import recalculate_subs  # noqa: E402
+from shows.farm import DemoFarmSize, build_demo_farm  # noqa: E402
+from shows.models import Show  # noqa: E402
+
+
+def timed(fn, *, rounds: int, before=lambda: None) -> float:
+    samples = []
+    for _ in range(rounds):
+        before()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shows", type=int, default=20)
+    parser.add_argument("--hosts", type=int, default=400)
+    parser.add_argument("--procs", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    build_demo_farm(size=DemoFarmSize(shows=args.shows, hosts=args.hosts, procs=args.procs))
+    cuebot_shows = list(Show.objects.filter(b_scheduler_managed=False).values_list("pk", flat=True))
+    rows = Subscription.objects.filter(show_id__in=cuebot_shows).count()
+
+    def drift_everything() -> None:
+        Subscription.objects.filter(show_id__in=cuebot_shows).update(int_cores=-100)
+
+    def baseline() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(SUBSCRIPTIONS, {"shows": cuebot_shows})
+
+    print(f"farm: {Show.objects.count()} shows ({len(cuebot_shows)} Cuebot-managed), {rows} Cuebot subscription rows, "
+          f"{args.procs} procs; median of {args.rounds}")
+    for label, before in (("every row drifted", drift_everything), ("nothing drifted", lambda: None)):
+        raw = timed(baseline, rounds=args.rounds, before=before)
+        ours = timed(lambda: recalculate_subs(), rounds=args.rounds, before=before)
+        print(f"{label:>18}: raw statement {raw * 1000:7.2f} ms, recalculate_subs {ours * 1000:7.2f} ms, "
+              f"ratio {ours / raw:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

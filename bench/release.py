@@ -1,0 +1,331 @@
+"""Release-path benchmark: releases/s against a bare psycopg + redis-py floor, same process.
+
+    DJANGO_SETTINGS_MODULE=settings .venv/bin/python bench/release.py [--procs 1000]
+
+Runs against the configured PostgreSQL and Redis. Builds its own scheduler-managed farm
+(ids unique to the run, so a demo farm in the same database is untouched) and removes it,
+its Redis keys and its API user afterwards. Prints releases/s and the ratio to the floor
+for: the floor, unbook_proc, unbook_procs in batches of 100, and POST
+/api/v1/procs/{id}/unbook from concurrent clients against a gunicorn it starts on
+127.0.0.1; then SQL statements and Redis round trips per release, by database.
+Measured, never asserted: the targets are printed beside the ratios.
+"""
+import argparse
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+import psycopg  # noqa: E402
+import redis  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.core.cache import cache  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+from django_redis import get_redis_connection  # noqa: E402
+
+from accounting import keys  # noqa: E402
+from accounting.auth import issue_token  # noqa: E402
+from accounting.lua import script  # noqa: E402
+from accounting.models import FolderResource, JobResource, LayerResource, Point, Subscription  # noqa: E402
+from accounting.services import DELETE_PROCS, GIVE_BACK_TO_HOSTS, unbook_proc, unbook_procs  # noqa: E402
+from accounting.units import cores_from_centicores  # noqa: E402
+from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from shows.farm import PROC_COLUMNS, copy_rows  # noqa: E402
+from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Layer, Show  # noqa: E402
+from shows.selectors import flag_cache_key, is_scheduler_managed  # noqa: E402
+
+HOSTS = 8
+PROC_CORES = (100, 250, 400, 200)
+HTTP_CLIENTS = 4
+HTTP_WORKERS = 2
+ROUNDS = 5
+
+
+class BenchFarm:
+    """One scheduler-managed show, one job and layer, a few hosts; procs added per phase."""
+
+    def __init__(self) -> None:
+        run = uuid.uuid4().hex[:10]
+        self.run = run
+        self.facility = Facility.objects.create(str_name=f"bench-{run}")
+        self.alloc = Alloc.objects.create(str_name=f"bench-{run}", facility=self.facility, str_tag="bench")
+        self.show = Show.objects.create(str_name=f"bench-{run}", b_scheduler_managed=True)
+        self.dept = Dept.objects.create(str_name=f"bench-{run}")
+        Subscription.objects.create(show=self.show, alloc=self.alloc, int_size=10**9, int_burst=10**9)
+        Point.objects.create(show=self.show, dept=self.dept)
+        self.folder = Folder.objects.create(show=self.show, dept=self.dept, str_name="root", b_default=True)
+        FolderResource.objects.create(folder=self.folder)
+        self.job = Job.objects.create(
+            folder=self.folder, show=self.show, dept=self.dept, facility=self.facility, str_name=f"bench-{run}",
+            str_shot="sh001", str_user="bench", str_state="PENDING",
+        )
+        JobResource.objects.create(job=self.job, int_max_cores=10**9)
+        self.layer = Layer.objects.create(job=self.job, str_name="render", str_type="Render", int_mem_min=1024)
+        LayerResource.objects.create(layer=self.layer, job=self.job)
+        self.hosts = Host.objects.bulk_create([
+            Host(alloc=self.alloc, str_name=f"bench-{run}-{h}", str_lock_state="OPEN", int_cores=10**9,
+                 int_cores_idle=10**9, int_mem=10**12, int_mem_idle=10**12)
+            for h in range(HOSTS)
+        ])
+        self.redis_keys = [
+            keys.sub(show_id=self.show.id, alloc_id=self.alloc.id), keys.folder(folder_id=self.folder.id),
+            keys.job(job_id=self.job.id), keys.layer(layer_id=self.layer.id),
+            keys.point(dept_id=self.dept.id, show_id=self.show.id),
+        ]
+        client = accounting_redis()
+        for key in self.redis_keys:  # high enough that no release clamps
+            client.hset(key, mapping={"int_cores": 10**12, "int_gpus": 10**9})
+        self.user = get_user_model().objects.create_user(username=f"bench-{run}")
+        self.token = issue_token(user=self.user, name="bench/release.py")
+
+    def add_procs(self, n: int) -> list[str]:
+        ids = [str(uuid.uuid4()) for _ in range(n)]
+        rows = (
+            (pid, self.hosts[i % HOSTS].id, self.job.id, self.show.id, self.layer.id, None,
+             PROC_CORES[i % len(PROC_CORES)], 0, 4096, 0)
+            for i, pid in enumerate(ids)
+        )
+        with transaction.atomic():
+            copy_rows(table="proc", columns=PROC_COLUMNS, rows=rows)
+        return ids
+
+    def remove(self) -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("DELETE FROM proc WHERE pk_show = %s", [self.show.id])
+            LayerResource.objects.filter(job=self.job).delete()
+            Layer.objects.filter(job=self.job).delete()
+            JobResource.objects.filter(job=self.job).delete()
+            self.job.delete()
+            FolderResource.objects.filter(folder=self.folder).delete()
+            self.folder.delete()
+            Point.objects.filter(show=self.show).delete()
+            Subscription.objects.filter(show=self.show).delete()
+            Host.objects.filter(alloc=self.alloc).delete()
+            self.show.delete()
+            self.dept.delete()
+            self.alloc.delete()
+            self.facility.delete()
+            self.user.delete()
+        accounting_redis().delete(*self.redis_keys)
+        cache.delete(flag_cache_key(show_id=self.show.id))
+
+
+def floor(farm: BenchFarm, proc_ids: list[str], *, with_flag_and_prepare: bool) -> float:
+    """The same statements and scripts on bare clients; optionally the same extra round trips."""
+    release = script("release")
+    prepare = script("release_prepare")
+    acct = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL)
+    flags = redis.Redis.from_url(settings.CACHE_REDIS_URL)
+    flag_key = f"bench-floor:{farm.show.id}"
+    flags.set(flag_key, b"1")
+    acct.script_load(release.source)
+    acct.script_load(prepare.source)
+    ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
+    with psycopg.connect(settings.DATABASE_URL) as pg:
+        started = time.perf_counter()
+        for proc_id in proc_ids:
+            with pg.cursor() as cursor:
+                cursor.execute(DELETE_PROCS, {"ids": [proc_id]})
+                (_, host, show, alloc, folder, job, layer, dept, centicores, gpus, mem, gpu_mem, _local) = cursor.fetchone()
+                if with_flag_and_prepare:
+                    flags.get(flag_key)
+                cursor.execute(GIVE_BACK_TO_HOSTS, {"hosts": [host], "cores": [centicores], "mem": [mem], "gpus": [gpus], "gpu_mem": [gpu_mem]})
+            cores = cores_from_centicores(centicores)
+            key_names = [keys.sub(show_id=show, alloc_id=alloc), keys.folder(folder_id=folder), keys.job(job_id=job),
+                         keys.layer(layer_id=layer), keys.point(dept_id=dept, show_id=show)]
+            op_id = uuid.uuid4().hex
+            if with_flag_and_prepare:
+                payload = "|".join(f"{k}|{cores}|{gpus}" for k in key_names)
+                acct.evalsha(prepare.sha, 2, keys.INFLIGHT, keys.SEQ, op_id, ttl_ms, payload)
+            pg.commit()
+            acct.evalsha(release.sha, 2 + len(key_names), keys.INFLIGHT, keys.SEQ, *key_names, op_id, *([cores, gpus] * len(key_names)))
+        elapsed = time.perf_counter() - started
+    flags.delete(flag_key)
+    return len(proc_ids) / elapsed
+
+
+def timed(fn, n: int) -> float:
+    started = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - started)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def gunicorn_server():
+    port = free_port()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "LOG_LEVEL": "WARNING"}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "cuebot_acct.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(HTTP_WORKERS), "--log-level", "warning"],
+        cwd=ROOT, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("bench: gunicorn did not come up")
+            time.sleep(0.1)  # a server starting up has no event to wait on
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def http_rate(port: int, token: str, proc_ids: list[str]) -> float:
+    shares = [proc_ids[i::HTTP_CLIENTS] for i in range(HTTP_CLIENTS)]
+    failures: list[str] = []
+    barrier = threading.Barrier(HTTP_CLIENTS + 1)
+
+    def client(share: list[str]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        barrier.wait()
+        for proc_id in share:
+            conn.request("POST", f"/api/v1/procs/{proc_id}/unbook", headers={"Authorization": f"Bearer {token}"})
+            response = conn.getresponse()
+            response.read()
+            if response.status != 200:
+                failures.append(f"{proc_id}: {response.status}")
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"bench: {len(failures)} HTTP releases failed, first: {failures[0]}")
+    return len(proc_ids) / elapsed
+
+
+@contextmanager
+def counting_round_trips():
+    """Counts SQL statements and Redis commands by database while the block runs."""
+    counts: Counter = Counter()
+
+    def sql(execute, sql_text, params, many, context):
+        counts["sql"] += 1
+        return execute(sql_text, params, many, context)
+
+    patched = [(accounting_redis(), "redis accounting db"), (get_redis_connection("default"), "redis cache db")]
+    for client, label in patched:
+        original = client.execute_command
+
+        def wrapper(*args, _original=original, _label=label, **kwargs):
+            counts[_label] += 1
+            return _original(*args, **kwargs)
+
+        client.execute_command = wrapper
+    try:
+        with connection.execute_wrapper(sql):
+            yield counts
+    finally:
+        for client, _ in patched:
+            del client.execute_command
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--procs", type=int, default=1000, help="releases per measured phase (batches use 2x)")
+    parser.add_argument("--http-procs", type=int, default=400)
+    options = parser.parse_args()
+    n = options.procs
+
+    farm = BenchFarm()
+    try:
+        # Warm everything each path uses: connections, scripts, the flag cache.
+        for proc_id in farm.add_procs(20):
+            unbook_proc(proc_id=proc_id)
+        floor(farm, farm.add_procs(20), with_flag_and_prepare=False)
+
+        # Interleaved rounds, so drift in machine load hits every path alike.
+        seconds: Counter = Counter()
+        per_round = max(1, n // ROUNDS)
+        for _ in range(ROUNDS):
+            ids = farm.add_procs(per_round)
+            seconds["bare"] += per_round / floor(farm, ids, with_flag_and_prepare=False)
+            ids = farm.add_procs(per_round)
+            seconds["bare_same_trips"] += per_round / floor(farm, ids, with_flag_and_prepare=True)
+            ids = farm.add_procs(per_round)
+            seconds["single"] += per_round / timed(lambda: [unbook_proc(proc_id=p) for p in ids], per_round)
+            ids = farm.add_procs(2 * per_round)
+            seconds["batched"] += 2 * per_round / timed(
+                lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], 2 * per_round
+            )
+        total = per_round * ROUNDS
+        bare, bare_same_trips, single = (total / seconds[k] for k in ("bare", "bare_same_trips", "single"))
+        batched = 2 * total / seconds["batched"]
+        http_ids = farm.add_procs(options.http_procs)
+        with gunicorn_server() as port:
+            for proc_id in farm.add_procs(2 * HTTP_CLIENTS):  # warm the workers
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("POST", f"/api/v1/procs/{proc_id}/unbook", headers={"Authorization": f"Bearer {farm.token}"})
+                conn.getresponse().read()
+            over_http = http_rate(port, farm.token, http_ids)
+
+        counted = farm.add_procs(101)
+        is_scheduler_managed(show_id=farm.show.id)  # the counts below are for a warm flag cache
+        with counting_round_trips() as one:
+            unbook_proc(proc_id=counted[0])
+        with counting_round_trips() as hundred:
+            unbook_procs(proc_ids=counted[1:])
+    finally:
+        farm.remove()
+
+    print(f"release bench: {n} releases per path (2x for batches) in {ROUNDS} interleaved rounds, scheduler-managed show, warm flag cache, "
+          f"PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}")
+    print(f"{'path':46s} {'releases/s':>11s} {'x floor':>8s}")
+    rows = [
+        ("floor: DELETE, host UPDATE, COMMIT, release.lua", bare),
+        ("floor + flag GET + in-flight prepare", bare_same_trips),
+        ("unbook_proc", single),
+        ("unbook_procs, batches of 100", batched),
+        (f"HTTP POST /procs/{{id}}/unbook, {HTTP_CLIENTS} clients, {HTTP_WORKERS} workers", over_http),
+    ]
+    for label, rate in rows:
+        print(f"{label:46s} {rate:11.0f} {rate / bare:8.2f}")
+    print(f"unbook_proc vs floor with the same round trips: {single / bare_same_trips:.2f}x")
+    print(f"targets: unbook_proc >= 0.80x floor (measured {single / bare:.2f}x); "
+          f"batches of 100 >= 15x unbook_proc (measured {batched / single:.1f}x)")
+    print("per release (unbook_proc): "
+          f"SQL {one['sql']}, Redis accounting db {one['redis accounting db']} (prepare + release), "
+          f"Redis cache db {one['redis cache db']} (flag lookup)")
+    print("per batch of 100 (unbook_procs): "
+          f"SQL {hundred['sql']}, Redis accounting db {hundred['redis accounting db']}, "
+          f"Redis cache db {hundred['redis cache db']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Limit changes: PostgreSQL first, Redis after commit, only for scheduler-managed shows."""
+import pytest
+import redis
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import transaction
+from django.core.management.base import CommandError
+
+from accounting import keys, limits
+from accounting.limits import InvalidLimit, set_folder_limits, set_job_limits, set_point_limits, set_subscription_limits
+from accounting.metrics import LIMIT_PUBLISH_FAILURES
+from accounting.models import FolderResource, JobResource, Point, Subscription
+
+pytestmark = pytest.mark.django_db
+
+
+def sub_key(farm) -> str:
+    return keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+
+
+def test_subscription_change_reaches_redis_after_commit_and_bumps_seq(farm, acct_redis, django_capture_on_commit_callbacks):
+    acct_redis.set(keys.SEQ, 41)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        set_subscription_limits(subscription=farm.subscription, size=25050, burst=-1)
+    assert not acct_redis.exists(sub_key(farm))  # nothing before commit
+    for callback in callbacks:
+        callback()
+    assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["250", "-1"]
+    assert acct_redis.get(keys.SEQ) == "42"
+    farm.subscription.refresh_from_db()
+    assert (farm.subscription.int_size, farm.subscription.int_burst) == (25050, -1)
+
+
+def test_cuebot_managed_show_changes_stay_in_postgres(cuebot_farm, acct_redis, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        set_subscription_limits(subscription=cuebot_farm.subscription, size=500)
+        set_job_limits(job_resource=cuebot_farm.job.resource, max_cores=-1)
+    assert acct_redis.keys("acct:*") == []
+    assert Subscription.objects.get(pk=cuebot_farm.subscription.pk).int_size == 500
+
+
+def test_folder_job_and_point_fields(farm, acct_redis, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        set_folder_limits(folder_resource=farm.folder.resource, min_cores=150, max_cores=-1, min_gpus=1, max_gpus=4)
+        set_job_limits(job_resource=farm.job.resource, max_cores=1999, max_gpus=2, priority=50)
+        set_point_limits(point=Point.objects.get(show=farm.show), min_cores=300, min_gpus=2)
+    assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus") == ["1", "-1", "1", "4"]
+    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_max_gpus", "int_priority") == ["19", "2", "50"]
+    assert acct_redis.hmget(keys.point(dept_id=farm.dept.id, show_id=farm.show.id), "int_min_cores", "int_min_gpus") == ["3", "2"]
+    assert acct_redis.get(keys.SEQ) == "3"
+
+
+def test_rolled_back_change_publishes_nothing(farm, acct_redis, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        with pytest.raises(RuntimeError), transaction.atomic():
+            set_subscription_limits(subscription=farm.subscription, size=900)
+            raise RuntimeError("abort")
+    assert acct_redis.keys("acct:*") == []
+    assert Subscription.objects.get(pk=farm.subscription.pk).int_size == 10000
+
+
+def test_redis_failure_is_counted_and_swallowed(farm, acct_redis, django_capture_on_commit_callbacks, monkeypatch):
+    class Down:
+        def evalsha(self, *args):
+            raise redis.ConnectionError("down")
+
+    monkeypatch.setattr(limits, "accounting_redis", lambda: Down())
+    before = LIMIT_PUBLISH_FAILURES._value.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        set_subscription_limits(subscription=farm.subscription, size=900)
+    assert LIMIT_PUBLISH_FAILURES._value.get() == before + 1
+    assert Subscription.objects.get(pk=farm.subscription.pk).int_size == 900
+
+
+def test_invalid_value_changes_nothing(farm):
+    with pytest.raises(InvalidLimit):
+        set_job_limits(job_resource=farm.job.resource, max_cores=500, max_gpus=-5)
+    assert JobResource.objects.get(pk=farm.job.resource.pk).int_max_cores == 10000
+
+
+def test_set_subscription_command_in_cores(farm, acct_redis, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("set_subscription", farm.show.str_name, farm.alloc.str_name, "--size", "150", "--burst", "300")
+    assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["150", "300"]
+    assert Subscription.objects.filter(pk=farm.subscription.pk, int_size=15000, int_burst=30000).exists()
+
+
+def test_set_job_and_folder_limits_commands(farm, acct_redis, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("set_job_limits", farm.job.str_name, "--max-cores", "-1", "--priority", "7")
+        call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", "64", "--max-gpus", "2")
+    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_priority") == ["-1", "7"]
+    assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_max_cores", "int_max_gpus") == ["64", "2"]
+    assert FolderResource.objects.get(folder=farm.folder).int_max_cores == 6400
+
+
+@pytest.mark.parametrize(
+    "command, args",
+    [
+        ("set_subscription", ["{show}", "{alloc}", "--size", "-3"]),
+        ("set_subscription", ["{show}", "{alloc}", "--burst", "lots"]),
+        ("set_subscription", ["{show}", "nosuchalloc", "--size", "10"]),
+        ("set_subscription", ["{show}", "{alloc}"]),
+        ("set_job_limits", ["nosuchjob", "--max-cores", "10"]),
+        ("set_job_limits", ["{job}", "--max-cores", "1.5"]),
+        ("set_folder_limits", ["{show}", "nosuchfolder", "--max-cores", "10"]),
+        ("set_folder_limits", ["{show}", "{folder}", "--min-gpus", "-2"]),
+    ],
+)
+def test_bad_command_input_exits_2_and_changes_nothing(farm, acct_redis, command, args, django_capture_on_commit_callbacks):
+    names = dict(show=farm.show.str_name, alloc=farm.alloc.str_name, job=farm.job.str_name, folder=farm.folder.str_name)
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(CommandError) as error:
+        call_command(command, *[a.format(**names) for a in args])
+    assert error.value.returncode == 2
+    assert acct_redis.keys("acct:*") == []
+    assert Subscription.objects.filter(pk=farm.subscription.pk, int_size=10000, int_burst=20000).exists()
+    assert JobResource.objects.filter(pk=farm.job.resource.pk, int_max_cores=10000).exists()
+    assert FolderResource.objects.filter(folder=farm.folder, int_max_cores=-1, int_min_gpus=0).exists()
+
+
+def test_admin_change_form_publishes_after_commit(farm, acct_redis, client, django_capture_on_commit_callbacks):
+    admin = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(admin)
+    sub = farm.subscription
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(
+            f"/admin/accounting/subscription/{sub.pk}/change/",
+            {"alloc": sub.alloc_id, "show": sub.show_id, "int_size": 4200, "int_burst": 8400, "int_cores": 0,
+             "int_gpus": 0, "float_tier": "0"},
+        )
+    assert len(callbacks) == 1
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["42", "84"]
