@@ -1,0 +1,142 @@
+"""What a run counted, shared by every worker thread, and how it is printed."""
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class OverCap:
+    """A booking whose INSERT left a key's SUM(proc) above the cap in force."""
+
+    table: str
+    key: str
+    show_id: str
+    booked_cores: int
+    cap_cores: int
+
+
+@dataclass
+class Stats:
+    bookings: int = 0
+    rejections: Counter = field(default_factory=Counter)
+    rollbacks: int = 0
+    releases: int = 0
+    release_calls: Counter = field(default_factory=Counter)
+    release_misses: int = 0
+    faults: Counter = field(default_factory=Counter)
+    reseed_cycles_run: int = 0
+    reseed_cycles_skipped: int = 0
+    bootstraps: int = 0
+    reseed_cycles_failed: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)
+    # Rolled back whole by PostgreSQL (deadlock, serialization) and retried by the caller.
+    transient_errors: Counter = field(default_factory=Counter)
+    over_cap: list[OverCap] = field(default_factory=list)
+    # Keys left out of over_cap: caps lowered and shows switched during the run.
+    lowered_keys: set[str] = field(default_factory=set)
+    switched_show_ids: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **amounts: int) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+    def count(self, counter: str, label: str, amount: int = 1) -> None:
+        with self._lock:
+            getattr(self, counter)[label] += amount
+
+    def record(self, collection: str, item: object) -> None:
+        with self._lock:
+            target = getattr(self, collection)
+            target.append(item) if isinstance(target, list) else target.add(item)
+
+    def counted_over_cap(self) -> list[OverCap]:
+        with self._lock:
+            return [
+                v for v in self.over_cap
+                if v.key not in self.lowered_keys and v.show_id not in self.switched_show_ids
+            ]
+
+
+@dataclass(frozen=True)
+class Report:
+    seed: int
+    seconds: float
+    farm: dict
+    stats: Stats
+    drift_rows: list
+    negative_counters: list[tuple[str, str, int]]
+    faults_pending: dict[str, int]
+
+    @property
+    def invariants(self) -> dict[str, int]:
+        return {
+            "over_cap": len(self.stats.counted_over_cap()),
+            "drift_after_reconcile": len(self.drift_rows),
+            "negative_counters": len(self.negative_counters),
+            "worker_errors": sum(self.stats.errors.values()),
+        }
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.invariants.values())
+
+    def as_dict(self) -> dict:
+        s = self.stats
+        return {
+            "seed": self.seed,
+            "seconds": round(self.seconds, 1),
+            "farm": self.farm,
+            "bookings": s.bookings,
+            "bookings_per_second": round(s.bookings / self.seconds, 1) if self.seconds else 0,
+            "rejections": dict(sorted(s.rejections.items())),
+            "rollbacks": s.rollbacks,
+            "releases": s.releases,
+            "release_calls": dict(sorted(s.release_calls.items())),
+            "release_misses": s.release_misses,
+            "faults": {kind: s.faults[kind] for kind in sorted(s.faults)},
+            "faults_not_injected": self.faults_pending,
+            "reseed": {"cycles_run": s.reseed_cycles_run, "cycles_skipped": s.reseed_cycles_skipped, "bootstraps": s.bootstraps,
+                       "cycles_failed": dict(s.reseed_cycles_failed)},
+            "excluded": {"lowered_keys": len(s.lowered_keys), "switched_shows": len(s.switched_show_ids)},
+            "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
+            "invariants": self.invariants,
+            "errors": dict(s.errors),
+            "transient_errors": dict(s.transient_errors),
+            "over_cap_examples": [vars(v) for v in s.counted_over_cap()[:10]],
+            "drift_examples": [str(r) for r in self.drift_rows[:10]],
+            "negative_examples": [list(n) for n in self.negative_counters[:10]],
+            "ok": self.ok,
+        }
+
+    def as_table(self) -> str:
+        d = self.as_dict()
+        lines = [
+            f"farm simulation: seed {d['seed']}, {d['seconds']} s, {d['farm']}",
+            "",
+            f"  bookings              {d['bookings']:>10}  ({d['bookings_per_second']}/s)",
+            f"  rejections            {sum(d['rejections'].values()):>10}  {d['rejections']}",
+            f"  rollbacks             {d['rollbacks']:>10}",
+            f"  releases              {d['releases']:>10}  calls {d['release_calls']}, not found {d['release_misses']}",
+            f"  faults injected       {sum(d['faults'].values()):>10}  {d['faults']}",
+            f"  reseed cycles run     {d['reseed']['cycles_run']:>10}",
+            f"  reseed cycles skipped {d['reseed']['cycles_skipped']:>10}",
+            f"  reseed cycles failed  {sum(d['reseed']['cycles_failed'].values()):>10}  {d['reseed']['cycles_failed']}",
+            f"  empty-Redis bootstraps{d['reseed']['bootstraps']:>10}  (after {d['faults'].get('redis-restart', 0)} redis-restart faults)",
+            f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",
+            f"  left out of over_cap  {d['excluded']['lowered_keys']} lowered keys, {d['excluded']['switched_shows']} switched shows "
+            f"({d['over_cap_excluded']} bookings)",
+            "",
+            "invariants (all must be 0):",
+        ]
+        lines += [f"  {name:<22}{value:>10}  {'ok' if value == 0 else 'FAILED'}" for name, value in d["invariants"].items()]
+        if d["faults_not_injected"]:
+            lines.append(f"faults scheduled but not injected: {d['faults_not_injected']}")
+        for title, rows in (("errors", d["errors"].items()), ("over cap", d["over_cap_examples"]),
+                            ("drift", d["drift_examples"]), ("negative", d["negative_examples"])):
+            for row in rows:
+                lines.append(f"  {title}: {row}")
+        lines.append("")
+        lines.append("OK: every invariant holds" if self.ok else "FAILED: an invariant does not hold")
+        return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""One simulation run: build or load the farm, seed Redis, run the workers for the given
+time under the fault plan, stop them, reconcile once more and check the invariants.
+"""
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from django.db import connections
+from django.test.utils import override_settings
+
+from accounting import publisher, reseed
+from accounting.simulation import reconcile
+from accounting.simulation.farm import SimFarm, build_sim_farm, load_existing_farm
+from accounting.simulation.faults import FaultPlan
+from accounting.simulation.invariants import farm_keys, negative_counters
+from accounting.simulation.report import Report, Stats
+from accounting.simulation.workers import (
+    PublishDrop, SimContext, booker, inflight_keys_pending, operator, reconcile_once, reconciler, releaser,
+)
+from shows.models import Show
+
+FINAL_RESEED_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    shows: int = 4
+    hosts: int = 20
+    jobs: int = 40
+    seconds: float = 60.0
+    bookers: int = 4
+    releasers: int = 2
+    faults: tuple[str, ...] = ()
+    seed: int = 1
+    existing: bool = False
+    reconcile_interval: float = 1.0
+    # Short, so a crashed booker's entry expires within the run; it must stay longer than
+    # the slowest booking transaction (slow-commit holds one for up to 0.3 s).
+    inflight_ttl_seconds: int = 3
+
+
+def seed_redis(*, farm: SimFarm) -> None:
+    """Rebuild an empty Redis, then seed each managed show of the farm as a switch would."""
+    reconcile.bootstrap_if_empty()
+    for show_id in Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True):
+        reseed.seed_show(show_id=show_id)
+
+
+def final_reconcile(*, stats: Stats, ttl_seconds: int) -> None:
+    """After the workers stopped: let in-flight entries of crashed or rolled-back operations
+    expire (their holders are gone), then reconcile until the booked cycle is written."""
+    deadline = time.monotonic() + ttl_seconds + 2
+    while inflight_keys_pending() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for _ in range(FINAL_RESEED_ATTEMPTS):
+        before = stats.reseed_cycles_run
+        reconcile_once(stats)
+        if stats.reseed_cycles_run > before:
+            return
+
+
+def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None] = lambda elapsed, stats: None) -> Report:
+    rng = random.Random(config.seed)
+    stats = Stats()
+    with override_settings(ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds):
+        farm = load_existing_farm() if config.existing else build_sim_farm(
+            shows=config.shows, hosts=config.hosts, jobs=config.jobs, rng=rng,
+        )
+        seed_redis(farm=farm)
+        plan = FaultPlan(kinds=config.faults, seconds=config.seconds, rng=random.Random(f"{config.seed}:faults"))
+        ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval)
+        real_script = publisher.script
+        if "publish-drop" in config.faults:
+            ctx.publish_drop = PublishDrop(rng=ctx.rng("publish-drop"), stats=stats)
+            publisher.script = ctx.publish_drop.wrap(real_script)
+        roles = [(booker, config.bookers), (releaser, config.releasers), (reconciler, 1), (operator, 1)]
+        threads = [
+            threading.Thread(target=body, args=(ctx, i), name=f"sim-{body.__name__}-{i}", daemon=True)
+            for body, count in roles
+            for i in range(count)
+        ]
+        started = time.monotonic()
+        try:
+            plan.start()
+            for thread in threads:
+                thread.start()
+            while (elapsed := time.monotonic() - started) < config.seconds:
+                progress(elapsed, stats)
+                if ctx.stop.wait(min(1.0, config.seconds - elapsed)):
+                    break
+        finally:
+            ctx.stop.set()
+            for thread in threads:
+                thread.join()
+            publisher.script = real_script
+        seconds = time.monotonic() - started
+        progress(seconds, stats)
+        final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds)
+        managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+        drift = reconcile.drift_rows(show_ids=managed)
+        negative = negative_counters(redis_keys=farm_keys(show_ids=farm.show_ids))
+    connections.close_all()
+    return Report(
+        seed=config.seed, seconds=seconds,
+        farm={**{k: v for k, v in asdict(config).items() if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing")},
+              "faults": ",".join(config.faults) or "none"} if not config.existing else {"existing": True, "shows": len(farm.show_ids)},
+        stats=stats, drift_rows=drift, negative_counters=negative, faults_pending=plan.pending(),
+    )

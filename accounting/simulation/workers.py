@@ -1,0 +1,352 @@
+"""The threads of a run: bookers (the Rust scheduler), releasers (Cuebot), the reconciler,
+the operator and the chaos thread. Each has its own PostgreSQL connection (Django's are
+per thread) and closes it when it ends; all share the process's accounting Redis pool.
+"""
+import logging
+import random
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import redis
+from django.db import OperationalError, close_old_connections, connection, connections, transaction
+
+from accounting import booking, keys
+from accounting.services import unbook_proc, unbook_procs
+from accounting.simulation import reconcile
+from accounting.simulation.faults import FaultPlan
+from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
+from accounting.simulation.invariants import over_cap_after_booking
+from accounting.simulation.report import Stats
+from cuebot_acct.redis_factory import accounting_redis
+from shows.farm import PROC_CORES
+from shows.models import Show
+from shows.services import set_scheduler_managed
+
+logger = logging.getLogger(__name__)
+
+SLOW_COMMIT_SECONDS = (0.05, 0.3)
+MANAGED_SHOWS_REFRESH_SECONDS = 0.2
+
+
+class InjectedRollback(Exception):
+    """Raised inside a release transaction to roll it back after the DELETE (pg-rollback)."""
+
+
+class HostFull(Exception):
+    """The chosen host lost its idle capacity to another booker: the INSERT is abandoned."""
+
+
+@dataclass
+class SimContext:
+    farm: SimFarm
+    stats: Stats
+    plan: FaultPlan
+    seed: int
+    reconcile_interval: float
+    stop: threading.Event = field(default_factory=threading.Event)
+    publish_drop: "PublishDrop | None" = None
+
+    def rng(self, role: str, index: int = 0) -> random.Random:
+        return random.Random(f"{self.seed}:{role}:{index}")
+
+
+def worker(name: str):
+    """Run a worker body, count any unexpected exception, and close this thread's connections."""
+    def decorate(body):
+        def run(ctx: SimContext, index: int) -> None:
+            try:
+                body(ctx, index)
+            except Exception as error:  # noqa: BLE001 - reported as a failed invariant, never silent
+                logger.exception("simulator %s %d died", name, index)
+                ctx.stats.count("errors", f"{name}: {type(error).__name__}: {error}")
+            finally:
+                connections.close_all()
+        run.__name__ = name
+        return run
+    return decorate
+
+
+OPEN_HOSTS = """
+SELECT pk_host, pk_alloc, int_cores_idle, int_gpus_idle FROM host
+ WHERE pk_host = ANY(%(hosts)s) AND int_cores_idle >= %(cores)s AND int_mem_idle >= %(mem)s
+"""
+CLAIM_HOST = """
+UPDATE host SET int_cores_idle = int_cores_idle - %(cores)s, int_mem_idle = int_mem_idle - %(mem)s,
+                int_gpus_idle = int_gpus_idle - %(gpus)s
+ WHERE pk_host = %(host)s AND int_cores_idle >= %(cores)s AND int_mem_idle >= %(mem)s AND int_gpus_idle >= %(gpus)s
+"""
+INSERT_PROC = """
+INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, int_gpus_reserved,
+                  int_mem_reserved, int_gpu_mem_reserved, b_local, b_unbooked, ts_booked, ts_ping)
+VALUES (%(proc)s, %(host)s, %(job)s, %(show)s, %(layer)s, %(frame)s, %(cores)s, %(gpus)s, %(mem)s, 0, false, false, now(), now())
+"""
+
+
+class HostView:
+    """The scheduler's view of hosts with idle cores: refreshed every fraction of a second,
+    so it lags, and a booking on a host that filled up meanwhile fails at the INSERT (the
+    host claim) and takes the rollback path, as a real scheduler's would."""
+
+    def __init__(self, farm: SimFarm) -> None:
+        self.farm = farm
+        self.hosts: list[tuple[str, str, int, int]] = []
+        self.read_at = 0.0
+
+    def pick(self, *, rng: random.Random, cores: int) -> tuple[str, str, int] | None:
+        if time.monotonic() - self.read_at > MANAGED_SHOWS_REFRESH_SECONDS:
+            with connection.cursor() as cursor:
+                cursor.execute(OPEN_HOSTS, {"hosts": self.farm.host_ids, "cores": min(PROC_CORES), "mem": PROC_MEM_KB})
+                self.hosts = cursor.fetchall()
+            self.read_at = time.monotonic()
+        fitting = [h for h in self.hosts if h[2] >= cores]
+        if not fitting:
+            return None
+        host_id, alloc_id, _, gpus_idle = rng.choice(fitting)
+        return host_id, alloc_id, gpus_idle
+
+
+class ManagedShows:
+    """The scheduler's view of which shows it owns, refreshed every fraction of a second."""
+
+    def __init__(self, farm: SimFarm) -> None:
+        self.farm = farm
+        self.show_ids: list[str] = []
+        self.read_at = 0.0
+
+    def current(self) -> list[str]:
+        if time.monotonic() - self.read_at > MANAGED_SHOWS_REFRESH_SECONDS:
+            managed = set(Show.objects.filter(pk__in=self.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+            self.show_ids = [s for s in self.farm.show_ids if s in managed and self.farm.layers_by_show.get(s)]
+            self.read_at = time.monotonic()
+        return self.show_ids
+
+
+@worker("booker")
+def booker(ctx: SimContext, index: int) -> None:
+    rng, managed, hosts = ctx.rng("booker", index), ManagedShows(ctx.farm), HostView(ctx.farm)
+    while not ctx.stop.is_set():
+        shows = managed.current()
+        if not shows:
+            ctx.stop.wait(0.05)
+            continue
+        layer = rng.choice(ctx.farm.layers_by_show[rng.choice(shows)])
+        cores = rng.choice(PROC_CORES)
+        host = hosts.pick(rng=rng, cores=cores)
+        if host is None:
+            ctx.stats.count("rejections", "host")
+            continue
+        book_one(ctx, rng=rng, layer=layer, host=host, cores=cores)
+
+
+def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tuple[str, str, int], cores: int) -> None:
+    """One scheduler booking: script, INSERT (host claimed in the same transaction), settle."""
+    host_id, alloc_id, gpus_idle = host
+    gpus = 1 if gpus_idle > 0 and rng.random() < 0.3 else 0
+    ids = dict(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id,
+               layer_id=layer.layer_id, dept_id=layer.dept_id)
+    op_id = uuid.uuid4().hex
+    result = booking.book(**ids, cores=cores, gpus=gpus, op_id=op_id)
+    if not result.ok:
+        ctx.stats.count("rejections", result.table)
+        return
+    if ctx.plan.take("crash-after-lua"):
+        # The booker dies here: no INSERT, no settle, no rollback. Its in-flight entry
+        # expires and the next booked reseed brings Redis back down to SUM(proc).
+        ctx.stats.count("faults", "crash-after-lua")
+        return
+    slow = ctx.plan.take("slow-commit")
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(CLAIM_HOST, {"host": host_id, "cores": cores, "mem": PROC_MEM_KB, "gpus": gpus})
+            if cursor.rowcount != 1:
+                raise HostFull(host_id)
+            cursor.execute(INSERT_PROC, {"proc": str(uuid.uuid4()), "host": host_id, "job": layer.job_id, "show": layer.show_id,
+                                         "layer": layer.layer_id, "frame": str(uuid.uuid4()), "cores": cores, "gpus": gpus,
+                                         "mem": PROC_MEM_KB})
+            if slow:
+                # The straddle window of lessons item 4, held open: acct:seq already
+                # moved, the proc is not yet visible to a reseed's SUM(proc).
+                time.sleep(rng.uniform(*SLOW_COMMIT_SECONDS))
+                ctx.stats.count("faults", "slow-commit")
+    except Exception:  # noqa: BLE001 - any INSERT failure takes the rollback path
+        booking.rollback(**ids, cores=cores, gpus=gpus, op_id=op_id)
+        ctx.stats.add(rollbacks=1)
+        return
+    booking.settle(op_id=op_id)
+    ctx.stats.add(bookings=1)
+    for violation in over_cap_after_booking(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id):
+        ctx.stats.record("over_cap", violation)
+
+
+PICK_PROCS = "SELECT pk_proc FROM proc WHERE pk_show = ANY(%(shows)s) ORDER BY random() LIMIT %(n)s"
+
+
+@worker("releaser")
+def releaser(ctx: SimContext, index: int) -> None:
+    rng = ctx.rng("releaser", index)
+    while not ctx.stop.is_set():
+        n = rng.randint(2, 20) if rng.random() < 0.2 else 1
+        with connection.cursor() as cursor:
+            cursor.execute(PICK_PROCS, {"shows": ctx.farm.show_ids, "n": n})
+            proc_ids = [row[0] for row in cursor.fetchall()]
+        if not proc_ids:
+            ctx.stop.wait(0.05)
+            continue
+        with transient(ctx, "release"):
+            release_some(ctx, proc_ids=proc_ids)
+
+
+def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
+    if ctx.plan.take("pg-rollback"):
+        try:
+            with transaction.atomic():
+                release(proc_ids)
+                raise InjectedRollback
+        except InjectedRollback:
+            ctx.stats.count("faults", "pg-rollback")
+        return
+    if ctx.publish_drop is not None and ctx.plan.take("publish-drop"):
+        ctx.publish_drop.arm()
+    released = release(proc_ids)
+    ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
+    ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
+
+
+TRANSIENT_SQLSTATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
+
+
+@contextmanager
+def transient(ctx: SimContext, label: str):
+    """Count a transaction PostgreSQL rolled back whole (deadlock, serialization failure)
+    instead of ending the worker: the caller (Cuebot, the operator) sees the error and
+    does it again later, as these loops will. Anything else still ends the worker."""
+    try:
+        yield
+    except OperationalError as error:
+        sqlstate = getattr(error.__cause__, "sqlstate", None)
+        if sqlstate not in TRANSIENT_SQLSTATES:
+            raise
+        ctx.stats.count("transient_errors", f"{label} {sqlstate}")
+
+
+def release(proc_ids: list[str]) -> list:
+    """Cuebot's two release entry points: one proc, or a batch in one transaction."""
+    if len(proc_ids) == 1:
+        return [unbook_proc(proc_id=proc_ids[0])]
+    return unbook_procs(proc_ids=proc_ids)
+
+
+@worker("reconciler")
+def reconciler(ctx: SimContext, index: int) -> None:
+    while not ctx.stop.wait(ctx.reconcile_interval):
+        try:
+            reconcile_once(ctx.stats)
+        except redis.exceptions.RedisError as error:
+            # A cycle cut short by Redis (a redis-restart fault between a script load and
+            # its call, say) is what a scheduler's loop meets too: it logs and tries again
+            # at the next tick. Counted, not fatal.
+            ctx.stats.count("reseed_cycles_failed", type(error).__name__)
+        close_old_connections()
+
+
+def reconcile_once(stats: Stats) -> None:
+    """Empty-Redis bootstrap when needed, then the limit reseed and the booked reseed."""
+    if reconcile.bootstrap_if_empty():
+        stats.add(bootstraps=1)
+    if reconcile.reseed_all():
+        stats.add(reseed_cycles_run=1)
+    else:
+        stats.add(reseed_cycles_skipped=1)
+
+
+@worker("operator")
+def operator(ctx: SimContext, index: int) -> None:
+    rng = ctx.rng("operator", index)
+    while not ctx.stop.wait(0.1):
+        if ctx.plan.take("flag-flip"):
+            with transient(ctx, "flag-flip"):
+                flip_a_show(ctx, rng=rng)
+        if ctx.plan.take("limit-change"):
+            with transient(ctx, "limit-change"):
+                change = reconcile.change_random_limit(rng=rng, show_ids=ctx.farm.show_ids)
+                if change.lowered:
+                    ctx.stats.record("lowered_keys", change.key)
+                ctx.stats.count("faults", "limit-change")
+        if ctx.plan.take("redis-restart"):
+            # A restarted Redis without persistence: no keys, no scripts.
+            client = accounting_redis()
+            client.flushdb()
+            client.script_flush()
+            ctx.stats.count("faults", "redis-restart")
+
+
+def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:
+    """Switch a random show, but never the last scheduler-managed one away: a farm with no
+    managed show gives the bookers nothing to do for the rest of the run."""
+    managed = set(Show.objects.filter(pk__in=ctx.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+    candidates = [s for s in ctx.farm.show_ids if s not in managed or len(managed) > 1]
+    show = Show.objects.get(pk=rng.choice(candidates))
+    # Recorded before the switch: a booking checked a moment after the switch is
+    # already one the issue leaves out.
+    ctx.stats.record("switched_show_ids", show.pk)
+    set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
+    ctx.stats.count("faults", "flag-flip")
+
+
+class PublishDrop:
+    """publish-drop: the next release publish's Redis call fails, once.
+
+    Installed by patching the name `script` in accounting.publisher for the length of the
+    run: `release` resolves to a wrapper that, when armed, either fails before sending
+    (the publish never reached Redis) or sends and then loses the reply (it ran, and
+    must not be resent). Both leave the accounting correct or high, never low.
+    """
+
+    def __init__(self, *, rng: random.Random, stats: Stats) -> None:
+        self.rng, self.stats = rng, stats
+        self._armed = 0
+        self._lock = threading.Lock()
+
+    def arm(self) -> None:
+        with self._lock:
+            self._armed += 1
+
+    def _consume(self) -> bool:
+        with self._lock:
+            if not self._armed:
+                return False
+            self._armed -= 1
+            return True
+
+    def wrap(self, real_script):
+        drop = self
+
+        class DroppingScript:
+            def __init__(self, inner) -> None:
+                self.inner = inner
+
+            def run(self, client, *, keys: list[str], args: list) -> object:
+                if not drop._consume():
+                    return self.inner.run(client, keys=keys, args=args)
+                drop.stats.count("faults", "publish-drop")
+                if drop.rng.random() < 0.5:
+                    self.inner.run(client, keys=keys, args=args)
+                    raise redis.exceptions.TimeoutError("simulated: reply lost after the release script ran")
+                raise redis.exceptions.TimeoutError("simulated: release publish never reached Redis")
+
+        def patched(name: str):
+            found = real_script(name)
+            return DroppingScript(found) if name == "release" else found
+
+        return patched
+
+
+def inflight_keys_pending() -> int:
+    """Entries of acct:inflight that have not yet expired, by Redis's clock."""
+    client = accounting_redis()
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    return sum(1 for value in client.hvals(keys.INFLIGHT) if int(value.split(b"|", 1)[0]) > now_ms)
