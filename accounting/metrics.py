@@ -97,3 +97,21 @@ BOOTSTRAPS = Counter(
     "cuebot_acct_bootstrap_total",
     "Times an empty accounting Redis was detected and rebuilt.",
 )
+
+
+# Transactions rerun after PostgreSQL rolled them back whole (accounting.transient).
+
+TRANSACTION_RETRIES = Counter(
+    "cuebot_acct_transaction_retries_total",
+    "Outermost transactions rerun after PostgreSQL aborted them (40P01 deadlock, 40001 serialization), "
+    "by operation (release, recompute) and SQLSTATE.",
+    ["operation", "sqlstate"],
+)
+for _operation in ("release", "recompute"):
+    for _state in ("40P01", "40001"):
+        TRANSACTION_RETRIES.labels(operation=_operation, sqlstate=_state)
+SWITCH_RECOMPUTE_FAILURES = Counter(
+    "cuebot_acct_switch_recompute_failures_total",
+    "Recomputes of a show's PG accounting tables after its switch back to Cuebot that failed "
+    "after their retries (the switch stands; the tables keep their old values until recomputed).",
+)

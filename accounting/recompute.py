@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 from django.db import connection, transaction
 
+from accounting.transient import retry_transient
+
 SUBSCRIPTIONS = """
 UPDATE subscription s
    SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
@@ -83,9 +85,33 @@ UPDATE point pt
 
 ALL_TABLES = (SUBSCRIPTIONS, FOLDERS, JOBS, LAYERS, POINTS)
 
+# Each table's rows of the shows, locked in primary-key order before its UPDATE, tables in
+# ALL_TABLES order: the lock order of the release path (accounting.services), so a
+# recompute and a release wait for each other in one direction only.
+LOCK_ROWS = (
+    "SELECT 1 FROM subscription WHERE pk_show = ANY(%(shows)s) ORDER BY pk_subscription FOR NO KEY UPDATE",
+    """SELECT 1 FROM folder_resource r JOIN folder f ON f.pk_folder = r.pk_folder WHERE f.pk_show = ANY(%(shows)s)
+        ORDER BY r.pk_folder_resource FOR NO KEY UPDATE OF r""",
+    """SELECT 1 FROM job_resource r JOIN job j ON j.pk_job = r.pk_job WHERE j.pk_show = ANY(%(shows)s)
+        ORDER BY r.pk_job_resource FOR NO KEY UPDATE OF r""",
+    """SELECT 1 FROM layer_resource r JOIN layer l ON l.pk_layer = r.pk_layer JOIN job j ON j.pk_job = l.pk_job
+        WHERE j.pk_show = ANY(%(shows)s) ORDER BY r.pk_layer_resource FOR NO KEY UPDATE OF r""",
+    "SELECT 1 FROM point WHERE pk_show = ANY(%(shows)s) ORDER BY pk_point FOR NO KEY UPDATE",
+)
+
 
 def recompute_pg_accounting(*, show_ids: Sequence[str]) -> None:
-    """Make the five accounting tables of these shows equal SUM(proc), in one transaction."""
+    """Make the five accounting tables of these shows equal SUM(proc), in one transaction.
+
+    Idempotent (it rewrites from `proc`), so as the outermost transaction a deadlock victim
+    is simply run again (accounting.transient); inside a caller's transaction the error
+    propagates.
+    """
+    retry_transient(lambda: _recompute_once(show_ids=list(show_ids)), operation="recompute")
+
+
+def _recompute_once(*, show_ids: list[str]) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
-        for statement in ALL_TABLES:
-            cursor.execute(statement, {"shows": list(show_ids)})
+        for lock, statement in zip(LOCK_ROWS, ALL_TABLES, strict=True):
+            cursor.execute(lock, {"shows": show_ids})
+            cursor.execute(statement, {"shows": show_ids})

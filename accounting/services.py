@@ -12,6 +12,7 @@ from accounting import metrics
 from accounting.locks import LockBusy, named_lock
 from accounting.metrics import RELEASE_BATCH_SIZE, RELEASES
 from accounting.publisher import release_publisher
+from accounting.transient import retry_transient
 from accounting.units import cores_from_centicores
 from shows.selectors import is_scheduler_managed
 
@@ -28,9 +29,9 @@ from shows.selectors import is_scheduler_managed
 #      show's flag (the counting rules of accounting.recompute);
 #    - scheduler-managed show: no accounting-table writes; registered in flight before
 #      the block ends, published to Redis after commit (accounting.publisher);
-#    - Cuebot-managed show: subscription, layer_resource, job_resource, folder_resource
+#    - Cuebot-managed show: subscription, folder_resource, job_resource, layer_resource
 #      and point decremented in centicores in the same transaction.
-# Local and Cuebot-managed procs share one set-based statement.
+# Local and Cuebot-managed procs share one set-based statement per table (lock order below).
 
 
 class Branch(StrEnum):
@@ -59,62 +60,87 @@ class Release:
     branch: Branch
 
 
+# Lock order. Concurrent releases (and Cuebot's other writers) lock the same rows; two
+# transactions that lock an overlapping set in different orders deadlock, and PostgreSQL
+# aborts one (40P01). The order a plan visits rows in is not stable (a bitmap scan goes by
+# ctid, an index scan by key, and the plan changes with the batch size), and the
+# data-modifying CTEs of one statement run in an unspecified order. So every release
+# locks: its proc rows, then its host rows, then subscription, folder_resource,
+# job_resource, layer_resource, point (one statement per table, in that order, the
+# recompute uses the same order), each set in primary-key order: a MATERIALIZED CTE with
+# ORDER BY ... FOR [NO KEY] UPDATE locks row by row in sorted order, and the statement
+# then only writes rows that CTE returned, i.e. rows this transaction already holds.
+# Two releases then always wait in the same direction. Writers outside this order (a
+# Cuebot booking, an operator's SQL) can still deadlock with a release: that is what the
+# retry in accounting.transient is for.
 DELETE_PROCS = """
+WITH doomed AS MATERIALIZED (
+     SELECT pk_proc FROM proc WHERE pk_proc = ANY(%(ids)s) ORDER BY pk_proc FOR UPDATE
+)
 DELETE FROM proc p
- USING host h, job j
- WHERE p.pk_proc = ANY(%(ids)s) AND h.pk_host = p.pk_host AND j.pk_job = p.pk_job
+ USING doomed d, host h, job j
+ WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host AND j.pk_job = p.pk_job
 RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept,
           p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
 """
 
 GIVE_BACK_TO_HOSTS = """
+WITH d AS (
+     SELECT * FROM unnest(%(hosts)s::text[], %(cores)s::bigint[], %(mem)s::bigint[], %(gpus)s::bigint[], %(gpu_mem)s::bigint[])
+            AS d(pk_host, cores, mem, gpus, gpu_mem)
+), locked AS MATERIALIZED (
+     SELECT h.pk_host, d.cores, d.mem, d.gpus, d.gpu_mem FROM host h JOIN d ON d.pk_host = h.pk_host
+      ORDER BY h.pk_host FOR NO KEY UPDATE OF h
+)
 UPDATE host h
-   SET int_cores_idle = h.int_cores_idle + d.cores, int_mem_idle = h.int_mem_idle + d.mem,
-       int_gpus_idle = h.int_gpus_idle + d.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + d.gpu_mem
-  FROM unnest(%(hosts)s::text[], %(cores)s::bigint[], %(mem)s::bigint[], %(gpus)s::bigint[], %(gpu_mem)s::bigint[])
-       AS d(pk_host, cores, mem, gpus, gpu_mem)
- WHERE h.pk_host = d.pk_host
+   SET int_cores_idle = h.int_cores_idle + l.cores, int_mem_idle = h.int_mem_idle + l.mem,
+       int_gpus_idle = h.int_gpus_idle + l.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + l.gpu_mem
+  FROM locked l
+ WHERE h.pk_host = l.pk_host
 """
 
-# Each CTE runs even though none is referenced; the per-table sums make a batch
-# touch every accounting row once.
-TAKE_FROM_PG_ACCOUNTING = """
-WITH r AS (
-     SELECT * FROM unnest(%(show)s::text[], %(alloc)s::text[], %(folder)s::text[], %(job)s::text[],
-                          %(layer)s::text[], %(dept)s::text[], %(cores)s::bigint[], %(gpus)s::bigint[], %(local)s::bool[])
-            AS r(pk_show, pk_alloc, pk_folder, pk_job, pk_layer, pk_dept, cores, gpus, local)
-), layers AS (
-     UPDATE layer_resource t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus
-       FROM (SELECT pk_layer, SUM(cores) AS cores, SUM(gpus) AS gpus FROM r GROUP BY pk_layer) d
-      WHERE t.pk_layer = d.pk_layer
-), jobs AS (
-     UPDATE job_resource t
-        SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus,
-            int_local_cores = t.int_local_cores - d.local_cores, int_local_gpus = t.int_local_gpus - d.local_gpus
-       FROM (SELECT pk_job,
-                    COALESCE(SUM(cores) FILTER (WHERE NOT local), 0) AS cores,
-                    COALESCE(SUM(gpus) FILTER (WHERE NOT local), 0) AS gpus,
-                    COALESCE(SUM(cores) FILTER (WHERE local), 0) AS local_cores,
-                    COALESCE(SUM(gpus) FILTER (WHERE local), 0) AS local_gpus
-               FROM r GROUP BY pk_job) d
-      WHERE t.pk_job = d.pk_job
-), subs AS (
-     UPDATE subscription t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus
-       FROM (SELECT pk_show, pk_alloc, SUM(cores) AS cores, SUM(gpus) AS gpus
-               FROM r WHERE NOT local GROUP BY pk_show, pk_alloc) d
-      WHERE t.pk_show = d.pk_show AND t.pk_alloc = d.pk_alloc
-), folders AS (
-     UPDATE folder_resource t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus
-       FROM (SELECT pk_folder, SUM(cores) AS cores, SUM(gpus) AS gpus FROM r WHERE NOT local GROUP BY pk_folder) d
-      WHERE t.pk_folder = d.pk_folder
-), points AS (
-     UPDATE point t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus
-       FROM (SELECT pk_dept, pk_show, SUM(cores) AS cores, SUM(gpus) AS gpus
-               FROM r WHERE NOT local GROUP BY pk_dept, pk_show) d
-      WHERE t.pk_dept = d.pk_dept AND t.pk_show = d.pk_show
+
+@dataclass(frozen=True)
+class _Decrement:
+    """UPDATE table SET amount = amount - delta for the rows matched on keys, locked in pk order.
+
+    Parameters: one text[] per key column and one bigint[] per amount column, named after
+    the column, one element per row (the caller sums per key, so each row matches once).
+    """
+
+    table: str
+    pk: str
+    keys: tuple[str, ...]
+    amounts: tuple[str, ...]
+
+    @property
+    def sql(self) -> str:
+        arrays = ", ".join([f"%({k})s::text[]" for k in self.keys] + [f"%({a})s::bigint[]" for a in self.amounts])
+        match = " AND ".join(f"t.{k} = d.{k}" for k in self.keys)
+        return f"""
+WITH d AS (
+     SELECT * FROM unnest({arrays}) AS d({", ".join(self.keys + self.amounts)})
+), locked AS MATERIALIZED (
+     SELECT t.{self.pk}, {", ".join(f"d.{a}" for a in self.amounts)} FROM {self.table} t JOIN d ON {match}
+      ORDER BY t.{self.pk} FOR NO KEY UPDATE OF t
 )
-SELECT 1
+UPDATE {self.table} t SET {", ".join(f"{a} = t.{a} - l.{a}" for a in self.amounts)}
+  FROM locked l
+ WHERE t.{self.pk} = l.{self.pk}
 """
+
+
+_CORES_GPUS = ("int_cores", "int_gpus")
+# The order of this tuple is the lock order across the accounting tables.
+DECREMENTS = (
+    _Decrement(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
+    _Decrement(table="folder_resource", pk="pk_folder_resource", keys=("pk_folder",), amounts=_CORES_GPUS),
+    _Decrement(table="job_resource", pk="pk_job_resource", keys=("pk_job",),
+               amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus")),
+    _Decrement(table="layer_resource", pk="pk_layer_resource", keys=("pk_layer",), amounts=_CORES_GPUS),
+    _Decrement(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
+)
+DECREMENT_SQL = {d.table: d.sql for d in DECREMENTS}
 
 
 class _PreparedStatementCursor(psycopg.Cursor):
@@ -170,13 +196,33 @@ def _give_back_to_hosts(cursor, releases: Sequence[Release]) -> None:
 
 
 def _take_from_pg_accounting(cursor, releases: Sequence[Release]) -> None:
-    cursor.execute(TAKE_FROM_PG_ACCOUNTING, {
-        "show": [r.show_id for r in releases], "alloc": [r.alloc_id for r in releases],
-        "folder": [r.folder_id for r in releases], "job": [r.job_id for r in releases],
-        "layer": [r.layer_id for r in releases], "dept": [r.dept_id for r in releases],
-        "cores": [r.cores_centicores for r in releases], "gpus": [r.gpus for r in releases],
-        "local": [r.branch is Branch.LOCAL for r in releases],
-    })
+    """Local and Cuebot-managed procs: one ordered decrement per table with rows to change."""
+    sums: dict[str, dict[tuple, list[int]]] = {d.table: defaultdict(lambda: [0, 0, 0, 0]) for d in DECREMENTS}
+
+    def add(table: str, key: tuple, r: Release, *, offset: int = 0) -> None:
+        totals = sums[table][key]
+        totals[offset] += r.cores_centicores
+        totals[offset + 1] += r.gpus
+
+    for r in releases:
+        add("layer_resource", (r.layer_id,), r)
+        if r.branch is Branch.LOCAL:
+            # Counting rules of accounting.recompute: local procs only in their layer and
+            # in the job's int_local_*.
+            add("job_resource", (r.job_id,), r, offset=2)
+            continue
+        add("job_resource", (r.job_id,), r)
+        add("subscription", (r.show_id, r.alloc_id), r)
+        add("folder_resource", (r.folder_id,), r)
+        add("point", (r.dept_id, r.show_id), r)
+    for d in DECREMENTS:
+        rows = sums[d.table]
+        if not rows:
+            continue
+        row_keys = sorted(rows)
+        params = {k: [key[i] for key in row_keys] for i, k in enumerate(d.keys)}
+        params |= {a: [rows[key][j] for key in row_keys] for j, a in enumerate(d.amounts)}
+        cursor.execute(DECREMENT_SQL[d.table], params)
 
 
 def _count_at_commit(releases: Sequence[Release]) -> None:
@@ -187,6 +233,12 @@ def _count_at_commit(releases: Sequence[Release]) -> None:
 
 
 def _release(proc_ids: list[str]) -> dict[str, Release]:
+    # A deadlock victim is rerun whole when this is the outermost transaction (why that is
+    # safe: accounting.transient); inside a caller's transaction the error propagates.
+    return retry_transient(lambda: _release_once(proc_ids), operation="release")
+
+
+def _release_once(proc_ids: list[str]) -> dict[str, Release]:
     with transaction.atomic(), _release_cursor() as cursor:
         cursor.execute(DELETE_PROCS, {"ids": proc_ids})
         rows = cursor.fetchall()

@@ -1,4 +1,5 @@
 """unbook_proc / unbook_procs against real PostgreSQL and Redis."""
+import re
 import threading
 
 import pytest
@@ -333,8 +334,10 @@ def test_threads_releasing_one_proc_release_it_once(acct_redis):
 
 
 def statements(queries) -> list[str]:
+    """The verb of each statement: its first unindented one, so a locking CTE counts as the statement it leads."""
     # The test's own transaction turns the release's atomic block into a savepoint.
-    verbs = [q["sql"].split()[0] for q in queries.captured_queries]
+    verbs = [re.search(r"^(?:DELETE|UPDATE|INSERT|SELECT|SAVEPOINT|RELEASE)\b", q["sql"].strip(), re.M).group(0)
+             for q in queries.captured_queries]
     return [verb for verb in verbs if verb not in ("SAVEPOINT", "RELEASE")]
 
 
