@@ -25,3 +25,12 @@ def point(*, dept_id: str, show_id: str) -> str:
 # Operations whose Redis and PG halves have not both landed; see accounting/inflight docs
 # in the README ("Reseed and in-flight operations").
 INFLIGHT = "acct:inflight"
+
+# Set when Redis has been fully seeded (booked counters, then limits) since it last came up
+# empty; no hot-path script writes it, so its absence means "restarted, not rebuilt yet"
+# (acct:seq is no such sign: settles and releases recreate it within milliseconds).
+SEEDED = "acct:seeded"
+SEEDED_VALUE = "1"
+# The token of the bootstrap in progress: its limit writes and its final SEEDED write
+# happen only while this key still holds its token (a second restart or bootstrap drops it).
+BOOTSTRAPPING = "acct:bootstrapping"

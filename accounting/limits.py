@@ -4,7 +4,9 @@ The PG update commits first; for a scheduler-managed show the new limit fields a
 written to Redis from `transaction.on_commit` (publish iff commit), cores converted and -1
 verbatim, through limit_write.lua, which bumps acct:seq so a reseed in flight retries. A
 failed Redis write is logged at WARN, counted and swallowed, as for the release: the limit
-reseed (every 5 min) heals it. All amounts here are PG units (centicores); commands and the
+reseed (every 5 min) heals it. On a Redis not seeded since a restart nothing is written
+(limit_write.lua's guard): limit fields would open the key before the bootstrap has rebuilt
+its counters, and the bootstrap writes the committed value anyway. All amounts here are PG units (centicores); commands and the
 API convert operator input in cores with `centicores_from_cores`.
 
 The managed flag is read from PostgreSQL inside the transaction, not from the 30 s cache:
@@ -66,7 +68,11 @@ def limit_fields(*, instance: LimitInstance) -> tuple[str, str, list[tuple[str, 
 def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:
     """After commit: write, or WARN + count + swallow (the limit reseed heals)."""
     try:
-        script("limit_write").run(accounting_redis(), keys=[keys.SEQ], args=[part for f, v in fields for part in (key, f, v)])
+        written = script("limit_write").run(
+            accounting_redis(), keys=[keys.SEQ, keys.SEEDED], args=[keys.SEEDED_VALUE, *(part for f, v in fields for part in (key, f, v))]
+        )
+        if not int(written):
+            log.info("limit write for %s left to the bootstrap: the accounting Redis is not seeded", key)
     except (redis.RedisError, OSError) as error:
         LIMIT_PUBLISH_FAILURES.inc()
         log.warning("limit write to Redis failed for %s (%s); the limit reseed will heal it", key, error)

@@ -10,14 +10,22 @@ written unconditionally (limit_write.lua, which bumps acct:seq).
 
 Order: booked counters before limits. A key whose limits exist is open for booking, so it
 must never be open with counters that read low (lessons items 1 and 2).
+
+Empty Redis (a restart: it runs without persistence): `acct:seeded` is missing. Limit
+writes then refuse (limit_write.lua's guard), so no key opens before the bootstrap has
+waited out the in-flight TTL and rebuilt the booked counters (README, "Reconciliation").
 """
 import logging
 import random
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from itertools import islice
+
+from django.conf import settings
 
 from accounting import keys
 from accounting.locks import named_lock
@@ -98,14 +106,20 @@ def reseed_booked(*, show_ids: Sequence[str], scope: str = "farm", max_attempts:
         RESEED_SECONDS.labels(kind="booked").observe(time.monotonic() - started)
 
 
-def write_limits(*, show_ids: Sequence[str], progress: Callable[[int], None] = lambda n: None) -> int:
-    """Write every limit field of these shows, unconditionally. Returns fields written."""
+def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (keys.SEEDED, keys.SEEDED_VALUE),
+                 progress: Callable[[int], None] = lambda n: None) -> int | None:
+    """Write every limit field of these shows while `guard` (key, value) holds in Redis (by
+    default: while Redis is seeded; None: unconditionally). Returns fields written, or None
+    when the guard failed (Redis restarted: the bootstrap will write them all)."""
     started = time.monotonic()
     client = accounting_redis()
     written = 0
+    guard_key, guard_value = guard or (keys.SEEDED, "")
     for chunk in _chunks(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
-        args = [part for triple in chunk for part in triple]
-        script("limit_write").run(client, keys=[keys.SEQ], args=args)
+        args = [guard_value] + [part for triple in chunk for part in triple]
+        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key], args=args)):
+            log.warning("limit write stopped after %d fields: the accounting Redis is not seeded (restarted?)", written)
+            return None
         written += len(chunk)
         progress(len(chunk))
     RESEED_SECONDS.labels(kind="limits").observe(time.monotonic() - started)
@@ -115,11 +129,14 @@ def write_limits(*, show_ids: Sequence[str], progress: Callable[[int], None] = l
 def seed_show(*, show_id: str) -> None:
     """Seed one show that was just switched to the scheduler: booked counters from its procs
     (under the CAS), then its limits. Raises ReseedSkipped, with no limits written (so the
-    show books nothing rather than overbooks), if the CAS never wins; the next reseed heals."""
+    show books nothing rather than overbooks), if the CAS never wins; the next reseed heals.
+
+    Its limits are written even on a Redis not seeded since a restart: until the switch the
+    scheduler booked nothing for this show, so none of its bookings can straddle the restart."""
     with named_lock(name=f"{FARM_LOCK}:show:{show_id}", ttl_seconds=LOCK_TTL_SECONDS):
         if not reseed_booked(show_ids=[show_id], scope="show").written:
             raise ReseedSkipped(show_id)
-        write_limits(show_ids=[show_id])
+        write_limits(show_ids=[show_id], guard=None)
 
 
 @dataclass(frozen=True)
@@ -127,6 +144,7 @@ class ReseedReport:
     shows: int
     booked: BookedOutcome | None
     limit_fields: int | None
+    bootstrapped: bool = False
 
 
 def reseed(*, limits: bool = True, booked: bool = True, show_ids: Sequence[str] | None = None,
@@ -134,8 +152,12 @@ def reseed(*, limits: bool = True, booked: bool = True, show_ids: Sequence[str] 
     """The operator's and the scheduled reseed, under the farm lock (LockBusy if taken).
 
     `show_ids` defaults to every scheduler-managed show; limits are written even when the
-    booked cycle is skipped, since they are configuration."""
+    booked cycle is skipped, since they are configuration. With limits, on a Redis not
+    seeded since its restart, this is the bootstrap (every managed show, after the
+    in-flight wait): limits written straight away could open keys that read low."""
     with named_lock(name=FARM_LOCK, ttl_seconds=LOCK_TTL_SECONDS):
+        if limits and redis_is_empty():
+            return _bootstrap(wait=None, progress=progress)
         shows = list(show_ids) if show_ids is not None else managed_show_ids()
         booked_outcome = reseed_booked(show_ids=shows, progress=progress) if booked else None
         fields = write_limits(show_ids=shows, progress=progress) if limits else None
@@ -143,28 +165,55 @@ def reseed(*, limits: bool = True, booked: bool = True, show_ids: Sequence[str] 
 
 
 def redis_is_empty() -> bool:
-    """No acct:seq and no acct:* key: Redis restarted (it runs without persistence)."""
+    """No acct:seeded marker: Redis restarted (it runs without persistence) and has not been
+    rebuilt since. acct:seq and acct:inflight prove nothing: settles and releases recreate
+    them on an empty Redis."""
+    return not accounting_redis().exists(keys.SEEDED)
+
+
+def inflight_wait(seconds: float) -> None:
+    threading.Event().wait(seconds)  # never set: a plain interval
+
+
+def _bootstrap(*, wait: Callable[[float], object] | None,
+               progress: Callable[[int], None] = lambda n: None) -> ReseedReport:
+    """Rebuild an empty Redis; the caller holds the farm lock.
+
+    A booking whose script ran before the restart lost its in-flight entry with it, and its
+    proc may commit after our SUM(proc): counted by neither, the key would read low. So the
+    keys stay closed to booking (no limit field: booking.lua rejects without a burst) for
+    one in-flight TTL, after which every such booking has committed its proc or expired;
+    then booked counters, then limits, then the marker. The token makes the limit writes and
+    the marker refuse if Redis restarted again (or another bootstrap began) meanwhile."""
     client = accounting_redis()
-    if client.exists(keys.SEQ):
-        return False
-    return next(iter(client.scan_iter(match="acct:*", count=1000)), None) is None
+    token = uuid.uuid4().hex
+    client.set(keys.BOOTSTRAPPING, token)
+    ttl = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
+    log.warning("accounting Redis is empty: keys stay closed to booking for %s s (the in-flight TTL), then rebuild", ttl)
+    (wait or inflight_wait)(ttl)
+    shows = managed_show_ids()
+    outcome = reseed_booked(show_ids=shows, scope="bootstrap", progress=progress)
+    if not outcome.written:
+        return ReseedReport(shows=len(shows), booked=outcome, limit_fields=None, bootstrapped=False)
+    fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), progress=progress)
+    done = fields is not None and int(
+        script("bootstrap_finish").run(client, keys=[keys.SEEDED, keys.BOOTSTRAPPING], args=[token, keys.SEEDED_VALUE])
+    )
+    if done:
+        log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))
+        BOOTSTRAPS.inc()
+    return ReseedReport(shows=len(shows), booked=outcome, limit_fields=fields, bootstrapped=bool(done))
 
 
-def bootstrap_if_empty() -> bool:
-    """Rebuild everything when Redis is empty. True when it did; ReseedSkipped (limits not
-    written) if the booked counters could not be written."""
+def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool:
+    """Rebuild everything when Redis is empty. True when it did; ReseedSkipped if it could not
+    finish (booked CAS skipped, or Redis restarted again during the rebuild): no marker, so
+    the next check starts over. `wait` replaces the in-flight wait (tests control time)."""
     if not redis_is_empty():
         return False
     with named_lock(name=FARM_LOCK, ttl_seconds=LOCK_TTL_SECONDS):
         if not redis_is_empty():
             return False
-        shows = managed_show_ids()
-        log.warning("accounting Redis is empty: rebuilding %d scheduler-managed show(s)", len(shows))
-        if not reseed_booked(show_ids=shows, scope="bootstrap").written:
+        if not _bootstrap(wait=wait).bootstrapped:
             raise ReseedSkipped("bootstrap")
-        write_limits(show_ids=shows)
-        # With no managed show nothing above touched acct:seq; bump it so Redis no longer
-        # reads as empty and the next check does not rebuild again.
-        accounting_redis().incr(keys.SEQ)
-        BOOTSTRAPS.inc()
         return True

@@ -37,3 +37,13 @@ def farm(db):
 @pytest.fixture
 def cuebot_farm(db):
     return build_farm(managed=False)
+
+
+@pytest.fixture
+def seeded_redis(acct_redis) -> redis.Redis:
+    """The accounting Redis as a running service has it: seeded since it came up (the
+    acct:seeded marker), so limit writes reach it and reseeds need no bootstrap."""
+    from accounting import keys
+
+    acct_redis.set(keys.SEEDED, keys.SEEDED_VALUE)
+    return acct_redis

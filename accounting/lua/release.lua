@@ -4,12 +4,28 @@
 -- KEYS[3..n]: accounting hashes (acct:sub/folder/job/layer/point), each listed once
 -- ARGV[1]: operation id registered by release_prepare.lua
 -- ARGV[2*(i-2)], ARGV[2*(i-2)+1]: cores (in cores) and gpus to take off KEYS[i], both >= 0
--- Returns the new acct:seq.
+-- Returns the new acct:seq (bumped whether or not the decrements were applied).
 --
+-- The decrements apply only while the release's in-flight entry is live. Once it is gone
+-- (a Redis restart flushed it) or expired, a reseed may already have written SUM(proc)
+-- without the deleted proc, and decrementing again would count it twice (low, the unsafe
+-- direction): nothing is taken off, an expired entry is removed, and Redis stays high
+-- until the next reseed.
 -- A missing hash is left missing: on an empty Redis a decrement would create a negative
--- counter (counting low, the unsafe direction), and the bootstrap reseed writes the key.
+-- counter, and the bootstrap reseed writes the key.
 -- A counter is never taken below 0: if Redis already counted lower than this release,
 -- keep the higher value (0) and let the recompute settle it.
+local entry = redis.call('HGET', KEYS[1], ARGV[1])
+if not entry then
+  return redis.call('INCR', KEYS[2])
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(string.match(entry, '^(%d+)')) <= now then
+  return redis.call('INCR', KEYS[2])
+end
+
 local function take(key, field, amount)
   if amount > 0 and redis.call('HINCRBY', key, field, -amount) < 0 then
     redis.call('HSET', key, field, 0)
@@ -22,5 +38,4 @@ for i = 3, #KEYS do
     take(KEYS[i], 'int_gpus', tonumber(ARGV[2 * (i - 2) + 1]))
   end
 end
-redis.call('HDEL', KEYS[1], ARGV[1])
 return redis.call('INCR', KEYS[2])

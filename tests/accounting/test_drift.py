@@ -92,7 +92,7 @@ def test_admin_page_shows_chart_and_rows(farm, acct_redis, client):
     assert farm.show.str_name in client.get("/admin/accounting/drift/").content.decode()
 
 
-def test_reseed_command(farm, acct_redis, capsys):
+def test_reseed_command(farm, seeded_redis, acct_redis, capsys):
     farm.add_proc(cores=250)
     other = build_farm(managed=True)
     call_command("acct_reseed", "--show", farm.show.str_name)
@@ -112,7 +112,7 @@ def test_reseed_command_bad_show_exits_2(farm, cuebot_farm, acct_redis, args):
     assert acct_redis.keys("acct:*") == []
 
 
-def test_reseed_then_drift_across_the_farm(farm, cuebot_farm):
+def test_reseed_then_drift_across_the_farm(farm, cuebot_farm, seeded_redis):
     farm.add_proc(cores=250)
     cuebot_farm.add_proc(cores=100)
     reseed()

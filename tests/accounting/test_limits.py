@@ -11,7 +11,7 @@ from accounting.limits import InvalidLimit, set_folder_limits, set_job_limits, s
 from accounting.metrics import LIMIT_PUBLISH_FAILURES
 from accounting.models import FolderResource, JobResource, Point, Subscription
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
 
 
 def sub_key(farm) -> str:
@@ -31,11 +31,21 @@ def test_subscription_change_reaches_redis_after_commit_and_bumps_seq(farm, acct
     assert (farm.subscription.int_size, farm.subscription.int_burst) == (25050, -1)
 
 
+def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing(farm, acct_redis, django_capture_on_commit_callbacks):
+    """A burst written to a restarted Redis would open the subscription with its counters
+    reading 0; the bootstrap writes the committed value after rebuilding them."""
+    acct_redis.flushdb()  # restart: the marker goes too
+    with django_capture_on_commit_callbacks(execute=True):
+        set_subscription_limits(subscription=farm.subscription, burst=30000)
+    assert acct_redis.keys("acct:*") == []
+    assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 30000
+
+
 def test_cuebot_managed_show_changes_stay_in_postgres(cuebot_farm, acct_redis, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         set_subscription_limits(subscription=cuebot_farm.subscription, size=500)
         set_job_limits(job_resource=cuebot_farm.job.resource, max_cores=-1)
-    assert acct_redis.keys("acct:*") == []
+    assert acct_redis.keys("acct:*") == [keys.SEEDED]
     assert Subscription.objects.get(pk=cuebot_farm.subscription.pk).int_size == 500
 
 
@@ -55,7 +65,7 @@ def test_rolled_back_change_publishes_nothing(farm, acct_redis, django_capture_o
         with pytest.raises(RuntimeError), transaction.atomic():
             set_subscription_limits(subscription=farm.subscription, size=900)
             raise RuntimeError("abort")
-    assert acct_redis.keys("acct:*") == []
+    assert acct_redis.keys("acct:*") == [keys.SEEDED]
     assert Subscription.objects.get(pk=farm.subscription.pk).int_size == 10000
 
 
@@ -112,7 +122,7 @@ def test_bad_command_input_exits_2_and_changes_nothing(farm, acct_redis, command
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(CommandError) as error:
         call_command(command, *[a.format(**names) for a in args])
     assert error.value.returncode == 2
-    assert acct_redis.keys("acct:*") == []
+    assert acct_redis.keys("acct:*") == [keys.SEEDED]
     assert Subscription.objects.filter(pk=farm.subscription.pk, int_size=10000, int_burst=20000).exists()
     assert JobResource.objects.filter(pk=farm.job.resource.pk, int_max_cores=10000).exists()
     assert FolderResource.objects.filter(folder=farm.folder, int_max_cores=-1, int_min_gpus=0).exists()

@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from accounting import keys
 from accounting.models import Proc
 from accounting.publisher import NoopReleasePublisher, RedisReleasePublisher, release_publisher
+from accounting.reseed import bootstrap_if_empty
 from accounting.services import unbook_proc
 from cuebot_acct.redis_factory import accounting_redis
 from tests.accounting.test_services_release import hashes, seed_keys
@@ -198,3 +199,35 @@ def test_script_flush_reloads_and_publishes_once(farm, acct_redis, django_captur
     assert stats["cmdstat_evalsha"]["failed_calls"] == 2
     assert stats["cmdstat_script|load"]["calls"] == 2
     assert len(evalsha_sends) == 4
+
+
+def test_release_straddling_a_restart_is_not_decremented_twice(farm, acct_redis, django_capture_on_commit_callbacks):
+    """Prepared, then Redis restarts and the bootstrap rebuilds from SUM(proc), which no
+    longer has the deleted proc; the publish must not take it off a second time."""
+    farm.add_proc(cores=400)
+    proc = farm.add_proc(cores=300, gpus=1)
+    names = seed_keys(acct_redis, farm, cores=7, gpus=1)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        unbook_proc(proc_id=proc.id)
+    acct_redis.flushdb()  # the in-flight entry goes with it
+    assert bootstrap_if_empty(wait=lambda seconds: None)
+    assert hashes(acct_redis, names)["sub"]["int_cores"] == "4"
+
+    for callback in callbacks:
+        callback()
+
+    for role, name in names.items():
+        assert acct_redis.hmget(name, "int_cores", "int_gpus") == ["4", "0"], role  # SUM(proc), not 1
+    assert acct_redis.hgetall(keys.INFLIGHT) == {}
+
+
+def test_release_whose_entry_expired_changes_no_counter(farm, acct_redis, settings, django_capture_on_commit_callbacks):
+    settings.ACCOUNTING_INFLIGHT_TTL_SECONDS = 0  # expired as soon as registered: control time, no sleep
+    proc = farm.add_proc(cores=300)
+    names = seed_keys(acct_redis, farm, cores=3)
+    with django_capture_on_commit_callbacks(execute=True):
+        unbook_proc(proc_id=proc.id)
+    # A reseed may already have dropped the proc along with the expired entry: left high.
+    assert hashes(acct_redis, names) == {role: {"int_cores": "3", "int_gpus": "0"} for role in names}
+    assert acct_redis.hgetall(keys.INFLIGHT) == {}
+    assert acct_redis.get(keys.SEQ) == "2"  # prepare, and the release that applied nothing

@@ -8,6 +8,7 @@ from accounting import keys
 from accounting.auth import issue_token
 from accounting.locks import PREFIX, LockBusy, acquire, named_lock, release
 from accounting.models import JobResource, Subscription
+from accounting import reseed as reseed_module
 from accounting.reseed import FARM_LOCK
 from accounting.tasks import check_empty_redis, reconcile_booked, reconcile_limits, watch_empty_redis
 
@@ -53,7 +54,7 @@ def test_tasks_do_nothing_when_disabled(farm, acct_redis, settings):
     assert acct_redis.keys("acct:*") == []
 
 
-def test_tasks_reconcile_when_enabled(farm, acct_redis, settings):
+def test_tasks_reconcile_when_enabled(farm, seeded_redis, acct_redis, settings):
     settings.ACCOUNTING_RECONCILE_ENABLED = True
     farm.add_proc(cores=250)
     reconcile_booked()
@@ -62,14 +63,17 @@ def test_tasks_reconcile_when_enabled(farm, acct_redis, settings):
     assert acct_redis.hget(sub_key(farm), "burst") == "200"
 
 
-def test_empty_redis_watch_rebuilds_once(farm, acct_redis, settings):
+def test_empty_redis_watch_rebuilds_once(farm, acct_redis, settings, monkeypatch):
     settings.ACCOUNTING_RECONCILE_ENABLED = True
+    waits = []
+    monkeypatch.setattr(reseed_module, "inflight_wait", waits.append)
     farm.add_proc(cores=400)
     watch_empty_redis(checks=3, interval_seconds=0)
     assert acct_redis.hmget(sub_key(farm), "int_cores", "burst") == ["4", "200"]
     acct_redis.flushdb()  # Redis restarted without persistence
     assert check_empty_redis()
     assert acct_redis.hmget(sub_key(farm), "int_cores", "burst") == ["4", "200"]
+    assert waits == [settings.ACCOUNTING_INFLIGHT_TTL_SECONDS] * 2  # one in-flight wait per rebuild
 
 
 def test_task_skips_while_another_reseed_holds_the_lock(farm, acct_redis, settings):
@@ -92,7 +96,7 @@ def test_api_limit_change_needs_a_token(farm, client, acct_redis):
     assert Subscription.objects.get(pk=farm.subscription.pk).int_size == 10000
 
 
-def test_api_limit_change_in_cores_reaches_redis(farm, client, acct_redis, token, django_capture_on_commit_callbacks):
+def test_api_limit_change_in_cores_reaches_redis(farm, client, seeded_redis, acct_redis, token, django_capture_on_commit_callbacks):
     auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     with django_capture_on_commit_callbacks(execute=True):
         response = client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", {"burst": 300},

@@ -7,8 +7,9 @@ from django.db import connection
 
 from accounting import keys
 from accounting.booking import book, settle
+from accounting.services import unbook_proc
 from accounting.metrics import RESEED_SKIPPED
-from accounting.reseed import bootstrap_if_empty, redis_is_empty, reseed, reseed_booked, seed_show
+from accounting.reseed import ReseedSkipped, bootstrap_if_empty, redis_is_empty, reseed, reseed_booked, seed_show
 from accounting import reseed as reseed_module
 from tests.farms import build_farm
 
@@ -48,7 +49,7 @@ def test_seed_show_writes_limits_and_booked_counters_converted_per_proc(farm, ac
 
 @pytest.mark.django_db
 def test_release_and_reseed_agree_on_a_250_centicore_proc(farm, acct_redis):
-    seed_show(show_id=farm.show.id)
+    assert bootstrap_if_empty(wait=no_wait)
     assert book(**ids(farm), cores=250, gpus=0).ok
     farm.add_proc(cores=250)
     reseed(show_ids=[farm.show.id])
@@ -196,22 +197,105 @@ def test_expired_in_flight_entry_is_purged_and_not_counted(farm, acct_redis, set
     assert acct_redis.hlen(keys.INFLIGHT) == 0
 
 
+def no_wait(seconds: float) -> None:
+    """The bootstrap's in-flight wait, with time controlled by the test."""
+
+
 @pytest.mark.django_db
 def test_empty_redis_is_detected_and_rebuilt(farm, acct_redis):
     farm.add_proc(cores=250)
     cuebot = build_farm(managed=False)
     cuebot.add_proc(cores=100)
     assert redis_is_empty()
-    assert bootstrap_if_empty()
+    assert bootstrap_if_empty(wait=no_wait)
     assert not redis_is_empty()
     assert cores(acct_redis, sub_key(farm)) == 2
     assert acct_redis.hget(sub_key(farm), "burst") == "200"
     assert not acct_redis.exists(sub_key(cuebot), keys.job(job_id=cuebot.job.id))
-    assert not bootstrap_if_empty()
+    assert not bootstrap_if_empty(wait=no_wait)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_booking_straddling_a_restart_is_counted_by_the_bootstrap(acct_redis, settings):
+    """The booking's script runs, Redis restarts (its in-flight entry goes), then its proc
+    INSERT commits and it settles. The bootstrap keeps every key closed for one in-flight
+    TTL, so the INSERT commits before the rebuild's SUM(proc), which counts it."""
+    settings.ACCOUNTING_INFLIGHT_TTL_SECONDS = 7
+    farm = build_farm(managed=True)
+    farm.add_proc(cores=500)
+    assert bootstrap_if_empty(wait=no_wait)
+    op = uuid.uuid4().hex
+    assert book(**ids(farm), cores=400, gpus=0, op_id=op).ok
+    inserting = new_pg_connection()
+    waited = []
+
+    def the_insert_commits_during_the_wait(seconds: float) -> None:
+        waited.append(seconds)
+        closed = book(**ids(farm), cores=100, gpus=0, op_id=uuid.uuid4().hex)
+        assert (closed.ok, closed.table) == (False, "subscription")  # no burst: nothing books meanwhile
+        inserting.commit()
+        settle(op_id=op)
+
+    try:
+        sql, params = insert_proc_sql(farm, centicores=400)
+        inserting.execute(sql, params)  # not committed yet
+        acct_redis.flushdb()  # Redis restarts
+        assert bootstrap_if_empty(wait=the_insert_commits_during_the_wait)
+    finally:
+        inserting.close()
+    assert waited == [7]
+    assert cores(acct_redis, sub_key(farm)) == 9  # 5 + 4: the straddling booking is counted
+    assert acct_redis.hget(sub_key(farm), "burst") == "200"
+
+
+@pytest.mark.django_db
+def test_settles_and_releases_on_an_empty_redis_do_not_hide_the_restart(farm, acct_redis, django_capture_on_commit_callbacks):
+    """Hot-path scripts recreate acct:seq on an empty Redis at once; the marker is what
+    tells a rebuilt Redis from a restarted one."""
+    released = farm.add_proc(cores=300)
+    farm.add_proc(cores=200)
+    assert bootstrap_if_empty(wait=no_wait)
+    acct_redis.flushdb()
+    settle(op_id=uuid.uuid4().hex)
+    with django_capture_on_commit_callbacks(execute=True):
+        unbook_proc(proc_id=released.id)
+    assert acct_redis.get(keys.SEQ) == "3"  # settle, prepare, release
+    assert redis_is_empty()
+    assert bootstrap_if_empty(wait=no_wait)
+    assert cores(acct_redis, sub_key(farm)) == 2
+    assert acct_redis.hget(sub_key(farm), "burst") == "200"
+
+
+@pytest.mark.django_db
+def test_a_restart_during_the_bootstrap_leaves_keys_closed_and_unmarked(farm, acct_redis):
+    farm.add_proc(cores=200)
+    with pytest.raises(ReseedSkipped):
+        bootstrap_if_empty(wait=lambda seconds: acct_redis.flushdb())
+    assert not acct_redis.hexists(sub_key(farm), "burst")  # counters written, limits refused
+    assert redis_is_empty()
+    assert bootstrap_if_empty(wait=no_wait)
+    assert acct_redis.hmget(sub_key(farm), "int_cores", "burst") == ["2", "200"]
+
+
+@pytest.mark.django_db
+def test_a_reseed_with_limits_on_an_empty_redis_is_the_bootstrap(farm, acct_redis, monkeypatch, settings):
+    settings.ACCOUNTING_INFLIGHT_TTL_SECONDS = 5
+    waited = []
+    monkeypatch.setattr(reseed_module, "inflight_wait", waited.append)
+    farm.add_proc(cores=300)
+    assert not reseed(limits=False, booked=True).bootstrapped  # counters only: keys stay closed
+    assert not acct_redis.hexists(sub_key(farm), "burst") and redis_is_empty()
+    report = reseed(show_ids=[farm.show.id])
+    assert report.bootstrapped and waited == [5]
+    assert acct_redis.hmget(sub_key(farm), "int_cores", "burst") == ["3", "200"]
+    assert not redis_is_empty()
+    assert not reseed().bootstrapped and waited == [5]
 
 
 @pytest.mark.django_db
 def test_limits_are_written_even_when_the_booked_cycle_is_skipped(farm, acct_redis, monkeypatch):
+    assert bootstrap_if_empty(wait=no_wait)
+    acct_redis.hdel(sub_key(farm), "burst")
     monkeypatch.setattr(reseed_module, "backoff_seconds", lambda *, attempt: 0)
     real_rows = reseed_module.booked_rows
 

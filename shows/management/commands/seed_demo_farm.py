@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from accounting.reseed import reseed
+from accounting.reseed import ReseedSkipped, bootstrap_if_empty, reseed
 from shows.farm import DemoFarmSize, build_demo_farm
 
 
@@ -36,6 +36,12 @@ class Command(BaseCommand):
             f"{summary.hosts} hosts, {summary.procs} procs ({summary.procs_added} new)"
         )
         # The PG build bypasses the booking path: seed Redis for the managed shows from it.
+        # An empty Redis is bootstrapped without the in-flight wait: the demo farm is built
+        # before anything books on it (make run starts the server afterwards).
+        try:
+            bootstrap_if_empty(wait=lambda seconds: None)
+        except ReseedSkipped as skipped:
+            raise CommandError("empty Redis not rebuilt (acct:seq kept changing); run manage.py acct_reseed", returncode=1) from skipped
         report = reseed(show_ids=summary.scheduler_managed_show_ids)
         if not report.booked.written:
             raise CommandError("Redis booked counters not seeded (acct:seq kept changing); run manage.py acct_reseed", returncode=1)
