@@ -38,3 +38,4 @@ bench: services
 	$(PY) manage.py migrate --noinput
 	$(PY) bench/release.py
 	$(PY) bench/reseed.py
+	$(PY) bench/recalculate_subs.py
