@@ -6,17 +6,24 @@ other fields named as their columns, centicores in every int_*cores* column.
 import hashlib
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from shows.models import Alloc, Dept, Folder, Host, Job, Layer, Show, big_integer, created_now, flag, integer, text_pk, tier
+
+
+# A limit is -1 (unlimited) or >= 0, as accounting.limits checks for the services; on the
+# fields, so every model form (the admin's included) refuses other values before saving,
+# instead of committing a value the Redis publish cannot convert.
+LIMIT = {"validators": [MinValueValidator(-1, "Use -1 for unlimited, or a value of 0 or more.")]}
 
 
 class Subscription(models.Model):
     id = text_pk("pk_subscription")
     alloc = models.ForeignKey(Alloc, on_delete=models.PROTECT, db_column="pk_alloc")
     show = models.ForeignKey(Show, on_delete=models.PROTECT, db_column="pk_show")
-    int_size = big_integer(0)
-    int_burst = big_integer(0)
+    int_size = big_integer(0, **LIMIT)
+    int_burst = big_integer(0, **LIMIT)
     int_cores = integer(0)
     int_gpus = integer(0)
     float_tier = tier()
@@ -33,11 +40,11 @@ class FolderResource(models.Model):
     id = text_pk("pk_folder_resource")
     folder = models.OneToOneField(Folder, on_delete=models.CASCADE, db_column="pk_folder", related_name="resource")
     int_cores = integer(0)
-    int_min_cores = integer(0)
-    int_max_cores = integer(-1)
+    int_min_cores = integer(0, **LIMIT)
+    int_max_cores = integer(-1, **LIMIT)
     int_gpus = integer(0)
-    int_min_gpus = integer(0)
-    int_max_gpus = integer(-1)
+    int_min_gpus = integer(0, **LIMIT)
+    int_max_gpus = integer(-1, **LIMIT)
     float_tier = tier()
 
     class Meta:
@@ -50,10 +57,10 @@ class JobResource(models.Model):
     int_cores = big_integer(0)
     int_gpus = integer(0)
     int_min_cores = integer(100)
-    int_max_cores = integer(10000)
+    int_max_cores = integer(10000, **LIMIT)
     int_min_gpus = integer(0)
-    int_max_gpus = integer(100)
-    int_priority = integer(1)
+    int_max_gpus = integer(100, **LIMIT)
+    int_priority = integer(1, **LIMIT)
     int_local_cores = integer(0)
     int_local_gpus = integer(0)
     float_tier = tier()
@@ -79,8 +86,8 @@ class Point(models.Model):
     show = models.ForeignKey(Show, on_delete=models.PROTECT, db_column="pk_show")
     int_cores = integer(0)
     int_gpus = integer(0)
-    int_min_cores = integer(0)
-    int_min_gpus = integer(0)
+    int_min_cores = integer(0, **LIMIT)
+    int_min_gpus = integer(0, **LIMIT)
     b_managed = flag(False)
     float_tier = tier()
     ts_updated = created_now()

@@ -25,12 +25,12 @@ def flag(value: bool) -> models.BooleanField:
     return models.BooleanField(default=value, db_default=value)
 
 
-def integer(value: int) -> models.IntegerField:
-    return models.IntegerField(default=value, db_default=value)
+def integer(value: int, **options) -> models.IntegerField:
+    return models.IntegerField(default=value, db_default=value, **options)
 
 
-def big_integer(value: int) -> models.BigIntegerField:
-    return models.BigIntegerField(default=value, db_default=value)
+def big_integer(value: int, **options) -> models.BigIntegerField:
+    return models.BigIntegerField(default=value, db_default=value, **options)
 
 
 def tier() -> models.DecimalField:

@@ -141,3 +141,33 @@ def test_admin_change_form_publishes_after_commit(farm, acct_redis, client, djan
     assert len(callbacks) == 1
     assert response.status_code == 302, response.content.decode()[:2000]
     assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["42", "84"]
+
+
+@pytest.mark.parametrize(("model_admin", "field", "value"), [
+    ("subscription", "int_burst", -5),
+    ("folderresource", "int_max_cores", -2),
+    ("jobresource", "int_max_cores", -100),
+    ("point", "int_min_cores", -3),
+])
+def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(farm, acct_redis, client, model_admin, field, value):
+    from django.forms.models import model_to_dict
+
+    from accounting.models import Point
+
+    admin_user = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(admin_user)
+    instance = {
+        "subscription": farm.subscription, "folderresource": FolderResource.objects.get(folder=farm.folder),
+        "jobresource": JobResource.objects.get(job=farm.job), "point": Point.objects.get(show=farm.show),
+    }[model_admin]
+    before = model_to_dict(type(instance).objects.get(pk=instance.pk))
+    seq_before = acct_redis.get(keys.SEQ)
+    form = {name: ("" if v is None else v) for name, v in before.items() if name != "id"}
+    form[field] = value
+
+    response = client.post(f"/admin/accounting/{model_admin}/{instance.pk}/change/", form)
+
+    assert response.status_code == 200  # the form comes back with the error; nothing was saved
+    assert "Use -1 for unlimited, or a value of 0 or more." in response.content.decode()
+    assert model_to_dict(type(instance).objects.get(pk=instance.pk)) == before
+    assert acct_redis.get(keys.SEQ) == seq_before
