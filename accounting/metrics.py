@@ -38,6 +38,11 @@ RELEASE_PUBLISH_SECONDS = Histogram(
     "Time of one release script call to Redis, failed calls included.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+RELEASE_PUBLISH_STALE = Counter(
+    "cuebot_acct_release_publish_stale_total",
+    "Release publishes that found their in-flight entry gone or expired and changed no counter "
+    "(Redis left high until the next reseed).",
+)
 RELEASE_BATCH_SIZE = Histogram(
     "cuebot_acct_release_batch_size",
     "Proc ids asked for per release call (unbook_proc counts as 1).",

@@ -24,7 +24,7 @@ from django.conf import settings
 
 from accounting import keys
 from accounting.lua import script
-from accounting.metrics import RELEASE_PUBLISH_FAILURES, RELEASE_PUBLISH_SECONDS
+from accounting.metrics import RELEASE_PUBLISH_FAILURES, RELEASE_PUBLISH_SECONDS, RELEASE_PUBLISH_STALE
 from cuebot_acct.redis_factory import accounting_redis
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class RedisReleasePublisher:
             args += [cores, gpus]
         started = time.perf_counter()
         try:
-            return script("release").run(
+            applied, seq = script("release").run(
                 accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
             )
         except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
@@ -125,6 +125,13 @@ class RedisReleasePublisher:
             return None
         finally:
             RELEASE_PUBLISH_SECONDS.observe(time.perf_counter() - started)
+        if not applied:
+            RELEASE_PUBLISH_STALE.inc()
+            logger.warning(
+                "release found its in-flight entry gone (Redis restarted or the entry expired) and changed "
+                "no counter, Redis left high until the next reseed: %s", _ids(prepared),
+            )
+        return seq
 
 
 def release_publisher() -> ReleasePublisher:

@@ -4,7 +4,8 @@
 -- KEYS[3..n]: accounting hashes (acct:sub/folder/job/layer/point), each listed once
 -- ARGV[1]: operation id registered by release_prepare.lua
 -- ARGV[2*(i-2)], ARGV[2*(i-2)+1]: cores (in cores) and gpus to take off KEYS[i], both >= 0
--- Returns the new acct:seq (bumped whether or not the decrements were applied).
+-- Returns {applied, seq}: applied is 1 when the decrements were applied, 0 when the entry
+-- was gone or expired; seq is the new acct:seq (bumped either way).
 --
 -- The decrements apply only while the release's in-flight entry is live. Once it is gone
 -- (a Redis restart flushed it) or expired, a reseed may already have written SUM(proc)
@@ -17,13 +18,13 @@
 -- keep the higher value (0) and let the recompute settle it.
 local entry = redis.call('HGET', KEYS[1], ARGV[1])
 if not entry then
-  return redis.call('INCR', KEYS[2])
+  return {0, redis.call('INCR', KEYS[2])}
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(string.match(entry, '^(%d+)')) <= now then
-  return redis.call('INCR', KEYS[2])
+  return {0, redis.call('INCR', KEYS[2])}
 end
 
 local function take(key, field, amount)
@@ -38,4 +39,4 @@ for i = 3, #KEYS do
     take(KEYS[i], 'int_gpus', tonumber(ARGV[2 * (i - 2) + 1]))
   end
 end
-return redis.call('INCR', KEYS[2])
+return {1, redis.call('INCR', KEYS[2])}

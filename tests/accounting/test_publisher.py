@@ -201,7 +201,11 @@ def test_script_flush_reloads_and_publishes_once(farm, acct_redis, django_captur
     assert len(evalsha_sends) == 4
 
 
-def test_release_straddling_a_restart_is_not_decremented_twice(farm, acct_redis, django_capture_on_commit_callbacks):
+def stale() -> float:
+    return REGISTRY.get_sample_value("cuebot_acct_release_publish_stale_total") or 0.0
+
+
+def test_release_straddling_a_restart_is_not_decremented_twice(farm, acct_redis, django_capture_on_commit_callbacks, caplog):
     """Prepared, then Redis restarts and the bootstrap rebuilds from SUM(proc), which no
     longer has the deleted proc; the publish must not take it off a second time."""
     farm.add_proc(cores=400)
@@ -212,22 +216,38 @@ def test_release_straddling_a_restart_is_not_decremented_twice(farm, acct_redis,
     acct_redis.flushdb()  # the in-flight entry goes with it
     assert bootstrap_if_empty(wait=lambda seconds: None)
     assert hashes(acct_redis, names)["sub"]["int_cores"] == "4"
+    stale_before = stale()
 
-    for callback in callbacks:
-        callback()
+    with caplog.at_level(logging.WARNING, logger="accounting.publisher"):
+        for callback in callbacks:
+            callback()
 
     for role, name in names.items():
         assert acct_redis.hmget(name, "int_cores", "int_gpus") == ["4", "0"], role  # SUM(proc), not 1
     assert acct_redis.hgetall(keys.INFLIGHT) == {}
+    assert stale() == stale_before + 1
+    assert any("in-flight entry gone" in r.getMessage() and proc.id in r.getMessage() for r in caplog.records)
 
 
 def test_release_whose_entry_expired_changes_no_counter(farm, acct_redis, settings, django_capture_on_commit_callbacks):
     settings.ACCOUNTING_INFLIGHT_TTL_SECONDS = 0  # expired as soon as registered: control time, no sleep
     proc = farm.add_proc(cores=300)
     names = seed_keys(acct_redis, farm, cores=3)
+    stale_before = stale()
     with django_capture_on_commit_callbacks(execute=True):
         unbook_proc(proc_id=proc.id)
+    assert stale() == stale_before + 1
     # A reseed may already have dropped the proc along with the expired entry: left high.
     assert hashes(acct_redis, names) == {role: {"int_cores": "3", "int_gpus": "0"} for role in names}
     assert acct_redis.hgetall(keys.INFLIGHT) == {}
     assert acct_redis.get(keys.SEQ) == "2"  # prepare, and the release that applied nothing
+
+
+def test_a_release_with_a_live_entry_is_applied_and_not_counted_stale(farm, acct_redis, django_capture_on_commit_callbacks):
+    proc = farm.add_proc(cores=300)
+    names = seed_keys(acct_redis, farm, cores=3)
+    stale_before = stale()
+    with django_capture_on_commit_callbacks(execute=True):
+        unbook_proc(proc_id=proc.id)
+    assert hashes(acct_redis, names)["sub"]["int_cores"] == "0"
+    assert stale() == stale_before
