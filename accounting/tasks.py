@@ -13,8 +13,10 @@ from accounting import switching
 from accounting.guardrail import run_guardrail
 from accounting.instances import delete_stale_instances
 from accounting.locks import LockBusy
+from accounting.recompute import recompute_pg_accounting
 from accounting.reseed import ReseedSkipped, bootstrap_if_empty, reseed
 from accounting.services import recalculate_subs
+from accounting.snapshot import managed_show_ids
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,17 @@ EMPTY_CHECK_INTERVAL_SECONDS = 10
 
 
 def reconcile_booked() -> None:
+    """The reference's 2-minute recompute, both halves: Redis booked counters and, so that
+    CueGUI's view of scheduler-managed shows stays fresh, their PG accounting tables (which
+    nothing else writes while the scheduler owns them)."""
     if not settings.ACCOUNTING_RECONCILE_ENABLED:
         return
     try:
         reseed(limits=False, booked=True)
     except LockBusy:
         log.info("booked reconciliation skipped: another reseed holds the lock")
+        return
+    recompute_pg_accounting(show_ids=managed_show_ids())
 
 
 def reconcile_limits() -> None:

@@ -11,6 +11,7 @@ from accounting.models import JobResource, Subscription
 from accounting import reseed as reseed_module
 from accounting.reseed import FARM_LOCK
 from accounting.tasks import check_empty_redis, reconcile_booked, reconcile_limits, watch_empty_redis
+from tests.accounting.pg import accounting_mismatches
 
 pytestmark = pytest.mark.django_db
 
@@ -57,8 +58,11 @@ def test_tasks_do_nothing_when_disabled(farm, acct_redis, settings):
 def test_tasks_reconcile_when_enabled(farm, seeded_redis, acct_redis, settings):
     settings.ACCOUNTING_RECONCILE_ENABLED = True
     farm.add_proc(cores=250)
+    Subscription.objects.filter(pk=farm.subscription.pk).update(int_cores=0)  # CueGUI's view lagging
     reconcile_booked()
     assert acct_redis.hget(sub_key(farm), "int_cores") == "2" and not acct_redis.hexists(sub_key(farm), "burst")
+    # The PG half of the recompute: the scheduler-managed show's tables equal SUM(proc) again.
+    assert accounting_mismatches(show_id=farm.show.id) == []
     reconcile_limits()
     assert acct_redis.hget(sub_key(farm), "burst") == "200"
 
