@@ -9,7 +9,9 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from shows.models import Alloc, Dept, Folder, Host, Job, Layer, Show, big_integer, created_now, flag, integer, text_pk, tier
+from shows.models import (
+    Alloc, Dept, Folder, Host, Job, Layer, Show, big_integer, created_now, flag, integer, readable_labels, text_pk, tier,
+)
 
 
 # A limit is -1 (unlimited) or >= 0, as accounting.limits checks for the services; on the
@@ -18,6 +20,7 @@ from shows.models import Alloc, Dept, Folder, Host, Job, Layer, Show, big_intege
 LIMIT = {"validators": [MinValueValidator(-1, "Use -1 for unlimited, or a value of 0 or more.")]}
 
 
+@readable_labels
 class Subscription(models.Model):
     id = text_pk("pk_subscription")
     alloc = models.ForeignKey(Alloc, on_delete=models.PROTECT, db_column="pk_alloc")
@@ -36,6 +39,7 @@ class Subscription(models.Model):
         return f"{self.show_id}:{self.alloc_id}"
 
 
+@readable_labels
 class FolderResource(models.Model):
     id = text_pk("pk_folder_resource")
     folder = models.OneToOneField(Folder, on_delete=models.CASCADE, db_column="pk_folder", related_name="resource")
@@ -51,6 +55,7 @@ class FolderResource(models.Model):
         db_table = "folder_resource"
 
 
+@readable_labels
 class JobResource(models.Model):
     id = text_pk("pk_job_resource")
     job = models.OneToOneField(Job, on_delete=models.CASCADE, db_column="pk_job", related_name="resource")
@@ -69,6 +74,7 @@ class JobResource(models.Model):
         db_table = "job_resource"
 
 
+@readable_labels
 class LayerResource(models.Model):
     id = text_pk("pk_layer_resource")
     layer = models.OneToOneField(Layer, on_delete=models.CASCADE, db_column="pk_layer", related_name="resource")
@@ -80,6 +86,7 @@ class LayerResource(models.Model):
         db_table = "layer_resource"
 
 
+@readable_labels
 class Point(models.Model):
     id = text_pk("pk_point")
     dept = models.ForeignKey(Dept, on_delete=models.PROTECT, db_column="pk_dept")
@@ -97,6 +104,7 @@ class Point(models.Model):
         constraints = [models.UniqueConstraint(fields=["show", "dept"], name="point_show_dept_uniq")]
 
 
+@readable_labels
 class Proc(models.Model):
     """A booking: canonical for what is reserved. Allocation comes from the host."""
 
@@ -124,6 +132,7 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+@readable_labels
 class ApiToken(models.Model):
     """A bearer token for the API. Only its SHA-256 is stored; the raw value is shown once."""
 
@@ -143,6 +152,7 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.user})"
 
 
+@readable_labels
 class Instance(models.Model):
     """A running web or task process, as it last reported itself (see accounting.instances).
 

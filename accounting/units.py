@@ -33,4 +33,5 @@ def format_cores(centicores: int) -> str:
     """Human display of a stored centicore value: '2.5 cores', 'unlimited'."""
     if centicores == UNLIMITED:
         return "unlimited"
-    return f"{centicores / 100:g} cores"
+    cores = centicores / 100
+    return f"{cores:g} core" if cores == 1 else f"{cores:g} cores"

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
 from accounting.admin_display import cores_column
 from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Layer, Show
@@ -22,11 +24,18 @@ class AllocAdmin(admin.ModelAdmin):
 
 @admin.register(Show)
 class ShowAdmin(admin.ModelAdmin):
-    list_display = ["str_name", "b_scheduler_managed", "b_active", "b_paused", "default_min", "default_max"]
+    list_display = ["str_name", "b_scheduler_managed", "b_active", "b_paused", "default_min", "default_max", "drift"]
     list_filter = ["b_scheduler_managed", "b_active"]
     search_fields = ["str_name"]
     default_min = cores_column("int_default_min_cores", "default min")
     default_max = cores_column("int_default_max_cores", "default max")
+
+    @admin.display(description="Redis drift")
+    def drift(self, show: Show) -> str:
+        """Scheduler-managed shows link to their drift page (Redis against PostgreSQL)."""
+        if not show.b_scheduler_managed:
+            return "-"
+        return format_html('<a href="{}">inspect</a>', reverse("acct-drift-show", args=[show.id]))
     actions = ["move_to_scheduler", "move_back_to_cuebot"]
 
     @admin.action(description="Move to scheduler", permissions=["change"])

@@ -6,11 +6,25 @@ column's name. Defaults are database defaults as well as Python ones, so a row
 inserted by another program that omits a column gets the value OpenCue would give it.
 Cores are centicores (1 core = 100) everywhere in PostgreSQL.
 """
+import re
 import uuid
 
 from django.db import models
 from django.db.models.functions import Now
 from django.utils import timezone
+
+
+TYPE_PREFIX = re.compile(r"^(str|b|int|ts|float)_")
+
+
+def readable_labels(model: type[models.Model]) -> type[models.Model]:
+    """Admin and form labels without OpenCue's type prefixes: b_scheduler_managed reads
+    "scheduler managed", str_name "name". Column names stay exact; migrations record only
+    an explicit verbose_name, so this changes no migration."""
+    for field in model._meta.fields:
+        if field.verbose_name == field.name.replace("_", " "):
+            field.verbose_name = TYPE_PREFIX.sub("", field.name).replace("_", " ")
+    return model
 
 
 def new_pk() -> str:
@@ -41,6 +55,7 @@ def created_now() -> models.DateTimeField:
     return models.DateTimeField(default=timezone.now, db_default=Now())
 
 
+@readable_labels
 class Facility(models.Model):
     id = text_pk("pk_facility")
     str_name = models.CharField(max_length=36, unique=True)
@@ -53,6 +68,7 @@ class Facility(models.Model):
         return self.str_name
 
 
+@readable_labels
 class Alloc(models.Model):
     id = text_pk("pk_alloc")
     str_name = models.CharField(max_length=36, unique=True)
@@ -70,6 +86,7 @@ class Alloc(models.Model):
         return self.str_name
 
 
+@readable_labels
 class Show(models.Model):
     id = text_pk("pk_show")
     str_name = models.CharField(max_length=512, unique=True)
@@ -91,6 +108,7 @@ class Show(models.Model):
         return self.str_name
 
 
+@readable_labels
 class Dept(models.Model):
     id = text_pk("pk_dept")
     str_name = models.CharField(max_length=36, unique=True)
@@ -104,6 +122,7 @@ class Dept(models.Model):
         return self.str_name
 
 
+@readable_labels
 class Folder(models.Model):
     id = text_pk("pk_folder")
     # The schema document gives this column no foreign-key constraint.
@@ -126,6 +145,7 @@ class Folder(models.Model):
         return self.str_name
 
 
+@readable_labels
 class Job(models.Model):
     id = text_pk("pk_job")
     folder = models.ForeignKey(Folder, on_delete=models.PROTECT, db_column="pk_folder")
@@ -150,6 +170,7 @@ class Job(models.Model):
         return self.str_name
 
 
+@readable_labels
 class Layer(models.Model):
     id = text_pk("pk_layer")
     job = models.ForeignKey(Job, on_delete=models.CASCADE, db_column="pk_job")
@@ -169,6 +190,7 @@ class Layer(models.Model):
         return self.str_name
 
 
+@readable_labels
 class Host(models.Model):
     id = text_pk("pk_host")
     alloc = models.ForeignKey(Alloc, on_delete=models.PROTECT, db_column="pk_alloc")

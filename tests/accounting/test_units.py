@@ -23,4 +23,6 @@ def test_other_negative_values_are_refused(bad):
 
 def test_format_cores():
     assert format_cores(250) == "2.5 cores"
+    assert format_cores(100) == "1 core"
+    assert format_cores(0) == "0 cores"
     assert format_cores(-1) == "unlimited"

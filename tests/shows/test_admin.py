@@ -59,3 +59,11 @@ def test_a_user_without_change_permission_cannot_toggle(client, django_user_mode
     client.force_login(viewer)
     client.post(CHANGELIST, {"action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes"})
     assert flags(farm.show) == [True]
+
+
+def test_show_list_reads_like_an_operator_and_links_managed_shows_to_their_drift(admin_client, farm, cuebot_farm):
+    page = admin_client.get("/admin/shows/show/").content.decode()
+    assert "Scheduler managed" in page and "B scheduler managed" not in page
+    assert f"/admin/accounting/drift/{farm.show.id}/" in page
+    assert f"/admin/accounting/drift/{cuebot_farm.show.id}/" not in page
+    assert admin_client.get(f"/admin/accounting/drift/{farm.show.id}/").status_code == 200
