@@ -5,7 +5,7 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
-from pydantic import StrictStr, field_validator
+from pydantic import AfterValidator, StrictStr, field_validator
 
 from accounting.auth import BearerToken
 from accounting.drift import drift_report, show_by_name
@@ -14,6 +14,7 @@ from accounting.locks import held_locks
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.services import Release, unbook_proc, unbook_procs
 from accounting.units import centicores_from_cores
+from cuebot_acct.api_types import DbText, storable
 
 router = Router(tags=["accounting"])
 
@@ -44,7 +45,7 @@ class ErrorOut(Schema):
 
 
 class UnbookBatchIn(Schema):
-    proc_ids: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=36)]], Field(min_length=1, max_length=MAX_BATCH)]
+    proc_ids: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=36), AfterValidator(storable)]], Field(min_length=1, max_length=MAX_BATCH)]
 
     @field_validator("proc_ids")
     @classmethod
@@ -89,7 +90,7 @@ def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
     "/procs/{proc_id}/unbook", auth=BearerToken(), response={200: ReleaseOut, 404: ErrorOut}, tags=["release"],
     summary="Release one proc",
 )
-def unbook_one(request: HttpRequest, proc_id: str):
+def unbook_one(request: HttpRequest, proc_id: DbText):
     release = unbook_proc(proc_id=proc_id)
     if release is None:
         return Status(404, {"detail": f"no proc {proc_id}"})
@@ -100,7 +101,7 @@ def unbook_one(request: HttpRequest, proc_id: str):
 
 
 @router.get("/accounting/drift", summary="Redis against PostgreSQL for scheduler-managed shows")
-def accounting_drift(request, show: str | None = None):
+def accounting_drift(request, show: DbText | None = None):
     show_ids = None
     if show is not None:
         found = show_by_name(name=show)
@@ -155,7 +156,7 @@ def _limited(change) -> dict:
 
 
 @router.patch("/accounting/subscriptions/{subscription_id}/limits", auth=BearerToken(), summary="Set size/burst (cores)")
-def patch_subscription_limits(request, subscription_id: str, payload: SubscriptionLimitsIn):
+def patch_subscription_limits(request, subscription_id: DbText, payload: SubscriptionLimitsIn):
     subscription = get_object_or_404(Subscription, pk=subscription_id)
     values = _centicores(payload, ("size", "burst"))
     sub = _limited(lambda: set_subscription_limits(subscription=subscription, **values))
@@ -163,7 +164,7 @@ def patch_subscription_limits(request, subscription_id: str, payload: Subscripti
 
 
 @router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(), summary="Set folder caps (cores, -1 unlimited)")
-def patch_folder_limits(request, folder_id: str, payload: FolderLimitsIn):
+def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
     resource = get_object_or_404(FolderResource, folder_id=folder_id)
     values = _centicores(payload, ("min_cores", "max_cores"))
     folder = _limited(lambda: set_folder_limits(folder_resource=resource, **values))
@@ -172,7 +173,7 @@ def patch_folder_limits(request, folder_id: str, payload: FolderLimitsIn):
 
 
 @router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(), summary="Set job caps (cores, -1 unlimited)")
-def patch_job_limits(request, job_id: str, payload: JobLimitsIn):
+def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     resource = get_object_or_404(JobResource, job_id=job_id)
     values = _centicores(payload, ("max_cores",))
     job = _limited(lambda: set_job_limits(job_resource=resource, **values))
@@ -180,7 +181,7 @@ def patch_job_limits(request, job_id: str, payload: JobLimitsIn):
 
 
 @router.patch("/accounting/points/{point_id}/limits", auth=BearerToken(), summary="Set point minimums (cores)")
-def patch_point_limits(request, point_id: str, payload: PointLimitsIn):
+def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
     point = get_object_or_404(Point, pk=point_id)
     values = _centicores(payload, ("min_cores",))
     point = _limited(lambda: set_point_limits(point=point, **values))

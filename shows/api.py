@@ -5,6 +5,7 @@ from ninja.errors import HttpError
 from pydantic import ConfigDict, StrictBool
 
 from accounting.auth import StaffBearerToken
+from cuebot_acct.api_types import DbText
 from shows.models import Show
 from shows.selectors import get_show_by_name, list_shows
 from shows.services import set_scheduler_managed
@@ -47,12 +48,12 @@ def shows(request: HttpRequest):
 
 
 @router.get("/{name}", response=ShowOut, summary="One show with its ownership flag")
-def show(request: HttpRequest, name: str):
+def show(request: HttpRequest, name: DbText):
     return ShowOut.of(show_or_404(name))
 
 
 @router.put("/{name}/scheduler-managed", response=ManagedOut, auth=StaffBearerToken(),
             summary="Move a show to the scheduler (true) or back to Cuebot (false)")
-def put_scheduler_managed(request: HttpRequest, name: str, payload: ManagedIn):
+def put_scheduler_managed(request: HttpRequest, name: DbText, payload: ManagedIn):
     old, new = set_scheduler_managed(show=show_or_404(name), managed=payload.managed)
     return ManagedOut(name=name, old=old, new=new)
