@@ -1,7 +1,8 @@
 """Writes of the accounting app: the release path and recalculate_subs."""
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -163,6 +164,23 @@ def _release_cursor():
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
 
 
+@contextmanager
+def _one_round_trip() -> Iterator[None]:
+    """The statements run in the block go to PostgreSQL in one round trip (psycopg's
+    pipeline mode), still one by one through the Django cursor wrapper.
+
+    The server runs pipelined statements one after the other in the order sent, so the
+    lock order above holds; each statement is sent (and runs) as it is executed, only its
+    result is awaited at the end. A failure of a statement whose result arrives at the
+    end (the common case: a deadlock is found while the client has sent everything) is
+    raised by the pipeline's exit, outside the cursor wrapper: converting it here makes it
+    the Django error a failed execute raises (40P01 as its cause, so retry_transient
+    reruns the release), and the atomic block rolls the transaction back as usual.
+    """
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
+
+
 def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
     (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id,
      centicores, gpus, mem, gpu_mem, local) = row
@@ -247,10 +265,13 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         # The flag is read once per show, and only for shows with non-local procs.
         managed = {show_id: is_scheduler_managed(show_id=show_id) for show_id in {row[2] for row in rows if not row[12]}}
         releases = [_release_from_row(row, managed=managed) for row in rows]
-        _give_back_to_hosts(cursor, releases)
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
-        if in_pg:
-            _take_from_pg_accounting(cursor, in_pg)
+        # The host UPDATE and the decrements need nothing back: one round trip for up to
+        # six statements. A scheduler-managed release has only the host UPDATE to send.
+        with _one_round_trip() if in_pg else nullcontext():
+            _give_back_to_hosts(cursor, releases)
+            if in_pg:
+                _take_from_pg_accounting(cursor, in_pg)
         to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
         if to_redis:
             publisher = release_publisher()

@@ -8,6 +8,9 @@ its Redis keys and its API user afterwards. Prints releases/s and the ratio to t
 for: the floor, unbook_proc, unbook_procs in batches of 100, and POST
 /api/v1/procs/{id}/unbook from concurrent clients against a gunicorn it starts on
 127.0.0.1; then SQL statements and Redis round trips per release, by database.
+Then the same for a Cuebot-managed farm of its own (PG accounting tables decremented in
+the transaction, nothing in Redis): unbook_proc and batches of 100 against a bare psycopg
+floor running the same statements, and SQL statements and PostgreSQL round trips per release.
 Measured, never asserted: the targets are printed beside the ratios.
 """
 import argparse
@@ -18,9 +21,10 @@ import subprocess
 import sys
 import threading
 import time
+import tempfile
 import uuid
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +47,9 @@ from accounting import keys  # noqa: E402
 from accounting.auth import issue_token  # noqa: E402
 from accounting.lua import script  # noqa: E402
 from accounting.models import FolderResource, JobResource, LayerResource, Point, Subscription  # noqa: E402
-from accounting.services import DELETE_PROCS, GIVE_BACK_TO_HOSTS, unbook_proc, unbook_procs  # noqa: E402
+from accounting.services import (  # noqa: E402
+    DECREMENT_SQL, DECREMENTS, DELETE_PROCS, GIVE_BACK_TO_HOSTS, unbook_proc, unbook_procs,
+)
 from accounting.units import cores_from_centicores  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
 from shows.farm import PROC_COLUMNS, copy_rows  # noqa: E402
@@ -55,29 +61,34 @@ PROC_CORES = (100, 250, 400, 200)
 HTTP_CLIENTS = 4
 HTTP_WORKERS = 2
 ROUNDS = 5
+# Starting PG booked counters of a Cuebot-managed bench farm, in centicores: above what
+# the bench releases, so no counter goes negative.
+PG_BOOKED = 10**8
 
 
 class BenchFarm:
-    """One scheduler-managed show, one job and layer, a few hosts; procs added per phase."""
+    """One show (scheduler-managed or not), one job and layer, a few hosts; procs added per phase."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, scheduler_managed: bool = True) -> None:
         run = uuid.uuid4().hex[:10]
         self.run = run
+        # A Cuebot-managed farm's PG counters start high; a scheduler-managed one's are not written.
+        booked = {} if scheduler_managed else {"int_cores": PG_BOOKED, "int_gpus": PG_BOOKED}
         self.facility = Facility.objects.create(str_name=f"bench-{run}")
         self.alloc = Alloc.objects.create(str_name=f"bench-{run}", facility=self.facility, str_tag="bench")
-        self.show = Show.objects.create(str_name=f"bench-{run}", b_scheduler_managed=True)
+        self.show = Show.objects.create(str_name=f"bench-{run}", b_scheduler_managed=scheduler_managed)
         self.dept = Dept.objects.create(str_name=f"bench-{run}")
-        Subscription.objects.create(show=self.show, alloc=self.alloc, int_size=10**9, int_burst=10**9)
-        Point.objects.create(show=self.show, dept=self.dept)
+        Subscription.objects.create(show=self.show, alloc=self.alloc, int_size=10**9, int_burst=10**9, **booked)
+        Point.objects.create(show=self.show, dept=self.dept, **booked)
         self.folder = Folder.objects.create(show=self.show, dept=self.dept, str_name="root", b_default=True)
-        FolderResource.objects.create(folder=self.folder)
+        FolderResource.objects.create(folder=self.folder, **booked)
         self.job = Job.objects.create(
             folder=self.folder, show=self.show, dept=self.dept, facility=self.facility, str_name=f"bench-{run}",
             str_shot="sh001", str_user="bench", str_state="PENDING",
         )
-        JobResource.objects.create(job=self.job, int_max_cores=10**9)
+        JobResource.objects.create(job=self.job, int_max_cores=10**9, **booked)
         self.layer = Layer.objects.create(job=self.job, str_name="render", str_type="Render", int_mem_min=1024)
-        LayerResource.objects.create(layer=self.layer, job=self.job)
+        LayerResource.objects.create(layer=self.layer, job=self.job, **booked)
         self.hosts = Host.objects.bulk_create([
             Host(alloc=self.alloc, str_name=f"bench-{run}-{h}", str_lock_state="OPEN", int_cores=10**9,
                  int_cores_idle=10**9, int_mem=10**12, int_mem_idle=10**12)
@@ -157,6 +168,35 @@ def floor(farm: BenchFarm, proc_ids: list[str], *, with_flag_and_prepare: bool) 
             acct.evalsha(release.sha, 2 + len(key_names), keys.INFLIGHT, keys.SEQ, *key_names, op_id, *([cores, gpus] * len(key_names)))
         elapsed = time.perf_counter() - started
     flags.delete(flag_key)
+    return len(proc_ids) / elapsed
+
+
+def decrement_params(row: tuple) -> dict[str, dict[str, list]]:
+    """Per accounting table, the parameters of its decrement for one non-local proc's DELETE row."""
+    (_, _, show, alloc, folder, job, layer, dept, centicores, gpus, _, _, _) = row
+    values = {"pk_show": show, "pk_alloc": alloc, "pk_folder": folder, "pk_job": job, "pk_layer": layer,
+              "pk_dept": dept, "int_cores": centicores, "int_gpus": gpus, "int_local_cores": 0, "int_local_gpus": 0}
+    return {d.table: {column: [values[column]] for column in d.keys + d.amounts} for d in DECREMENTS}
+
+
+def cuebot_floor(proc_ids: list[str], *, pipelined: bool) -> float:
+    """A Cuebot-managed release on bare psycopg: DELETE, host UPDATE, the five decrements in
+    lock order, COMMIT, each statement prepared as the service's are; optionally with the
+    statements after the DELETE in one pipeline (one round trip)."""
+    with psycopg.connect(settings.DATABASE_URL) as pg:
+        started = time.perf_counter()
+        for proc_id in proc_ids:
+            with pg.cursor() as cursor:
+                cursor.execute(DELETE_PROCS, {"ids": [proc_id]}, prepare=True)
+                row = cursor.fetchone()
+                (_, host, _, _, _, _, _, _, centicores, gpus, mem, gpu_mem, _) = row
+                with pg.pipeline() if pipelined else nullcontext():
+                    cursor.execute(GIVE_BACK_TO_HOSTS, {"hosts": [host], "cores": [centicores], "mem": [mem],
+                                                        "gpus": [gpus], "gpu_mem": [gpu_mem]}, prepare=True)
+                    for table, params in decrement_params(row).items():
+                        cursor.execute(DECREMENT_SQL[table], params, prepare=True)
+            pg.commit()
+        elapsed = time.perf_counter() - started
     return len(proc_ids) / elapsed
 
 
@@ -256,6 +296,70 @@ def counting_round_trips():
             del client.execute_command
 
 
+@contextmanager
+def counting_pg_round_trips():
+    """SQL statements (execute_wrappers) and PostgreSQL round trips while the block runs.
+
+    A round trip is one ReadyForQuery in libpq's protocol trace: the server's answer to a
+    Sync or a simple Query, which the client waits for (a pipeline sends many statements
+    and one Sync).
+    """
+    counts: Counter = Counter()
+
+    def sql(execute, sql_text, params, many, context):
+        counts["sql"] += 1
+        return execute(sql_text, params, many, context)
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile() as trace, connection.execute_wrapper(sql):
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            yield counts
+        finally:
+            pgconn.untrace()
+            trace.seek(0)
+            counts["round trips"] = sum(1 for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line)
+
+
+def cuebot_phase(n: int) -> dict:
+    """Cuebot-managed releases on a farm of their own, interleaved with their floors."""
+    farm = BenchFarm(scheduler_managed=False)
+    try:
+        for proc_id in farm.add_procs(20):
+            unbook_proc(proc_id=proc_id)
+        unbook_procs(proc_ids=farm.add_procs(100))
+        cuebot_floor(farm.add_procs(20), pipelined=False)
+        cuebot_floor(farm.add_procs(20), pipelined=True)
+
+        seconds: Counter = Counter()
+        per_round = max(1, n // ROUNDS)
+        for _ in range(ROUNDS):
+            ids = farm.add_procs(per_round)
+            seconds["floor"] += per_round / cuebot_floor(ids, pipelined=False)
+            ids = farm.add_procs(per_round)
+            seconds["floor_pipelined"] += per_round / cuebot_floor(ids, pipelined=True)
+            ids = farm.add_procs(per_round)
+            seconds["single"] += per_round / timed(lambda: [unbook_proc(proc_id=p) for p in ids], per_round)
+            ids = farm.add_procs(2 * per_round)
+            seconds["batched"] += 2 * per_round / timed(
+                lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], 2 * per_round
+            )
+        total = per_round * ROUNDS
+        rates = {k: total / seconds[k] for k in ("floor", "floor_pipelined", "single")}
+        rates["batched"] = 2 * total / seconds["batched"]
+
+        counted = farm.add_procs(101)
+        with counting_pg_round_trips() as one:
+            unbook_proc(proc_id=counted[0])
+        with counting_pg_round_trips() as hundred:
+            unbook_procs(proc_ids=counted[1:])
+    finally:
+        farm.remove()
+    return {"rates": rates, "one": one, "hundred": hundred}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, default=1000, help="releases per measured phase (batches use 2x)")
@@ -303,6 +407,7 @@ def main() -> None:
             unbook_procs(proc_ids=counted[1:])
     finally:
         farm.remove()
+    cuebot = cuebot_phase(n)
 
     print(f"release bench: {n} releases per path (2x for batches) in {ROUNDS} interleaved rounds, scheduler-managed show, warm flag cache, "
           f"PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}")
@@ -325,6 +430,23 @@ def main() -> None:
     print("per batch of 100 (unbook_procs): "
           f"SQL {hundred['sql']}, Redis accounting db {hundred['redis accounting db']}, "
           f"Redis cache db {hundred['redis cache db']}")
+
+    rates, one, hundred = cuebot["rates"], cuebot["one"], cuebot["hundred"]
+    print()
+    print(f"Cuebot-managed show: {n} releases per path (2x for batches) in {ROUNDS} interleaved rounds, no Redis")
+    print(f"{'path':46s} {'releases/s':>11s} {'x floor':>8s}")
+    cuebot_rows = [
+        ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", rates["floor"]),
+        ("floor, host UPDATE + decrements pipelined", rates["floor_pipelined"]),
+        ("unbook_proc", rates["single"]),
+        ("unbook_procs, batches of 100", rates["batched"]),
+    ]
+    for label, rate in cuebot_rows:
+        print(f"{label:46s} {rate:11.0f} {rate / rates['floor']:8.2f}")
+    print(f"unbook_proc vs the pipelined floor: {rates['single'] / rates['floor_pipelined']:.2f}x; "
+          f"batches of 100: {rates['batched'] / rates['single']:.1f}x unbook_proc")
+    print(f"per release (unbook_proc): SQL {one['sql']}, PG round trips {one['round trips']} (BEGIN and COMMIT included)")
+    print(f"per batch of 100 (unbook_procs): SQL {hundred['sql']}, PG round trips {hundred['round trips']}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """unbook_proc / unbook_procs against real PostgreSQL and Redis."""
 import re
+import tempfile
 import threading
 
+import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
@@ -9,6 +11,7 @@ from accounting import keys
 from accounting.models import FolderResource, JobResource, LayerResource, Point, Proc, Subscription
 from accounting.services import Branch, Release, unbook_proc, unbook_procs
 from shows.models import Host
+from tests.accounting.pg import accounting_mismatches
 from tests.farms import build_farm
 
 
@@ -366,3 +369,32 @@ def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag_cache(
         unbook_procs(proc_ids=[p.id for p in procs[1:]])
     assert statements(queries) == ["DELETE", "UPDATE"]
     assert sent == ["EVALSHA", "EVALSHA"]
+
+
+def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cuebot_farm):
+    from django.test.utils import CaptureQueriesContext
+
+    from shows.selectors import is_scheduler_managed
+
+    procs = [cuebot_farm.add_proc(cores=100), cuebot_farm.add_proc(cores=200, local=True)]
+    is_scheduler_managed(show_id=cuebot_farm.show.id)  # warm: the flag lookup is not what this counts
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile() as trace, CaptureQueriesContext(connection) as queries:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            unbook_procs(proc_ids=[p.id for p in procs])
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        answers = [line for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line]
+
+    # Each statement still goes through the cursor wrapper, in lock order.
+    assert statements(queries) == ["DELETE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE"]
+    tables = [m.group(1) for q in queries.captured_queries if (m := re.search(r"^UPDATE (\w+)", q["sql"], re.M))]
+    assert tables == ["host", "subscription", "folder_resource", "job_resource", "layer_resource", "point"]
+    # The savepoint (the test's transaction holds the outer one), the DELETE, the six UPDATEs
+    # together, the savepoint's release: four answers awaited, not nine.
+    assert len(answers) == 4
+    assert accounting_mismatches(show_id=cuebot_farm.show.id) == []

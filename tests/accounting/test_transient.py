@@ -94,6 +94,11 @@ def deadlock(*, run: Callable[[], object], pause_before: str, hold: tuple[str, l
     def victim() -> None:
         def pause_once(execute, sql, params, many, context):
             if pause_before in sql and not paused.is_set():
+                # In a pipeline, a statement is sent when executed but may not have run
+                # yet: a sync makes the server run everything sent, so the pause holds
+                # the earlier statements' locks (outside a pipeline it is a no-op round trip).
+                with connection.connection.pipeline() as pipeline:
+                    pipeline.sync()
                 paused.set()
                 holder_waiting.wait()
             return execute(sql, params, many, context)
