@@ -206,6 +206,26 @@ def timed(fn, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
+# The service's two entry points, each timed on fresh procs: one call per proc, and
+# batches of 100 (given twice the procs, so a round has several batches).
+LIBRARY_PATHS = {
+    "single": lambda ids: timed(lambda: [unbook_proc(proc_id=p) for p in ids], len(ids)),
+    "batched": lambda ids: timed(lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], len(ids)),
+}
+
+
+def interleaved_rates(farm: "BenchFarm", n: int, paths: dict) -> dict[str, float]:
+    """Releases/s per path, over ROUNDS rounds that run every path in turn, so drift in
+    machine load hits every path alike. Each path gets n releases in all (batches 2n)."""
+    seconds: Counter = Counter()
+    per_round = max(1, n // ROUNDS)
+    for _ in range(ROUNDS):
+        for name, release in paths.items():
+            count = 2 * per_round if name == "batched" else per_round
+            seconds[name] += count / release(farm.add_procs(count))
+    return {name: (2 if name == "batched" else 1) * per_round * ROUNDS / seconds[name] for name in paths}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -333,22 +353,11 @@ def cuebot_phase(n: int) -> dict:
         cuebot_floor(farm.add_procs(20), pipelined=False)
         cuebot_floor(farm.add_procs(20), pipelined=True)
 
-        seconds: Counter = Counter()
-        per_round = max(1, n // ROUNDS)
-        for _ in range(ROUNDS):
-            ids = farm.add_procs(per_round)
-            seconds["floor"] += per_round / cuebot_floor(ids, pipelined=False)
-            ids = farm.add_procs(per_round)
-            seconds["floor_pipelined"] += per_round / cuebot_floor(ids, pipelined=True)
-            ids = farm.add_procs(per_round)
-            seconds["single"] += per_round / timed(lambda: [unbook_proc(proc_id=p) for p in ids], per_round)
-            ids = farm.add_procs(2 * per_round)
-            seconds["batched"] += 2 * per_round / timed(
-                lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], 2 * per_round
-            )
-        total = per_round * ROUNDS
-        rates = {k: total / seconds[k] for k in ("floor", "floor_pipelined", "single")}
-        rates["batched"] = 2 * total / seconds["batched"]
+        rates = interleaved_rates(farm, n, {
+            "floor": lambda ids: cuebot_floor(ids, pipelined=False),
+            "floor_pipelined": lambda ids: cuebot_floor(ids, pipelined=True),
+            **LIBRARY_PATHS,
+        })
 
         counted = farm.add_procs(101)
         with counting_pg_round_trips() as one:
@@ -374,23 +383,12 @@ def main() -> None:
             unbook_proc(proc_id=proc_id)
         floor(farm, farm.add_procs(20), with_flag_and_prepare=False)
 
-        # Interleaved rounds, so drift in machine load hits every path alike.
-        seconds: Counter = Counter()
-        per_round = max(1, n // ROUNDS)
-        for _ in range(ROUNDS):
-            ids = farm.add_procs(per_round)
-            seconds["bare"] += per_round / floor(farm, ids, with_flag_and_prepare=False)
-            ids = farm.add_procs(per_round)
-            seconds["bare_same_trips"] += per_round / floor(farm, ids, with_flag_and_prepare=True)
-            ids = farm.add_procs(per_round)
-            seconds["single"] += per_round / timed(lambda: [unbook_proc(proc_id=p) for p in ids], per_round)
-            ids = farm.add_procs(2 * per_round)
-            seconds["batched"] += 2 * per_round / timed(
-                lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], 2 * per_round
-            )
-        total = per_round * ROUNDS
-        bare, bare_same_trips, single = (total / seconds[k] for k in ("bare", "bare_same_trips", "single"))
-        batched = 2 * total / seconds["batched"]
+        rates = interleaved_rates(farm, n, {
+            "bare": lambda ids: floor(farm, ids, with_flag_and_prepare=False),
+            "bare_same_trips": lambda ids: floor(farm, ids, with_flag_and_prepare=True),
+            **LIBRARY_PATHS,
+        })
+        bare, bare_same_trips, single, batched = (rates[k] for k in ("bare", "bare_same_trips", "single", "batched"))
         http_ids = farm.add_procs(options.http_procs)
         with gunicorn_server() as port:
             for proc_id in farm.add_procs(2 * HTTP_CLIENTS):  # warm the workers
