@@ -343,6 +343,16 @@ def counting_pg_round_trips():
             counts["round trips"] = sum(1 for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line)
 
 
+def counts_per_call(farm: BenchFarm, counter) -> tuple[dict, dict]:
+    """What `counter` sees for one unbook_proc and for one unbook_procs of 100 procs."""
+    procs = farm.add_procs(101)
+    with counter() as one:
+        unbook_proc(proc_id=procs[0])
+    with counter() as hundred:
+        unbook_procs(proc_ids=procs[1:])
+    return one, hundred
+
+
 def cuebot_phase(n: int) -> dict:
     """Cuebot-managed releases on a farm of their own, interleaved with their floors."""
     farm = BenchFarm(scheduler_managed=False)
@@ -359,11 +369,7 @@ def cuebot_phase(n: int) -> dict:
             **LIBRARY_PATHS,
         })
 
-        counted = farm.add_procs(101)
-        with counting_pg_round_trips() as one:
-            unbook_proc(proc_id=counted[0])
-        with counting_pg_round_trips() as hundred:
-            unbook_procs(proc_ids=counted[1:])
+        one, hundred = counts_per_call(farm, counting_pg_round_trips)
     finally:
         farm.remove()
     return {"rates": rates, "one": one, "hundred": hundred}
@@ -397,12 +403,8 @@ def main() -> None:
                 conn.getresponse().read()
             over_http = http_rate(port, farm.token, http_ids)
 
-        counted = farm.add_procs(101)
         is_scheduler_managed(show_id=farm.show.id)  # the counts below are for a warm flag cache
-        with counting_round_trips() as one:
-            unbook_proc(proc_id=counted[0])
-        with counting_round_trips() as hundred:
-            unbook_procs(proc_ids=counted[1:])
+        one, hundred = counts_per_call(farm, counting_round_trips)
     finally:
         farm.remove()
     cuebot = cuebot_phase(n)
