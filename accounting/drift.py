@@ -6,15 +6,14 @@ operation caught between its two halves is not reported. A missing booked field 
 0 (the booking script does the same); a missing limit field is drift whatever its PG value,
 since the booking script rejects on a missing burst. Both sides are streamed in chunks.
 """
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from itertools import islice
 
 from accounting import keys
 from accounting.lua import script
 from accounting.models import Subscription
 from accounting.units import cores_from_centicores
-from accounting.snapshot import booked_rows, limit_rows, managed_show_ids
+from accounting.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
 from cuebot_acct.redis_factory import accounting_redis
 from shows.models import Show
 
@@ -43,12 +42,6 @@ class DriftReport:
     def as_dict(self) -> dict:
         return {"shows": self.shows, "fields_checked": self.fields_checked, "fields_drifted": len(self.rows),
                 "rows": [asdict(row) for row in self.rows]}
-
-
-def _chunks(rows: Iterable, size: int) -> Iterator[list]:
-    iterator = iter(rows)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
 
 
 def live_inflight_amounts() -> dict[str, tuple[int, int]]:
@@ -83,7 +76,7 @@ def _compare(*, mode: str, triples: list[tuple[str, str, int]]) -> list[DriftRow
 
 
 def _booked_drift(*, show_ids: Sequence[str], inflight: dict[str, tuple[int, int]]) -> Iterator[tuple[int, list[DriftRow]]]:
-    for chunk in _chunks(booked_rows(show_ids=show_ids), CHUNK):
+    for chunk in chunked(booked_rows(show_ids=show_ids), CHUNK):
         triples = []
         for key, cores, gpus in chunk:
             add_cores, add_gpus = inflight.get(key, (0, 0))
@@ -93,7 +86,7 @@ def _booked_drift(*, show_ids: Sequence[str], inflight: dict[str, tuple[int, int
 
 def _limit_drift(*, show_ids: Sequence[str]) -> Iterator[tuple[int, list[DriftRow]]]:
     numeric = ((key, field, value) for key, field, value in limit_rows(show_ids=show_ids) if field != "show_id")
-    for chunk in _chunks(numeric, 2 * CHUNK):
+    for chunk in chunked(numeric, 2 * CHUNK):
         yield len(chunk), _compare(mode="limits", triples=chunk)
 
 

@@ -20,10 +20,9 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from itertools import islice
 
 from django.conf import settings
 
@@ -31,7 +30,7 @@ from accounting import keys
 from accounting.locks import named_lock
 from accounting.lua import script
 from accounting.metrics import BOOTSTRAPS, RESEED_CAS_MISSES, RESEED_SECONDS, RESEED_SKIPPED
-from accounting.snapshot import booked_rows, limit_rows, managed_show_ids
+from accounting.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
 from cuebot_acct.redis_factory import accounting_redis
 
 log = logging.getLogger(__name__)
@@ -55,12 +54,6 @@ class BookedOutcome:
     attempts: int
 
 
-def _chunks(rows: Iterable, size: int) -> Iterable[list]:
-    iterator = iter(rows)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
-
-
 def backoff_seconds(*, attempt: int) -> float:
     """Full jitter: uniform in [0, min(cap, base * 2**attempt)], so retries of several
     reseeds (and of one reseed against a steady hot path) do not line up."""
@@ -75,7 +68,7 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None])
     # closing(): a missed CAS leaves the loop early; end the snapshot's transaction and
     # server-side cursor then, not whenever the generator is collected.
     with closing(booked_rows(show_ids=show_ids)) as rows:
-        for chunk in _chunks(rows, CHUNK_KEYS):
+        for chunk in chunked(rows, CHUNK_KEYS):
             args = [seq_before]
             for key, cores, gpus in chunk:
                 args += [key, cores, gpus]
@@ -115,7 +108,7 @@ def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (ke
     client = accounting_redis()
     written = 0
     guard_key, guard_value = guard or (keys.SEEDED, "")
-    for chunk in _chunks(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
+    for chunk in chunked(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
         args = [guard_value] + [part for triple in chunk for part in triple]
         if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key], args=args)):
             log.warning("limit write stopped after %d fields: the accounting Redis is not seeded (restarted?)", written)

@@ -4,7 +4,8 @@ Both readers stream: the booked snapshot is one query through a server-side curs
 the limit rows are read table by table with iterators, so memory depends on the number of
 keys, never on the number of procs.
 """
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 
 from django.db import connection, transaction
 
@@ -12,6 +13,14 @@ from accounting import keys
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.units import cores_from_centicores
 from shows.models import Show
+
+
+def chunked(rows: Iterable, size: int) -> Iterator[list]:
+    """Rows in lists of at most `size`, so a reseed or a drift check sends one script call
+    per chunk while memory stays bounded by the chunk, not the farm."""
+    iterator = iter(rows)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
 
 # One query: SUM(proc) per key, every proc converted to cores before summing
 # (`int_cores_reserved / 100` is integer division, i.e. cores_from_centicores for the
