@@ -8,13 +8,14 @@ from ninja.errors import HttpError
 from pydantic import AfterValidator, StrictStr, field_validator
 
 from accounting.auth import BearerToken
-from accounting.drift import drift_report, show_by_name
+from accounting.drift import drift_report
 from accounting.limits import InvalidLimit, set_folder_limits, set_job_limits, set_point_limits, set_subscription_limits
 from accounting.locks import held_locks
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.services import Release, unbook_proc, unbook_procs
 from accounting.units import centicores_from_cores
 from cuebot_acct.api_types import DbText, storable
+from shows.selectors import get_show_by_name
 
 router = Router(tags=["accounting"])
 
@@ -104,7 +105,7 @@ def unbook_one(request: HttpRequest, proc_id: DbText):
 def accounting_drift(request, show: DbText | None = None):
     show_ids = None
     if show is not None:
-        found = show_by_name(name=show)
+        found = get_show_by_name(name=show)
         if found is None:
             raise HttpError(404, f"unknown show {show!r}")
         show_ids = [found.id]

@@ -102,10 +102,6 @@ def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
     return DriftReport(shows=shows, fields_checked=checked, rows=found)
 
 
-def show_by_name(*, name: str) -> Show | None:
-    return Show.objects.filter(str_name=name).first()
-
-
 @dataclass(frozen=True)
 class SubscriptionBar:
     alloc: str

@@ -2,7 +2,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.drift import drift_report, show_by_name
+from accounting.drift import drift_report
+from shows.selectors import get_show_by_name
 
 
 class Command(BaseCommand):
@@ -19,7 +20,7 @@ class Command(BaseCommand):
     def handle(self, *args, show: str | None, **options) -> None:
         show_ids = None
         if show is not None:
-            found = show_by_name(name=show)
+            found = get_show_by_name(name=show)
             if found is None:
                 raise CommandError(f"unknown show {show!r}", returncode=2)
             show_ids = [found.id]

@@ -1,9 +1,9 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from accounting.drift import show_by_name
 from accounting.locks import LockBusy
 from accounting.reseed import reseed
+from shows.selectors import get_show_by_name
 
 
 class Command(BaseCommand):
@@ -22,7 +22,7 @@ class Command(BaseCommand):
             limits = booked = True
         show_ids = None
         if show is not None:
-            found = show_by_name(name=show)
+            found = get_show_by_name(name=show)
             if found is None:
                 raise CommandError(f"unknown show {show!r}", returncode=2)
             if not found.b_scheduler_managed:
