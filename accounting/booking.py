@@ -38,11 +38,8 @@ def _run(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: 
     reply = script("booking").run(
         accounting_redis(),
         keys=[
-            keys.sub(show_id=show_id, alloc_id=alloc_id),
-            keys.folder(folder_id=folder_id),
-            keys.job(job_id=job_id),
-            keys.layer(layer_id=layer_id),
-            keys.point(dept_id=dept_id, show_id=show_id),
+            *keys.of_proc(show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
+                          layer_id=layer_id, dept_id=dept_id),
             keys.SEQ,
             keys.INFLIGHT,
         ],

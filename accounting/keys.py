@@ -22,6 +22,17 @@ def layer(*, layer_id: str) -> str:
 def point(*, dept_id: str, show_id: str) -> str:
     return f"acct:point:{dept_id}:{show_id}"
 
+
+def of_proc(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str) -> tuple[str, ...]:
+    """The five hashes one proc counts against, in the order the booking and release scripts take them."""
+    return (
+        sub(show_id=show_id, alloc_id=alloc_id),
+        folder(folder_id=folder_id),
+        job(job_id=job_id),
+        layer(layer_id=layer_id),
+        point(dept_id=dept_id, show_id=show_id),
+    )
+
 # Operations whose Redis and PG halves have not both landed; see accounting/inflight docs
 # in the README ("Reseed and in-flight operations").
 INFLIGHT = "acct:inflight"

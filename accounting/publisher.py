@@ -45,12 +45,9 @@ class PreparedRelease:
 
 
 def release_keys(release: "Release") -> tuple[str, ...]:
-    return (
-        keys.sub(show_id=release.show_id, alloc_id=release.alloc_id),
-        keys.folder(folder_id=release.folder_id),
-        keys.job(job_id=release.job_id),
-        keys.layer(layer_id=release.layer_id),
-        keys.point(dept_id=release.dept_id, show_id=release.show_id),
+    return keys.of_proc(
+        show_id=release.show_id, alloc_id=release.alloc_id, folder_id=release.folder_id,
+        job_id=release.job_id, layer_id=release.layer_id, dept_id=release.dept_id,
     )
 
 

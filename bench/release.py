@@ -94,11 +94,10 @@ class BenchFarm:
                  int_cores_idle=10**9, int_mem=10**12, int_mem_idle=10**12)
             for h in range(HOSTS)
         ])
-        self.redis_keys = [
-            keys.sub(show_id=self.show.id, alloc_id=self.alloc.id), keys.folder(folder_id=self.folder.id),
-            keys.job(job_id=self.job.id), keys.layer(layer_id=self.layer.id),
-            keys.point(dept_id=self.dept.id, show_id=self.show.id),
-        ]
+        self.redis_keys = keys.of_proc(
+            show_id=self.show.id, alloc_id=self.alloc.id, folder_id=self.folder.id,
+            job_id=self.job.id, layer_id=self.layer.id, dept_id=self.dept.id,
+        )
         client = accounting_redis()
         for key in self.redis_keys:  # high enough that no release clamps
             client.hset(key, mapping={"int_cores": 10**12, "int_gpus": 10**9})
@@ -158,8 +157,7 @@ def floor(farm: BenchFarm, proc_ids: list[str], *, with_flag_and_prepare: bool) 
                     flags.get(flag_key)
                 cursor.execute(GIVE_BACK_TO_HOSTS, {"hosts": [host], "cores": [centicores], "mem": [mem], "gpus": [gpus], "gpu_mem": [gpu_mem]})
             cores = cores_from_centicores(centicores)
-            key_names = [keys.sub(show_id=show, alloc_id=alloc), keys.folder(folder_id=folder), keys.job(job_id=job),
-                         keys.layer(layer_id=layer), keys.point(dept_id=dept, show_id=show)]
+            key_names = keys.of_proc(show_id=show, alloc_id=alloc, folder_id=folder, job_id=job, layer_id=layer, dept_id=dept)
             op_id = uuid.uuid4().hex
             if with_flag_and_prepare:
                 payload = "|".join(f"{k}|{cores}|{gpus}" for k in key_names)
