@@ -21,7 +21,8 @@ from accounting import keys
 from accounting.lua import script
 from accounting.metrics import LIMIT_PUBLISH_FAILURES
 from accounting.models import FolderResource, JobResource, Point, Subscription
-from accounting.units import UNLIMITED, cores_from_centicores
+from accounting.snapshot import redis_limits
+from accounting.units import UNLIMITED
 from cuebot_acct.redis_factory import accounting_redis
 from shows.models import Show
 
@@ -41,28 +42,14 @@ def _check(name: str, value: int | None) -> None:
 
 def limit_fields(*, instance: LimitInstance) -> tuple[str, str, list[tuple[str, int]]]:
     """(show id, Redis key, [(field, value in Redis units)]) of one limit row."""
+    fields = redis_limits(model=type(instance), column=lambda name: getattr(instance, name))
     if isinstance(instance, Subscription):
-        return instance.show_id, keys.sub(show_id=instance.show_id, alloc_id=instance.alloc_id), [
-            ("size", cores_from_centicores(instance.int_size)),
-            ("burst", cores_from_centicores(instance.int_burst)),
-        ]
+        return instance.show_id, keys.sub(show_id=instance.show_id, alloc_id=instance.alloc_id), fields
     if isinstance(instance, FolderResource):
-        return instance.folder.show_id, keys.folder(folder_id=instance.folder_id), [
-            ("int_min_cores", cores_from_centicores(instance.int_min_cores)),
-            ("int_max_cores", cores_from_centicores(instance.int_max_cores)),
-            ("int_min_gpus", instance.int_min_gpus),
-            ("int_max_gpus", instance.int_max_gpus),
-        ]
+        return instance.folder.show_id, keys.folder(folder_id=instance.folder_id), fields
     if isinstance(instance, JobResource):
-        return instance.job.show_id, keys.job(job_id=instance.job_id), [
-            ("int_max_cores", cores_from_centicores(instance.int_max_cores)),
-            ("int_max_gpus", instance.int_max_gpus),
-            ("int_priority", instance.int_priority),
-        ]
-    return instance.show_id, keys.point(dept_id=instance.dept_id, show_id=instance.show_id), [
-        ("int_min_cores", cores_from_centicores(instance.int_min_cores)),
-        ("int_min_gpus", instance.int_min_gpus),
-    ]
+        return instance.job.show_id, keys.job(job_id=instance.job_id), fields
+    return instance.show_id, keys.point(dept_id=instance.dept_id, show_id=instance.show_id), fields
 
 
 def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:

@@ -4,7 +4,7 @@ Both readers stream: the booked snapshot is one query through a server-side curs
 the limit rows are read table by table with iterators, so memory depends on the number of
 keys, never on the number of procs.
 """
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 
 from django.db import connection, transaction
@@ -63,6 +63,27 @@ SELECT COALESCE(s.key, b.key), COALESCE(s.cores, 0)::bigint, COALESCE(s.gpus, 0)
 
 STREAM_ROWS = 5000
 
+# The limit fields of each table as Redis holds them: (Redis field, PG column, whether the
+# value is cores, converted from centicores with -1 verbatim, or a count passed as is).
+LIMIT_FIELDS = {
+    Subscription: (("size", "int_size", True), ("burst", "int_burst", True)),
+    FolderResource: (("int_min_cores", "int_min_cores", True), ("int_max_cores", "int_max_cores", True),
+                     ("int_min_gpus", "int_min_gpus", False), ("int_max_gpus", "int_max_gpus", False)),
+    JobResource: (("int_max_cores", "int_max_cores", True), ("int_max_gpus", "int_max_gpus", False),
+                  ("int_priority", "int_priority", False)),
+    Point: (("int_min_cores", "int_min_cores", True), ("int_min_gpus", "int_min_gpus", False)),
+}
+
+
+def redis_limits(*, model: type, column: Callable[[str], int]) -> list[tuple[str, int]]:
+    """(Redis field, value) of one limit row, reading each PG column through `column`."""
+    return [(field, cores_from_centicores(column(name)) if in_cores else column(name))
+            for field, name, in_cores in LIMIT_FIELDS[model]]
+
+
+def _columns(model: type) -> list[str]:
+    return [name for _, name, _ in LIMIT_FIELDS[model]]
+
 
 def managed_show_ids() -> list[str]:
     return list(Show.objects.filter(b_scheduler_managed=True).order_by("pk").values_list("pk", flat=True))
@@ -83,35 +104,20 @@ def booked_rows(*, show_ids: Sequence[str]) -> Iterator[tuple[str, int, int]]:
 def limit_rows(*, show_ids: Sequence[str]) -> Iterator[tuple[str, str, int | str]]:
     """(key, field, value) of every limit field of these shows, cores converted, -1 verbatim."""
     shows = list(show_ids)
-    for show_id, alloc_id, size, burst in (
-        Subscription.objects.filter(show_id__in=shows).values_list("show_id", "alloc_id", "int_size", "int_burst").iterator()
-    ):
-        key = keys.sub(show_id=show_id, alloc_id=alloc_id)
-        yield key, "size", cores_from_centicores(size)
-        yield key, "burst", cores_from_centicores(burst)
-    for folder_id, show_id, min_cores, max_cores, min_gpus, max_gpus in (
-        FolderResource.objects.filter(folder__show_id__in=shows)
-        .values_list("folder_id", "folder__show_id", "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus")
-        .iterator()
-    ):
-        key = keys.folder(folder_id=folder_id)
-        yield key, "int_min_cores", cores_from_centicores(min_cores)
-        yield key, "int_max_cores", cores_from_centicores(max_cores)
-        yield key, "int_min_gpus", min_gpus
-        yield key, "int_max_gpus", max_gpus
-        yield key, "show_id", show_id
-    for job_id, max_cores, max_gpus, priority in (
-        JobResource.objects.filter(job__show_id__in=shows).exclude(job__str_state="FINISHED")
-        .values_list("job_id", "int_max_cores", "int_max_gpus", "int_priority")
-        .iterator(chunk_size=STREAM_ROWS)
-    ):
-        key = keys.job(job_id=job_id)
-        yield key, "int_max_cores", cores_from_centicores(max_cores)
-        yield key, "int_max_gpus", max_gpus
-        yield key, "int_priority", priority
-    for dept_id, show_id, min_cores, min_gpus in (
-        Point.objects.filter(show_id__in=shows).values_list("dept_id", "show_id", "int_min_cores", "int_min_gpus").iterator()
-    ):
-        key = keys.point(dept_id=dept_id, show_id=show_id)
-        yield key, "int_min_cores", cores_from_centicores(min_cores)
-        yield key, "int_min_gpus", min_gpus
+    tables = (
+        (Subscription, Subscription.objects.filter(show_id__in=shows),
+         ("show_id", "alloc_id"), lambda row: keys.sub(show_id=row["show_id"], alloc_id=row["alloc_id"])),
+        (FolderResource, FolderResource.objects.filter(folder__show_id__in=shows),
+         ("folder_id", "folder__show_id"), lambda row: keys.folder(folder_id=row["folder_id"])),
+        (JobResource, JobResource.objects.filter(job__show_id__in=shows).exclude(job__str_state="FINISHED"),
+         ("job_id",), lambda row: keys.job(job_id=row["job_id"])),
+        (Point, Point.objects.filter(show_id__in=shows),
+         ("dept_id", "show_id"), lambda row: keys.point(dept_id=row["dept_id"], show_id=row["show_id"])),
+    )
+    for model, rows, ids, key_of in tables:
+        for row in rows.values(*ids, *_columns(model)).iterator(chunk_size=STREAM_ROWS):
+            key = key_of(row)
+            for field, value in redis_limits(model=model, column=row.__getitem__):
+                yield key, field, value
+            if model is FolderResource:
+                yield key, "show_id", row["folder__show_id"]
