@@ -14,13 +14,22 @@ def task_worker_started(sender, proc_name: str, **kwargs) -> None:
     run_guardrail_at_start()
 
 
+def before_migrate(sender, plan: list, **kwargs) -> None:
+    from accounting.attach import ensure_own_schema, refuse_foreign_cuebot_tables
+
+    refuse_foreign_cuebot_tables(plan=plan)
+    ensure_own_schema()
+
+
 class AccountingConfig(AppConfig):
     name = "accounting"
     verbose_name = "Accounting"
 
     def ready(self) -> None:
+        from django.db.models.signals import pre_migrate
         from django_q.signals import post_spawn
 
-        from accounting import checks  # noqa: F401  (registers accounting.W001)
+        from accounting import checks  # noqa: F401  (registers accounting.W001 and E001-E004)
 
         post_spawn.connect(task_worker_started, dispatch_uid="accounting.task_worker_started")
+        pre_migrate.connect(before_migrate, sender=self, dispatch_uid="accounting.before_migrate")

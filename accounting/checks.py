@@ -1,8 +1,22 @@
-"""System check accounting.W001: the publish guardrail, as `manage.py check` shows it."""
-from django.core.checks import Warning, register
+"""System checks: accounting.W001 (the publish guardrail) and accounting.E001-E004 (a
+site's Cuebot database lacks what the project reads or writes, OPENCUE_TABLES=existing)."""
+from django.conf import settings
+from django.core.checks import Error, Warning, register
 from django.db import DatabaseError, transaction
 
+from accounting.attach import schema_problems
 from accounting.guardrail import MESSAGE, evaluate
+
+
+@register()
+def cuebot_schema(app_configs=None, **kwargs) -> list[Error]:
+    if settings.OPENCUE_TABLES != "existing":
+        return []
+    try:
+        problems = schema_problems()
+    except DatabaseError:
+        return []  # unreachable: the start-up check says so in one line
+    return [Error(problem.message, hint=problem.hint, id=problem.id) for problem in problems]
 
 
 @register()

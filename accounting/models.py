@@ -1,7 +1,9 @@
-"""The accounting tables, `proc`, and the service's own records.
+"""The accounting tables, `proc`, `host_local`, and the service's own records.
 
-Same conventions as shows.models: `id` on pk_<table>, foreign keys on pk_<model>,
-other fields named as their columns, centicores in every int_*cores* column.
+The first are Cuebot's (unmanaged, with the conventions of shows.models: `id` on
+pk_<table>, foreign keys on pk_<model>, other fields named as their columns, centicores
+in every int_*cores* column). ApiToken and Instance are the project's own tables,
+created by its own migration, never in one with Cuebot's.
 """
 import hashlib
 
@@ -10,7 +12,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 
 from shows.models import (
-    Alloc, Dept, Folder, Host, Job, Layer, Show, big_integer, created_now, flag, integer, readable_labels, text_pk, tier,
+    Alloc, CuebotTable, Dept, Folder, Frame, Host, Job, Layer, Show, big_integer, created_now, flag, integer, readable_labels,
+    text_pk, tier,
 )
 
 
@@ -21,7 +24,7 @@ LIMIT = {"validators": [MinValueValidator(-1, "Use -1 for unlimited, or a value 
 
 
 @readable_labels
-class Subscription(models.Model):
+class Subscription(CuebotTable):
     id = text_pk("pk_subscription")
     alloc = models.ForeignKey(Alloc, on_delete=models.PROTECT, db_column="pk_alloc")
     show = models.ForeignKey(Show, on_delete=models.PROTECT, db_column="pk_show")
@@ -31,18 +34,21 @@ class Subscription(models.Model):
     int_gpus = integer(0)
     float_tier = tier()
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "subscription"
-        constraints = [models.UniqueConstraint(fields=["show", "alloc"], name="subscription_show_alloc_uniq")]
+        constraints = [models.UniqueConstraint(fields=["show", "alloc"], name="c_subscription_uk")]
 
     def __str__(self) -> str:
         return f"{self.show_id}:{self.alloc_id}"
 
 
 @readable_labels
-class FolderResource(models.Model):
+class FolderResource(CuebotTable):
+    """Created by Cuebot's trigger when its folder is inserted (pk_folder_resource = pk_folder)."""
+
     id = text_pk("pk_folder_resource")
-    folder = models.OneToOneField(Folder, on_delete=models.CASCADE, db_column="pk_folder", related_name="resource")
+    # Not unique in Cuebot's schema, although its trigger creates exactly one per folder.
+    folder = models.ForeignKey(Folder, on_delete=models.DO_NOTHING, db_column="pk_folder", related_name="resources")
     int_cores = integer(0)
     int_min_cores = integer(0, **LIMIT)
     int_max_cores = integer(-1, **LIMIT)
@@ -51,14 +57,16 @@ class FolderResource(models.Model):
     int_max_gpus = integer(-1, **LIMIT)
     float_tier = tier()
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "folder_resource"
 
 
 @readable_labels
-class JobResource(models.Model):
+class JobResource(CuebotTable):
+    """Created by Cuebot's trigger when its job is inserted (pk_job_resource = pk_job)."""
+
     id = text_pk("pk_job_resource")
-    job = models.OneToOneField(Job, on_delete=models.CASCADE, db_column="pk_job", related_name="resource")
+    job = models.OneToOneField(Job, on_delete=models.DO_NOTHING, db_column="pk_job", related_name="resource")
     int_cores = big_integer(0)
     int_gpus = integer(0)
     int_min_cores = integer(100)
@@ -70,24 +78,26 @@ class JobResource(models.Model):
     int_local_gpus = integer(0)
     float_tier = tier()
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "job_resource"
 
 
 @readable_labels
-class LayerResource(models.Model):
+class LayerResource(CuebotTable):
+    """Created by Cuebot's trigger when its layer is inserted (pk_layer_resource = pk_layer)."""
+
     id = text_pk("pk_layer_resource")
-    layer = models.OneToOneField(Layer, on_delete=models.CASCADE, db_column="pk_layer", related_name="resource")
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, db_column="pk_job")
+    layer = models.OneToOneField(Layer, on_delete=models.DO_NOTHING, db_column="pk_layer", related_name="resource")
+    job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, db_column="pk_job")
     int_cores = big_integer(0)
     int_gpus = integer(0)
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "layer_resource"
 
 
 @readable_labels
-class Point(models.Model):
+class Point(CuebotTable):
     id = text_pk("pk_point")
     dept = models.ForeignKey(Dept, on_delete=models.PROTECT, db_column="pk_dept")
     show = models.ForeignKey(Show, on_delete=models.PROTECT, db_column="pk_show")
@@ -99,22 +109,48 @@ class Point(models.Model):
     float_tier = tier()
     ts_updated = created_now()
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "point"
-        constraints = [models.UniqueConstraint(fields=["show", "dept"], name="point_show_dept_uniq")]
+        constraints = [models.UniqueConstraint(fields=["show", "dept"], name="c_point_pk_show_dept")]
 
 
 @readable_labels
-class Proc(models.Model):
+class HostLocal(CuebotTable):
+    """A host reserved for one job (local dispatch): its own maxima and idle amounts."""
+
+    id = text_pk("pk_host_local")
+    job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, db_column="pk_job")
+    host = models.ForeignKey(Host, on_delete=models.DO_NOTHING, db_column="pk_host")
+    str_type = models.CharField(max_length=36)
+    int_cores_max = integer(100)
+    int_cores_idle = integer(100)
+    int_mem_max = big_integer(0)
+    int_mem_idle = big_integer(0)
+    int_gpus_max = integer(0)
+    int_gpus_idle = integer(0)
+    int_gpu_mem_max = big_integer(0)
+    int_gpu_mem_idle = big_integer(0)
+    int_threads = integer(1)
+    b_active = flag(True)
+    float_tier = tier()
+
+    class Meta(CuebotTable.Meta):
+        db_table = "host_local"
+        verbose_name = "local reservation"
+        constraints = [models.UniqueConstraint(fields=["host", "job"], name="i_host_local_unique")]
+
+
+@readable_labels
+class Proc(CuebotTable):
     """A booking: canonical for what is reserved. Allocation comes from the host."""
 
     id = text_pk("pk_proc")
     host = models.ForeignKey(Host, on_delete=models.PROTECT, db_column="pk_host")
-    # The schema document gives these no foreign-key constraints; they are indexed.
+    # Cuebot gives these no foreign-key constraints: a proc can outlive its job row.
     job = models.ForeignKey(Job, null=True, on_delete=models.DO_NOTHING, db_column="pk_job", db_constraint=False)
     show = models.ForeignKey(Show, null=True, on_delete=models.DO_NOTHING, db_column="pk_show", db_constraint=False)
     layer = models.ForeignKey(Layer, null=True, on_delete=models.DO_NOTHING, db_column="pk_layer", db_constraint=False)
-    pk_frame = models.CharField(max_length=36, null=True, blank=True)
+    frame = models.OneToOneField(Frame, null=True, blank=True, on_delete=models.DO_NOTHING, db_column="pk_frame")
     int_cores_reserved = models.BigIntegerField()
     int_gpus_reserved = integer(0)
     int_mem_reserved = models.BigIntegerField()
@@ -124,7 +160,7 @@ class Proc(models.Model):
     ts_booked = created_now()
     ts_ping = created_now()
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "proc"
 
 

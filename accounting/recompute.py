@@ -5,6 +5,13 @@ Counting rules (shared/docs/opencue-schema.md): a proc counts against the subscr
 job's dept and show). Local procs (b_local) count only in Cuebot's own local
 bookkeeping: layer_resource and job_resource.int_local_cores/int_local_gpus. All sums
 stay in centicores: PostgreSQL never sees cores.
+
+A true SUM(proc) can be legitimately above a cap (an operator lowered a burst or a job's
+max below current use). Cuebot's checks reject an UPDATE that raises a counter past a
+cap it leaves unchanged, so the statements that meet such checks (subscription,
+job_resource) move the cap in the same UPDATE, to -cap - 1 (never equal to cap, never
+overflowing, and its own inverse), and a second UPDATE moves it back, as Cuebot's own
+recalculate_subs() does. The caps end as they were; the counters end at SUM(proc).
 """
 from collections.abc import Sequence
 
@@ -14,7 +21,9 @@ from accounting.transient import retry_transient
 
 SUBSCRIPTIONS = """
 UPDATE subscription s
-   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0),
+       int_burst = CASE WHEN COALESCE(t.cores, 0) > s.int_cores AND COALESCE(t.cores, 0) > s.int_burst
+                        THEN -s.int_burst - 1 ELSE s.int_burst END
   FROM subscription s2
   LEFT JOIN (
         SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
@@ -23,7 +32,9 @@ UPDATE subscription s
          GROUP BY p.pk_show, h.pk_alloc
        ) t ON t.pk_show = s2.pk_show AND t.pk_alloc = s2.pk_alloc
  WHERE s.pk_subscription = s2.pk_subscription AND s2.pk_show = ANY(%(shows)s)
+RETURNING s.pk_subscription, COALESCE(t.cores, 0) > s2.int_cores AND COALESCE(t.cores, 0) > s2.int_burst
 """
+RESTORE_BURSTS = "UPDATE subscription SET int_burst = -int_burst - 1 WHERE pk_subscription = ANY(%(cores)s)"
 
 FOLDERS = """
 UPDATE folder_resource r
@@ -41,8 +52,13 @@ UPDATE folder_resource r
 JOBS = """
 UPDATE job_resource r
    SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0),
-       int_local_cores = COALESCE(t.local_cores, 0), int_local_gpus = COALESCE(t.local_gpus, 0)
+       int_local_cores = COALESCE(t.local_cores, 0), int_local_gpus = COALESCE(t.local_gpus, 0),
+       int_max_cores = CASE WHEN COALESCE(t.cores, 0) > r.int_cores AND COALESCE(t.cores, 0) > r.int_max_cores
+                            THEN -r.int_max_cores - 1 ELSE r.int_max_cores END,
+       int_max_gpus = CASE WHEN COALESCE(t.gpus, 0) > r.int_gpus AND COALESCE(t.gpus, 0) > r.int_max_gpus
+                           THEN -r.int_max_gpus - 1 ELSE r.int_max_gpus END
   FROM job j
+  JOIN job_resource before ON before.pk_job = j.pk_job
   LEFT JOIN (
         SELECT p.pk_job,
                SUM(p.int_cores_reserved) FILTER (WHERE NOT p.b_local) AS cores,
@@ -53,7 +69,16 @@ UPDATE job_resource r
          WHERE p.pk_show = ANY(%(shows)s)
          GROUP BY p.pk_job
        ) t ON t.pk_job = j.pk_job
- WHERE r.pk_job = j.pk_job AND j.pk_show = ANY(%(shows)s)
+ WHERE r.pk_job_resource = before.pk_job_resource AND j.pk_show = ANY(%(shows)s)
+RETURNING r.pk_job_resource,
+          COALESCE(t.cores, 0) > before.int_cores AND COALESCE(t.cores, 0) > before.int_max_cores,
+          COALESCE(t.gpus, 0) > before.int_gpus AND COALESCE(t.gpus, 0) > before.int_max_gpus
+"""
+RESTORE_JOB_MAXIMA = """
+UPDATE job_resource
+   SET int_max_cores = CASE WHEN pk_job_resource = ANY(%(cores)s) THEN -int_max_cores - 1 ELSE int_max_cores END,
+       int_max_gpus = CASE WHEN pk_job_resource = ANY(%(gpus)s) THEN -int_max_gpus - 1 ELSE int_max_gpus END
+ WHERE pk_job_resource = ANY(%(cores)s) OR pk_job_resource = ANY(%(gpus)s)
 """
 
 LAYERS = """
@@ -84,6 +109,8 @@ UPDATE point pt
 """
 
 ALL_TABLES = (SUBSCRIPTIONS, FOLDERS, JOBS, LAYERS, POINTS)
+# The second UPDATE of a statement that moved caps, by statement.
+RESTORE_CAPS = {SUBSCRIPTIONS: RESTORE_BURSTS, JOBS: RESTORE_JOB_MAXIMA}
 
 # Each table's rows of the shows, locked in primary-key order before its UPDATE, tables in
 # ALL_TABLES order: the lock order of the release path (accounting.services), so a
@@ -115,3 +142,13 @@ def _recompute_once(*, show_ids: list[str]) -> None:
         for lock, statement in zip(LOCK_ROWS, ALL_TABLES, strict=True):
             cursor.execute(lock, {"shows": show_ids})
             cursor.execute(statement, {"shows": show_ids})
+            if statement in RESTORE_CAPS:
+                restore_moved_caps(cursor=cursor, restore=RESTORE_CAPS[statement], moved=cursor.fetchall())
+
+
+def restore_moved_caps(*, cursor, restore: str, moved: list[tuple]) -> None:
+    """Move back the caps an UPDATE moved: rows are (pk, cores cap moved[, gpus cap moved])."""
+    cores = [row[0] for row in moved if row[1]]
+    gpus = [row[0] for row in moved if len(row) > 2 and row[2]]
+    if cores or gpus:
+        cursor.execute(restore, {"cores": cores, "gpus": gpus})

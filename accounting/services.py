@@ -13,6 +13,7 @@ from accounting import metrics
 from accounting.locks import LockBusy, named_lock
 from accounting.metrics import RELEASE_BATCH_SIZE, RELEASES
 from accounting.publisher import release_publisher
+from accounting.recompute import RESTORE_BURSTS, restore_moved_caps
 from accounting.transient import retry_transient
 from accounting.units import cores_from_centicores
 from shows.selectors import is_scheduler_managed
@@ -327,7 +328,7 @@ WITH cuebot_shows AS (
          GROUP BY p.pk_show, h.pk_alloc
      )
 SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
-       s.int_cores AS old_cores, s.int_gpus AS old_gpus,
+       s.int_cores AS old_cores, s.int_gpus AS old_gpus, s.int_burst AS old_burst,
        COALESCE(b.cores, 0)::int AS new_cores, COALESCE(b.gpus, 0)::int AS new_gpus
   FROM subscription s
   JOIN cuebot_shows c ON c.pk_show = s.pk_show
@@ -336,13 +337,17 @@ SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
  WHERE (s.int_cores, s.int_gpus) IS DISTINCT FROM (COALESCE(b.cores, 0)::int, COALESCE(b.gpus, 0)::int)
 """
 
+# A row legitimately above its burst gets its true SUM(proc) too: the burst moves in the
+# same UPDATE and back afterwards (accounting.recompute explains the trick).
 FIX_SUBSCRIPTIONS = f"""
 WITH drift AS ({SUBSCRIPTION_DRIFT})
 UPDATE subscription s
-   SET int_cores = d.new_cores, int_gpus = d.new_gpus
+   SET int_cores = d.new_cores, int_gpus = d.new_gpus,
+       int_burst = CASE WHEN d.new_cores > s.int_cores AND d.new_cores > s.int_burst THEN -s.int_burst - 1 ELSE s.int_burst END
   FROM drift d
  WHERE s.pk_subscription = d.pk_subscription
-RETURNING d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus
+RETURNING d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus, s.pk_subscription,
+          d.new_cores > d.old_cores AND d.new_cores > d.old_burst
 """
 
 SHOW_DRIFT = f"""
@@ -372,7 +377,9 @@ def _drift(*, statement: str) -> list[SubscriptionChange]:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(statement)
         rows = cursor.fetchall()
-    changes = [SubscriptionChange(*row) for row in rows]
+        if statement is FIX_SUBSCRIPTIONS:
+            restore_moved_caps(cursor=cursor, restore=RESTORE_BURSTS, moved=[row[6:] for row in rows])
+    changes = [SubscriptionChange(*row[:6]) for row in rows]
     return sorted(changes, key=lambda change: (change.show, change.alloc))
 
 

@@ -52,8 +52,8 @@ from accounting.services import (  # noqa: E402
 )
 from accounting.units import cores_from_centicores  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
-from shows.farm import PROC_COLUMNS, copy_rows  # noqa: E402
-from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Layer, Show  # noqa: E402
+from shows.farm import ADD_HOST_STATS, FRAME_COLUMNS, PROC_COLUMNS, copy_rows, frame_number, new_layer  # noqa: E402
+from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
 from shows.selectors import flag_cache_key, is_scheduler_managed  # noqa: E402
 
 HOSTS = 8
@@ -81,19 +81,23 @@ class BenchFarm:
         Subscription.objects.create(show=self.show, alloc=self.alloc, int_size=10**9, int_burst=10**9, **booked)
         Point.objects.create(show=self.show, dept=self.dept, **booked)
         self.folder = Folder.objects.create(show=self.show, dept=self.dept, str_name="root", b_default=True)
-        FolderResource.objects.create(folder=self.folder, **booked)
         self.job = Job.objects.create(
             folder=self.folder, show=self.show, dept=self.dept, facility=self.facility, str_name=f"bench-{run}",
-            str_shot="sh001", str_user="bench", str_state="PENDING",
+            str_visible_name=f"bench-{run}", str_shot="sh001", str_user="bench", str_state="PENDING",
         )
-        JobResource.objects.create(job=self.job, int_max_cores=10**9, **booked)
-        self.layer = Layer.objects.create(job=self.job, str_name="render", str_type="Render", int_mem_min=1024)
-        LayerResource.objects.create(layer=self.layer, job=self.job, **booked)
+        self.layer = new_layer(job_id=self.job.id, name="render", mem_min=1024)
+        self.layer.save(force_insert=True)
+        # Cuebot's insert triggers made the resource rows; start their counters as the farm needs.
+        FolderResource.objects.filter(folder=self.folder).update(**booked)
+        JobResource.objects.filter(job=self.job).update(int_max_cores=10**9, int_max_gpus=10**9, **booked)
+        LayerResource.objects.filter(layer=self.layer).update(**booked)
         self.hosts = Host.objects.bulk_create([
             Host(alloc=self.alloc, str_name=f"bench-{run}-{h}", str_lock_state="OPEN", int_cores=10**9,
                  int_cores_idle=10**9, int_mem=10**12, int_mem_idle=10**12)
             for h in range(HOSTS)
         ])
+        with connection.cursor() as cursor:
+            cursor.execute(ADD_HOST_STATS, {"hosts": [h.id for h in self.hosts]})
         self.redis_keys = keys.of_proc(
             show_id=self.show.id, alloc_id=self.alloc.id, folder_id=self.folder.id,
             job_id=self.job.id, layer_id=self.layer.id, dept_id=self.dept.id,
@@ -106,31 +110,35 @@ class BenchFarm:
 
     def add_procs(self, n: int) -> list[str]:
         ids = [str(uuid.uuid4()) for _ in range(n)]
+        frames = (
+            (pid, self.layer.id, self.job.id, f"{frame_number(pid):04d}-render", "RUNNING", frame_number(pid), 0,
+             PROC_CORES[i % len(PROC_CORES)], self.hosts[i % HOSTS].str_name)
+            for i, pid in enumerate(ids)
+        )
         rows = (
-            (pid, self.hosts[i % HOSTS].id, self.job.id, self.show.id, self.layer.id, None,
+            (pid, self.hosts[i % HOSTS].id, self.job.id, self.show.id, self.layer.id, pid,
              PROC_CORES[i % len(PROC_CORES)], 0, 4096, 0)
             for i, pid in enumerate(ids)
         )
         with transaction.atomic():
+            copy_rows(table="frame", columns=FRAME_COLUMNS, rows=frames)
             copy_rows(table="proc", columns=PROC_COLUMNS, rows=rows)
         return ids
 
     def remove(self) -> None:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("DELETE FROM proc WHERE pk_show = %s", [self.show.id])
-            LayerResource.objects.filter(job=self.job).delete()
-            Layer.objects.filter(job=self.job).delete()
-            JobResource.objects.filter(job=self.job).delete()
-            self.job.delete()
-            FolderResource.objects.filter(folder=self.folder).delete()
-            self.folder.delete()
-            Point.objects.filter(show=self.show).delete()
-            Subscription.objects.filter(show=self.show).delete()
-            Host.objects.filter(alloc=self.alloc).delete()
-            self.show.delete()
-            self.dept.delete()
-            self.alloc.delete()
-            self.facility.delete()
+            for statement in (
+                "DELETE FROM frame WHERE pk_job = %(job)s", "DELETE FROM layer_resource WHERE pk_job = %(job)s",
+                "DELETE FROM layer WHERE pk_job = %(job)s", "DELETE FROM job_resource WHERE pk_job = %(job)s",
+                "DELETE FROM job WHERE pk_job = %(job)s", "DELETE FROM folder_resource WHERE pk_folder = %(folder)s",
+                "DELETE FROM folder WHERE pk_folder = %(folder)s", "DELETE FROM point WHERE pk_show = %(show)s",
+                "DELETE FROM subscription WHERE pk_show = %(show)s", "DELETE FROM host WHERE pk_alloc = %(alloc)s",
+                "DELETE FROM show WHERE pk_show = %(show)s", "DELETE FROM dept WHERE pk_dept = %(dept)s",
+                "DELETE FROM alloc WHERE pk_alloc = %(alloc)s", "DELETE FROM facility WHERE pk_facility = %(facility)s",
+            ):
+                cursor.execute(statement, {"job": self.job.id, "folder": self.folder.id, "show": self.show.id,
+                                           "dept": self.dept.id, "alloc": self.alloc.id, "facility": self.facility.id})
             self.user.delete()
         accounting_redis().delete(*self.redis_keys)
         cache.delete(flag_cache_key(show_id=self.show.id))

@@ -35,7 +35,8 @@ from accounting.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.reseed import reseed_booked  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
 from shows.farm import (  # noqa: E402
-    HOST_COLUMNS, PROC_COLUMNS, PROC_CORES, DemoFarmSize, build_structure, copy_rows, demo_id, host_rows,
+    ADD_HOST_STATS, FRAME_COLUMNS, HOST_COLUMNS, PROC_COLUMNS, PROC_CORES, DemoFarmSize, build_structure, copy_rows, demo_id,
+    host_rows,
 )
 from shows.models import Job, Show  # noqa: E402
 
@@ -51,6 +52,14 @@ SELECT p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept,
 """
 
 
+def bench_proc_id(number: int) -> str:
+    return demo_id(f"bench-proc:{number}")
+
+
+def bench_frame_id(number: int) -> str:
+    return demo_id(f"bench-frame:{number}")
+
+
 def build(*, procs: int) -> tuple[list[str], int]:
     """Make the farm hold exactly the first `procs` bench procs; returns (shows, jobs)."""
     with transaction.atomic():
@@ -60,16 +69,21 @@ def build(*, procs: int) -> tuple[list[str], int]:
         Show.objects.filter(pk__in=show_ids).update(b_scheduler_managed=True)
         show_of_job = dict(Job.objects.filter(pk__in={l.job_id for l in layers}).values_list("pk", "show_id"))
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM proc WHERE pk_frame LIKE 'bench-%%'")
+            cursor.execute(ADD_HOST_STATS, {"hosts": [demo_id(f"host:{h}") for h in range(STRUCTURE.hosts)]})
+            cursor.execute("SELECT count(*) FROM proc p JOIN frame f ON f.pk_frame = p.pk_frame WHERE f.str_name LIKE 'bench-%%'")
             have = cursor.fetchone()[0]
             if have > procs:
-                cursor.execute("DELETE FROM proc WHERE pk_frame LIKE 'bench-%%'")
+                cursor.execute("DELETE FROM proc WHERE pk_frame IN (SELECT pk_frame FROM frame WHERE str_name LIKE 'bench-%%')")
                 have = 0
+        layer_of = [layers[p % len(layers)] for p in range(have, procs)]
+        copy_rows(table="frame", columns=FRAME_COLUMNS, rows=(
+            (bench_frame_id(p), layer.id, layer.job_id, f"bench-{p}", "RUNNING", p, 0, PROC_CORES[p % len(PROC_CORES)], None)
+            for p, layer in zip(range(have, procs), layer_of)
+        ))
         rows = (
-            (demo_id(f"bench-proc:{p}"), demo_id(f"host:{p % STRUCTURE.hosts}"), layers[p % len(layers)].job_id,
-             show_of_job[layers[p % len(layers)].job_id], layers[p % len(layers)].id, f"bench-{p}",
-             PROC_CORES[p % len(PROC_CORES)], 1 if p % 16 == 0 else 0, 4 * 1024 * 1024, 0)
-            for p in range(have, procs)
+            (bench_proc_id(p), demo_id(f"host:{p % STRUCTURE.hosts}"), layer.job_id, show_of_job[layer.job_id], layer.id,
+             bench_frame_id(p), PROC_CORES[p % len(PROC_CORES)], 1 if p % 16 == 0 else 0, 4 * 1024 * 1024, 0)
+            for p, layer in zip(range(have, procs), layer_of)
         )
         added = copy_rows(table="proc", columns=PROC_COLUMNS, rows=rows)
         if added:

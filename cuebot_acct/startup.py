@@ -1,4 +1,5 @@
-"""Start-up reachability checks that fail with one readable line, not a traceback."""
+"""Start-up checks (services reachable, a site's Cuebot schema complete) that fail with
+one readable line, not a traceback."""
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
@@ -9,8 +10,16 @@ from django.db import OperationalError, connection
 from cuebot_acct.redis_factory import build_client
 
 
-class ServiceUnreachable(Exception):
+class StartupRefused(Exception):
+    """The process must not start; the message says why and what to fix."""
+
+
+class ServiceUnreachable(StartupRefused):
     """A backing service named by a URL setting does not answer."""
+
+
+class CuebotSchemaIncomplete(StartupRefused):
+    """OPENCUE_TABLES=existing and the site's database lacks what the project uses."""
 
 
 def redact(url: str) -> str:
@@ -61,9 +70,23 @@ def check_redis() -> None:
             client.close()
 
 
+def check_cuebot_schema() -> None:
+    from accounting.attach import schema_problems
+
+    if settings.OPENCUE_TABLES != "existing":
+        return
+    problems = schema_problems()
+    if problems:
+        raise CuebotSchemaIncomplete(
+            "the Cuebot database does not have what cuebot-acct uses (OPENCUE_TABLES=existing): "
+            + "; ".join(problem.message for problem in problems)
+        )
+
+
 def check_services() -> None:
     check_postgres()
     check_redis()
+    check_cuebot_schema()
 
 
 def run_with_clear_service_errors(argv: list[str]) -> None:
@@ -72,7 +95,7 @@ def run_with_clear_service_errors(argv: list[str]) -> None:
 
     try:
         execute_from_command_line(argv)
-    except ServiceUnreachable as problem:
+    except StartupRefused as problem:
         sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)
     except OperationalError as error:

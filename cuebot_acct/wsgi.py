@@ -1,4 +1,5 @@
-"""WSGI entry point (gunicorn). Refuses to boot a worker against unreachable services.
+"""WSGI entry point (gunicorn). Refuses to boot a worker against unreachable services, or
+against a site's Cuebot database that lacks what the project uses.
 
 Once the services answer, the worker records itself in the fleet register (and keeps
 doing so every 30 s) and runs the publish guardrail, which warns but never stops it.
@@ -11,11 +12,11 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
 application = get_wsgi_application()
 
-from cuebot_acct.startup import ServiceUnreachable, check_services  # noqa: E402
+from cuebot_acct.startup import StartupRefused, check_services  # noqa: E402
 
 try:
     check_services()
-except ServiceUnreachable as problem:
+except StartupRefused as problem:
     sys.stderr.write(f"cuebot-acct: {problem}\n")
     sys.exit(1)
 

@@ -5,6 +5,7 @@ The README lists each variable, its default and the Cuebot property it replaces.
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -62,6 +63,24 @@ DATABASES = {"default": env.db_url_config(DATABASE_URL)}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
+
+# Who owns Cuebot's tables (show, proc, the accounting tables...): "create" (demo, tests)
+# lets the project's migration create them; "existing" attaches to a site's Cuebot
+# database, where they are never created, altered or dropped (cuebot_acct.db_router).
+OPENCUE_TABLES = env.str("OPENCUE_TABLES", default="create")
+if OPENCUE_TABLES not in ("create", "existing"):
+    raise ImproperlyConfigured(f"OPENCUE_TABLES must be 'create' or 'existing', not {OPENCUE_TABLES!r}")
+# A PostgreSQL schema for the project's own tables (Django's, django-q2's, tokens, the
+# instance register), so that none of them sits among Cuebot's. Empty: the role's default.
+OWN_TABLES_SCHEMA = env.str("OWN_TABLES_SCHEMA", default="")
+# The schema that holds Cuebot's tables, searched after OWN_TABLES_SCHEMA.
+CUEBOT_SCHEMA = env.str("CUEBOT_SCHEMA", default="public")
+if OWN_TABLES_SCHEMA:
+    for name, value in (("OWN_TABLES_SCHEMA", OWN_TABLES_SCHEMA), ("CUEBOT_SCHEMA", CUEBOT_SCHEMA)):
+        if not value.isidentifier() or value != value.lower():
+            raise ImproperlyConfigured(f"{name} must be a lower-case SQL identifier, not {value!r}")
+    DATABASES["default"]["OPTIONS"]["options"] = f"-c search_path={OWN_TABLES_SCHEMA},{CUEBOT_SCHEMA}"
+DATABASE_ROUTERS = ["cuebot_acct.db_router.CuebotTablesRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -1,10 +1,17 @@
-"""The farm as OpenCue's Cuebot database stores it (see shared/docs/opencue-schema.md).
+"""The farm as OpenCue's Cuebot database stores it (docs/cuebot-schema.md).
+
+These tables belong to Cuebot, so every model here is unmanaged (`CuebotTable`): Django
+never creates, alters or drops them. With OPENCUE_TABLES=create the project's migration
+creates them from Cuebot's DDL (shows/cuebot_schema/), triggers included; with
+OPENCUE_TABLES=existing they are a site's own, and the system check accounting.E001
+verifies that every column a model names is there with a compatible type.
+
+A model names only the columns the project reads or writes (plus those an INSERT must
+give); Cuebot's other columns keep their database defaults.
 
 Naming: the primary key field is `id` on column pk_<table>; a foreign key `show` sits
 on column pk_show (so `proc.show_id` is the text UUID); every other field carries its
-column's name. Defaults are database defaults as well as Python ones, so a row
-inserted by another program that omits a column gets the value OpenCue would give it.
-Cores are centicores (1 core = 100) everywhere in PostgreSQL.
+column's name. Cores are centicores (1 core = 100) everywhere in PostgreSQL.
 """
 import re
 import uuid
@@ -55,12 +62,18 @@ def created_now() -> models.DateTimeField:
     return models.DateTimeField(default=timezone.now, db_default=Now())
 
 
-@readable_labels
-class Facility(models.Model):
-    id = text_pk("pk_facility")
-    str_name = models.CharField(max_length=36, unique=True)
-
+class CuebotTable(models.Model):
     class Meta:
+        abstract = True
+        managed = False
+
+
+@readable_labels
+class Facility(CuebotTable):
+    id = text_pk("pk_facility")
+    str_name = models.CharField(max_length=36)
+
+    class Meta(CuebotTable.Meta):
         db_table = "facility"
         verbose_name_plural = "facilities"
 
@@ -69,16 +82,16 @@ class Facility(models.Model):
 
 
 @readable_labels
-class Alloc(models.Model):
+class Alloc(CuebotTable):
     id = text_pk("pk_alloc")
     str_name = models.CharField(max_length=36, unique=True)
     facility = models.ForeignKey(Facility, on_delete=models.PROTECT, db_column="pk_facility")
-    str_tag = models.CharField(max_length=24)
+    str_tag = models.CharField(max_length=24, null=True, blank=True)
     b_default = flag(False)
     b_billable = flag(True)
-    b_enabled = flag(True)
+    b_enabled = models.BooleanField(null=True, default=True, db_default=True)
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "alloc"
         verbose_name = "allocation"
 
@@ -87,9 +100,10 @@ class Alloc(models.Model):
 
 
 @readable_labels
-class Show(models.Model):
+class Show(CuebotTable):
     id = text_pk("pk_show")
-    str_name = models.CharField(max_length=512, unique=True)
+    # Not unique in Cuebot's schema: Cuebot keeps show names unique in its own code.
+    str_name = models.CharField(max_length=512)
     b_active = flag(True)
     b_paused = flag(False)
     b_booking_enabled = flag(True)
@@ -101,7 +115,7 @@ class Show(models.Model):
     # True: the Rust scheduler owns this show's accounting and releases go to Redis.
     b_scheduler_managed = flag(False)
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "show"
 
     def __str__(self) -> str:
@@ -109,12 +123,12 @@ class Show(models.Model):
 
 
 @readable_labels
-class Dept(models.Model):
+class Dept(CuebotTable):
     id = text_pk("pk_dept")
-    str_name = models.CharField(max_length=36, unique=True)
+    str_name = models.CharField(max_length=36)
     b_default = flag(False)
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "dept"
         verbose_name = "department"
 
@@ -123,9 +137,11 @@ class Dept(models.Model):
 
 
 @readable_labels
-class Folder(models.Model):
+class Folder(CuebotTable):
+    """Inserting one makes Cuebot's trigger create its folder_resource row."""
+
     id = text_pk("pk_folder")
-    # The schema document gives this column no foreign-key constraint.
+    # Cuebot gives this column no foreign-key constraint.
     parent_folder = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.DO_NOTHING, db_column="pk_parent_folder", db_constraint=False
     )
@@ -133,12 +149,13 @@ class Folder(models.Model):
     dept = models.ForeignKey(Dept, on_delete=models.PROTECT, db_column="pk_dept")
     str_name = models.CharField(max_length=36)
     int_priority = big_integer(1)
+    # Cuebot's insert trigger sets it for a folder without a parent.
     b_default = flag(False)
     int_job_min_cores = integer(-1)
     int_job_max_cores = integer(-1)
     int_job_priority = integer(-1)
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "folder"
 
     def __str__(self) -> str:
@@ -146,16 +163,23 @@ class Folder(models.Model):
 
 
 @readable_labels
-class Job(models.Model):
+class Job(CuebotTable):
+    """Inserting one makes Cuebot's trigger create its job_resource row.
+
+    `str_name` repeats across a show's history; the live job of a name is the one whose
+    `str_visible_name` equals it (Cuebot clears it when the job finishes).
+    """
+
     id = text_pk("pk_job")
     folder = models.ForeignKey(Folder, on_delete=models.PROTECT, db_column="pk_folder")
     show = models.ForeignKey(Show, on_delete=models.PROTECT, db_column="pk_show")
     dept = models.ForeignKey(Dept, on_delete=models.PROTECT, db_column="pk_dept")
     facility = models.ForeignKey(Facility, on_delete=models.PROTECT, db_column="pk_facility")
-    str_name = models.CharField(max_length=255, unique=True)
+    str_name = models.CharField(max_length=255)
+    str_visible_name = models.CharField(max_length=255, null=True, blank=True, unique=True)
     str_shot = models.CharField(max_length=64)
     str_user = models.CharField(max_length=32)
-    str_state = models.CharField(max_length=16, db_index=True)
+    str_state = models.CharField(max_length=16)
     b_paused = flag(False)
     int_min_cores = integer(100)
     int_max_cores = integer(20000)
@@ -163,7 +187,7 @@ class Job(models.Model):
     int_max_gpus = integer(100000)
     ts_started = created_now()
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "job"
 
     def __str__(self) -> str:
@@ -171,42 +195,82 @@ class Job(models.Model):
 
 
 @readable_labels
-class Layer(models.Model):
+class Layer(CuebotTable):
+    """Inserting one makes Cuebot's trigger create its layer_resource row."""
+
     id = text_pk("pk_layer")
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, db_column="pk_job")
+    job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, db_column="pk_job")
     str_name = models.CharField(max_length=256)
+    str_cmd = models.CharField(max_length=4000)
+    str_range = models.CharField(max_length=4000)
     str_type = models.CharField(max_length=16)
     int_cores_min = big_integer(100)
     int_cores_max = integer(0)
     int_gpus_min = big_integer(0)
     int_gpus_max = big_integer(0)
-    int_mem_min = models.BigIntegerField()
+    int_mem_min = big_integer(4194304)
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "layer"
-        constraints = [models.UniqueConstraint(fields=["job", "str_name"], name="layer_job_name_uniq")]
 
     def __str__(self) -> str:
         return self.str_name
 
 
 @readable_labels
-class Host(models.Model):
+class Frame(CuebotTable):
+    """A running frame is what a proc is booked for (proc.pk_frame references it)."""
+
+    id = text_pk("pk_frame")
+    layer = models.ForeignKey(Layer, on_delete=models.DO_NOTHING, db_column="pk_layer")
+    job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, db_column="pk_job")
+    str_name = models.CharField(max_length=256)
+    str_state = models.CharField(max_length=24)
+    int_number = models.BigIntegerField()
+    int_layer_order = models.IntegerField()
+    int_cores = integer(0)
+    str_host = models.CharField(max_length=256, null=True, blank=True)
+
+    class Meta(CuebotTable.Meta):
+        db_table = "frame"
+
+    def __str__(self) -> str:
+        return self.str_name
+
+
+@readable_labels
+class Host(CuebotTable):
     id = text_pk("pk_host")
     alloc = models.ForeignKey(Alloc, on_delete=models.PROTECT, db_column="pk_alloc")
     str_name = models.CharField(max_length=45, unique=True)
     str_lock_state = models.CharField(max_length=36)
-    int_cores = models.BigIntegerField()
-    int_cores_idle = models.BigIntegerField()
-    int_mem = models.BigIntegerField()
-    int_mem_idle = models.BigIntegerField()
+    int_cores = big_integer(0)
+    int_cores_idle = big_integer(0)
+    int_mem = big_integer(0)
+    int_mem_idle = big_integer(0)
     int_gpus = big_integer(0)
     int_gpus_idle = big_integer(0)
     int_gpu_mem = big_integer(0)
     int_gpu_mem_idle = big_integer(0)
 
-    class Meta:
+    class Meta(CuebotTable.Meta):
         db_table = "host"
 
     def __str__(self) -> str:
         return self.str_name
+
+
+@readable_labels
+class HostStat(CuebotTable):
+    """What the host last reported; Cuebot keeps one per host (deleted with it by trigger)."""
+
+    id = text_pk("pk_host_stat")
+    host = models.OneToOneField(Host, on_delete=models.DO_NOTHING, db_column="pk_host", related_name="stat")
+    int_mem_total = big_integer(0)
+    int_mem_free = big_integer(0)
+    str_state = models.CharField(max_length=32, default="UP", db_default="UP")
+
+    class Meta(CuebotTable.Meta):
+        db_table = "host_stat"
+        verbose_name = "host status"
+        verbose_name_plural = "host statuses"

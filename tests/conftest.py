@@ -1,6 +1,9 @@
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
+
+from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 
 from tests.farms import build_farm
 
@@ -19,6 +22,18 @@ def clean_redis():
     yield
     for client in clients:
         client.close()
+
+
+@pytest.fixture(autouse=True)
+def empty_cuebot_tables_after_transactional_tests(request, django_db_blocker):
+    """Django's flush after a transactional test empties managed tables only; Cuebot's are
+    unmanaged (shows.models.CuebotTable), so they are emptied here, or rows would leak
+    into the next test."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if "transactional_db" in request.fixturenames or (marker and marker.kwargs.get("transaction")):
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {', '.join(CUEBOT_TABLES)}")
 
 
 @pytest.fixture

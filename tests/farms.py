@@ -2,13 +2,19 @@
 
     farm = build_farm(managed=True)
     proc = farm.add_proc(cores=250)
+
+Rows go in as Cuebot puts them in (see shows.farm): the resource rows come from
+Cuebot's insert triggers, limits are set on them afterwards, a proc runs a frame.
 """
 from dataclasses import dataclass, field
 from itertools import count
 
-from accounting.models import FolderResource, JobResource, LayerResource, Point, Proc, Subscription
+from django.db import connection, transaction
+
+from accounting.models import FolderResource, HostLocal, JobResource, Point, Proc, Subscription
 from accounting.recompute import recompute_pg_accounting
-from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Layer, Show
+from shows.farm import insert_running_frame, new_layer
+from shows.models import Alloc, Dept, Facility, Folder, Host, HostStat, Job, Layer, Show, new_pk
 
 _names = count(1)
 
@@ -29,33 +35,57 @@ class Farm:
     subscription: Subscription
     procs: list[Proc] = field(default_factory=list)
 
+    @property
+    def folder_resource(self) -> FolderResource:
+        return FolderResource.objects.get(folder=self.folder)
+
     def add_job(self, *, state: str = "PENDING", max_cores: int = 10000) -> tuple[Job, Layer]:
+        name = unique("job")
         job = Job.objects.create(
-            folder=self.folder, show=self.show, dept=self.dept, facility=self.alloc.facility,
-            str_name=unique("job"), str_shot="sh010", str_user="test", str_state=state,
+            folder=self.folder, show=self.show, dept=self.dept, facility=self.alloc.facility, str_name=name,
+            str_visible_name=None if state == "FINISHED" else name, str_shot="sh010", str_user="test", str_state=state,
         )
-        JobResource.objects.create(job=job, int_max_cores=max_cores)
-        layer = Layer.objects.create(job=job, str_name="render", str_type="Render", int_mem_min=1024)
-        LayerResource.objects.create(layer=layer, job=job)
+        JobResource.objects.filter(job=job).update(int_max_cores=max_cores)
+        layer = new_layer(job_id=job.id, name="render", mem_min=1024)
+        layer.save(force_insert=True)
         return job, layer
 
     def add_proc(self, *, cores: int = 100, gpus: int = 0, mem: int = 4096, local: bool = False,
                  layer: Layer | None = None, host: Host | None = None) -> Proc:
-        """Insert a running proc (centicores) and bring PG accounting and host idle in line."""
+        """Insert a running proc (centicores) and bring PG accounting, host idle and (local)
+        the host_local reservation in line."""
         layer = layer or self.layer
         host = host or self.host
-        proc = Proc.objects.create(
-            host=host, job_id=layer.job_id, show=self.show, layer=layer, int_cores_reserved=cores,
-            int_gpus_reserved=gpus, int_mem_reserved=mem, int_gpu_mem_reserved=0, b_local=local,
-        )
-        Host.objects.filter(pk=host.pk).update(
-            int_cores_idle=host.int_cores_idle - cores, int_mem_idle=host.int_mem_idle - mem,
-            int_gpus_idle=host.int_gpus_idle - gpus,
-        )
+        frame_id = new_pk()
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                insert_running_frame(cursor=cursor, frame_id=frame_id, layer_id=layer.id, host_id=host.id, cores=cores)
+            proc = Proc.objects.create(
+                host=host, job_id=layer.job_id, show=self.show, layer=layer, frame_id=frame_id, int_cores_reserved=cores,
+                int_gpus_reserved=gpus, int_mem_reserved=mem, int_gpu_mem_reserved=0, b_local=local,
+            )
+            Host.objects.filter(pk=host.pk).update(
+                int_cores_idle=host.int_cores_idle - cores, int_mem_idle=host.int_mem_idle - mem,
+                int_gpus_idle=host.int_gpus_idle - gpus,
+            )
+            if local:
+                reservation = self.local_reservation(host=host, job_id=layer.job_id)
+                HostLocal.objects.filter(pk=reservation.pk).update(
+                    int_cores_idle=reservation.int_cores_idle - cores, int_mem_idle=reservation.int_mem_idle - mem,
+                    int_gpus_idle=reservation.int_gpus_idle - gpus,
+                )
         host.refresh_from_db()
         recompute_pg_accounting(show_ids=[self.show.id])
         self.procs.append(proc)
         return proc
+
+    def local_reservation(self, *, host: Host, job_id: str) -> HostLocal:
+        """The job's host_local reservation on the host: the whole host, made on first use."""
+        reservation, _ = HostLocal.objects.get_or_create(host=host, job_id=job_id, defaults=dict(
+            str_type="JOB_PARTITION", int_cores_max=host.int_cores, int_cores_idle=host.int_cores,
+            int_mem_max=host.int_mem, int_mem_idle=host.int_mem, int_gpus_max=host.int_gpus, int_gpus_idle=host.int_gpus,
+        ))
+        return reservation
 
 
 def build_farm(*, managed: bool, size: int = 10000, burst: int = 20000, host_cores: int = 6400, host_gpus: int = 4) -> Farm:
@@ -66,11 +96,11 @@ def build_farm(*, managed: bool, size: int = 10000, burst: int = 20000, host_cor
     subscription = Subscription.objects.create(show=show, alloc=alloc, int_size=size, int_burst=burst)
     Point.objects.create(show=show, dept=dept)
     folder = Folder.objects.create(show=show, dept=dept, str_name="root", b_default=True)
-    FolderResource.objects.create(folder=folder)
     host = Host.objects.create(
         alloc=alloc, str_name=unique("host"), str_lock_state="OPEN", int_cores=host_cores, int_cores_idle=host_cores,
         int_mem=64 * 1024 * 1024, int_mem_idle=64 * 1024 * 1024, int_gpus=host_gpus, int_gpus_idle=host_gpus,
     )
+    HostStat.objects.create(id=host.id, host=host, int_mem_total=host.int_mem, int_mem_free=host.int_mem_idle)
     farm = Farm(show=show, alloc=alloc, dept=dept, folder=folder, job=None, layer=None, host=host, subscription=subscription)
     farm.job, farm.layer = farm.add_job()
     return farm

@@ -14,11 +14,11 @@ from django.core.cache import cache
 from django.db import connection, transaction
 
 from accounting import keys
-from accounting.models import FolderResource, JobResource, LayerResource, Point, Proc, Subscription
+from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
 from accounting.recompute import recompute_pg_accounting
 from cuebot_acct.redis_factory import accounting_redis
-from shows.farm import DEPARTMENTS, HOST_IDLE, KB_PER_GB, PROC_CORES
-from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Layer, Show
+from shows.farm import ADD_HOST_STATS, DEPARTMENTS, HOST_IDLE, KB_PER_GB, PROC_CORES, frame_number, new_layer, refuse_foreign_shows
+from shows.models import Alloc, Dept, Facility, Folder, Frame, Host, Job, Layer, Show, new_pk
 from shows.selectors import flag_cache_key
 
 PREFIX = "sim"
@@ -72,6 +72,8 @@ def remove_sim_farm() -> None:
         params = {"shows": show_ids, "allocs": alloc_ids, "depts": dept_ids, "facilities": facility_ids}
         for statement in (
             "DELETE FROM proc WHERE pk_show = ANY(%(shows)s) OR pk_host IN (SELECT pk_host FROM host WHERE pk_alloc = ANY(%(allocs)s))",
+            "DELETE FROM host_local WHERE pk_job IN (SELECT pk_job FROM job WHERE pk_show = ANY(%(shows)s))",
+            "DELETE FROM frame WHERE pk_job IN (SELECT pk_job FROM job WHERE pk_show = ANY(%(shows)s))",
             "DELETE FROM layer_resource WHERE pk_job IN (SELECT pk_job FROM job WHERE pk_show = ANY(%(shows)s))",
             "DELETE FROM layer WHERE pk_job IN (SELECT pk_job FROM job WHERE pk_show = ANY(%(shows)s))",
             "DELETE FROM job_resource WHERE pk_job IN (SELECT pk_job FROM job WHERE pk_show = ANY(%(shows)s))",
@@ -81,7 +83,7 @@ def remove_sim_farm() -> None:
             "DELETE FROM point WHERE pk_show = ANY(%(shows)s)",
             "DELETE FROM subscription WHERE pk_show = ANY(%(shows)s) OR pk_alloc = ANY(%(allocs)s)",
             "DELETE FROM show WHERE pk_show = ANY(%(shows)s)",
-            "DELETE FROM host WHERE pk_alloc = ANY(%(allocs)s)",
+            "DELETE FROM host WHERE pk_alloc = ANY(%(allocs)s)",  # its host_stat goes with it (trigger)
             "DELETE FROM alloc WHERE pk_alloc = ANY(%(allocs)s)",
             "DELETE FROM dept WHERE pk_dept = ANY(%(depts)s)",
             "DELETE FROM facility WHERE pk_facility = ANY(%(facilities)s)",
@@ -95,6 +97,7 @@ def remove_sim_farm() -> None:
 
 def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> SimFarm:
     """A fresh simulated farm: half the shows scheduler-managed, procs at INITIAL_FILL of burst."""
+    refuse_foreign_shows(own_show_ids=sim_show_ids(), command="simulate_farm")
     remove_sim_farm()
     with transaction.atomic():
         facility = Facility.objects.create(str_name=PREFIX)
@@ -117,6 +120,8 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
             ],
             batch_size=2000,
         )
+        with connection.cursor() as cursor:
+            cursor.execute(ADD_HOST_STATS, {"hosts": [h.id for h in host_rows]})
         hosts_per_alloc = {a.id: sum(1 for h in host_rows if h.alloc_id == a.id) for a in allocs}
         # Bursts add up to 200% of each allocation (render farms are oversubscribed), so
         # subscriptions, job and folder caps and full hosts all turn bookings away.
@@ -134,24 +139,29 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
         )
         show_burst = {s.id: sum(burst[s.id, a.id] for a in allocs) for s in show_rows}
         folder_max = {f.id: rng.choice([-1, show_burst[f.show_id] * 2 // 5 // 100 * 100]) for f in folders}
-        FolderResource.objects.bulk_create([FolderResource(folder=f, int_max_cores=folder_max[f.id]) for f in folders])
+        # Cuebot's trigger made each folder's resource row (pk = pk_folder); set its cap.
+        FolderResource.objects.bulk_update(
+            [FolderResource(id=f.id, folder_id=f.id, int_max_cores=folder_max[f.id]) for f in folders], ["int_max_cores"]
+        )
         job_rows = []
         for n in range(max(jobs, len(folders))):
             f = folders[n % len(folders)]
             job_rows.append(
                 Job(
                     folder=f, show_id=f.show_id, dept_id=f.dept_id, facility=facility, str_state="PENDING",
-                    str_name=f"{PREFIX}-{n + 1:06d}-{f.str_name}", str_shot=f"sh{n % 100:03d}", str_user="sim",
+                    str_name=f"{PREFIX}-{n + 1:06d}-{f.str_name}", str_visible_name=f"{PREFIX}-{n + 1:06d}-{f.str_name}",
+                    str_shot=f"sh{n % 100:03d}", str_user="sim",
                 )
             )
         Job.objects.bulk_create(job_rows, batch_size=2000)
         job_max = {j.id: rng.choice([600, 1000, 1500, 2000, 3000]) for j in job_rows}
-        JobResource.objects.bulk_create([JobResource(job=j, int_max_cores=job_max[j.id]) for j in job_rows], batch_size=2000)
+        JobResource.objects.bulk_update(
+            [JobResource(id=j.id, job_id=j.id, int_max_cores=job_max[j.id]) for j in job_rows], ["int_max_cores"], batch_size=2000
+        )
         layer_rows = Layer.objects.bulk_create(
-            [Layer(job=j, str_name=kind, str_type="Render", int_mem_min=PROC_MEM_KB) for j in job_rows for kind in ("render", "comp")],
+            [new_layer(job_id=j.id, name=kind, mem_min=PROC_MEM_KB) for j in job_rows for kind in ("render", "comp")],
             batch_size=2000,
         )
-        LayerResource.objects.bulk_create([LayerResource(layer=l, job_id=l.job_id) for l in layer_rows], batch_size=2000)
 
         job_by_id = {j.id: j for j in job_rows}
         layers_by_show: dict[str, list[LayerRef]] = defaultdict(list)
@@ -175,7 +185,7 @@ def add_initial_procs(*, rng: random.Random, layers_by_show: dict[str, list[Laye
     """Running procs for every show (Cuebot-managed ones too), each within every cap, in cores per proc."""
     booked: dict[object, int] = defaultdict(int)
     idle = {h.id: h.int_cores for h in hosts}
-    procs = []
+    frames, procs = [], []
     for show_id, layers in layers_by_show.items():
         target = INITIAL_FILL * sum(v for (s, _), v in burst.items() if s == show_id) // 100
         attempts = 0
@@ -193,10 +203,16 @@ def add_initial_procs(*, rng: random.Random, layers_by_show: dict[str, list[Laye
             for key in (sub, layer.folder_id, layer.job_id, show_id):
                 booked[key] += whole
             idle[host.id] -= cores
+            frame_id = new_pk()
+            frames.append(Frame(
+                id=frame_id, layer_id=layer.layer_id, job_id=layer.job_id, str_name=f"{frame_number(frame_id):04d}-initial",
+                str_state="RUNNING", int_number=frame_number(frame_id), int_layer_order=0, int_cores=cores, str_host=host.str_name,
+            ))
             procs.append(
-                Proc(host_id=host.id, job_id=layer.job_id, show_id=show_id, layer_id=layer.layer_id,
+                Proc(host_id=host.id, job_id=layer.job_id, show_id=show_id, layer_id=layer.layer_id, frame_id=frame_id,
                      int_cores_reserved=cores, int_mem_reserved=PROC_MEM_KB)
             )
+    Frame.objects.bulk_create(frames, batch_size=2000)
     Proc.objects.bulk_create(procs, batch_size=2000)
 
 

@@ -21,7 +21,7 @@ from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
 from accounting.simulation.invariants import over_cap_after_booking
 from accounting.simulation.report import Stats
 from cuebot_acct.redis_factory import accounting_redis
-from shows.farm import PROC_CORES
+from shows.farm import PROC_CORES, insert_running_frame
 from shows.models import Show
 from shows.services import set_scheduler_managed
 
@@ -163,8 +163,10 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
             cursor.execute(CLAIM_HOST, {"host": host_id, "cores": cores, "mem": PROC_MEM_KB, "gpus": gpus})
             if cursor.rowcount != 1:
                 raise HostFull(host_id)
+            frame_id = str(uuid.uuid4())
+            insert_running_frame(cursor=cursor, frame_id=frame_id, layer_id=layer.layer_id, host_id=host_id, cores=cores)
             cursor.execute(INSERT_PROC, {"proc": str(uuid.uuid4()), "host": host_id, "job": layer.job_id, "show": layer.show_id,
-                                         "layer": layer.layer_id, "frame": str(uuid.uuid4()), "cores": cores, "gpus": gpus,
+                                         "layer": layer.layer_id, "frame": frame_id, "cores": cores, "gpus": gpus,
                                          "mem": PROC_MEM_KB})
             if slow:
                 # The straddle window of lessons item 4, held open: acct:seq already

@@ -51,7 +51,7 @@ def test_cuebot_managed_show_changes_stay_in_postgres(cuebot_farm, acct_redis, d
 
 def test_folder_job_and_point_fields(farm, acct_redis, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        set_folder_limits(folder_resource=farm.folder.resource, min_cores=150, max_cores=-1, min_gpus=1, max_gpus=4)
+        set_folder_limits(folder_resource=farm.folder_resource, min_cores=150, max_cores=-1, min_gpus=1, max_gpus=4)
         set_job_limits(job_resource=farm.job.resource, max_cores=1999, max_gpus=2, priority=50)
         set_point_limits(point=Point.objects.get(show=farm.show), min_cores=300, min_gpus=2)
     assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus") == ["1", "-1", "1", "4"]

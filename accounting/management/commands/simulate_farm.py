@@ -5,6 +5,7 @@ from tqdm import tqdm
 
 from accounting.simulation.faults import parse_faults
 from accounting.simulation.runner import SimConfig, run_simulation
+from shows.farm import FarmRefused
 
 
 def at_least(minimum: int):
@@ -53,7 +54,10 @@ class Command(BaseCommand):
                 bar.set_postfix(booked=stats.bookings, rejected=sum(stats.rejections.values()), released=stats.releases,
                                 faults=sum(stats.faults.values()), refresh=False)
                 bar.refresh()
-            report = run_simulation(config=config, progress=progress)
+            try:
+                report = run_simulation(config=config, progress=progress)
+            except FarmRefused as refused:
+                raise CommandError(str(refused), returncode=2) from None
         self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
         if not report.ok:
             raise CommandError("an invariant does not hold", returncode=1)

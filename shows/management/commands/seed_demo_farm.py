@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from accounting.reseed import ReseedSkipped, bootstrap_if_empty, reseed
-from shows.farm import DemoFarmSize, build_demo_farm
+from shows.farm import DemoFarmSize, FarmRefused, build_demo_farm
 
 
 def positive(value: str) -> int:
@@ -29,8 +29,11 @@ class Command(BaseCommand):
         if shows < 2:
             raise CommandError("--shows must be at least 2 (one scheduler-managed, one Cuebot-managed)", returncode=2)
         size = DemoFarmSize(shows=shows, hosts=hosts, procs=procs)
-        with tqdm(total=procs, desc="procs", unit="proc", disable=not procs, file=self.stderr) as bar:
-            summary = build_demo_farm(size=size, progress=bar.update)
+        try:
+            with tqdm(total=procs, desc="procs", unit="proc", disable=not procs, file=self.stderr) as bar:
+                summary = build_demo_farm(size=size, progress=bar.update)
+        except FarmRefused as refused:
+            raise CommandError(str(refused), returncode=2) from None
         self.stdout.write(
             f"demo farm: {summary.shows} shows ({len(summary.scheduler_managed_show_ids)} scheduler-managed), "
             f"{summary.hosts} hosts, {summary.procs} procs ({summary.procs_added} new)"
