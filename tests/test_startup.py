@@ -1,24 +1,7 @@
 """An unreachable PostgreSQL or Redis at start-up: one clear line naming the URL, exit 1."""
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", **env}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+from tests.processes import closed_port, manage
 
 
 def test_unreachable_postgres_names_the_url_in_one_line():

@@ -1,0 +1,157 @@
+"""Attaching to a site's Cuebot database (OPENCUE_TABLES=existing), and refusing one in `create` mode.
+
+Each test stands up a database of its own holding Cuebot's tables, built from the same
+DDL the project's `create` migration runs, and drives `manage.py` against it in a
+separate process, as an operator would.
+"""
+import psycopg
+import pytest
+from django.db import connection
+
+from shows.cuebot_schema import TABLES, TABLES_SQL, TRIGGERS_SQL
+from tests.processes import manage
+
+OWN_SCHEMA = "cuebot_acct"
+
+# Everything PostgreSQL knows about the public schema: a change to any of it shows.
+FINGERPRINT = """
+SELECT 'column', table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, '')
+  FROM information_schema.columns WHERE table_schema = 'public'
+UNION ALL SELECT 'constraint', conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+  FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+UNION ALL SELECT 'index', indexdef FROM pg_indexes WHERE schemaname = 'public'
+UNION ALL SELECT 'trigger', tgrelid::regclass::text || ' ' || tgname FROM pg_trigger WHERE NOT tgisinternal
+UNION ALL SELECT 'function', proname || ' ' || md5(prosrc) FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+ORDER BY 1, 2
+"""
+
+
+def server(dbname: str = "postgres") -> psycopg.Connection:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**{**params, "dbname": dbname}, autocommit=True)
+
+
+@pytest.fixture
+def cuebot_database(request):
+    """A database that Cuebot's migrations built: its tables, nothing of ours. Yields its URL."""
+    name = f"{connection.settings_dict['NAME']}_{request.node.name[:20]}".lower()
+    with server() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    with server(name) as site:
+        site.execute(TABLES_SQL)
+        site.execute(TRIGGERS_SQL)
+    settings = connection.settings_dict
+    yield name, f"postgres://{settings['USER']}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{name}"
+    with server() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def fingerprint(name: str) -> list[tuple]:
+    with server(name) as site:
+        return site.execute(FINGERPRINT).fetchall()
+
+
+def tables_by_schema(name: str) -> dict[str, set[str]]:
+    with server(name) as site:
+        rows = site.execute("SELECT schemaname, tablename FROM pg_tables WHERE schemaname IN ('public', %s)", [OWN_SCHEMA]).fetchall()
+    schemas: dict[str, set[str]] = {"public": set(), OWN_SCHEMA: set()}
+    for schema, table in rows:
+        schemas[schema].add(table)
+    return schemas
+
+
+def attached(url: str) -> dict[str, str]:
+    return {"DATABASE_URL": url, "OPENCUE_TABLES": "existing", "OWN_TABLES_SCHEMA": OWN_SCHEMA, "settings": "settings.test"}
+
+
+@pytest.mark.django_db
+def test_migrate_on_a_cuebot_database_creates_only_the_projects_own_tables_in_their_schema(cuebot_database):
+    name, url = cuebot_database
+    before = fingerprint(name)
+
+    migrated = manage("migrate", "--noinput", **attached(url))
+
+    assert migrated.returncode == 0, migrated.stderr
+    assert fingerprint(name) == before  # not one column, constraint, index, trigger or function of Cuebot's changed
+    schemas = tables_by_schema(name)
+    assert schemas["public"] == set(TABLES)
+    assert {"django_migrations", "acct_api_token", "acct_instance", "auth_user", "django_q_task", "django_session"} <= schemas[OWN_SCHEMA]
+    checked = manage("check", **attached(url))
+    assert checked.returncode == 0, checked.stderr
+    assert "no issues" in checked.stdout
+
+
+@pytest.mark.django_db
+def test_the_check_names_a_missing_column_and_why_and_the_service_refuses_to_start(cuebot_database):
+    name, url = cuebot_database
+    assert manage("migrate", "--noinput", **attached(url)).returncode == 0
+    with server(name) as site:  # a site whose Cuebot predates V45
+        site.execute("ALTER TABLE show DROP COLUMN b_scheduler_managed")
+
+    checked = manage("check", **attached(url))
+    started = manage("check_services", **attached(url))
+
+    assert checked.returncode == 1
+    assert "accounting.E002" in checked.stderr
+    assert "column show.b_scheduler_managed is missing: Cuebot's migration V45" in checked.stderr
+    assert started.returncode == 1
+    assert "show.b_scheduler_managed is missing" in started.stderr
+
+
+@pytest.mark.django_db
+def test_the_check_names_a_missing_table_and_a_missing_privilege(cuebot_database):
+    name, url = cuebot_database
+    assert manage("migrate", "--noinput", **attached(url)).returncode == 0
+    with server(name) as site:
+        site.execute("DROP TABLE host_local")
+        site.execute("CREATE ROLE cuebot_acct_reader LOGIN")
+        site.execute(f"GRANT USAGE, CREATE ON SCHEMA {OWN_SCHEMA} TO cuebot_acct_reader")
+        site.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public, {OWN_SCHEMA} TO cuebot_acct_reader")
+    try:
+        checked = manage("check", **attached(url.replace("postgres@", "cuebot_acct_reader@")))
+    finally:
+        with server(name) as site:
+            site.execute("DROP OWNED BY cuebot_acct_reader")
+            site.execute("DROP ROLE cuebot_acct_reader")
+
+    assert checked.returncode == 1
+    assert "accounting.E001" in checked.stderr and "Cuebot table 'host_local' is missing" in checked.stderr
+    assert "the database role may not DELETE on proc" in checked.stderr
+    assert "the database role may not UPDATE on subscription" in checked.stderr
+
+
+@pytest.mark.django_db
+def test_create_mode_refuses_a_cuebot_database_in_one_line_and_changes_nothing(cuebot_database):
+    name, url = cuebot_database
+    before = fingerprint(name)
+
+    migrated = manage("migrate", "--noinput", DATABASE_URL=url, OPENCUE_TABLES="create", settings="settings.test")
+
+    assert migrated.returncode == 1
+    assert migrated.stderr.strip().count("\n") == 0, migrated.stderr
+    assert "OPENCUE_TABLES=existing" in migrated.stderr
+    assert fingerprint(name) == before
+    assert tables_by_schema(name)["public"] == set(TABLES)  # not even django_migrations
+
+
+@pytest.mark.django_db
+def test_demo_and_simulator_fill_only_a_cuebot_database_without_shows(cuebot_database):
+    name, url = cuebot_database
+    assert manage("migrate", "--noinput", **attached(url)).returncode == 0
+
+    seeded = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(url))
+    again = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(url))
+    with server(name) as site:
+        site.execute("INSERT INTO show (pk_show, str_name) VALUES ('00000000-0000-0000-0000-00000000cafe', 'site-show')")
+        frames, procs = site.execute("SELECT (SELECT count(*) FROM frame), (SELECT count(*) FROM proc)").fetchone()
+    refused_seed = manage("seed_demo_farm", **attached(url))
+    refused_sim = manage("simulate_farm", "--seconds", "1", **attached(url))
+
+    assert seeded.returncode == 0, seeded.stderr
+    assert again.returncode == 0, again.stderr
+    assert (frames, procs) == (20, 20)
+    assert refused_seed.returncode == 2 and "holds 1 show(s) it did not create" in refused_seed.stderr
+    assert refused_sim.returncode == 2 and "holds 5 show(s) it did not create" in refused_sim.stderr  # the demo's too
