@@ -4,7 +4,10 @@ from django.utils import timezone
 from accounting.admin_display import cores_column
 from accounting.instances import STALE_AFTER
 from accounting.limits import publish_limits_on_commit
-from accounting.models import ApiToken, FolderResource, Instance, JobResource, LayerResource, Point, Proc, Subscription
+from accounting.models import (
+    ApiToken, FolderResource, HostLocal, Instance, JobResource, LayerResource, Point, Proc, Subscription,
+)
+from shows.admin import CuebotWrittenAdmin
 
 
 class PublishLimitsMixin:
@@ -105,3 +108,15 @@ class InstanceAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(HostLocal)
+class HostLocalAdmin(CuebotWrittenAdmin):
+    """Local reservations: Cuebot makes them; releases give local procs' amounts back."""
+
+    list_display = ["host", "job", "str_type", "cores_max", "cores_idle", "int_gpus_max", "int_gpus_idle", "b_active"]
+    list_filter = ["b_active", "str_type"]
+    search_fields = ["host__str_name", "job__str_name"]
+    list_select_related = ["host", "job"]
+    cores_max = cores_column("int_cores_max", "cores max")
+    cores_idle = cores_column("int_cores_idle", "cores idle")

@@ -14,6 +14,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core.management import CommandError
 from django.db import connection, models
+from django.db.migrations.recorder import MigrationRecorder
 
 from shows.models import CuebotTable
 
@@ -153,8 +154,14 @@ def refuse_foreign_cuebot_tables(*, plan: list) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regclass('show') IS NOT NULL")
-        if cursor.fetchone()[0]:
-            raise CommandError(
-                "this database already holds Cuebot's tables (show, proc...) that cuebot-acct did not create; "
-                "set OPENCUE_TABLES=existing to attach to them (nothing was changed)"
-            )
+        if not cursor.fetchone()[0]:
+            return
+    if ("shows", "0001_initial") in MigrationRecorder(connection).applied_migrations():
+        raise CommandError(
+            "this database was built by an earlier cuebot-acct, whose tables were not shaped like Cuebot's; "
+            "a demo database cannot be upgraded in place: drop it (dropdb) and migrate again (nothing was changed)"
+        )
+    raise CommandError(
+        "this database already holds Cuebot's tables (show, proc...) that cuebot-acct did not create; "
+        "set OPENCUE_TABLES=existing to attach to them (nothing was changed)"
+    )

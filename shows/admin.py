@@ -5,7 +5,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from accounting.admin_display import cores_column
-from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Layer, Show
+from shows.models import Alloc, Dept, Facility, Folder, Frame, Host, HostStat, Job, Layer, Show
 from shows.services import set_scheduler_managed
 
 
@@ -107,3 +107,34 @@ class HostAdmin(admin.ModelAdmin):
     search_fields = ["str_name"]
     cores = cores_column("int_cores")
     cores_idle = cores_column("int_cores_idle", "idle cores")
+
+
+class CuebotWrittenAdmin(admin.ModelAdmin):
+    """Rows Cuebot writes and the accounting only reads or adjusts through its services:
+    viewable, never added, edited or deleted here."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Frame)
+class FrameAdmin(CuebotWrittenAdmin):
+    list_display = ["str_name", "job", "layer", "str_state", "str_host", "cores"]
+    list_filter = ["str_state"]
+    search_fields = ["str_name", "job__str_name", "str_host"]
+    list_select_related = ["job", "layer"]
+    cores = cores_column("int_cores", "cores")
+
+
+@admin.register(HostStat)
+class HostStatAdmin(CuebotWrittenAdmin):
+    list_display = ["host", "str_state", "int_mem_total", "int_mem_free"]
+    list_filter = ["str_state"]
+    search_fields = ["host__str_name"]
+    list_select_related = ["host"]

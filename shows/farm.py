@@ -248,10 +248,16 @@ def proc_rows(*, procs: Iterable[DemoProc], show_of_job: dict[str, str], progres
     progress(count % 1000)
 
 
+# Idle = capacity - what the host's procs reserve. A larger demo re-run puts more procs on
+# the hosts it made before: their capacity grows to fit, as Cuebot's host check demands.
 HOST_IDLE = """
 UPDATE host h
-   SET int_cores_idle = h.int_cores - COALESCE(t.cores, 0), int_mem_idle = h.int_mem - COALESCE(t.mem, 0),
-       int_gpus_idle = h.int_gpus - COALESCE(t.gpus, 0), int_gpu_mem_idle = h.int_gpu_mem - COALESCE(t.gpu_mem, 0)
+   SET int_cores = GREATEST(h.int_cores, COALESCE(t.cores, 0)), int_mem = GREATEST(h.int_mem, COALESCE(t.mem, 0)),
+       int_cores_idle = GREATEST(h.int_cores, COALESCE(t.cores, 0)) - COALESCE(t.cores, 0),
+       int_mem_idle = GREATEST(h.int_mem, COALESCE(t.mem, 0)) - COALESCE(t.mem, 0),
+       int_gpus = GREATEST(h.int_gpus, COALESCE(t.gpus, 0)), int_gpu_mem = GREATEST(h.int_gpu_mem, COALESCE(t.gpu_mem, 0)),
+       int_gpus_idle = GREATEST(h.int_gpus, COALESCE(t.gpus, 0)) - COALESCE(t.gpus, 0),
+       int_gpu_mem_idle = GREATEST(h.int_gpu_mem, COALESCE(t.gpu_mem, 0)) - COALESCE(t.gpu_mem, 0)
   FROM host h2
   LEFT JOIN (
         SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem,
