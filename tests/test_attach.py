@@ -144,6 +144,11 @@ def test_demo_and_simulator_fill_only_a_cuebot_database_without_shows(cuebot_dat
 
     seeded = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(url))
     again = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(url))
+    # The operator's commands work there, on the attached tables.
+    operated = [manage(*command, **attached(url)) for command in (
+        ("acct_drift",), ("recalculate_subs",), ("set_scheduler_managed", "demo02", "true"),
+        ("set_subscription", "demo02", "demo.general", "--burst", "500"), ("acct_reseed",), ("setup_schedules",),
+    )]
     with server(name) as site:
         site.execute("INSERT INTO show (pk_show, str_name) VALUES ('00000000-0000-0000-0000-00000000cafe', 'site-show')")
         frames, procs = site.execute("SELECT (SELECT count(*) FROM frame), (SELECT count(*) FROM proc)").fetchone()
@@ -153,5 +158,7 @@ def test_demo_and_simulator_fill_only_a_cuebot_database_without_shows(cuebot_dat
     assert seeded.returncode == 0, seeded.stderr
     assert again.returncode == 0, again.stderr
     assert (frames, procs) == (20, 20)
+    assert [(result.args[2:], result.returncode) for result in operated] == [(result.args[2:], 0) for result in operated], [
+        result.stderr for result in operated if result.returncode]
     assert refused_seed.returncode == 2 and "holds 1 show(s) it did not create" in refused_seed.stderr
     assert refused_sim.returncode == 2 and "holds 5 show(s) it did not create" in refused_sim.stderr  # the demo's too
