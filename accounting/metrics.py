@@ -43,6 +43,12 @@ RELEASE_PUBLISH_STALE = Counter(
     "Release publishes that found their in-flight entry gone or expired and changed no counter "
     "(Redis left high until the next reseed).",
 )
+RELEASE_UNRESOLVED = Counter(
+    "cuebot_acct_release_job_gone_total",
+    "Procs released after their job row was gone: their folder and point could not be resolved "
+    "and keep counting them until the next recompute.",
+    ["branch"],
+)
 RELEASE_BATCH_SIZE = Histogram(
     "cuebot_acct_release_batch_size",
     "Proc ids asked for per release call (unbook_proc counts as 1).",

@@ -45,9 +45,14 @@ class PreparedRelease:
 
 
 def release_keys(release: "Release") -> tuple[str, ...]:
+    """The hashes the release takes the proc off: the booking's five, or, when the proc's job
+    row is gone, the three it can still name (its folder and point are unknown)."""
+    if release.job_gone:
+        return (keys.sub(show_id=release.show_id, alloc_id=release.alloc_id), keys.job(job_id=release.job_id),
+                keys.layer(layer_id=release.layer_id))
     return keys.of_proc(
         show_id=release.show_id, alloc_id=release.alloc_id, folder_id=release.folder_id,
-        job_id=release.job_id, layer_id=release.layer_id, dept_id=release.dept_id,
+        job_id=release.job_id, layer_id=release.layer_id, dept_id=release.dept_id, point_show_id=release.point_show_id,
     )
 
 

@@ -18,22 +18,27 @@ from accounting.transient import retry_transient
 from accounting.units import cores_from_centicores
 from shows.selectors import is_scheduler_managed
 
+logger = logging.getLogger(__name__)
+
 # --- Release path (Cuebot's ProcDaoJdbc.unbookProc) -----------------------------------
 #
-# One transaction per call, whatever the batch size:
-# 1. one DELETE ... RETURNING takes each proc's reserved amounts as they are at delete
-#    time, with the ids of its keys (alloc via the host, folder and dept via the job).
-#    Row locks make concurrent releases of one proc release it once: the loser's DELETE
-#    finds the row gone and returns nothing.
+# One transaction per call, whatever the batch size, writing what Cuebot writes:
+# 1. one DELETE ... RETURNING, by pk_proc alone (proc has no foreign key to job: a proc
+#    whose job row is gone is released too), takes each proc's reserved amounts as they
+#    are at delete time, with the ids of its keys: alloc via the host; folder, department
+#    and the point's show via the job, when the job row still exists. Row locks make
+#    concurrent releases of one proc release it once: the loser's DELETE finds it gone.
 # 2. one host UPDATE gives the idle resources back (summed per host).
 # 3. the branch, per proc:
-#    - local (b_local): layer_resource and job_resource int_local_* only, whatever the
-#      show's flag (the counting rules of accounting.recompute);
+#    - local (b_local): layer_resource, job_resource int_local_* and the job's host_local
+#      reservation on that host (idle amounts back), whatever the show's flag;
 #    - scheduler-managed show: no accounting-table writes; registered in flight before
 #      the block ends, published to Redis after commit (accounting.publisher);
-#    - Cuebot-managed show: subscription, folder_resource, job_resource, layer_resource
-#      and point decremented in centicores in the same transaction.
+#    - Cuebot-managed show: subscription, layer_resource, job_resource, folder_resource
+#      (the job's folder) and point (the job's department and show) decremented in
+#      centicores in the same transaction.
 # Local and Cuebot-managed procs share one set-based statement per table (lock order below).
+# What a proc whose job is gone cannot resolve (its folder, its point) is logged and counted.
 
 
 class Branch(StrEnum):
@@ -44,16 +49,21 @@ class Branch(StrEnum):
 
 @dataclass(frozen=True)
 class Release:
-    """What one release gave back. Cores in both units: PG's centicores and Redis's cores."""
+    """What one release gave back. Cores in both units: PG's centicores and Redis's cores.
+
+    folder_id, dept_id and point_show_id come from the proc's job: None when the job row is
+    gone. The point is (the job's department, the job's show), as Cuebot counts it.
+    """
 
     proc_id: str
     host_id: str
     show_id: str
     alloc_id: str
-    folder_id: str
+    folder_id: str | None
     job_id: str
     layer_id: str
-    dept_id: str
+    dept_id: str | None
+    point_show_id: str | None
     cores_centicores: int
     cores: int
     gpus: int
@@ -61,28 +71,35 @@ class Release:
     gpu_memory: int  # KB
     branch: Branch
 
+    @property
+    def job_gone(self) -> bool:
+        return self.folder_id is None
 
-# Lock order. Concurrent releases (and Cuebot's other writers) lock the same rows; two
-# transactions that lock an overlapping set in different orders deadlock, and PostgreSQL
-# aborts one (40P01). The order a plan visits rows in is not stable (a bitmap scan goes by
-# ctid, an index scan by key, and the plan changes with the batch size), and the
-# data-modifying CTEs of one statement run in an unspecified order. So every release
-# locks: its proc rows, then its host rows, then subscription, folder_resource,
-# job_resource, layer_resource, point (one statement per table, in that order, the
-# recompute uses the same order), each set in primary-key order: a MATERIALIZED CTE with
-# ORDER BY ... FOR [NO KEY] UPDATE locks row by row in sorted order, and the statement
-# then only writes rows that CTE returned, i.e. rows this transaction already holds.
-# Two releases then always wait in the same direction. Writers outside this order (a
-# Cuebot booking, an operator's SQL) can still deadlock with a release: that is what the
-# retry in accounting.transient is for.
+
+# Lock order. Concurrent releases, and Cuebot's own releases beside them, lock the same
+# rows; two transactions that lock an overlapping set in different orders deadlock, and
+# PostgreSQL aborts one (40P01). Cuebot's release locks the proc, its host, then
+# subscription, layer_resource, job_resource, folder_resource, point (a local one: host,
+# layer_resource, job_resource, host_local). Every release here takes the same table order:
+# proc rows, host rows, subscription, layer_resource, job_resource, host_local,
+# folder_resource, point (one statement per table; the recompute uses the same order),
+# so it waits for Cuebot, or Cuebot for it, and neither deadlocks. Within a table, rows
+# are locked in primary-key order: a MATERIALIZED CTE with ORDER BY ... FOR [NO KEY]
+# UPDATE locks row by row in sorted order (the order a plan visits rows in is not stable,
+# and the data-modifying CTEs of one statement run in an unspecified order), and the
+# statement then only writes rows that CTE returned, i.e. rows this transaction holds.
+# Writers outside this order (an operator's SQL) can still deadlock with a release: that
+# is what the rerun in accounting.transient is for.
 DELETE_PROCS = """
 WITH doomed AS MATERIALIZED (
-     SELECT pk_proc FROM proc WHERE pk_proc = ANY(%(ids)s) ORDER BY pk_proc FOR UPDATE
+     SELECT p.pk_proc, j.pk_folder, j.pk_dept, j.pk_show AS point_show
+       FROM proc p LEFT JOIN job j ON j.pk_job = p.pk_job
+      WHERE p.pk_proc = ANY(%(ids)s) ORDER BY p.pk_proc FOR UPDATE OF p
 )
 DELETE FROM proc p
- USING doomed d, host h, job j
- WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host AND j.pk_job = p.pk_job
-RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept,
+ USING doomed d, host h
+ WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host
+RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
           p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
 """
 
@@ -103,8 +120,9 @@ UPDATE host h
 
 
 @dataclass(frozen=True)
-class _Decrement:
-    """UPDATE table SET amount = amount - delta for the rows matched on keys, locked in pk order.
+class _Adjustment:
+    """UPDATE table SET amount = amount - delta (or + delta, to give back) for the rows
+    matched on keys, locked in pk order.
 
     Parameters: one text[] per key column and one bigint[] per amount column, named after
     the column, one element per row (the caller sums per key, so each row matches once).
@@ -114,6 +132,7 @@ class _Decrement:
     pk: str
     keys: tuple[str, ...]
     amounts: tuple[str, ...]
+    sign: str = "-"
 
     @property
     def sql(self) -> str:
@@ -126,23 +145,25 @@ WITH d AS (
      SELECT t.{self.pk}, {", ".join(f"d.{a}" for a in self.amounts)} FROM {self.table} t JOIN d ON {match}
       ORDER BY t.{self.pk} FOR NO KEY UPDATE OF t
 )
-UPDATE {self.table} t SET {", ".join(f"{a} = t.{a} - l.{a}" for a in self.amounts)}
+UPDATE {self.table} t SET {", ".join(f"{a} = t.{a} {self.sign} l.{a}" for a in self.amounts)}
   FROM locked l
  WHERE t.{self.pk} = l.{self.pk}
 """
 
 
 _CORES_GPUS = ("int_cores", "int_gpus")
-# The order of this tuple is the lock order across the accounting tables.
-DECREMENTS = (
-    _Decrement(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
-    _Decrement(table="folder_resource", pk="pk_folder_resource", keys=("pk_folder",), amounts=_CORES_GPUS),
-    _Decrement(table="job_resource", pk="pk_job_resource", keys=("pk_job",),
-               amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus")),
-    _Decrement(table="layer_resource", pk="pk_layer_resource", keys=("pk_layer",), amounts=_CORES_GPUS),
-    _Decrement(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
+# The order of this tuple is the lock order across the accounting tables (Cuebot's).
+ADJUSTMENTS = (
+    _Adjustment(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
+    _Adjustment(table="layer_resource", pk="pk_layer_resource", keys=("pk_layer",), amounts=_CORES_GPUS),
+    _Adjustment(table="job_resource", pk="pk_job_resource", keys=("pk_job",),
+                amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus")),
+    _Adjustment(table="host_local", pk="pk_host_local", keys=("pk_host", "pk_job"),
+                amounts=("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"), sign="+"),
+    _Adjustment(table="folder_resource", pk="pk_folder_resource", keys=("pk_folder",), amounts=_CORES_GPUS),
+    _Adjustment(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
 )
-DECREMENT_SQL = {d.table: d.sql for d in DECREMENTS}
+ADJUSTMENT_SQL = {a.table: a.sql for a in ADJUSTMENTS}
 
 
 class _PreparedStatementCursor(psycopg.Cursor):
@@ -183,7 +204,7 @@ def _one_round_trip() -> Iterator[None]:
 
 
 def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
-    (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id,
+    (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id, point_show_id,
      centicores, gpus, mem, gpu_mem, local) = row
     if local:
         branch = Branch.LOCAL
@@ -193,8 +214,8 @@ def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
         branch = Branch.CUEBOT
     return Release(
         proc_id=proc_id, host_id=host_id, show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
-        layer_id=layer_id, dept_id=dept_id, cores_centicores=centicores, cores=cores_from_centicores(centicores),
-        gpus=gpus, memory=mem, gpu_memory=gpu_mem, branch=branch,
+        layer_id=layer_id, dept_id=dept_id, point_show_id=point_show_id, cores_centicores=centicores,
+        cores=cores_from_centicores(centicores), gpus=gpus, memory=mem, gpu_memory=gpu_mem, branch=branch,
     )
 
 
@@ -214,34 +235,48 @@ def _give_back_to_hosts(cursor, releases: Sequence[Release]) -> None:
     })
 
 
-def _take_from_pg_accounting(cursor, releases: Sequence[Release]) -> None:
-    """Local and Cuebot-managed procs: one ordered decrement per table with rows to change."""
-    sums: dict[str, dict[tuple, list[int]]] = {d.table: defaultdict(lambda: [0, 0, 0, 0]) for d in DECREMENTS}
+def _adjust_pg_accounting(cursor, releases: Sequence[Release]) -> None:
+    """Local and Cuebot-managed procs: one ordered statement per table with rows to change."""
+    sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
 
-    def add(table: str, key: tuple, r: Release, *, offset: int = 0) -> None:
+    def add(table: str, key: tuple, *amounts: int, offset: int = 0) -> None:
         totals = sums[table][key]
-        totals[offset] += r.cores_centicores
-        totals[offset + 1] += r.gpus
+        for i, amount in enumerate(amounts):
+            totals[offset + i] += amount
 
     for r in releases:
-        add("layer_resource", (r.layer_id,), r)
+        add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
         if r.branch is Branch.LOCAL:
-            # Counting rules of accounting.recompute: local procs only in their layer and
-            # in the job's int_local_*.
-            add("job_resource", (r.job_id,), r, offset=2)
+            # Counting rules of accounting.recompute: local procs only in their layer and in
+            # the job's int_local_*; their amounts go back to the job's reservation too.
+            add("job_resource", (r.job_id,), r.cores_centicores, r.gpus, offset=2)
+            add("host_local", (r.host_id, r.job_id), r.cores_centicores, r.memory, r.gpus, r.gpu_memory)
             continue
-        add("job_resource", (r.job_id,), r)
-        add("subscription", (r.show_id, r.alloc_id), r)
-        add("folder_resource", (r.folder_id,), r)
-        add("point", (r.dept_id, r.show_id), r)
-    for d in DECREMENTS:
-        rows = sums[d.table]
+        add("job_resource", (r.job_id,), r.cores_centicores, r.gpus)
+        add("subscription", (r.show_id, r.alloc_id), r.cores_centicores, r.gpus)
+        if not r.job_gone:
+            add("folder_resource", (r.folder_id,), r.cores_centicores, r.gpus)
+            add("point", (r.dept_id, r.point_show_id), r.cores_centicores, r.gpus)
+    for a in ADJUSTMENTS:
+        rows = sums[a.table]
         if not rows:
             continue
         row_keys = sorted(rows)
-        params = {k: [key[i] for key in row_keys] for i, k in enumerate(d.keys)}
-        params |= {a: [rows[key][j] for key in row_keys] for j, a in enumerate(d.amounts)}
-        cursor.execute(DECREMENT_SQL[d.table], params)
+        params = {k: [key[i] for key in row_keys] for i, k in enumerate(a.keys)}
+        params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(a.amounts)}
+        cursor.execute(ADJUSTMENT_SQL[a.table], params)
+
+
+def _report_jobs_gone(releases: Sequence[Release]) -> None:
+    """A proc whose job row is gone was released, but its folder and point are unknown."""
+    for r in releases:
+        if r.job_gone and r.branch is not Branch.LOCAL:
+            metrics.RELEASE_UNRESOLVED.labels(branch=r.branch.value).inc()
+            logger.warning(
+                "proc %s released although its job %s is gone: host given back, subscription, job and layer "
+                "taken off; its folder and point cannot be resolved and keep counting it until the next recompute",
+                r.proc_id, r.job_id,
+            )
 
 
 def _count_at_commit(releases: Sequence[Release]) -> None:
@@ -249,6 +284,7 @@ def _count_at_commit(releases: Sequence[Release]) -> None:
         n = sum(1 for r in releases if r.branch is branch)
         if n:
             RELEASES.labels(branch=branch.value).inc(n)
+    _report_jobs_gone(releases)
 
 
 def _release(proc_ids: list[str]) -> dict[str, Release]:
@@ -264,7 +300,7 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         if not rows:
             return {}
         # The flag is read once per show, and only for shows with non-local procs.
-        managed = {show_id: is_scheduler_managed(show_id=show_id) for show_id in {row[2] for row in rows if not row[12]}}
+        managed = {show_id: is_scheduler_managed(show_id=show_id) for show_id in {row[2] for row in rows if not row[13]}}
         releases = [_release_from_row(row, managed=managed) for row in rows]
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         # The host UPDATE and the decrements need nothing back: one round trip for up to
@@ -272,7 +308,7 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         with _one_round_trip() if in_pg else nullcontext():
             _give_back_to_hosts(cursor, releases)
             if in_pg:
-                _take_from_pg_accounting(cursor, in_pg)
+                _adjust_pg_accounting(cursor, in_pg)
         to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
         if to_redis:
             publisher = release_publisher()
@@ -302,8 +338,6 @@ def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
 
 
 # --- recalculate_subs: Cuebot's 2-hourly subscription recompute, show-aware ---
-
-logger = logging.getLogger(__name__)
 
 RECALCULATE_SUBS_LOCK = "recalculate_subs"
 # Far longer than a run takes; only matters when a holder dies mid-run.

@@ -26,10 +26,11 @@ def chunked(rows: Iterable, size: int) -> Iterator[list]:
 # (`int_cores_reserved / 100` is integer division, i.e. cores_from_centicores for the
 # non-negative amounts a proc reserves), overlaid on a zero baseline of every
 # sub/folder/job/point key of the shows, enumerated from the limit tables. Layers have no
-# limit table and are not baselined. Local procs and FINISHED jobs are left out.
+# limit table and are not baselined. Local procs and FINISHED jobs are left out. The point
+# is the job's department and show, as Cuebot counts it.
 BOOKED = """
 WITH booked AS (
-    SELECT p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept,
+    SELECT p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show AS point_show,
            p.int_cores_reserved / 100 AS cores, p.int_gpus_reserved AS gpus
       FROM proc p
       JOIN host h ON h.pk_host = p.pk_host
@@ -41,11 +42,11 @@ WITH booked AS (
              WHEN GROUPING(pk_folder) = 0 THEN 'acct:folder:' || pk_folder
              WHEN GROUPING(pk_job) = 0 THEN 'acct:job:' || pk_job
              WHEN GROUPING(pk_layer) = 0 THEN 'acct:layer:' || pk_layer
-             ELSE 'acct:point:' || pk_dept || ':' || pk_show
+             ELSE 'acct:point:' || pk_dept || ':' || point_show
            END AS key,
            SUM(cores) AS cores, SUM(gpus) AS gpus
       FROM booked
-     GROUP BY GROUPING SETS ((pk_show, pk_alloc), (pk_folder), (pk_job), (pk_layer), (pk_dept, pk_show))
+     GROUP BY GROUPING SETS ((pk_show, pk_alloc), (pk_folder), (pk_job), (pk_layer), (pk_dept, point_show))
 ), baseline AS (
     SELECT 'acct:sub:' || pk_show || ':' || pk_alloc AS key FROM subscription WHERE pk_show = ANY(%(shows)s)
     UNION ALL

@@ -48,7 +48,7 @@ from accounting.auth import issue_token  # noqa: E402
 from accounting.lua import script  # noqa: E402
 from accounting.models import FolderResource, JobResource, LayerResource, Point, Subscription  # noqa: E402
 from accounting.services import (  # noqa: E402
-    DECREMENT_SQL, DECREMENTS, DELETE_PROCS, GIVE_BACK_TO_HOSTS, unbook_proc, unbook_procs,
+    ADJUSTMENT_SQL, ADJUSTMENTS, DELETE_PROCS, GIVE_BACK_TO_HOSTS, unbook_proc, unbook_procs,
 )
 from accounting.units import cores_from_centicores  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
@@ -179,10 +179,14 @@ def floor(farm: BenchFarm, proc_ids: list[str], *, with_flag_and_prepare: bool) 
 
 def decrement_params(row: tuple) -> dict[str, dict[str, list]]:
     """Per accounting table, the parameters of its decrement for one non-local proc's DELETE row."""
-    (_, _, show, alloc, folder, job, layer, dept, centicores, gpus, _, _, _) = row
+    (_, _, show, alloc, folder, job, layer, dept, point_show, centicores, gpus, _, _, _) = row
     values = {"pk_show": show, "pk_alloc": alloc, "pk_folder": folder, "pk_job": job, "pk_layer": layer,
               "pk_dept": dept, "int_cores": centicores, "int_gpus": gpus, "int_local_cores": 0, "int_local_gpus": 0}
-    return {d.table: {column: [values[column]] for column in d.keys + d.amounts} for d in DECREMENTS}
+    return {
+        a.table: {column: [point_show if (a.table, column) == ("point", "pk_show") else values[column]]
+                  for column in a.keys + a.amounts}
+        for a in ADJUSTMENTS if a.table != "host_local"
+    }
 
 
 def cuebot_floor(proc_ids: list[str], *, pipelined: bool) -> float:
@@ -195,12 +199,12 @@ def cuebot_floor(proc_ids: list[str], *, pipelined: bool) -> float:
             with pg.cursor() as cursor:
                 cursor.execute(DELETE_PROCS, {"ids": [proc_id]}, prepare=True)
                 row = cursor.fetchone()
-                (_, host, _, _, _, _, _, _, centicores, gpus, mem, gpu_mem, _) = row
+                (_, host, _, _, _, _, _, _, _, centicores, gpus, mem, gpu_mem, _) = row
                 with pg.pipeline() if pipelined else nullcontext():
                     cursor.execute(GIVE_BACK_TO_HOSTS, {"hosts": [host], "cores": [centicores], "mem": [mem],
                                                         "gpus": [gpus], "gpu_mem": [gpu_mem]}, prepare=True)
                     for table, params in decrement_params(row).items():
-                        cursor.execute(DECREMENT_SQL[table], params, prepare=True)
+                        cursor.execute(ADJUSTMENT_SQL[table], params, prepare=True)
             pg.commit()
         elapsed = time.perf_counter() - started
     return len(proc_ids) / elapsed

@@ -72,7 +72,7 @@ def test_scheduler_managed_release_publishes_once_after_commit_and_leaves_pg_acc
 
     assert release == Release(
         proc_id=proc.id, host_id=farm.host.id, show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id,
-        job_id=farm.job.id, layer_id=farm.layer.id, dept_id=farm.dept.id, cores_centicores=250, cores=2, gpus=1,
+        job_id=farm.job.id, layer_id=farm.layer.id, dept_id=farm.dept.id, point_show_id=farm.show.id, cores_centicores=250, cores=2, gpus=1,
         memory=2048, gpu_memory=0, branch=Branch.SCHEDULER,
     )
     assert len(callbacks) == 2  # the publish and the metric
@@ -390,11 +390,11 @@ def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cue
         trace.seek(0)
         answers = [line for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line]
 
-    # Each statement still goes through the cursor wrapper, in lock order.
-    assert statements(queries) == ["DELETE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE"]
+    # Each statement still goes through the cursor wrapper, in Cuebot's lock order.
+    assert statements(queries) == ["DELETE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE"]
     tables = [m.group(1) for q in queries.captured_queries if (m := re.search(r"^UPDATE (\w+)", q["sql"], re.M))]
-    assert tables == ["host", "subscription", "folder_resource", "job_resource", "layer_resource", "point"]
-    # The savepoint (the test's transaction holds the outer one), the DELETE, the six UPDATEs
-    # together, the savepoint's release: four answers awaited, not nine.
+    assert tables == ["host", "subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point"]
+    # The savepoint (the test's transaction holds the outer one), the DELETE, the seven
+    # UPDATEs together, the savepoint's release: four answers awaited, not ten.
     assert len(answers) == 4
     assert accounting_mismatches(show_id=cuebot_farm.show.id) == []
