@@ -29,7 +29,7 @@ class AccountingConfig(AppConfig):
         from django.db.models.signals import pre_migrate
         from django_q.signals import post_spawn
 
-        from accounting import checks  # noqa: F401  (registers accounting.W001 and E001-E004)
+        from accounting import checks  # noqa: F401  (registers accounting.W001 and E001-E005)
 
         post_spawn.connect(task_worker_started, dispatch_uid="accounting.task_worker_started")
         pre_migrate.connect(before_migrate, sender=self, dispatch_uid="accounting.before_migrate")

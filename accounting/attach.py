@@ -2,8 +2,9 @@
 
 With OPENCUE_TABLES=existing the tables belong to Cuebot. Before anything runs, the
 project verifies every table and column its models name (the columns it reads or
-writes), their type family, and the privileges its role needs, and names precisely
-what is missing (system checks accounting.E001-E004, also run at start-up).
+writes), their type family, the privileges its role needs and the Cuebot functions it
+calls, and names precisely what is missing (system checks accounting.E001-E005, also run
+at start-up).
 
 With OPENCUE_TABLES=create, `migrate` refuses a database that already holds Cuebot's
 tables it did not create: running the project's DDL there would fail half-way, or worse.
@@ -53,6 +54,12 @@ WRITES = {
 }
 
 
+# Cuebot's SQL functions the project calls, and what for.
+FUNCTIONS = {
+    "tier(numeric, numeric)": "recalculate_subs reads a subscription's tier with it to find rows never recomputed",
+}
+
+
 @dataclass(frozen=True)
 class SchemaProblem:
     id: str
@@ -94,6 +101,8 @@ def schema_problems() -> list[SchemaProblem]:
             [[table for table, _ in needed], [privilege for _, privilege in needed]],
         )
         denied = set(cursor.fetchall())
+        cursor.execute("SELECT f FROM unnest(%s::text[]) AS f WHERE to_regprocedure(f) IS NULL", [list(FUNCTIONS)])
+        missing_functions = [f for (f,) in cursor.fetchall()]
 
     problems = []
     for table, columns in sorted(expected.items()):
@@ -118,6 +127,10 @@ def schema_problems() -> list[SchemaProblem]:
                     f"{', '.join(sorted(TYPE_FAMILIES[kind]))}",
                     UNKNOWN_ORIGIN,
                 ))
+    for function in missing_functions:
+        problems.append(SchemaProblem(
+            "accounting.E005", f"Cuebot's function {function} is missing: {FUNCTIONS[function]}", UNKNOWN_ORIGIN,
+        ))
     for table, privilege in sorted(denied):
         problems.append(SchemaProblem(
             "accounting.E004", f"the database role may not {privilege} on {table}",

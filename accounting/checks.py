@@ -1,4 +1,4 @@
-"""System checks: accounting.W001 (the publish guardrail) and accounting.E001-E004 (a
+"""System checks: accounting.W001 (the publish guardrail) and accounting.E001-E005 (a
 site's Cuebot database lacks what the project reads or writes, OPENCUE_TABLES=existing)."""
 from django.conf import settings
 from django.core.checks import Error, Warning, register

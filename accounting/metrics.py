@@ -49,6 +49,11 @@ RELEASE_UNRESOLVED = Counter(
     "and keep counting them until the next recompute.",
     ["branch"],
 )
+RECOMPUTE_ROW_FAILURES = Counter(
+    "cuebot_acct_recompute_row_failures_total",
+    "Accounting rows a recompute (or recalculate_subs) could not set to SUM(proc); the other rows were set.",
+    ["table"],
+)
 RELEASE_BATCH_SIZE = Histogram(
     "cuebot_acct_release_batch_size",
     "Proc ids asked for per release call (unbook_proc counts as 1).",

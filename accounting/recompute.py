@@ -13,11 +13,16 @@ job_resource) move the cap in the same UPDATE, to -cap - 1 (never equal to cap, 
 overflowing, and its own inverse), and a second UPDATE moves it back, as Cuebot's own
 recalculate_subs() does. The caps end as they were; the counters end at SUM(proc).
 """
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
-from accounting.transient import retry_transient
+from accounting import metrics
+from accounting.transient import TRANSIENT_SQLSTATES, retry_transient, sqlstate
+
+logger = logging.getLogger(__name__)
 
 SUBSCRIPTIONS = """
 UPDATE subscription s
@@ -32,6 +37,7 @@ UPDATE subscription s
          GROUP BY p.pk_show, h.pk_alloc
        ) t ON t.pk_show = s2.pk_show AND t.pk_alloc = s2.pk_alloc
  WHERE s.pk_subscription = s2.pk_subscription AND s2.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR s.pk_subscription = %(only)s)
 RETURNING s.pk_subscription, COALESCE(t.cores, 0) > s2.int_cores AND COALESCE(t.cores, 0) > s2.int_burst
 """
 RESTORE_BURSTS = "UPDATE subscription SET int_burst = -int_burst - 1 WHERE pk_subscription = ANY(%(cores)s)"
@@ -47,6 +53,7 @@ UPDATE folder_resource r
          GROUP BY j.pk_folder
        ) t ON t.pk_folder = f.pk_folder
  WHERE r.pk_folder = f.pk_folder AND f.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR r.pk_folder_resource = %(only)s)
 """
 
 JOBS = """
@@ -70,6 +77,7 @@ UPDATE job_resource r
          GROUP BY p.pk_job
        ) t ON t.pk_job = j.pk_job
  WHERE r.pk_job_resource = before.pk_job_resource AND j.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR r.pk_job_resource = %(only)s)
 RETURNING r.pk_job_resource,
           COALESCE(t.cores, 0) > before.int_cores AND COALESCE(t.cores, 0) > before.int_max_cores,
           COALESCE(t.gpus, 0) > before.int_gpus AND COALESCE(t.gpus, 0) > before.int_max_gpus
@@ -93,6 +101,7 @@ UPDATE layer_resource r
          GROUP BY p.pk_layer
        ) t ON t.pk_layer = l.pk_layer
  WHERE r.pk_layer = l.pk_layer AND j.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR r.pk_layer_resource = %(only)s)
 """
 
 POINTS = """
@@ -106,44 +115,124 @@ UPDATE point pt
          GROUP BY j.pk_dept, j.pk_show
        ) t ON t.pk_dept = pt2.pk_dept AND t.pk_show = pt2.pk_show
  WHERE pt.pk_point = pt2.pk_point AND pt2.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR pt.pk_point = %(only)s)
 """
 
-ALL_TABLES = (SUBSCRIPTIONS, FOLDERS, JOBS, LAYERS, POINTS)
-# The second UPDATE of a statement that moved caps, by statement.
-RESTORE_CAPS = {SUBSCRIPTIONS: RESTORE_BURSTS, JOBS: RESTORE_JOB_MAXIMA}
+@dataclass(frozen=True)
+class TableRecompute:
+    table: str
+    lock: str  # the show's rows, locked in primary-key order, returning their keys
+    update: str  # %(only)s NULL: every row of the shows; a key: that row alone
+    restore: str | None = None  # moves back the caps `update` moved
 
-# Each table's rows of the shows, locked in primary-key order before its UPDATE, tables in
-# ALL_TABLES order: the lock order of the release path (accounting.services), so a
-# recompute and a release wait for each other in one direction only.
-LOCK_ROWS = (
-    "SELECT 1 FROM subscription WHERE pk_show = ANY(%(shows)s) ORDER BY pk_subscription FOR NO KEY UPDATE",
-    """SELECT 1 FROM folder_resource r JOIN folder f ON f.pk_folder = r.pk_folder WHERE f.pk_show = ANY(%(shows)s)
-        ORDER BY r.pk_folder_resource FOR NO KEY UPDATE OF r""",
-    """SELECT 1 FROM job_resource r JOIN job j ON j.pk_job = r.pk_job WHERE j.pk_show = ANY(%(shows)s)
-        ORDER BY r.pk_job_resource FOR NO KEY UPDATE OF r""",
-    """SELECT 1 FROM layer_resource r JOIN layer l ON l.pk_layer = r.pk_layer JOIN job j ON j.pk_job = l.pk_job
-        WHERE j.pk_show = ANY(%(shows)s) ORDER BY r.pk_layer_resource FOR NO KEY UPDATE OF r""",
-    "SELECT 1 FROM point WHERE pk_show = ANY(%(shows)s) ORDER BY pk_point FOR NO KEY UPDATE",
+
+# In the lock order of the release path (accounting.services, Cuebot's), so a recompute
+# and a release, or Cuebot, wait for each other in one direction only.
+TABLES = (
+    TableRecompute(
+        "subscription",
+        "SELECT pk_subscription FROM subscription WHERE pk_show = ANY(%(shows)s) ORDER BY pk_subscription FOR NO KEY UPDATE",
+        SUBSCRIPTIONS, RESTORE_BURSTS,
+    ),
+    TableRecompute(
+        "layer_resource",
+        """SELECT r.pk_layer_resource FROM layer_resource r JOIN layer l ON l.pk_layer = r.pk_layer JOIN job j ON j.pk_job = l.pk_job
+            WHERE j.pk_show = ANY(%(shows)s) ORDER BY r.pk_layer_resource FOR NO KEY UPDATE OF r""",
+        LAYERS,
+    ),
+    TableRecompute(
+        "job_resource",
+        """SELECT r.pk_job_resource FROM job_resource r JOIN job j ON j.pk_job = r.pk_job WHERE j.pk_show = ANY(%(shows)s)
+            ORDER BY r.pk_job_resource FOR NO KEY UPDATE OF r""",
+        JOBS, RESTORE_JOB_MAXIMA,
+    ),
+    TableRecompute(
+        "folder_resource",
+        """SELECT r.pk_folder_resource FROM folder_resource r JOIN folder f ON f.pk_folder = r.pk_folder
+            WHERE f.pk_show = ANY(%(shows)s) ORDER BY r.pk_folder_resource FOR NO KEY UPDATE OF r""",
+        FOLDERS,
+    ),
+    TableRecompute(
+        "point",
+        "SELECT pk_point FROM point WHERE pk_show = ANY(%(shows)s) ORDER BY pk_point FOR NO KEY UPDATE",
+        POINTS,
+    ),
 )
 
 
-def recompute_pg_accounting(*, show_ids: Sequence[str]) -> None:
+@dataclass(frozen=True)
+class RowFailure:
+    """A row the recompute could not set to SUM(proc); the others were set."""
+
+    table: str
+    pk: str
+    error: str
+
+
+def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
     """Make the five accounting tables of these shows equal SUM(proc), in one transaction.
 
-    Idempotent (it rewrites from `proc`), so as the outermost transaction a deadlock victim
-    is simply run again (accounting.transient); inside a caller's transaction the error
-    propagates.
+    Every row it can: a statement that fails for one row (say a sum beyond the column's
+    range) is redone row by row, each in a savepoint, and the rows that still fail are
+    logged, counted and returned. Idempotent (it rewrites from `proc`), so as the outermost
+    transaction a deadlock victim is simply run again (accounting.transient); inside a
+    caller's transaction that error propagates.
     """
-    retry_transient(lambda: _recompute_once(show_ids=list(show_ids)), operation="recompute")
+    return retry_transient(lambda: _recompute_once(show_ids=list(show_ids)), operation="recompute")
 
 
-def _recompute_once(*, show_ids: list[str]) -> None:
+def _recompute_once(*, show_ids: list[str]) -> list[RowFailure]:
+    failures: list[RowFailure] = []
     with transaction.atomic(), connection.cursor() as cursor:
-        for lock, statement in zip(LOCK_ROWS, ALL_TABLES, strict=True):
-            cursor.execute(lock, {"shows": show_ids})
-            cursor.execute(statement, {"shows": show_ids})
-            if statement in RESTORE_CAPS:
-                restore_moved_caps(cursor=cursor, restore=RESTORE_CAPS[statement], moved=cursor.fetchall())
+        for table in TABLES:
+            cursor.execute(table.lock, {"shows": show_ids})
+            keys = [key for (key,) in cursor.fetchall()]
+            _, failed = run_row_by_row_on_failure(
+                table=table.table, keys=lambda keys=keys: keys,
+                run=lambda only, table=table: _update(cursor=cursor, table=table, show_ids=show_ids, only=only),
+            )
+            failures += failed
+    report_row_failures(failures, operation="recompute")
+    return failures
+
+
+def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: str | None) -> list:
+    cursor.execute(table.update, {"shows": show_ids, "only": only})
+    if table.restore:
+        restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())
+    return []
+
+
+def run_row_by_row_on_failure(
+    *, table: str, run: Callable[[str | None], list], keys: Callable[[], Sequence[str]]
+) -> tuple[list, list[RowFailure]]:
+    """run(None) for every row at once; if PostgreSQL refuses it (anything but a deadlock or a
+    serialization failure, which abort the whole transaction), run(key) for each row alone,
+    each in its own savepoint. Returns what the runs that succeeded returned, and the rows
+    that failed."""
+    try:
+        with transaction.atomic():
+            return run(None), []
+    except DatabaseError as error:
+        if sqlstate(error) in TRANSIENT_SQLSTATES:
+            raise
+    results, failures = [], []
+    for key in keys():
+        try:
+            with transaction.atomic():
+                results += run(key)
+        except DatabaseError as error:
+            if sqlstate(error) in TRANSIENT_SQLSTATES:
+                raise
+            failures.append(RowFailure(table=table, pk=key, error=str(error).strip().splitlines()[0]))
+    return results, failures
+
+
+def report_row_failures(failures: Sequence[RowFailure], *, operation: str) -> None:
+    for failure in failures:
+        metrics.RECOMPUTE_ROW_FAILURES.labels(table=failure.table).inc()
+        logger.warning("%s could not set %s %s to SUM(proc), left as it was: %s",
+                       operation, failure.table, failure.pk, failure.error)
 
 
 def restore_moved_caps(*, cursor, restore: str, moved: list[tuple]) -> None:

@@ -3,7 +3,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import psycopg
@@ -13,7 +13,9 @@ from accounting import metrics
 from accounting.locks import LockBusy, named_lock
 from accounting.metrics import RELEASE_BATCH_SIZE, RELEASES
 from accounting.publisher import release_publisher
-from accounting.recompute import RESTORE_BURSTS, restore_moved_caps
+from accounting.recompute import (
+    RESTORE_BURSTS, RowFailure, report_row_failures, restore_moved_caps, run_row_by_row_on_failure,
+)
 from accounting.transient import retry_transient
 from accounting.units import cores_from_centicores
 from shows.selectors import is_scheduler_managed
@@ -368,7 +370,10 @@ SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
   JOIN cuebot_shows c ON c.pk_show = s.pk_show
   JOIN alloc a ON a.pk_alloc = s.pk_alloc
   LEFT JOIN booked b ON b.pk_show = s.pk_show AND b.pk_alloc = s.pk_alloc
- WHERE (s.int_cores, s.int_gpus) IS DISTINCT FROM (COALESCE(b.cores, 0)::int, COALESCE(b.gpus, 0)::int)
+ WHERE ((s.int_cores, s.int_gpus) IS DISTINCT FROM (COALESCE(b.cores, 0)::int, COALESCE(b.gpus, 0)::int)
+        -- a row never updated since its INSERT has no tier yet; Cuebot's recompute gives it one
+        OR s.float_tier IS DISTINCT FROM tier(COALESCE(b.cores, 0), s.int_size)::numeric(16, 2))
+   AND (%(only)s::text IS NULL OR s.pk_subscription = %(only)s)
 """
 
 # A row legitimately above its burst gets its true SUM(proc) too: the burst moves in the
@@ -386,7 +391,7 @@ RETURNING d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new
 
 SHOW_DRIFT = f"""
 WITH drift AS ({SUBSCRIPTION_DRIFT})
-SELECT d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus FROM drift d
+SELECT d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus, d.pk_subscription FROM drift d
 """
 
 
@@ -405,16 +410,32 @@ class RecalculateSubsResult:
     changes: list[SubscriptionChange]
     ran: bool  # False: another instance held the lock, nothing was read or written
     dry_run: bool
+    failures: list[RowFailure] = field(default_factory=list)  # rows left as they were
 
 
-def _drift(*, statement: str) -> list[SubscriptionChange]:
+def _read_drift(cursor, *, only: str | None = None) -> list[tuple]:
+    cursor.execute(SHOW_DRIFT, {"only": only})
+    return cursor.fetchall()
+
+
+def _fix_drift(cursor, only: str | None) -> list[tuple]:
+    cursor.execute(FIX_SUBSCRIPTIONS, {"only": only})
+    rows = cursor.fetchall()
+    restore_moved_caps(cursor=cursor, restore=RESTORE_BURSTS, moved=[row[6:] for row in rows])
+    return rows
+
+
+def _drift(*, dry_run: bool) -> tuple[list[SubscriptionChange], list[RowFailure]]:
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(statement)
-        rows = cursor.fetchall()
-        if statement is FIX_SUBSCRIPTIONS:
-            restore_moved_caps(cursor=cursor, restore=RESTORE_BURSTS, moved=[row[6:] for row in rows])
+        if dry_run:
+            rows, failures = _read_drift(cursor), []
+        else:
+            rows, failures = run_row_by_row_on_failure(
+                table="subscription", run=lambda only: _fix_drift(cursor, only),
+                keys=lambda: [row[6] for row in _read_drift(cursor)],
+            )
     changes = [SubscriptionChange(*row[:6]) for row in rows]
-    return sorted(changes, key=lambda change: (change.show, change.alloc))
+    return sorted(changes, key=lambda change: (change.show, change.alloc)), failures
 
 
 def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
@@ -425,7 +446,7 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     """
     try:
         with named_lock(name=RECALCULATE_SUBS_LOCK, ttl_seconds=RECALCULATE_SUBS_LOCK_SECONDS):
-            changes = _drift(statement=SHOW_DRIFT if dry_run else FIX_SUBSCRIPTIONS)
+            changes, failures = _drift(dry_run=dry_run)
     except LockBusy:
         metrics.RECALCULATE_SUBS_SKIPPED.inc()
         logger.info("recalculate_subs skipped: another instance is running it")
@@ -433,4 +454,5 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     if not dry_run:
         metrics.RECALCULATE_SUBS_ROWS.inc(len(changes))
         logger.info("recalculate_subs corrected %d subscription row(s)", len(changes))
-    return RecalculateSubsResult(changes=changes, ran=True, dry_run=dry_run)
+        report_row_failures(failures, operation="recalculate_subs")
+    return RecalculateSubsResult(changes=changes, ran=True, dry_run=dry_run, failures=failures)

@@ -102,11 +102,12 @@ def test_the_check_names_a_missing_column_and_why_and_the_service_refuses_to_sta
 
 
 @pytest.mark.django_db
-def test_the_check_names_a_missing_table_and_a_missing_privilege(cuebot_database):
+def test_the_check_names_a_missing_table_function_and_privilege(cuebot_database):
     name, url = cuebot_database
     assert manage("migrate", "--noinput", **attached(url)).returncode == 0
     with server(name) as site:
         site.execute("DROP TABLE host_local")
+        site.execute("DROP FUNCTION tier")
         site.execute("CREATE ROLE cuebot_acct_reader LOGIN")
         site.execute(f"GRANT USAGE, CREATE ON SCHEMA {OWN_SCHEMA} TO cuebot_acct_reader")
         site.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public, {OWN_SCHEMA} TO cuebot_acct_reader")
@@ -121,6 +122,7 @@ def test_the_check_names_a_missing_table_and_a_missing_privilege(cuebot_database
     assert "accounting.E001" in checked.stderr and "Cuebot table 'host_local' is missing" in checked.stderr
     assert "the database role may not DELETE on proc" in checked.stderr
     assert "the database role may not UPDATE on subscription" in checked.stderr
+    assert "accounting.E005" in checked.stderr and "tier(numeric, numeric) is missing" in checked.stderr
 
 
 @pytest.mark.django_db

@@ -101,10 +101,10 @@ def test_two_concurrent_runs_do_not_both_run(two_farms, monkeypatch):
     inside, proceed = threading.Event(), threading.Event()
     real_drift = services._drift
 
-    def held_inside(*, statement: str):
+    def held_inside(*, dry_run: bool):
         inside.set()
         assert proceed.wait(10)
-        return real_drift(statement=statement)
+        return real_drift(dry_run=dry_run)
 
     monkeypatch.setattr(services, "_drift", held_inside)
     results = {}

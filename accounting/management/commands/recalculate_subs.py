@@ -1,4 +1,4 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from accounting.services import recalculate_subs
 from accounting.units import format_cores
@@ -6,7 +6,8 @@ from accounting.units import format_cores
 
 class Command(BaseCommand):
     help = ("Recompute subscription int_cores/int_gpus from SUM(proc) for Cuebot-managed shows "
-            "(scheduler-managed shows are never written). --dry-run prints what would change.")
+            "(scheduler-managed shows are never written), above a lowered burst too; the bursts stay as "
+            "they are. --dry-run prints what would change. Exit 1 if a row could not be set.")
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="print the rows that would change, write nothing")
@@ -23,3 +24,7 @@ class Command(BaseCommand):
             )
         verb = "would change" if dry_run else "changed"
         self.stdout.write(f"{len(result.changes)} subscription row(s) {verb}")
+        for failure in result.failures:
+            self.stderr.write(f"subscription {failure.pk} left as it was: {failure.error}")
+        if result.failures:
+            raise CommandError(f"{len(result.failures)} subscription row(s) could not be set to SUM(proc)", returncode=1)
