@@ -365,12 +365,12 @@ WITH cuebot_shows AS (
      )
 SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
        s.int_cores AS old_cores, s.int_gpus AS old_gpus, s.int_burst AS old_burst,
-       COALESCE(b.cores, 0)::int AS new_cores, COALESCE(b.gpus, 0)::int AS new_gpus
+       COALESCE(b.cores, 0) AS new_cores, COALESCE(b.gpus, 0) AS new_gpus
   FROM subscription s
   JOIN cuebot_shows c ON c.pk_show = s.pk_show
   JOIN alloc a ON a.pk_alloc = s.pk_alloc
   LEFT JOIN booked b ON b.pk_show = s.pk_show AND b.pk_alloc = s.pk_alloc
- WHERE ((s.int_cores, s.int_gpus) IS DISTINCT FROM (COALESCE(b.cores, 0)::int, COALESCE(b.gpus, 0)::int)
+ WHERE ((s.int_cores::bigint, s.int_gpus::bigint) IS DISTINCT FROM (COALESCE(b.cores, 0), COALESCE(b.gpus, 0))
         -- a row never updated since its INSERT has no tier yet; Cuebot's recompute gives it one
         OR s.float_tier IS DISTINCT FROM tier(COALESCE(b.cores, 0), s.int_size)::numeric(16, 2))
    AND (%(only)s::text IS NULL OR s.pk_subscription = %(only)s)
@@ -413,9 +413,21 @@ class RecalculateSubsResult:
     failures: list[RowFailure] = field(default_factory=list)  # rows left as they were
 
 
-def _read_drift(cursor, *, only: str | None = None) -> list[tuple]:
-    cursor.execute(SHOW_DRIFT, {"only": only})
+# The rows recalculate_subs may write, for redoing it row by row.
+CUEBOT_MANAGED_SUBSCRIPTIONS = """
+SELECT s.pk_subscription FROM subscription s JOIN show c ON c.pk_show = s.pk_show
+ WHERE NOT c.b_scheduler_managed ORDER BY s.pk_subscription
+"""
+
+
+def _read_drift(cursor) -> list[tuple]:
+    cursor.execute(SHOW_DRIFT, {"only": None})
     return cursor.fetchall()
+
+
+def _cuebot_managed_subscriptions(cursor) -> list[str]:
+    cursor.execute(CUEBOT_MANAGED_SUBSCRIPTIONS)
+    return [pk for (pk,) in cursor.fetchall()]
 
 
 def _fix_drift(cursor, only: str | None) -> list[tuple]:
@@ -432,7 +444,7 @@ def _drift(*, dry_run: bool) -> tuple[list[SubscriptionChange], list[RowFailure]
         else:
             rows, failures = run_row_by_row_on_failure(
                 table="subscription", run=lambda only: _fix_drift(cursor, only),
-                keys=lambda: [row[6] for row in _read_drift(cursor)],
+                keys=lambda: _cuebot_managed_subscriptions(cursor),
             )
     changes = [SubscriptionChange(*row[:6]) for row in rows]
     return sorted(changes, key=lambda change: (change.show, change.alloc)), failures

@@ -174,3 +174,32 @@ def test_a_release_beside_a_cuebot_ordered_release_of_the_same_job_waits_instead
     assert retries("release") == before  # no 40P01, no rerun
     assert JobResource.objects.get(job=farm.job).int_cores == 0
     assert LayerResource.objects.get(layer=farm.layer).int_cores == 0
+
+
+def test_a_recompute_sets_every_row_it_can_and_reports_the_rest(cuebot_farm):
+    """A sum beyond an integer column's range fails for that row only."""
+    from accounting.recompute import recompute_pg_accounting
+
+    alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=cuebot_farm.alloc.facility, str_tag="big")
+    big_sub = Subscription.objects.create(show=cuebot_farm.show, alloc=alloc2, int_size=10**12, int_burst=10**12)
+    big_host = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=10**12,
+                                   int_cores_idle=10**12, int_mem=10**7, int_mem_idle=10**7)
+    with connection.cursor() as cursor:  # as a scheduler booking would insert it: no recompute
+        cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
+                       "VALUES ('f-big', %s, %s, 'big', 'RUNNING', 1, 0)", [cuebot_farm.layer.id, cuebot_farm.job.id])
+        cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
+                       "int_mem_reserved) VALUES ('p-big', %s, %s, %s, %s, 'f-big', %s, 1)",
+                       [big_host.id, cuebot_farm.job.id, cuebot_farm.show.id, cuebot_farm.layer.id, 3 * 10**9])
+    cuebot_farm.add_proc(cores=200)  # its recompute already reports the rows it could not set
+    Subscription.objects.filter(pk=cuebot_farm.subscription.pk).update(int_cores=0)
+
+    failures = recompute_pg_accounting(show_ids=[cuebot_farm.show.id])
+
+    assert sorted((f.table, f.pk) for f in failures) == sorted([
+        ("subscription", big_sub.pk), ("folder_resource", cuebot_farm.folder.pk),
+        ("point", Point.objects.get(show=cuebot_farm.show).pk),
+    ])
+    assert all("integer out of range" in f.error for f in failures)
+    assert Subscription.objects.get(pk=cuebot_farm.subscription.pk).int_cores == 200
+    assert JobResource.objects.get(job=cuebot_farm.job).int_cores == 3 * 10**9 + 200  # bigint: set
+    assert LayerResource.objects.get(layer=cuebot_farm.layer).int_cores == 3 * 10**9 + 200

@@ -1,7 +1,7 @@
 import threading
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from accounting import services
@@ -179,3 +179,92 @@ def test_a_show_switched_to_the_scheduler_during_a_run_is_not_written(two_farms,
     runner.join(10)
     assert results["run"].ran and results["run"].changes == []
     assert row_version(cuebot.subscription) == before
+
+
+# Cuebot's own show-aware recalculate_subs(), written here from its documented behaviour to
+# compare against: every Cuebot-managed subscription zeroed, then each (show, alloc) with
+# non-local procs set to their sum, the burst moved to that sum in the same UPDATE (past the
+# burst check) and put back afterwards.
+CUEBOT_RECALCULATE_SUBS = """
+CREATE FUNCTION pg_temp.cuebot_recalculate_subs() RETURNS void AS $$
+DECLARE
+    r RECORD;
+    kept_burst bigint;
+BEGIN
+    UPDATE subscription SET int_cores = 0, int_gpus = 0
+     WHERE pk_show IN (SELECT pk_show FROM show WHERE NOT b_scheduler_managed);
+    FOR r IN SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+               FROM proc p JOIN host h ON h.pk_host = p.pk_host JOIN show s ON s.pk_show = p.pk_show
+              WHERE NOT p.b_local AND NOT s.b_scheduler_managed
+              GROUP BY p.pk_show, h.pk_alloc LOOP
+        SELECT int_burst INTO kept_burst FROM subscription WHERE pk_show = r.pk_show AND pk_alloc = r.pk_alloc;
+        UPDATE subscription SET int_cores = r.cores, int_gpus = r.gpus, int_burst = r.cores
+         WHERE pk_show = r.pk_show AND pk_alloc = r.pk_alloc;
+        UPDATE subscription SET int_burst = kept_burst WHERE pk_show = r.pk_show AND pk_alloc = r.pk_alloc;
+    END LOOP;
+END;
+$$ LANGUAGE plpgsql
+"""
+
+
+class Undo(Exception):
+    pass
+
+
+def subscription_rows() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pk_subscription, int_cores, int_gpus, int_burst, float_tier FROM subscription ORDER BY 1")
+        return cursor.fetchall()
+
+
+def after(run) -> list[tuple]:
+    """The subscription rows after `run`, which is then undone."""
+    from django.db import transaction
+
+    try:
+        with transaction.atomic():
+            run()
+            rows = subscription_rows()
+            raise Undo
+    except Undo:
+        return rows
+
+
+def test_equals_cuebots_own_recalculate_subs_on_the_same_data(two_farms):
+    cuebot, managed = two_farms
+    lowered = build_farm(managed=False, size=100, burst=400)
+    lowered.add_proc(cores=300)
+    Subscription.objects.filter(pk=lowered.subscription.pk).update(int_burst=200)  # an operator lowered it below use
+    fresh = build_farm(managed=False)  # never updated since its INSERT: no tier yet
+    drift(cuebot.subscription, cores=9900, gpus=5)
+    drift(lowered.subscription, cores=0)
+    with connection.cursor() as cursor:
+        cursor.execute(CUEBOT_RECALCULATE_SUBS)
+
+    ours = after(recalculate_subs)
+    cuebots = after(lambda: connection.cursor().execute("SELECT pg_temp.cuebot_recalculate_subs()"))
+
+    assert ours == cuebots
+    assert (lowered.subscription.pk, 300, 0, 200) in [row[:4] for row in ours]
+    assert fresh.subscription.pk in [row[0] for row in ours]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_row_that_cannot_be_fixed_does_not_block_the_others(two_farms, capsys):
+    """A sum beyond int_cores' integer range is refused by PostgreSQL for that row alone."""
+    cuebot, _ = two_farms
+    huge = build_farm(managed=False, size=10**12, burst=10**12, host_cores=10**12)
+    with connection.cursor() as cursor:  # as a scheduler booking would insert it: no recompute
+        cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
+                       "VALUES ('f-huge', %s, %s, 'huge', 'RUNNING', 1, 0)", [huge.layer.id, huge.job.id])
+        cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
+                       "int_mem_reserved) VALUES ('p-huge', %s, %s, %s, %s, 'f-huge', %s, 1)",
+                       [huge.host.id, huge.job.id, huge.show.id, huge.layer.id, 3 * 10**9])
+    drift(cuebot.subscription, cores=0)
+
+    with pytest.raises(CommandError):
+        call_command("recalculate_subs")
+
+    assert row_version(cuebot.subscription)[2:] == (350, 1)
+    assert row_version(huge.subscription)[2:] == (0, 0)
+    assert f"subscription {huge.subscription.pk} left as it was: integer out of range" in capsys.readouterr().err
