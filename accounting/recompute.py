@@ -181,19 +181,28 @@ def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
     return retry_transient(lambda: _recompute_once(show_ids=list(show_ids)), operation="recompute")
 
 
+TABLE_RECOMPUTES = {table.table: table for table in TABLES}
+
+
 def _recompute_once(*, show_ids: list[str]) -> list[RowFailure]:
     failures: list[RowFailure] = []
     with transaction.atomic(), connection.cursor() as cursor:
         for table in TABLES:
-            cursor.execute(table.lock, {"shows": show_ids})
-            keys = [key for (key,) in cursor.fetchall()]
-            _, failed = run_row_by_row_on_failure(
-                table=table.table, keys=lambda keys=keys: keys,
-                run=lambda only, table=table: _update(cursor=cursor, table=table, show_ids=show_ids, only=only),
-            )
-            failures += failed
+            failures += recompute_table(cursor=cursor, table=table, show_ids=show_ids)
     report_row_failures(failures, operation="recompute")
     return failures
+
+
+def recompute_table(*, cursor, table: TableRecompute, show_ids: list[str]) -> list[RowFailure]:
+    """One table's rows of these shows set to SUM(proc), locked first in primary-key order.
+    For a caller that interleaves it with its own writes in the same lock order."""
+    cursor.execute(table.lock, {"shows": show_ids})
+    keys = [key for (key,) in cursor.fetchall()]
+    _, failed = run_row_by_row_on_failure(
+        table=table.table, keys=lambda: keys,
+        run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=only),
+    )
+    return failed
 
 
 def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: str | None) -> list:

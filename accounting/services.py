@@ -14,11 +14,12 @@ from accounting.locks import LockBusy, named_lock
 from accounting.metrics import RELEASE_BATCH_SIZE, RELEASES
 from accounting.publisher import release_publisher
 from accounting.recompute import (
-    RESTORE_BURSTS, RowFailure, report_row_failures, restore_moved_caps, run_row_by_row_on_failure,
+    RESTORE_BURSTS, TABLE_RECOMPUTES, RowFailure, recompute_table, report_row_failures, restore_moved_caps,
+    run_row_by_row_on_failure,
 )
 from accounting.transient import retry_transient
 from accounting.units import cores_from_centicores
-from shows.selectors import is_scheduler_managed
+from shows.selectors import ownership
 
 logger = logging.getLogger(__name__)
 
@@ -237,8 +238,14 @@ def _give_back_to_hosts(cursor, releases: Sequence[Release]) -> None:
     })
 
 
-def _adjust_pg_accounting(cursor, releases: Sequence[Release]) -> None:
-    """Local and Cuebot-managed procs: one ordered statement per table with rows to change."""
+def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequence[str] = ()) -> None:
+    """Local and Cuebot-managed procs: one ordered statement per table with rows to change.
+
+    A show settling after its switch back to Cuebot (accounting.switching) may hold procs
+    its rows never counted (bookings made on the old flag): decrementing would take them
+    below the truth. Its rows are recomputed from SUM(proc) instead, table by table in
+    the same lock order.
+    """
     sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
 
     def add(table: str, key: tuple, *amounts: int, offset: int = 0) -> None:
@@ -247,26 +254,32 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release]) -> None:
             totals[offset + i] += amount
 
     for r in releases:
-        add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
         if r.branch is Branch.LOCAL:
+            add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
             # Counting rules of accounting.recompute: local procs only in their layer and in
             # the job's int_local_*; their amounts go back to the job's reservation too.
             add("job_resource", (r.job_id,), r.cores_centicores, r.gpus, offset=2)
             add("host_local", (r.host_id, r.job_id), r.cores_centicores, r.memory, r.gpus, r.gpu_memory)
             continue
+        if r.show_id in settling:
+            continue
+        add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
         add("job_resource", (r.job_id,), r.cores_centicores, r.gpus)
         add("subscription", (r.show_id, r.alloc_id), r.cores_centicores, r.gpus)
         if not r.job_gone:
             add("folder_resource", (r.folder_id,), r.cores_centicores, r.gpus)
             add("point", (r.dept_id, r.point_show_id), r.cores_centicores, r.gpus)
+    failures = []
     for a in ADJUSTMENTS:
         rows = sums[a.table]
-        if not rows:
-            continue
-        row_keys = sorted(rows)
-        params = {k: [key[i] for key in row_keys] for i, k in enumerate(a.keys)}
-        params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(a.amounts)}
-        cursor.execute(ADJUSTMENT_SQL[a.table], params)
+        if rows:
+            row_keys = sorted(rows)
+            params = {k: [key[i] for key in row_keys] for i, k in enumerate(a.keys)}
+            params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(a.amounts)}
+            cursor.execute(ADJUSTMENT_SQL[a.table], params)
+        if settling and a.table in TABLE_RECOMPUTES:
+            failures += recompute_table(cursor=cursor, table=TABLE_RECOMPUTES[a.table], show_ids=list(settling))
+    report_row_failures(failures, operation="release of a settling show")
 
 
 def _report_jobs_gone(releases: Sequence[Release]) -> None:
@@ -302,15 +315,17 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         if not rows:
             return {}
         # The flag is read once per show, and only for shows with non-local procs.
-        managed = {show_id: is_scheduler_managed(show_id=show_id) for show_id in {row[2] for row in rows if not row[13]}}
-        releases = [_release_from_row(row, managed=managed) for row in rows]
+        owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[13]}}
+        releases = [_release_from_row(row, managed={s: o.scheduler_managed for s, o in owners.items()}) for row in rows]
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
+        settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
         # The host UPDATE and the decrements need nothing back: one round trip for up to
-        # six statements. A scheduler-managed release has only the host UPDATE to send.
-        with _one_round_trip() if in_pg else nullcontext():
+        # eight statements. A scheduler-managed release has only the host UPDATE to send; a
+        # settling show's recompute reads results back, so it goes statement by statement.
+        with _one_round_trip() if in_pg and not settling else nullcontext():
             _give_back_to_hosts(cursor, releases)
             if in_pg:
-                _adjust_pg_accounting(cursor, in_pg)
+                _adjust_pg_accounting(cursor, in_pg, settling=settling)
         to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
         if to_redis:
             publisher = release_publisher()

@@ -6,11 +6,20 @@ booked with procs running. A failure never undoes the switch: it is logged, coun
 retried in the task cluster, and until then the periodic reseed is the safety net.
 
 Back to Cuebot: the show's five PG accounting tables are recomputed from `proc`, so
-PostgreSQL is right at once instead of after the next cycle.
+PostgreSQL is right at once instead of after the next cycle. That is not the end of it: a
+scheduler that still sees the old flag (for up to the flag cache's TTL) can book on
+Redis, and its proc commits up to one in-flight TTL later, after that recompute, into
+rows that never counted it; its release on the Cuebot branch would then take the rows
+below the truth. So for that settling window (flag TTL + in-flight TTL) a Cuebot-branch
+release of the show recomputes the rows it touches instead of decrementing them, and
+once the window is over, when no stale booking can still land, the show is recomputed
+once more (a one-off task in the cluster).
 """
 import logging
 from datetime import timedelta
 
+from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task
@@ -18,7 +27,7 @@ from django_q.tasks import async_task
 from accounting import metrics
 from accounting.recompute import recompute_pg_accounting
 from accounting.reseed import seed_show
-from shows.selectors import is_scheduler_managed
+from shows.selectors import is_scheduler_managed, settling_cache_key
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +77,43 @@ def retry_seed_show(*, show_id: str, attempt: int) -> None:
     logger.info("seeded Redis for show %s on retry %d", show_id, attempt)
 
 
+SETTLE_RECOMPUTE_PREFIX = "settle_recompute:"
+
+
+def settling_seconds() -> int:
+    """How long after a switch back a booking made on the old flag can still commit."""
+    return settings.SHOW_FLAG_CACHE_SECONDS + settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
+
+
 def after_switch_to_cuebot(*, show_id: str) -> None:
     # Runs in on_commit: the switch has committed and its caller must not see it fail.
     # The recompute already reran itself after a deadlock (accounting.transient).
+    window = settling_seconds()
+    try:
+        cache.set(settling_cache_key(show_id=show_id), True, timeout=window)
+        Schedule.objects.update_or_create(name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}", defaults=dict(
+            func="accounting.tasks.settle_recompute", kwargs={"show_id": show_id}, schedule_type=Schedule.ONCE,
+            repeats=-1, next_run=timezone.now() + timedelta(seconds=window),
+        ))
+    except Exception:
+        logger.error("could not mark show %s as settling after its switch back to Cuebot; a booking made on the "
+                     "old flag may leave its PG rows low until recalculated", show_id, exc_info=True)
+        metrics.SWITCH_RECOMPUTE_FAILURES.inc()
+    recompute_after_switch_back(show_id=show_id, when="at the switch")
+
+
+def settle_recompute(*, show_id: str) -> None:
+    """The second recompute, once no booking made on the old flag can still land."""
+    if is_scheduler_managed(show_id=show_id):
+        logger.info("show %s went back to the scheduler; its settling recompute is dropped", show_id)
+        return
+    recompute_after_switch_back(show_id=show_id, when="once settled")
+
+
+def recompute_after_switch_back(*, show_id: str, when: str) -> None:
     try:
         recompute_pg_accounting(show_ids=[show_id])
     except Exception:
-        logger.warning("recomputing the PG accounting tables of show %s after its switch back to Cuebot failed; "
-                       "they keep their old values until recomputed", show_id, exc_info=True)
+        logger.warning("recomputing the PG accounting tables of show %s %s after its switch back to Cuebot failed; "
+                       "they keep their old values until recomputed", show_id, when, exc_info=True)
         metrics.SWITCH_RECOMPUTE_FAILURES.inc()

@@ -37,6 +37,10 @@ def retry_seed_show(*, show_id: str, attempt: int) -> None:
     switching.retry_seed_show(show_id=show_id, attempt=attempt)
 
 
+def settle_recompute(*, show_id: str) -> None:
+    switching.settle_recompute(show_id=show_id)
+
+
 EMPTY_CHECKS_PER_RUN = 6
 EMPTY_CHECK_INTERVAL_SECONDS = 10
 

@@ -1,4 +1,6 @@
 """Reads about shows. The b_scheduler_managed flag is read through a shared cache."""
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.core.cache import cache
 
@@ -9,16 +11,40 @@ def flag_cache_key(*, show_id: str) -> str:
     return f"show:scheduler_managed:{show_id}"
 
 
+def settling_cache_key(*, show_id: str) -> str:
+    return f"show:settling:{show_id}"
+
+
+@dataclass(frozen=True)
+class Ownership:
+    scheduler_managed: bool
+    # Switched back to Cuebot so recently that a booking made by a scheduler still seeing
+    # the old flag may yet commit its proc (accounting.switching).
+    settling: bool
+
+
 def is_scheduler_managed(*, show_id: str) -> bool:
     """The show's flag, from the cache shared by every process (TTL SHOW_FLAG_CACHE_SECONDS).
 
     A miss reads PostgreSQL and fills the cache. An unknown show reads as Cuebot-managed
     and is not cached, so a show created a moment later is not hidden for the TTL.
     """
+    cached = cache.get(flag_cache_key(show_id=show_id))
+    return cached if cached is not None else _read_flag(show_id=show_id)
+
+
+def ownership(*, show_id: str) -> Ownership:
+    """The flag and whether the show is settling after a switch back, in one cache round trip."""
+    flag_key, settling_key = flag_cache_key(show_id=show_id), settling_cache_key(show_id=show_id)
+    cached = cache.get_many([flag_key, settling_key])
+    managed = cached.get(flag_key)
+    if managed is None:
+        managed = _read_flag(show_id=show_id)
+    return Ownership(scheduler_managed=managed, settling=bool(cached.get(settling_key)))
+
+
+def _read_flag(*, show_id: str) -> bool:
     key = flag_cache_key(show_id=show_id)
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
     managed = Show.objects.filter(pk=show_id).values_list("b_scheduler_managed", flat=True).first()
     if managed is None:
         return False
