@@ -85,19 +85,26 @@ def settling_seconds() -> int:
     return settings.SHOW_FLAG_CACHE_SECONDS + settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
 
 
+def mark_settling(*, show_id: str) -> None:
+    """Called inside the switch's transaction, before its UPDATE: a release that sees the
+    new flag a moment after the commit must already find the show settling. Safe before the
+    commit: if the switch rolls back the show stays scheduler-managed, and a scheduler-managed
+    show's releases never look at the mark."""
+    cache.set(settling_cache_key(show_id=show_id), True, timeout=settling_seconds())
+
+
 def after_switch_to_cuebot(*, show_id: str) -> None:
     # Runs in on_commit: the switch has committed and its caller must not see it fail.
     # The recompute already reran itself after a deadlock (accounting.transient).
     window = settling_seconds()
     try:
-        cache.set(settling_cache_key(show_id=show_id), True, timeout=window)
         Schedule.objects.update_or_create(name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}", defaults=dict(
             func="accounting.tasks.settle_recompute", kwargs={"show_id": show_id}, schedule_type=Schedule.ONCE,
             repeats=-1, next_run=timezone.now() + timedelta(seconds=window),
         ))
     except Exception:
-        logger.error("could not mark show %s as settling after its switch back to Cuebot; a booking made on the "
-                     "old flag may leave its PG rows low until recalculated", show_id, exc_info=True)
+        logger.error("could not schedule the settling recompute of show %s after its switch back to Cuebot; a "
+                     "booking made on the old flag may leave its PG rows low until recomputed", show_id, exc_info=True)
         metrics.SWITCH_RECOMPUTE_FAILURES.inc()
     recompute_after_switch_back(show_id=show_id, when="at the switch")
 

@@ -16,6 +16,8 @@ def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     """
     with transaction.atomic():
         old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
+        if old != managed and not managed:
+            switching.mark_settling(show_id=show.pk)
         if old != managed:
             Show.objects.filter(pk=show.pk).update(b_scheduler_managed=managed)
         # robust: a cache hiccup is logged and must not stop the hand-over below.

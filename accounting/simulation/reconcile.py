@@ -4,7 +4,10 @@ accounting.drift), in one place: the reconciler thread, the operator and the fin
 import random
 from dataclasses import dataclass
 
-from accounting import keys, limits, reseed
+from django.utils import timezone
+from django_q.models import Schedule
+
+from accounting import keys, limits, reseed, switching
 from accounting.drift import drift_report
 from accounting.models import FolderResource, JobResource, Subscription
 from accounting.units import UNLIMITED
@@ -66,3 +69,18 @@ def changed(*, rng: random.Random, old: int) -> int:
 def drift_rows(*, show_ids: list[str]) -> list:
     """accounting.drift's rows for these shows: every (key, field) where Redis differs from PostgreSQL."""
     return drift_report(show_ids=show_ids).rows if show_ids else []
+
+
+def run_due_settle_recomputes(*, all_pending: bool = False) -> int:
+    """The simulator runs no task cluster: it runs the settling recomputes that switches back
+    to Cuebot scheduled (accounting.switching) when they fall due, or all of them at the end,
+    once no booking can land any more. Returns how many ran."""
+    due = Schedule.objects.filter(name__startswith=switching.SETTLE_RECOMPUTE_PREFIX)
+    if not all_pending:
+        due = due.filter(next_run__lte=timezone.now())
+    ran = 0
+    for name in list(due.values_list("name", flat=True)):
+        if Schedule.objects.filter(name=name).delete()[0]:
+            switching.settle_recompute(show_id=name.removeprefix(switching.SETTLE_RECOMPUTE_PREFIX))
+            ran += 1
+    return ran

@@ -32,6 +32,8 @@ class Stats:
     # Rolled back whole by PostgreSQL (deadlock, serialization) and retried by the caller.
     transient_errors: Counter = field(default_factory=Counter)
     over_cap: list[OverCap] = field(default_factory=list)
+    # PG accounting rows of Cuebot-managed shows seen below zero during the run.
+    negative_pg_rows: list[tuple] = field(default_factory=list)
     # Keys left out of over_cap: caps lowered and shows switched during the run.
     lowered_keys: set[str] = field(default_factory=set)
     switched_show_ids: set[str] = field(default_factory=set)
@@ -68,6 +70,8 @@ class Report:
     drift_rows: list
     negative_counters: list[tuple[str, str, int]]
     faults_pending: dict[str, int]
+    # Cuebot-managed shows' PG rows that differ from SUM(proc) after the final reconcile.
+    pg_drift_rows: list = field(default_factory=list)
 
     @property
     def invariants(self) -> dict[str, int]:
@@ -75,6 +79,8 @@ class Report:
             "over_cap": len(self.stats.counted_over_cap()),
             "drift_after_reconcile": len(self.drift_rows),
             "negative_counters": len(self.negative_counters),
+            "negative_pg_rows": len(self.stats.negative_pg_rows),
+            "pg_drift_after_reconcile": len(self.pg_drift_rows),
             "worker_errors": sum(self.stats.errors.values()),
         }
 
@@ -107,6 +113,8 @@ class Report:
             "over_cap_examples": [vars(v) for v in s.counted_over_cap()[:10]],
             "drift_examples": [str(r) for r in self.drift_rows[:10]],
             "negative_examples": [list(n) for n in self.negative_counters[:10]],
+            "negative_pg_examples": [list(n) for n in self.stats.negative_pg_rows[:10]],
+            "pg_drift_examples": [list(n) for n in self.pg_drift_rows[:10]],
             "ok": self.ok,
         }
 
@@ -130,11 +138,12 @@ class Report:
             "",
             "invariants (all must be 0):",
         ]
-        lines += [f"  {name:<22}{value:>10}  {'ok' if value == 0 else 'FAILED'}" for name, value in d["invariants"].items()]
+        lines += [f"  {name:<26}{value:>6}  {'ok' if value == 0 else 'FAILED'}" for name, value in d["invariants"].items()]
         if d["faults_not_injected"]:
             lines.append(f"faults scheduled but not injected: {d['faults_not_injected']}")
         for title, rows in (("errors", d["errors"].items()), ("over cap", d["over_cap_examples"]),
-                            ("drift", d["drift_examples"]), ("negative", d["negative_examples"])):
+                            ("drift", d["drift_examples"]), ("negative", d["negative_examples"]),
+                            ("negative PG", d["negative_pg_examples"]), ("PG drift", d["pg_drift_examples"])):
             for row in rows:
                 lines.append(f"  {title}: {row}")
         lines.append("")

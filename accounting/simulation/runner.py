@@ -10,14 +10,15 @@ from dataclasses import asdict, dataclass
 from django.db import connections
 from django.test.utils import override_settings
 
-from accounting import publisher, reseed
+from accounting import pg_accounting, publisher, reseed
 from accounting.simulation import reconcile
 from accounting.simulation.farm import SimFarm, build_sim_farm, load_existing_farm
 from accounting.simulation.faults import FaultPlan
 from accounting.simulation.invariants import farm_keys, negative_counters
 from accounting.simulation.report import Report, Stats
 from accounting.simulation.workers import (
-    PublishDrop, SimContext, booker, inflight_keys_pending, operator, reconcile_once, reconciler, releaser,
+    PublishDrop, SimContext, booker, inflight_keys_pending, negative_pg_rows, operator, reconcile_once, reconciler,
+    releaser,
 )
 from shows.models import Show
 
@@ -54,6 +55,8 @@ def final_reconcile(*, stats: Stats, ttl_seconds: int) -> None:
     deadline = time.monotonic() + ttl_seconds + 2
     while inflight_keys_pending() and time.monotonic() < deadline:
         time.sleep(0.1)
+    # No booking can land any more: every show switched back to Cuebot can be settled now.
+    reconcile.run_due_settle_recomputes(all_pending=True)
     for _ in range(FINAL_RESEED_ATTEMPTS):
         before = stats.reseed_cycles_run
         reconcile_once(stats)
@@ -101,10 +104,14 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
         managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
         drift = reconcile.drift_rows(show_ids=managed)
         negative = negative_counters(redis_keys=farm_keys(show_ids=farm.show_ids))
+        for row in negative_pg_rows(farm=farm):
+            stats.record("negative_pg_rows", row)
+        cuebot_managed = [s for s in farm.show_ids if s not in managed]
+        pg_drift = [row for show_id in cuebot_managed for row in pg_accounting.mismatches(show_id=show_id)]
     connections.close_all()
     return Report(
         seed=config.seed, seconds=seconds,
         farm={**{k: v for k, v in asdict(config).items() if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing")},
               "faults": ",".join(config.faults) or "none"} if not config.existing else {"existing": True, "shows": len(farm.show_ids)},
-        stats=stats, drift_rows=drift, negative_counters=negative, faults_pending=plan.pending(),
+        stats=stats, drift_rows=drift, negative_counters=negative, faults_pending=plan.pending(), pg_drift_rows=pg_drift,
     )

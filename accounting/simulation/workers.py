@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import redis
 from django.db import OperationalError, close_old_connections, connection, connections, transaction
 
-from accounting import booking, keys
+from accounting import booking, keys, pg_accounting
 from accounting.services import unbook_proc, unbook_procs
 from accounting.simulation import reconcile
 from accounting.simulation.faults import FaultPlan
@@ -244,6 +244,9 @@ def release(proc_ids: list[str]) -> list:
 @worker("reconciler")
 def reconciler(ctx: SimContext, index: int) -> None:
     while not ctx.stop.wait(ctx.reconcile_interval):
+        reconcile.run_due_settle_recomputes()
+        for row in negative_pg_rows(farm=ctx.farm):
+            ctx.stats.record("negative_pg_rows", row)
         try:
             reconcile_once(ctx.stats)
         except redis.exceptions.RedisError as error:
@@ -252,6 +255,13 @@ def reconciler(ctx: SimContext, index: int) -> None:
             # at the next tick. Counted, not fatal.
             ctx.stats.count("reseed_cycles_failed", type(error).__name__)
         close_old_connections()
+
+
+def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:
+    """Committed PG accounting rows below zero, of the farm's Cuebot-managed shows (those
+    whose PG tables are written by the releases, so they must be right at every moment)."""
+    cuebot_shows = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=False).values_list("pk", flat=True))
+    return pg_accounting.negative_rows(show_ids=cuebot_shows)
 
 
 def reconcile_once(stats: Stats) -> None:
