@@ -15,7 +15,7 @@ from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.services import Release, unbook_proc, unbook_procs
 from accounting.units import centicores_from_cores
 from cuebot_acct.api_types import DbText, storable
-from shows.selectors import get_show_by_name
+from shows.selectors import AmbiguousName, get_show_by_name
 
 router = Router(tags=["accounting"])
 
@@ -105,7 +105,10 @@ def unbook_one(request: HttpRequest, proc_id: DbText):
 def accounting_drift(request, show: DbText | None = None):
     show_ids = None
     if show is not None:
-        found = get_show_by_name(name=show)
+        try:
+            found = get_show_by_name(name=show)
+        except AmbiguousName as error:
+            raise HttpError(409, str(error)) from None
         if found is None:
             raise HttpError(404, f"unknown show {show!r}")
         show_ids = [found.id]
@@ -173,7 +176,7 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
             "int_min_gpus": folder.int_min_gpus, "int_max_gpus": folder.int_max_gpus}
 
 
-@router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(), summary="Set job caps (cores, -1 unlimited)")
+@router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(), summary="Set job caps (cores)")
 def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     resource = get_object_or_404(JobResource, job_id=job_id)
     values = _centicores(payload, ("max_cores",))

@@ -35,9 +35,20 @@ class InvalidLimit(ValueError):
     pass
 
 
-def _check(name: str, value: int | None) -> None:
-    if value is not None and value < 0 and value != UNLIMITED:
-        raise InvalidLimit(f"{name} must be >= 0 or -1 (unlimited), got {value}")
+# The only limits where Cuebot reads -1 as "unlimited". Elsewhere its checks compare the
+# value as a number: a subscription's burst or a job's max of -1 stops every later booking.
+UNLIMITED_ALLOWED = {(FolderResource, "int_max_cores"), (FolderResource, "int_max_gpus")}
+
+
+def _check(model: type, name: str, value: int | None) -> None:
+    if value is None or value >= 0:
+        return
+    if value == UNLIMITED and (model, name) in UNLIMITED_ALLOWED:
+        return
+    if value == UNLIMITED:
+        raise InvalidLimit(f"{name}: -1 does not mean unlimited here (Cuebot compares it as a number); give a value >= 0")
+    allowed = ">= 0 or -1 (unlimited)" if (model, name) in UNLIMITED_ALLOWED else ">= 0"
+    raise InvalidLimit(f"{name} must be {allowed}, got {value}")
 
 
 def limit_fields(*, instance: LimitInstance) -> tuple[str, str, list[tuple[str, int]]]:
@@ -80,7 +91,7 @@ def publish_limits_on_commit(*, instance: LimitInstance) -> None:
 
 def _apply(instance: LimitInstance, changes: dict[str, int | None]) -> LimitInstance:
     for name, value in changes.items():
-        _check(name, value)
+        _check(type(instance), name, value)
     with transaction.atomic():
         instance = type(instance).objects.select_for_update().get(pk=instance.pk)
         updates = {name: value for name, value in changes.items() if value is not None}

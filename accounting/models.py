@@ -17,10 +17,11 @@ from shows.models import (
 )
 
 
-# A limit is -1 (unlimited) or >= 0, as accounting.limits checks for the services; on the
-# fields, so every model form (the admin's included) refuses other values before saving,
-# instead of committing a value the Redis publish cannot convert.
-LIMIT = {"validators": [MinValueValidator(-1, "Use -1 for unlimited, or a value of 0 or more.")]}
+# What accounting.limits checks for the services, on the fields too, so every model form
+# (the admin's included) refuses other values before saving. -1 means unlimited only for a
+# folder's maxima; Cuebot compares every other limit as a number (docs/cuebot-schema.md).
+UNLIMITED_OR_MORE = {"validators": [MinValueValidator(-1, "Use -1 for unlimited, or a value of 0 or more.")]}
+LIMIT = {"validators": [MinValueValidator(0, "Use a value of 0 or more (-1 is not unlimited here).")]}
 
 
 @readable_labels
@@ -51,10 +52,10 @@ class FolderResource(CuebotTable):
     folder = models.ForeignKey(Folder, on_delete=models.DO_NOTHING, db_column="pk_folder", related_name="resources")
     int_cores = integer(0)
     int_min_cores = integer(0, **LIMIT)
-    int_max_cores = integer(-1, **LIMIT)
+    int_max_cores = integer(-1, **UNLIMITED_OR_MORE)
     int_gpus = integer(0)
     int_min_gpus = integer(0, **LIMIT)
-    int_max_gpus = integer(-1, **LIMIT)
+    int_max_gpus = integer(-1, **UNLIMITED_OR_MORE)
     float_tier = tier()
 
     class Meta(CuebotTable.Meta):

@@ -11,7 +11,7 @@ from django.db import connection, transaction
 
 from accounting import keys
 from accounting.models import FolderResource, JobResource, Point, Subscription
-from accounting.units import cores_from_centicores
+from accounting.units import UNLIMITED, cores_from_centicores
 from shows.models import Show
 
 
@@ -64,22 +64,32 @@ SELECT COALESCE(s.key, b.key), COALESCE(s.cores, 0)::bigint, COALESCE(s.gpus, 0)
 
 STREAM_ROWS = 5000
 
-# The limit fields of each table as Redis holds them: (Redis field, PG column, whether the
-# value is cores, converted from centicores with -1 verbatim, or a count passed as is).
+def _count(value: int) -> int:
+    return value
+
+
+def _burst(centicores: int) -> int:
+    """The scheduler's own limit reseed writes a burst of -1 as 0 (-1 is no "unlimited" for a
+    burst); Redis holds what it would write, whoever writes it."""
+    return 0 if centicores == UNLIMITED else cores_from_centicores(centicores)
+
+
+# The limit fields of each table as Redis holds them: (Redis field, PG column, conversion):
+# cores from centicores (-1 verbatim), a count passed as is, or a burst.
 LIMIT_FIELDS = {
-    Subscription: (("size", "int_size", True), ("burst", "int_burst", True)),
-    FolderResource: (("int_min_cores", "int_min_cores", True), ("int_max_cores", "int_max_cores", True),
-                     ("int_min_gpus", "int_min_gpus", False), ("int_max_gpus", "int_max_gpus", False)),
-    JobResource: (("int_max_cores", "int_max_cores", True), ("int_max_gpus", "int_max_gpus", False),
-                  ("int_priority", "int_priority", False)),
-    Point: (("int_min_cores", "int_min_cores", True), ("int_min_gpus", "int_min_gpus", False)),
+    Subscription: (("size", "int_size", cores_from_centicores), ("burst", "int_burst", _burst)),
+    FolderResource: (("int_min_cores", "int_min_cores", cores_from_centicores),
+                     ("int_max_cores", "int_max_cores", cores_from_centicores),
+                     ("int_min_gpus", "int_min_gpus", _count), ("int_max_gpus", "int_max_gpus", _count)),
+    JobResource: (("int_max_cores", "int_max_cores", cores_from_centicores), ("int_max_gpus", "int_max_gpus", _count),
+                  ("int_priority", "int_priority", _count)),
+    Point: (("int_min_cores", "int_min_cores", cores_from_centicores), ("int_min_gpus", "int_min_gpus", _count)),
 }
 
 
 def redis_limits(*, model: type, column: Callable[[str], int]) -> list[tuple[str, int]]:
     """(Redis field, value) of one limit row, reading each PG column through `column`."""
-    return [(field, cores_from_centicores(column(name)) if in_cores else column(name))
-            for field, name, in_cores in LIMIT_FIELDS[model]]
+    return [(field, convert(column(name))) for field, name, convert in LIMIT_FIELDS[model]]
 
 
 def _columns(model: type) -> list[str]:

@@ -7,7 +7,7 @@ from pydantic import ConfigDict, StrictBool
 from accounting.auth import StaffBearerToken
 from cuebot_acct.api_types import DbText
 from shows.models import Show
-from shows.selectors import get_show_by_name, list_shows
+from shows.selectors import AmbiguousName, get_show_by_name, list_shows
 from shows.services import set_scheduler_managed
 
 router = Router(tags=["shows"])
@@ -36,7 +36,10 @@ class ManagedOut(Schema):
 
 
 def show_or_404(name: str) -> Show:
-    show = get_show_by_name(name=name)
+    try:
+        show = get_show_by_name(name=name)
+    except AmbiguousName as error:
+        raise HttpError(409, str(error)) from None
     if show is None:
         raise HttpError(404, f"no show named {name!r}")
     return show

@@ -3,8 +3,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db.models import Q, QuerySet
 
-from shows.models import Show
+from shows.models import Job, Show
 
 
 def flag_cache_key(*, show_id: str) -> str:
@@ -62,8 +63,27 @@ def count_scheduler_managed_shows() -> int:
     return Show.objects.filter(b_scheduler_managed=True).count()
 
 
+class AmbiguousName(LookupError):
+    """Several rows carry the name: Cuebot's schema keeps show, facility, dept and folder names
+    (and job names over time) unique nowhere, so a lookup must not pick one."""
+
+
+def only_one(rows: QuerySet, *, what: str, name: str):
+    """The one row of `rows`, None if there is none; AmbiguousName if there are several."""
+    found = list(rows[:2])
+    if len(found) > 1:
+        raise AmbiguousName(f"several {what}s are named {name!r}; give its id instead")
+    return found[0] if found else None
+
+
 def get_show_by_name(*, name: str) -> Show | None:
-    return Show.objects.filter(str_name=name).first()
+    return only_one(Show.objects.filter(str_name=name), what="show", name=name)
+
+
+def get_live_job(*, name_or_id: str) -> Job | None:
+    """A job by id, or by its live name: `str_visible_name`, which Cuebot clears when the job
+    finishes, while `str_name` stays and repeats when the job is launched again."""
+    return only_one(Job.objects.filter(Q(pk=name_or_id) | Q(str_visible_name=name_or_id)), what="job", name=name_or_id)
 
 
 def list_shows() -> list[Show]:

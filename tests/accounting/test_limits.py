@@ -21,14 +21,14 @@ def sub_key(farm) -> str:
 def test_subscription_change_reaches_redis_after_commit_and_bumps_seq(farm, acct_redis, django_capture_on_commit_callbacks):
     acct_redis.set(keys.SEQ, 41)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        set_subscription_limits(subscription=farm.subscription, size=25050, burst=-1)
+        set_subscription_limits(subscription=farm.subscription, size=25050, burst=30000)
     assert not acct_redis.exists(sub_key(farm))  # nothing before commit
     for callback in callbacks:
         callback()
-    assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["250", "-1"]
+    assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["250", "300"]
     assert acct_redis.get(keys.SEQ) == "42"
     farm.subscription.refresh_from_db()
-    assert (farm.subscription.int_size, farm.subscription.int_burst) == (25050, -1)
+    assert (farm.subscription.int_size, farm.subscription.int_burst) == (25050, 30000)
 
 
 def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing(farm, acct_redis, django_capture_on_commit_callbacks):
@@ -44,7 +44,7 @@ def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing(farm, acct_r
 def test_cuebot_managed_show_changes_stay_in_postgres(cuebot_farm, acct_redis, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         set_subscription_limits(subscription=cuebot_farm.subscription, size=500)
-        set_job_limits(job_resource=cuebot_farm.job.resource, max_cores=-1)
+        set_job_limits(job_resource=cuebot_farm.job.resource, max_cores=5000)
     assert acct_redis.keys("acct:*") == [keys.SEEDED]
     assert Subscription.objects.get(pk=cuebot_farm.subscription.pk).int_size == 500
 
@@ -97,9 +97,9 @@ def test_set_subscription_command_in_cores(farm, acct_redis, django_capture_on_c
 
 def test_set_job_and_folder_limits_commands(farm, acct_redis, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        call_command("set_job_limits", farm.job.str_name, "--max-cores", "-1", "--priority", "7")
+        call_command("set_job_limits", farm.job.str_name, "--max-cores", "12", "--priority", "7")
         call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", "64", "--max-gpus", "2")
-    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_priority") == ["-1", "7"]
+    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_priority") == ["12", "7"]
     assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_max_cores", "int_max_gpus") == ["64", "2"]
     assert FolderResource.objects.get(folder=farm.folder).int_max_cores == 6400
 
@@ -115,6 +115,11 @@ def test_set_job_and_folder_limits_commands(farm, acct_redis, django_capture_on_
         ("set_job_limits", ["{job}", "--max-cores", "1.5"]),
         ("set_folder_limits", ["{show}", "nosuchfolder", "--max-cores", "10"]),
         ("set_folder_limits", ["{show}", "{folder}", "--min-gpus", "-2"]),
+        # -1 is unlimited only for a folder's maxima: Cuebot compares these as numbers.
+        ("set_subscription", ["{show}", "{alloc}", "--burst", "-1"]),
+        ("set_job_limits", ["{job}", "--max-cores", "-1"]),
+        ("set_job_limits", ["{job}", "--max-gpus", "-1"]),
+        ("set_folder_limits", ["{show}", "{folder}", "--min-cores", "-1"]),
     ],
 )
 def test_bad_command_input_exits_2_and_changes_nothing(farm, acct_redis, command, args, django_capture_on_commit_callbacks):
@@ -143,13 +148,20 @@ def test_admin_change_form_publishes_after_commit(farm, acct_redis, client, djan
     assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["42", "84"]
 
 
-@pytest.mark.parametrize(("model_admin", "field", "value"), [
-    ("subscription", "int_burst", -5),
-    ("folderresource", "int_max_cores", -2),
-    ("jobresource", "int_max_cores", -100),
-    ("point", "int_min_cores", -3),
+NOT_UNLIMITED = "Use a value of 0 or more (-1 is not unlimited here)."
+UNLIMITED_OR_MORE = "Use -1 for unlimited, or a value of 0 or more."
+
+
+@pytest.mark.parametrize(("model_admin", "field", "value", "message"), [
+    ("subscription", "int_burst", -5, NOT_UNLIMITED),
+    ("subscription", "int_burst", -1, NOT_UNLIMITED),
+    ("folderresource", "int_max_cores", -2, UNLIMITED_OR_MORE),
+    ("jobresource", "int_max_cores", -100, NOT_UNLIMITED),
+    ("jobresource", "int_max_gpus", -1, NOT_UNLIMITED),
+    ("point", "int_min_cores", -3, NOT_UNLIMITED),
 ])
-def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(farm, acct_redis, client, model_admin, field, value):
+def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(farm, acct_redis, client, model_admin, field, value,
+                                                                        message):
     from django.forms.models import model_to_dict
 
     from accounting.models import Point
@@ -168,6 +180,6 @@ def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(farm, a
     response = client.post(f"/admin/accounting/{model_admin}/{instance.pk}/change/", form)
 
     assert response.status_code == 200  # the form comes back with the error; nothing was saved
-    assert "Use -1 for unlimited, or a value of 0 or more." in response.content.decode()
+    assert message in response.content.decode()
     assert model_to_dict(type(instance).objects.get(pk=instance.pk)) == before
     assert acct_redis.get(keys.SEQ) == seq_before

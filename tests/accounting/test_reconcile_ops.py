@@ -106,14 +106,14 @@ def test_api_limit_change_in_cores_reaches_redis(farm, client, seeded_redis, acc
         response = client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", {"burst": 300},
                                 content_type="application/json", **auth)
         assert response.status_code == 200 and response.json()["int_burst"] == 30000
-        response = client.patch(f"/api/v1/accounting/jobs/{farm.job.id}/limits", {"max_cores": -1, "priority": 9},
+        response = client.patch(f"/api/v1/accounting/jobs/{farm.job.id}/limits", {"max_cores": 64, "priority": 9},
                                 content_type="application/json", **auth)
         assert response.status_code == 200
         response = client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", {"max_gpus": 3},
                                 content_type="application/json", **auth)
         assert response.status_code == 200
     assert acct_redis.hget(sub_key(farm), "burst") == "300"
-    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_priority") == ["-1", "9"]
+    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_priority") == ["64", "9"]
     assert acct_redis.hget(keys.folder(folder_id=farm.folder.id), "int_max_gpus") == "3"
 
 
@@ -121,6 +121,8 @@ def test_api_limit_change_in_cores_reaches_redis(farm, client, seeded_redis, acc
     ("subscriptions/{sub}/limits", {"size": -4}, 422),
     ("subscriptions/{sub}/limits", {"size": "many"}, 422),
     ("jobs/{job}/limits", {"max_gpus": -7}, 422),
+    ("jobs/{job}/limits", {"max_cores": -1}, 422),  # -1 is no "unlimited" for a job's max in Cuebot
+    ("subscriptions/{sub}/limits", {"burst": -1}, 422),
     ("jobs/nosuchjob/limits", {"max_cores": 5}, 404),
 ])
 def test_api_bad_limit_input(farm, client, acct_redis, token, path, payload, status):

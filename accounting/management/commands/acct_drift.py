@@ -3,7 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.drift import drift_report
-from shows.selectors import get_show_by_name
+from shows.selectors import AmbiguousName, get_show_by_name
 
 
 class Command(BaseCommand):
@@ -20,7 +20,10 @@ class Command(BaseCommand):
     def handle(self, *args, show: str | None, **options) -> None:
         show_ids = None
         if show is not None:
-            found = get_show_by_name(name=show)
+            try:
+                found = get_show_by_name(name=show)
+            except AmbiguousName as error:
+                raise CommandError(f"{error}; nothing changed", returncode=2) from None
             if found is None:
                 raise CommandError(f"unknown show {show!r}", returncode=2)
             show_ids = [found.id]

@@ -3,7 +3,7 @@ from tqdm import tqdm
 
 from accounting.locks import LockBusy
 from accounting.reseed import reseed
-from shows.selectors import get_show_by_name
+from shows.selectors import AmbiguousName, get_show_by_name
 
 
 class Command(BaseCommand):
@@ -22,7 +22,10 @@ class Command(BaseCommand):
             limits = booked = True
         show_ids = None
         if show is not None:
-            found = get_show_by_name(name=show)
+            try:
+                found = get_show_by_name(name=show)
+            except AmbiguousName as error:
+                raise CommandError(f"{error}; nothing changed", returncode=2) from None
             if found is None:
                 raise CommandError(f"unknown show {show!r}", returncode=2)
             if not found.b_scheduler_managed:

@@ -4,6 +4,7 @@ from accounting.limits import set_folder_limits
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import FolderResource
 from accounting.units import format_cores
+from shows.selectors import AmbiguousName, get_show_by_name, only_one
 
 
 class Command(BaseCommand):
@@ -21,13 +22,17 @@ class Command(BaseCommand):
         parser.add_argument("--max-gpus", help="-1 for unlimited")
 
     def handle(self, *args, show: str, folder: str, **options) -> None:
-        values = parse_limits(options, cores=["min_cores", "max_cores"], counts=["min_gpus", "max_gpus"])
-        resources = list(FolderResource.objects.filter(folder__show__str_name=show, folder__str_name=folder)[:2])
-        if not resources:
+        values = parse_limits(options, cores=["min_cores", "max_cores"], counts=["min_gpus", "max_gpus"],
+                              unlimited=("max_cores", "max_gpus"))
+        try:
+            found = get_show_by_name(name=show)
+            resource = found and only_one(FolderResource.objects.filter(folder__show=found, folder__str_name=folder),
+                                          what=f"folder of show {show!r}", name=folder)
+        except AmbiguousName as error:
+            raise CommandError(str(error), returncode=2) from None
+        if not resource:
             raise CommandError(f"no folder {folder!r} in show {show!r}", returncode=2)
-        if len(resources) > 1:
-            raise CommandError(f"show {show!r} has several folders named {folder!r}; use the admin", returncode=2)
-        resource = set_folder_limits(folder_resource=resources[0], **values)
+        resource = set_folder_limits(folder_resource=resource, **values)
         self.stdout.write(
             f"{show}/{folder}: cores {format_cores(resource.int_min_cores)}..{format_cores(resource.int_max_cores)}, "
             f"gpus {resource.int_min_gpus}..{resource.int_max_gpus}"

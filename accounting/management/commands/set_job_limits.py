@@ -4,25 +4,31 @@ from accounting.limits import set_job_limits
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import JobResource
 from accounting.units import format_cores
+from shows.selectors import AmbiguousName, get_live_job
 
 
 class Command(BaseCommand):
     help = (
-        "Change a job's max cores (in cores, -1 unlimited), max GPUs and/or priority. For a "
+        "Change a job's max cores (in cores), max GPUs and/or priority; the job is named by its live "
+        "(visible) name, or its id. -1 is refused: Cuebot compares a job's max as a number. For a "
         "scheduler-managed show the new values reach Redis right after commit."
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("job", help="job name")
-        parser.add_argument("--max-cores", help="cores, -1 for unlimited")
-        parser.add_argument("--max-gpus", help="GPUs, -1 for unlimited")
+        parser.add_argument("job", help="the job's live (visible) name, or its id")
+        parser.add_argument("--max-cores", help="cores")
+        parser.add_argument("--max-gpus", help="GPUs")
         parser.add_argument("--priority")
 
     def handle(self, *args, job: str, **options) -> None:
         values = parse_limits(options, cores=["max_cores"], counts=["max_gpus", "priority"])
-        resource = JobResource.objects.filter(job__str_name=job).first()
+        try:
+            found = get_live_job(name_or_id=job)
+        except AmbiguousName as error:
+            raise CommandError(str(error), returncode=2) from None
+        resource = JobResource.objects.filter(job=found).first() if found else None
         if resource is None:
-            raise CommandError(f"no job named {job!r}", returncode=2)
+            raise CommandError(f"no live job named {job!r} (a finished job keeps its name but is not live)", returncode=2)
         resource = set_job_limits(job_resource=resource, **values)
         self.stdout.write(
             f"{job}: max cores {format_cores(resource.int_max_cores)}, max gpus {resource.int_max_gpus}, "

@@ -4,6 +4,7 @@ from accounting.limits import set_subscription_limits
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import Subscription
 from accounting.units import format_cores
+from shows.selectors import AmbiguousName, get_show_by_name
 
 
 class Command(BaseCommand):
@@ -20,7 +21,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, show: str, alloc: str, **options) -> None:
         values = parse_limits(options, cores=["size", "burst"], counts=[])
-        subscription = Subscription.objects.filter(show__str_name=show, alloc__str_name=alloc).first()
+        try:
+            found = get_show_by_name(name=show)
+        except AmbiguousName as error:
+            raise CommandError(str(error), returncode=2) from None
+        subscription = Subscription.objects.filter(show=found, alloc__str_name=alloc).first() if found else None
         if subscription is None:
             raise CommandError(f"no subscription of show {show!r} on allocation {alloc!r}", returncode=2)
         subscription = set_subscription_limits(subscription=subscription, **values)

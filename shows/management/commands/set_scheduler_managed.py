@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from shows.selectors import get_show_by_name
+from shows.selectors import AmbiguousName, get_show_by_name
 from shows.services import set_scheduler_managed
 
 VALUES = {"true": True, "false": False}
@@ -18,7 +18,10 @@ class Command(BaseCommand):
         managed = VALUES.get(value.lower())
         if managed is None:
             raise CommandError(f"value must be true or false, got {value!r}; nothing changed", returncode=2)
-        found = get_show_by_name(name=show)
+        try:
+            found = get_show_by_name(name=show)
+        except AmbiguousName as error:
+            raise CommandError(f"{error}; nothing changed", returncode=2) from None
         if found is None:
             raise CommandError(f"no show named {show!r}; nothing changed", returncode=2)
         old, new = set_scheduler_managed(show=found, managed=managed)
