@@ -5,9 +5,16 @@ converted per proc (accounting.snapshot.BOOKED) plus the live in-flight amounts,
 operation caught between its two halves is not reported. A missing booked field reads as
 0 (the booking script does the same); a missing limit field is drift whatever its PG value,
 since the booking script rejects on a missing burst. Both sides are streamed in chunks.
+
+Rounding is not drift. This project converts each proc to whole cores before summing (a
+release must take off exactly what the booking added), so two 2.5-core procs count 4; the
+scheduler's own recompute sums centicores and converts once, and writes 5. A booked
+int_cores that differs from the per-proc value but equals the summed-first one is reported
+apart, as rounding only, so a site running the scheduler's recompute is not told that every
+fractional key drifted.
 """
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 from accounting import keys
 from accounting.lua import script
@@ -20,6 +27,9 @@ from shows.models import Show
 CHUNK = 2000
 
 
+ROUNDING = "rounding"
+
+
 @dataclass(frozen=True)
 class DriftRow:
     key: str
@@ -27,6 +37,8 @@ class DriftRow:
     redis: int | None
     pg: int
     difference: int
+    # ROUNDING: the value is the scheduler's summed-first one; None: drift.
+    cause: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,8 @@ class DriftReport:
     shows: list[str]
     fields_checked: int
     rows: list[DriftRow]
+    # Booked cores that equal the scheduler's summed-first value: rounding, not drift.
+    rounding_only: list[DriftRow] = field(default_factory=list)
 
     @property
     def drifted(self) -> bool:
@@ -41,7 +55,8 @@ class DriftReport:
 
     def as_dict(self) -> dict:
         return {"shows": self.shows, "fields_checked": self.fields_checked, "fields_drifted": len(self.rows),
-                "rows": [asdict(row) for row in self.rows]}
+                "rows": [asdict(row) for row in self.rows], "fields_rounding_only": len(self.rounding_only),
+                "rounding_only": [asdict(row) for row in self.rounding_only]}
 
 
 def live_inflight_amounts() -> dict[str, tuple[int, int]]:
@@ -77,15 +92,19 @@ def _compare(*, mode: str, triples: list[tuple[str, str, int]]) -> list[DriftRow
 
 def _booked_drift(*, show_ids: Sequence[str], inflight: dict[str, tuple[int, int]]) -> Iterator[tuple[int, list[DriftRow]]]:
     for chunk in chunked(booked_rows(show_ids=show_ids), CHUNK):
-        triples = []
-        for key, cores, gpus in chunk:
+        triples, summed_first = [], {}
+        for key, cores, gpus, cores_summed_first in chunk:
             add_cores, add_gpus = inflight.get(key, (0, 0))
             triples += [(key, "int_cores", cores + add_cores), (key, "int_gpus", gpus + add_gpus)]
-        yield len(triples), _compare(mode="booked", triples=triples)
+            summed_first[key] = cores_summed_first + add_cores
+        yield len(triples), [
+            replace(row, cause=ROUNDING) if row.field == "int_cores" and row.redis == summed_first[row.key] else row
+            for row in _compare(mode="booked", triples=triples)
+        ]
 
 
 def _limit_drift(*, show_ids: Sequence[str]) -> Iterator[tuple[int, list[DriftRow]]]:
-    numeric = ((key, field, value) for key, field, value in limit_rows(show_ids=show_ids) if field != "show_id")
+    numeric = ((key, name, value) for key, name, value in limit_rows(show_ids=show_ids) if name != "show_id")
     for chunk in chunked(numeric, 2 * CHUNK):
         yield len(chunk), _compare(mode="limits", triples=chunk)
 
@@ -99,7 +118,8 @@ def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
         for count, rows in part:
             checked += count
             found += rows
-    return DriftReport(shows=shows, fields_checked=checked, rows=found)
+    return DriftReport(shows=shows, fields_checked=checked, rows=[r for r in found if r.cause != ROUNDING],
+                       rounding_only=[r for r in found if r.cause == ROUNDING])
 
 
 @dataclass(frozen=True)
@@ -113,7 +133,7 @@ class SubscriptionBar:
 
 def subscription_bars(*, show: Show) -> list[SubscriptionBar]:
     """Per subscription of the show: booked (Redis and PG, cores) against size and burst."""
-    booked = {key: cores for key, cores, _ in booked_rows(show_ids=[show.id]) if key.startswith("acct:sub:")}
+    booked = {key: cores for key, cores, _, _ in booked_rows(show_ids=[show.id]) if key.startswith("acct:sub:")}
     inflight = live_inflight_amounts()
     client = accounting_redis()
     bars = []

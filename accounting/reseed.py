@@ -70,7 +70,7 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None])
     with closing(booked_rows(show_ids=show_ids)) as rows:
         for chunk in chunked(rows, CHUNK_KEYS):
             args = [seq_before]
-            for key, cores, gpus in chunk:
+            for key, cores, gpus, _ in chunk:
                 args += [key, cores, gpus]
             ok, count = script("reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
             if not int(ok):

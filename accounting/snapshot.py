@@ -27,11 +27,13 @@ def chunked(rows: Iterable, size: int) -> Iterator[list]:
 # non-negative amounts a proc reserves), overlaid on a zero baseline of every
 # sub/folder/job/point key of the shows, enumerated from the limit tables. Layers have no
 # limit table and are not baselined. Local procs and FINISHED jobs are left out. The point
-# is the job's department and show, as Cuebot counts it.
+# is the job's department and show, as Cuebot counts it. A fourth column gives the cores as
+# the scheduler's own recompute writes them, summed in centicores and converted once, for
+# the drift inspector to tell that rounding apart from drift.
 BOOKED = """
 WITH booked AS (
     SELECT p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show AS point_show,
-           p.int_cores_reserved / 100 AS cores, p.int_gpus_reserved AS gpus
+           p.int_cores_reserved / 100 AS cores, p.int_cores_reserved AS centicores, p.int_gpus_reserved AS gpus
       FROM proc p
       JOIN host h ON h.pk_host = p.pk_host
       JOIN job j ON j.pk_job = p.pk_job
@@ -44,7 +46,7 @@ WITH booked AS (
              WHEN GROUPING(pk_layer) = 0 THEN 'acct:layer:' || pk_layer
              ELSE 'acct:point:' || pk_dept || ':' || point_show
            END AS key,
-           SUM(cores) AS cores, SUM(gpus) AS gpus
+           SUM(cores) AS cores, SUM(gpus) AS gpus, SUM(centicores) / 100 AS summed_first
       FROM booked
      GROUP BY GROUPING SETS ((pk_show, pk_alloc), (pk_folder), (pk_job), (pk_layer), (pk_dept, point_show))
 ), baseline AS (
@@ -58,7 +60,8 @@ WITH booked AS (
     UNION ALL
     SELECT 'acct:point:' || pk_dept || ':' || pk_show FROM point WHERE pk_show = ANY(%(shows)s)
 )
-SELECT COALESCE(s.key, b.key), COALESCE(s.cores, 0)::bigint, COALESCE(s.gpus, 0)::bigint
+SELECT COALESCE(s.key, b.key), COALESCE(s.cores, 0)::bigint, COALESCE(s.gpus, 0)::bigint,
+       COALESCE(s.summed_first, 0)::bigint
   FROM sums s FULL JOIN baseline b ON b.key = s.key
 """
 
@@ -100,8 +103,8 @@ def managed_show_ids() -> list[str]:
     return list(Show.objects.filter(b_scheduler_managed=True).order_by("pk").values_list("pk", flat=True))
 
 
-def booked_rows(*, show_ids: Sequence[str]) -> Iterator[tuple[str, int, int]]:
-    """(key, int_cores, int_gpus) for every booked key of these shows, streamed."""
+def booked_rows(*, show_ids: Sequence[str]) -> Iterator[tuple[str, int, int, int]]:
+    """(key, int_cores, int_gpus, int_cores summed first) for every booked key of these shows, streamed."""
     with transaction.atomic():
         cursor = connection.chunked_cursor()
         try:

@@ -1,12 +1,16 @@
 """The one conversion between PostgreSQL's centicores and Redis's cores.
 
-Rule, applied per proc and per limit value, everywhere (release, booking, reseed,
-seeding at a switch, drift): cores = centicores // 100, truncated toward zero, except
--1 ("unlimited"), which passes through verbatim. A 250-centicore proc counts as 2
-cores in Redis whether it is booked, released or recomputed, so the three always
-agree. Summing centicores first and converting once would give 5 for two such procs
-where the release path removes 2 + 2, and the key would drift low. GPUs are whole
-units and never pass through here.
+Rule, applied per proc and per limit value (release, booking, reseed, seeding at a
+switch, drift): cores = centicores // 100, truncated toward zero, except -1 ("unlimited"),
+which passes through verbatim. Per proc, because a release must take off exactly what the
+booking added for that proc, and the booking adds whole cores.
+
+What that costs: Redis reads *lower* than the fractional reservation. Two 2.5-core procs
+reserve 5 cores and count 4, so the scheduler can book into the fractions (the unsafe
+direction, by less than one core per fractional proc). The scheduler's own recompute sums
+centicores and converts once, and writes 5: a key it wrote differs from this project's
+value by that rounding only, which the drift inspector reports apart from drift
+(accounting.drift). GPUs are whole units and never pass through here.
 """
 
 UNLIMITED = -1

@@ -67,7 +67,7 @@ def test_command_exit_codes_and_json(farm, acct_redis, capsys):
     assert exited.value.code == 1
     data = json.loads(capsys.readouterr().out)
     assert data["fields_drifted"] == 1
-    assert data["rows"][0] == {"key": sub_key(farm), "field": "int_cores", "redis": 5, "pg": 0, "difference": 5}
+    assert data["rows"][0] == {"key": sub_key(farm), "field": "int_cores", "redis": 5, "pg": 0, "difference": 5, "cause": None}
 
 
 def test_api_drift(farm, acct_redis, client):
@@ -117,3 +117,23 @@ def test_reseed_then_drift_across_the_farm(farm, cuebot_farm, seeded_redis):
     cuebot_farm.add_proc(cores=100)
     reseed()
     assert drift_report().rows == []
+
+
+def test_a_key_the_schedulers_recompute_wrote_differs_by_rounding_only(farm, seeded_redis, capsys):
+    """Two 2.5-core procs: per proc 2 + 2 = 4 cores, the scheduler's recompute (sum, then
+    convert) writes 5. That is rounding, not drift; a 6 would be drift."""
+    farm.add_proc(cores=250)
+    farm.add_proc(cores=250)
+    seed_show(show_id=farm.show.id)
+    job_key = keys.job(job_id=farm.job.id)
+    sub_key = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+    seeded_redis.hset(job_key, "int_cores", 5)  # what the scheduler's recompute writes
+    seeded_redis.hset(sub_key, "int_cores", 6)  # real drift
+
+    report = drift_report(show_ids=[farm.show.id])
+
+    assert [(r.key, r.redis, r.pg) for r in report.rows] == [(sub_key, 6, 4)]
+    assert [(r.key, r.redis, r.pg, r.cause) for r in report.rounding_only] == [(job_key, 5, 4, "rounding")]
+    with pytest.raises(SystemExit):
+        call_command("acct_drift", "--show", farm.show.str_name)
+    assert "1 drifted, 1 differ only by the scheduler's sum-then-convert rounding (not drift)" in capsys.readouterr().out
