@@ -316,7 +316,8 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
             return {}
         # The flag is read once per show, and only for shows with non-local procs.
         owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[13]}}
-        releases = [_release_from_row(row, managed={s: o.scheduler_managed for s, o in owners.items()}) for row in rows]
+        managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
+        releases = [_release_from_row(row, managed=managed) for row in rows]
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
         # The host UPDATE and the decrements need nothing back: one round trip for up to
