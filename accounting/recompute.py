@@ -1,6 +1,6 @@
 """Set-based recomputation of the PG accounting tables from `proc`, the canonical record.
 
-Counting rules (shared/docs/opencue-schema.md): a proc counts against the subscription
+Counting rules (docs/cuebot-schema.md): a proc counts against the subscription
 (its show, its host's alloc), its job's folder, its job, its layer and the point (its
 job's dept and show). Local procs (b_local) count only in Cuebot's own local
 bookkeeping: layer_resource and job_resource.int_local_cores/int_local_gpus. All sums

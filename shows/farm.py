@@ -94,7 +94,7 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
     depts = [Dept(id=demo_id(f"dept:{name}"), str_name=name) for name in DEPARTMENTS]
     Dept.objects.bulk_create(depts, ignore_conflicts=True)
 
-    # Even-numbered shows start scheduler-managed, odd ones Cuebot-managed; a re-run
+    # Shows with an even index (demo01, demo03, ...) start scheduler-managed, the others Cuebot-managed; a re-run
     # keeps whatever an operator has switched since.
     shows = [
         Show(id=demo_id(f"show:{i}"), str_name=f"demo{i + 1:02d}", b_scheduler_managed=i % 2 == 0)
