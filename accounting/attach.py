@@ -134,7 +134,7 @@ def schema_problems() -> list[SchemaProblem]:
     for table, privilege in sorted(denied):
         problems.append(SchemaProblem(
             "accounting.E004", f"the database role may not {privilege} on {table}",
-            f"GRANT {', '.join(WRITES.get(table, ('SELECT',)))} ON {table} TO the service's role (see README, attaching).",
+            f"GRANT {', '.join(WRITES.get(table, ('SELECT',)))} ON {table} TO the service's role (see docs/attaching.md).",
         ))
     return problems
 

@@ -4,7 +4,7 @@ the tests to exercise the live view exactly the way production does.
 A booking is two halves that land at different moments: `book` (the Lua, at once) and the
 proc INSERT (a PG transaction, a little later). Pass an `op_id` and the booking is entered
 in the in-flight registry (`acct:inflight`) until `settle` is called after the INSERT has
-committed, so a reseed running in between counts it (README, "Reconciliation"). If the
+committed, so a reseed running in between counts it (docs/redis-protocol.md). If the
 INSERT fails, `rollback` undoes the Redis half, but only while the entry is still live:
 undoing a booking that a reseed may already have erased would push the counters low.
 """

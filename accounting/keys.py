@@ -39,7 +39,7 @@ def of_proc(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_i
     )
 
 # Operations whose Redis and PG halves have not both landed; see accounting/inflight docs
-# in the README ("Reseed and in-flight operations").
+# in docs/redis-protocol.md ("The in-flight registry").
 INFLIGHT = "acct:inflight"
 
 # Set when Redis has been fully seeded (booked counters, then limits) since it last came up

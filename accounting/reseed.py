@@ -13,7 +13,7 @@ must never be open with counters that read low (lessons items 1 and 2).
 
 Empty Redis (a restart: it runs without persistence): `acct:seeded` is missing. Limit
 writes then refuse (limit_write.lua's guard), so no key opens before the bootstrap has
-waited out the in-flight TTL and rebuilt the booked counters (README, "Reconciliation").
+waited out the in-flight TTL and rebuilt the booked counters (docs/redis-protocol.md).
 """
 import logging
 import random
