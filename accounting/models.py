@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from accounting import permissions
 from shows.models import (
     Alloc, CuebotTable, Dept, Folder, Frame, Host, Job, Layer, Show, big_integer, created_now, flag, integer, readable_labels,
     text_pk, tier,
@@ -184,6 +185,7 @@ class ApiToken(models.Model):
     class Meta:
         db_table = "acct_api_token"
         verbose_name = "API token"
+        permissions = permissions.DECLARED
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
