@@ -8,7 +8,6 @@ import logging
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
@@ -105,9 +104,7 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         outcome = f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
         level = messages.SUCCESS
     logger.warning("admin reseed of show %s by %s: %s", show.str_name, request.user.get_username(), outcome)
-    LogEntry.objects.log_action(
-        user_id=request.user.pk, content_type_id=ContentType.objects.get_for_model(Show).pk, object_id=show.pk,
-        object_repr=show.str_name, action_flag=CHANGE, change_message=f"Reseeded Redis: {outcome}",
-    )
+    LogEntry.objects.log_actions(user_id=request.user.pk, queryset=[show], action_flag=CHANGE,
+                                 change_message=f"Reseeded Redis: {outcome}", single_object=True)
     messages.add_message(request, level, f"Reseeded {show.str_name}: {outcome}.")
     return HttpResponseRedirect(drift_page)

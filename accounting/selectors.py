@@ -12,6 +12,7 @@ from accounting.drift_check import STATUS_KEY
 from accounting.guardrail import GuardrailReport, evaluate
 from accounting.instances import live_instances
 from accounting.models import Instance, Subscription
+from accounting.units import centicores_from_cores, cores_text
 from cuebot_acct.redis_factory import accounting_redis
 from shows.models import Dept, Folder, Job, Layer, Show
 
@@ -82,18 +83,19 @@ def drift_status() -> DriftStatus:
 
 @dataclass(frozen=True)
 class AllocationUse:
-    """Cores booked against size and burst; `booked` is None when Redis has no value."""
+    """Booked against size and burst, all in centicores (Redis's whole cores times 100);
+    `booked` is None when Redis has no value."""
 
     alloc: str
-    booked: float | None
-    size: float
-    burst: float
+    booked: int | None
+    size: int
+    burst: int
 
     @property
-    def scale(self) -> float:
+    def scale(self) -> int:
         return max(self.size, self.burst, self.booked or 0, 1)
 
-    def percent(self, value: float | None) -> float:
+    def percent(self, value: int | None) -> float:
         return round(100 * max(0, value or 0) / self.scale, 1)
 
     @property
@@ -107,6 +109,18 @@ class AllocationUse:
     @property
     def burst_pct(self) -> float:
         return self.percent(self.burst)
+
+    @property
+    def booked_cores(self) -> str | None:
+        return None if self.booked is None else cores_text(self.booked)
+
+    @property
+    def size_cores(self) -> str:
+        return cores_text(self.size)
+
+    @property
+    def burst_cores(self) -> str:
+        return cores_text(self.burst)
 
     @property
     def over(self) -> str:
@@ -161,13 +175,13 @@ def farm_overview() -> FarmOverview:
     per_show: dict[str, list[AllocationUse]] = {}
     for sub in subscriptions:
         if sub.show.b_scheduler_managed:
-            booked = from_redis.get(sub.pk)
+            cores = from_redis.get(sub.pk)
+            booked = None if cores is None else centicores_from_cores(cores)
         else:
-            booked = sub.int_cores / 100
+            booked = sub.int_cores
+        # A burst of -1 is no "unlimited" (Cuebot compares it as a number): nothing books beyond 0.
         per_show.setdefault(sub.show_id, []).append(AllocationUse(
-            alloc=sub.alloc.str_name, booked=booked,
-            size=sub.int_size / 100, burst=max(sub.int_burst, 0) / 100,
-        ))
+            alloc=sub.alloc.str_name, booked=booked, size=sub.int_size, burst=max(sub.int_burst, 0)))
     shows = [
         ShowOverview(show=show, source=REDIS_SOURCE if show.b_scheduler_managed else PG_SOURCE,
                      allocations=per_show.get(show.pk, []),
