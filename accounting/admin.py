@@ -21,6 +21,10 @@ from accounting.models import (
 from accounting.services import unbook_proc, unbook_procs
 from shows.admin import CuebotWrittenAdmin
 
+admin.site.site_header = "cuebot-acct"
+admin.site.site_title = "cuebot-acct"
+admin.site.index_title = "Farm overview"
+
 
 def show_column(path: str):
     """A show column for a row that belongs to a show through `path` (e.g. 'folder__show')."""

@@ -32,6 +32,7 @@ def test_deleting_a_proc_releases_it_and_leaves_no_drift(admin_client, acct_redi
     idle_before = idle(farm)
     confirm = admin_client.get(delete_url(proc))
     assert confirm.status_code == 200 and farm.host.str_name in confirm.content.decode()
+    assert "Deleting a proc <strong>releases</strong> it" in confirm.content.decode()
 
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_client.post(delete_url(proc), {"post": "yes"})
