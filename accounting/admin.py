@@ -236,10 +236,11 @@ class InstanceAdmin(admin.ModelAdmin):
 class HostLocalAdmin(CuebotWrittenAdmin):
     """Local reservations: Cuebot makes them; releases give local procs' amounts back."""
 
-    list_display = ["host", "job", "str_type", "cores_max", "cores_idle", "int_gpus_max", "int_gpus_idle", "b_active"]
-    list_filter = ["b_active", "str_type"]
-    search_fields = ["host__str_name", "job__str_name"]
-    list_select_related = ["host", "job"]
+    list_display = ["host", "job", "show", "str_type", "cores_max", "cores_idle", "int_gpus_max", "int_gpus_idle", "b_active"]
+    list_filter = ["job__show", "b_active", "str_type"]
+    search_fields = ["host__str_name", "job__str_name", "job__show__str_name"]
+    list_select_related = ["host", "job__show"]
     ordering = ["host__str_name", "job__str_name"]
+    show = show_column("job__show")
     cores_max = cores_column("int_cores_max", "cores max")
     cores_idle = cores_column("int_cores_idle", "cores idle")

@@ -132,8 +132,7 @@ def start_browser(binary: str, profile: str) -> tuple[subprocess.Popen, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=f"http://{os.environ.get('BIND', '127.0.0.1:8000')}",
-                        help="the running service (default: http://$BIND, else http://127.0.0.1:8000)")
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the running service (default: http://127.0.0.1:8000)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "screenshots"), help="directory for the PNGs (default: docs/screenshots)")
     parser.add_argument("--width", type=int, default=1280, help="page width in pixels (default: 1280)")
     args = parser.parse_args()

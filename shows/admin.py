@@ -166,9 +166,10 @@ class CuebotWrittenAdmin(admin.ModelAdmin):
 @admin.register(Frame)
 class FrameAdmin(CuebotWrittenAdmin):
     list_display = ["str_name", "job", "layer", "str_state", "str_host", "cores"]
-    list_filter = ["str_state"]
+    list_filter = ["job__show", "str_state"]
     search_fields = ["str_name", "job__str_name", "str_host"]
     list_select_related = ["job", "layer"]
+    ordering = ["job__str_name", "int_layer_order", "int_number"]
     cores = cores_column("int_cores", "cores")
 
 
@@ -178,3 +179,4 @@ class HostStatAdmin(CuebotWrittenAdmin):
     list_filter = ["str_state"]
     search_fields = ["host__str_name"]
     list_select_related = ["host"]
+    ordering = ["host__str_name"]
