@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from accounting import permissions
-from accounting.drift import drift_report, subscription_bars
+from accounting.drift import DriftReport, drift_report, subscription_bars
 from accounting.locks import LockBusy
 from accounting.reseed import redis_is_empty, reseed
 from accounting.selectors import drift_status, farm_overview, key_labels
@@ -49,10 +49,11 @@ def drift_index(request: HttpRequest) -> HttpResponse:
 
 def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     show = get_object_or_404(Show, pk=show_id)
-    report = drift_report(show_ids=[show.id])
+    # Redis holds nothing for a Cuebot-managed show: every limit would read as missing.
+    report = drift_report(show_ids=[show.id]) if show.b_scheduler_managed else DriftReport(shows=[], fields_checked=0, rows=[])
     labels = key_labels(redis_keys={row.key for row in report.rows + report.rounding_only})
     bars = []
-    for bar in subscription_bars(show=show):
+    for bar in subscription_bars(show=show) if show.b_scheduler_managed else []:
         scale = max(bar.burst, bar.size, bar.booked_pg, bar.booked_redis or 0, 1)
         bars.append({
             "bar": bar,

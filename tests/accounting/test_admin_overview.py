@@ -125,3 +125,10 @@ def test_reseed_refuses_a_cuebot_managed_show(admin_client, acct_redis):
     response = admin_client.post(reverse("acct-drift-reseed", args=[farm.show.pk]), follow=True)
     assert any("Cuebot-managed" in str(m) for m in response.context["messages"])
     assert acct_redis.keys("acct:*") == [keys.SEEDED]
+
+
+def test_the_drift_page_of_a_cuebot_managed_show_compares_nothing(admin_client):
+    farm = build_farm(managed=False)
+    text = visible_text(admin_client.get(reverse("acct-drift-show", args=[farm.show.pk])).content.decode())
+    assert "is Cuebot-managed: Redis holds nothing for it" in text
+    assert "fields differ" not in text and "Reseed this show" not in text
