@@ -1,5 +1,7 @@
 """The farm overview (the admin's front page), the drift pages by name, and "reseed this show"."""
+import logging
 import re
+import socket
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -10,8 +12,10 @@ from django.utils import timezone
 from accounting import keys
 from accounting.drift_check import run_drift_check
 from accounting.drift import drift_report
+from accounting.locks import named_lock
 from accounting.models import Instance
-from accounting.reseed import seed_show
+from accounting.reseed import FARM_LOCK, seed_show
+from cuebot_acct.redis_factory import accounting_redis
 from tests.farms import build_farm
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
@@ -88,7 +92,7 @@ def test_the_drift_page_names_keys_and_the_index_says_which_show_drifts(admin_cl
     assert f"{show} 4 of" in index and f"{clean.show.str_name} none" in index
 
 
-def test_reseed_this_show_asks_then_reseeds_and_logs(admin_client, acct_redis, django_user_model):
+def test_reseed_this_show_asks_then_reseeds_and_logs(admin_client, acct_redis, caplog):
     farm = build_farm(managed=True)
     farm.add_proc(cores=300)
     seed_show(show_id=farm.show.id)
@@ -100,12 +104,15 @@ def test_reseed_this_show_asks_then_reseeds_and_logs(admin_client, acct_redis, d
     assert confirm.status_code == 200 and f"Reseed {farm.show.str_name}?" in confirm.content.decode()
     assert acct_redis.hget(sub, "int_cores") == "40"  # nothing before the POST
 
-    done = admin_client.post(url, follow=True)
+    with caplog.at_level(logging.WARNING, logger="accounting.admin_views"):
+        done = admin_client.post(url, follow=True)
     assert acct_redis.hget(sub, "int_cores") == "3"
     assert drift_report(show_ids=[farm.show.id]).rows == []
     assert any(f"Reseeded {farm.show.str_name}" in str(m) for m in done.context["messages"])
     entry = LogEntry.objects.get(object_id=farm.show.pk)
     assert entry.user.username == "admin" and entry.change_message.startswith("Reseeded Redis")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"admin reseed of show {farm.show.str_name} by admin: booked: 5 keys, limits: 12 fields written"]
 
 
 def test_reseed_needs_the_permission(client, django_user_model, acct_redis):
@@ -132,3 +139,37 @@ def test_the_drift_page_of_a_cuebot_managed_show_compares_nothing(admin_client):
     text = visible_text(admin_client.get(reverse("acct-drift-show", args=[farm.show.pk])).content.decode())
     assert "is Cuebot-managed: Redis holds nothing for it" in text
     assert "fields differ" not in text and "Reseed this show" not in text
+
+
+def test_reseed_refuses_an_empty_redis_and_a_held_lock(admin_client, acct_redis):
+    farm = build_farm(managed=True)
+    url = reverse("acct-drift-reseed", args=[farm.show.pk])
+    acct_redis.flushdb()  # a restarted Redis: no acct:seeded marker
+    response = admin_client.post(url, follow=True)
+    assert any("needs the whole-farm bootstrap" in str(m) for m in response.context["messages"])
+    assert acct_redis.keys("acct:*") == []
+
+    acct_redis.set(keys.SEEDED, keys.SEEDED_VALUE)
+    with named_lock(name=FARM_LOCK, ttl_seconds=60):
+        response = admin_client.post(url, follow=True)
+    assert any("Another reseed holds the lock" in str(m) for m in response.context["messages"])
+    assert acct_redis.keys("acct:sub:*") == []
+
+
+def test_a_redis_that_cannot_be_read_is_named_on_the_overview(admin_client, settings):
+    build_farm(managed=True)
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    accounting_redis.cache_clear()
+    try:
+        page = admin_client.get(reverse("admin:index"))
+    finally:
+        accounting_redis.cache_clear()
+    text = visible_text(page.content.decode())
+    assert page.status_code == 200
+    assert "The accounting Redis could not be read: ConnectionError" in text and "missing in Redis" in text
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -3,7 +3,9 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from accounting import switching
+from accounting import keys, switching
+from accounting.drift_check import run_drift_check
+from accounting.reseed import seed_show
 from shows.models import Show
 
 pytestmark = pytest.mark.django_db
@@ -99,3 +101,11 @@ def test_the_show_form_never_flips_ownership_and_takes_defaults_in_cores(admin_c
     assert admin_client.post(url, data).status_code == 302
     show = Show.objects.get(pk=cuebot_farm.show.pk)
     assert (show.int_default_min_cores, show.int_default_max_cores, show.b_scheduler_managed) == (150, 20000, False)
+
+
+def test_the_drift_column_says_what_the_last_check_found(admin_client, farm, seeded_redis):
+    assert "not checked yet" in admin_client.get(CHANGELIST).content.decode()
+    seed_show(show_id=farm.show.id)
+    seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 9)
+    run_drift_check()
+    assert "1 field(s) differ" in admin_client.get(CHANGELIST).content.decode()
