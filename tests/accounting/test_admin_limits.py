@@ -20,8 +20,7 @@ def change_url(obj) -> str:
 def form_data(page) -> dict:
     """The change form's editable fields as the browser would send them back."""
     form = page.context["adminform"].form
-    return {name: form[name].value() if not hasattr(form[name].field, "prepare_value")
-            else form[name].field.prepare_value(form[name].value()) for name in form.fields}
+    return {name: form[name].field.prepare_value(form[name].value()) for name in form.fields}
 
 
 def visible_text(html: str) -> str:

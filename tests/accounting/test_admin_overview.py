@@ -173,3 +173,14 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_an_allocation_beyond_its_size_or_burst_is_marked(admin_client):
+    beyond_size, beyond_burst = build_farm(managed=False, size=100, burst=200), build_farm(managed=False, size=100, burst=200)
+    beyond_size.add_proc(cores=150)
+    beyond_burst.add_proc(cores=250)
+    page = admin_client.get(reverse("admin:index")).content.decode()
+    text = visible_text(page)
+    assert f"{beyond_size.alloc.str_name}: 1.5 / 1 (2) cores beyond size" in text
+    assert f"{beyond_burst.alloc.str_name}: 2.5 / 1 (2) cores beyond burst" in text
+    assert "acct-over-size" in page and "acct-over-burst" in page
