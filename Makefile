@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIND ?= 127.0.0.1:8000
 LOCAL := .local
 
-.PHONY: venv services run stop test bench clean
+.PHONY: venv services run stop test bench screenshots clean
 
 venv: $(VENV)/.installed
 
@@ -33,6 +33,10 @@ stop:
 test: services
 	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py up
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# PNGs of the admin's overview, a subscription form and a drift page (docs/admin.md); needs `make run` and Chromium.
+screenshots: venv
+	$(PY) scripts/screenshots.py --url http://$(BIND)
 
 bench: services
 	$(PY) manage.py migrate --noinput

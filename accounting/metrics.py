@@ -131,3 +131,19 @@ SWITCH_RECOMPUTE_FAILURES = Counter(
     "Recomputes of a show's PG accounting tables after its switch back to Cuebot that failed "
     "after their retries (the switch stands; the tables keep their old values until recomputed).",
 )
+
+
+# The periodic drift check (accounting.drift_check), for alerts: set by the task cluster,
+# read by whichever process is scraped, so the most recent write is the truth.
+
+DRIFT_FIELDS = Gauge(
+    "cuebot_acct_drift_fields",
+    "Fields where Redis differs from PostgreSQL (rounding excluded), per scheduler-managed show, at the last drift check.",
+    ["show"],
+    multiprocess_mode="mostrecent",
+)
+DRIFT_LAST_CHECK = Gauge(
+    "cuebot_acct_drift_last_check_timestamp_seconds",
+    "Unix time of the last drift check that completed.",
+    multiprocess_mode="mostrecent",
+)

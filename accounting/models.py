@@ -41,7 +41,7 @@ class Subscription(CuebotTable):
         constraints = [models.UniqueConstraint(fields=["show", "alloc"], name="c_subscription_uk")]
 
     def __str__(self) -> str:
-        return f"{self.show_id}:{self.alloc_id}"
+        return f"{self.show} / {self.alloc}"
 
 
 @readable_labels
@@ -61,6 +61,9 @@ class FolderResource(CuebotTable):
 
     class Meta(CuebotTable.Meta):
         db_table = "folder_resource"
+
+    def __str__(self) -> str:
+        return f"{self.folder.show} / {self.folder}"
 
 
 @readable_labels
@@ -83,6 +86,9 @@ class JobResource(CuebotTable):
     class Meta(CuebotTable.Meta):
         db_table = "job_resource"
 
+    def __str__(self) -> str:
+        return f"{self.job.show} / {self.job}"
+
 
 @readable_labels
 class LayerResource(CuebotTable):
@@ -96,6 +102,9 @@ class LayerResource(CuebotTable):
 
     class Meta(CuebotTable.Meta):
         db_table = "layer_resource"
+
+    def __str__(self) -> str:
+        return f"{self.job.show} / {self.job} / {self.layer}"
 
 
 @readable_labels
@@ -114,6 +123,9 @@ class Point(CuebotTable):
     class Meta(CuebotTable.Meta):
         db_table = "point"
         constraints = [models.UniqueConstraint(fields=["show", "dept"], name="c_point_pk_show_dept")]
+
+    def __str__(self) -> str:
+        return f"{self.show} / {self.dept}"
 
 
 @readable_labels
@@ -141,6 +153,9 @@ class HostLocal(CuebotTable):
         verbose_name = "local reservation"
         constraints = [models.UniqueConstraint(fields=["host", "job"], name="i_host_local_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.host} / {self.job}"
+
 
 @readable_labels
 class Proc(CuebotTable):
@@ -164,6 +179,11 @@ class Proc(CuebotTable):
 
     class Meta(CuebotTable.Meta):
         db_table = "proc"
+
+    def __str__(self) -> str:
+        # Cuebot gives proc no foreign key to job: the job row may be gone.
+        job = Job.objects.filter(pk=self.job_id).values_list("str_name", flat=True).first()
+        return f"{self.host} / {job or 'job gone'}"
 
 
 def hash_token(raw: str) -> str:

@@ -21,6 +21,8 @@ class ScheduleSpec:
 SCHEDULES = (
     ScheduleSpec(name="recalculate_subs", func="accounting.tasks.recalculate_subs_task", minutes=120),
     ScheduleSpec(name="accounting_guardrail", func="accounting.tasks.accounting_guardrail_task", minutes=1),
+    # Not gated: drift deserves an alert whoever reconciles (accounting.drift_check).
+    ScheduleSpec(name="acct-drift-check", func="accounting.tasks.drift_check_task", minutes=2),
     ScheduleSpec(name="acct-reconcile-booked", func="accounting.tasks.reconcile_booked", minutes=2, reconcile=True),
     ScheduleSpec(name="acct-reconcile-limits", func="accounting.tasks.reconcile_limits", minutes=5, reconcile=True),
     # django-q2 schedules are minute-granular; the task checks six times, 10 s apart.

@@ -10,6 +10,7 @@ import threading
 from django.conf import settings
 
 from accounting import switching
+from accounting.drift_check import run_drift_check
 from accounting.guardrail import run_guardrail
 from accounting.instances import delete_stale_instances
 from accounting.locks import LockBusy
@@ -31,6 +32,11 @@ def accounting_guardrail_task() -> bool:
     """Drops records of vanished processes, then checks the live fleet; True when misconfigured."""
     delete_stale_instances()
     return run_guardrail().misconfigured
+
+
+def drift_check_task() -> int:
+    """Shows with drift at this check (the gauges and the admin's overview get the detail)."""
+    return sum(1 for fields in run_drift_check().fields_drifted.values() if fields)
 
 
 def retry_seed_show(*, show_id: str, attempt: int) -> None:

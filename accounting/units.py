@@ -13,7 +13,13 @@ value by that rounding only, which the drift inspector reports apart from drift
 (accounting.drift). GPUs are whole units and never pass through here.
 """
 
+import re
+from decimal import Decimal
+
 UNLIMITED = -1
+UNLIMITED_WORD = "unlimited"
+# ASCII digits only: Python's Decimal and int() also read other scripts' digits ('٣').
+_CORES_TEXT = re.compile(r"[0-9]+(\.[0-9]+)?", re.ASCII)
 
 
 def cores_from_centicores(centicores: int) -> int:
@@ -39,3 +45,27 @@ def format_cores(centicores: int) -> str:
         return "unlimited"
     cores = centicores / 100
     return f"{cores:g} core" if cores == 1 else f"{cores:g} cores"
+
+
+def cores_text(centicores: int) -> str:
+    """A stored centicore value as an operator types it: '2.5', '200', 'unlimited' (-1)."""
+    if centicores == UNLIMITED:
+        return UNLIMITED_WORD
+    return f"{Decimal(centicores) / 100:f}".rstrip("0").rstrip(".") if centicores % 100 else str(centicores // 100)
+
+
+def parse_cores(text: str, *, unlimited: bool, maximum: int) -> int:
+    """Operator input in cores ('2.5', 'unlimited' where `unlimited`) to centicores, exactly:
+    ValueError, with a message for a person, for anything that is not a whole number of
+    centicores between 0 and `maximum` centicores (the column's range)."""
+    if unlimited and text.lower() in (UNLIMITED_WORD, "-1"):
+        return UNLIMITED
+    if not _CORES_TEXT.fullmatch(text):
+        allowed = f" or '{UNLIMITED_WORD}'" if unlimited else ""
+        raise ValueError(f"Enter a number of cores such as 4 or 2.5{allowed}.")
+    centicores = Decimal(text) * 100
+    if centicores != centicores.to_integral_value():
+        raise ValueError("Cores are stored in hundredths: use at most two decimals (2.25, not 2.125).")
+    if centicores > maximum:
+        raise ValueError(f"At most {cores_text(maximum)} cores here.")
+    return int(centicores)

@@ -2,12 +2,15 @@ from django.contrib import admin
 from django.urls import path
 
 from accounting import views as accounting_views
-from accounting.admin_views import drift_index, drift_show
+from accounting.admin_views import drift_index, drift_show, overview, reseed_show
 from cuebot_acct.api import api
 
 urlpatterns = [
+    # The farm overview is the admin's front page: it answers the admin index's URL first.
+    path("admin/", admin.site.admin_view(overview), name="acct-overview"),
     path("admin/accounting/drift/", admin.site.admin_view(drift_index), name="acct-drift"),
     path("admin/accounting/drift/<str:show_id>/", admin.site.admin_view(drift_show), name="acct-drift-show"),
+    path("admin/accounting/drift/<str:show_id>/reseed/", admin.site.admin_view(reseed_show), name="acct-drift-reseed"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("metrics", accounting_views.metrics, name="metrics"),

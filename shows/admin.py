@@ -4,15 +4,18 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from accounting.admin_display import cores_column
+from accounting import permissions
+from accounting.admin_display import CoresFormMixin, cores_column
+from accounting.selectors import drift_status
 from shows.models import Alloc, Dept, Facility, Folder, Frame, Host, HostStat, Job, Layer, Show
 from shows.services import set_scheduler_managed
 
 
 @admin.register(Facility)
 class FacilityAdmin(admin.ModelAdmin):
-    list_display = ["str_name", "id"]
+    list_display = ["str_name"]
     search_fields = ["str_name"]
+    ordering = ["str_name"]
 
 
 @admin.register(Alloc)
@@ -20,29 +23,42 @@ class AllocAdmin(admin.ModelAdmin):
     list_display = ["str_name", "facility", "str_tag", "b_default", "b_enabled"]
     list_filter = ["facility", "b_enabled"]
     search_fields = ["str_name"]
+    ordering = ["str_name"]
 
 
 @admin.register(Show)
-class ShowAdmin(admin.ModelAdmin):
+class ShowAdmin(CoresFormMixin, admin.ModelAdmin):
+    """Ownership changes only through the actions (shows.services.set_scheduler_managed, with
+    CHANGE_OWNERSHIP): the flag is read-only in the form, since a plain save would skip the
+    seeding and settling a switch needs."""
+
     list_display = ["str_name", "b_scheduler_managed", "b_active", "b_paused", "default_min", "default_max", "drift"]
     list_filter = ["b_scheduler_managed", "b_active"]
     search_fields = ["str_name"]
+    ordering = ["str_name"]
+    readonly_fields = ["b_scheduler_managed"]
+    cores_fields = {"int_default_min_cores": False, "int_default_max_cores": False}
     default_min = cores_column("int_default_min_cores", "default min")
     default_max = cores_column("int_default_max_cores", "default max")
+    actions = ["move_to_scheduler", "move_back_to_cuebot"]
 
     @admin.display(description="Redis drift")
     def drift(self, show: Show) -> str:
-        """Scheduler-managed shows link to their drift page (Redis against PostgreSQL)."""
+        """Scheduler-managed shows: the last drift check's count, linked to the live drift page."""
         if not show.b_scheduler_managed:
             return "-"
-        return format_html('<a href="{}">inspect</a>', reverse("acct-drift-show", args=[show.id]))
-    actions = ["move_to_scheduler", "move_back_to_cuebot"]
+        found = drift_status().shows.get(show.pk)
+        text = "not checked yet" if found is None else f"{found.fields} field(s) differ" if found.fields else "none"
+        return format_html('<a href="{}">{}</a>', reverse("acct-drift-show", args=[show.id]), text)
 
-    @admin.action(description="Move to scheduler", permissions=["change"])
+    def has_change_ownership_permission(self, request) -> bool:
+        return request.user.has_perm(permissions.CHANGE_OWNERSHIP)
+
+    @admin.action(description="Move to scheduler", permissions=["change_ownership"])
     def move_to_scheduler(self, request, queryset):
         return self._toggle(request, queryset, managed=True, action="move_to_scheduler")
 
-    @admin.action(description="Move back to Cuebot", permissions=["change"])
+    @admin.action(description="Move back to Cuebot", permissions=["change_ownership"])
     def move_back_to_cuebot(self, request, queryset):
         return self._toggle(request, queryset, managed=False, action="move_back_to_cuebot")
 
@@ -74,37 +90,61 @@ class ShowAdmin(admin.ModelAdmin):
 class DeptAdmin(admin.ModelAdmin):
     list_display = ["str_name", "b_default"]
     search_fields = ["str_name"]
+    ordering = ["str_name"]
 
 
 @admin.register(Folder)
 class FolderAdmin(admin.ModelAdmin):
     list_display = ["str_name", "show", "dept", "int_priority"]
     list_filter = ["show", "dept"]
-    search_fields = ["str_name"]
+    list_select_related = ["show", "dept"]
+    search_fields = ["str_name", "show__str_name"]
+    ordering = ["show__str_name", "str_name"]
+    # Cuebot's per-folder job defaults (-1: not set); the folder's own caps are on its resource row.
+    readonly_fields = ["job_min_cores", "job_max_cores"]
+    exclude = ["int_job_min_cores", "int_job_max_cores"]
+    job_min_cores = cores_column("int_job_min_cores", "job min cores")
+    job_max_cores = cores_column("int_job_max_cores", "job max cores")
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(CoresFormMixin, admin.ModelAdmin):
     list_display = ["str_name", "show", "folder", "str_state", "min_cores", "max_cores"]
     list_filter = ["show", "str_state"]
-    search_fields = ["str_name", "str_shot", "str_user"]
+    list_select_related = ["show", "folder"]
+    search_fields = ["str_name", "str_shot", "str_user", "show__str_name"]
+    ordering = ["show__str_name", "str_name"]
+    cores_fields = {"int_min_cores": False, "int_max_cores": False}
     min_cores = cores_column("int_min_cores")
     max_cores = cores_column("int_max_cores")
 
 
 @admin.register(Layer)
-class LayerAdmin(admin.ModelAdmin):
-    list_display = ["str_name", "job", "str_type", "cores_min"]
+class LayerAdmin(CoresFormMixin, admin.ModelAdmin):
+    list_display = ["str_name", "job", "show", "str_type", "cores_min"]
     list_filter = ["job__show", "str_type"]
-    search_fields = ["str_name", "job__str_name"]
+    list_select_related = ["job__show"]
+    search_fields = ["str_name", "job__str_name", "job__show__str_name"]
+    ordering = ["job__show__str_name", "job__str_name", "str_name"]
+    cores_fields = {"int_cores_min": False, "int_cores_max": False}
+
+    @admin.display(description="show", ordering="job__show__str_name")
+    def show(self, layer: Layer) -> str:
+        return layer.job.show.str_name
     cores_min = cores_column("int_cores_min", "min cores")
 
 
 @admin.register(Host)
-class HostAdmin(admin.ModelAdmin):
+class HostAdmin(CoresFormMixin, admin.ModelAdmin):
+    """Idle amounts are what bookings and releases leave: read-only here."""
+
     list_display = ["str_name", "alloc", "str_lock_state", "cores", "cores_idle", "int_gpus", "int_gpus_idle"]
     list_filter = ["alloc", "str_lock_state"]
     search_fields = ["str_name"]
+    ordering = ["str_name"]
+    cores_fields = {"int_cores": False}
+    readonly_fields = ["cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"]
+    exclude = ["int_cores_idle"]
     cores = cores_column("int_cores")
     cores_idle = cores_column("int_cores_idle", "idle cores")
 
@@ -126,9 +166,10 @@ class CuebotWrittenAdmin(admin.ModelAdmin):
 @admin.register(Frame)
 class FrameAdmin(CuebotWrittenAdmin):
     list_display = ["str_name", "job", "layer", "str_state", "str_host", "cores"]
-    list_filter = ["str_state"]
+    list_filter = ["job__show", "str_state"]
     search_fields = ["str_name", "job__str_name", "str_host"]
     list_select_related = ["job", "layer"]
+    ordering = ["job__str_name", "int_layer_order", "int_number"]
     cores = cores_column("int_cores", "cores")
 
 
@@ -138,3 +179,4 @@ class HostStatAdmin(CuebotWrittenAdmin):
     list_filter = ["str_state"]
     search_fields = ["host__str_name"]
     list_select_related = ["host"]
+    ordering = ["host__str_name"]

@@ -20,6 +20,7 @@ def test_creates_the_schedules_and_rerunning_makes_no_duplicates(capsys):
     call_command("setup_schedules")
     assert ours() == {
         "accounting_guardrail": ("accounting.tasks.accounting_guardrail_task", Schedule.MINUTES, 1, -1),
+        "acct-drift-check": ("accounting.tasks.drift_check_task", Schedule.MINUTES, 2, -1),
         "recalculate_subs": ("accounting.tasks.recalculate_subs_task", Schedule.MINUTES, 120, -1),
     }
     out = capsys.readouterr().out
@@ -45,7 +46,7 @@ def test_reconcile_schedules_follow_the_setting(settings, monkeypatch):
     settings.ACCOUNTING_RECONCILE_ENABLED = False
     call_command("setup_schedules")
     assert not Schedule.objects.filter(name="booked_reseed").exists()
-    assert set(ours()) == {"accounting_guardrail", "recalculate_subs"}
+    assert set(ours()) == {"accounting_guardrail", "acct-drift-check", "recalculate_subs"}
 
 
 @pytest.mark.django_db(transaction=True)

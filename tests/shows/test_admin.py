@@ -3,7 +3,9 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from accounting import switching
+from accounting import keys, switching
+from accounting.drift_check import run_drift_check
+from accounting.reseed import seed_show
 from shows.models import Show
 
 pytestmark = pytest.mark.django_db
@@ -67,3 +69,43 @@ def test_show_list_reads_like_an_operator_and_links_managed_shows_to_their_drift
     assert f"/admin/accounting/drift/{farm.show.id}/" in page
     assert f"/admin/accounting/drift/{cuebot_farm.show.id}/" not in page
     assert admin_client.get(f"/admin/accounting/drift/{farm.show.id}/").status_code == 200
+
+
+def staff_with(django_user_model, username: str, *codenames: str):
+    user = django_user_model.objects.create_user(username=username, password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return user
+
+
+def test_ownership_actions_need_change_ownership(client, django_user_model, farm, django_capture_on_commit_callbacks):
+    client.force_login(staff_with(django_user_model, "editor", "view_show", "change_show"))
+    listing = client.get(CHANGELIST)
+    assert "move_back_to_cuebot" not in listing.context["cl"].model_admin.get_actions(listing.wsgi_request)
+    client.post(CHANGELIST, {"action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes"})
+    assert flags(farm.show) == [True]
+
+    client.force_login(staff_with(django_user_model, "owner", "view_show", "change_ownership"))
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(CHANGELIST, {"action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes"})
+    assert flags(farm.show) == [False]
+
+
+def test_the_show_form_never_flips_ownership_and_takes_defaults_in_cores(admin_client, cuebot_farm):
+    url = reverse("admin:shows_show_change", args=[cuebot_farm.show.pk])
+    form = admin_client.get(url).context["adminform"].form
+    assert "b_scheduler_managed" not in form.fields
+    assert form["int_default_max_cores"].field.prepare_value(form["int_default_max_cores"].value()) == "100"
+    data = {"str_name": cuebot_farm.show.str_name, "int_default_min_cores": "1.5", "int_default_max_cores": "200",
+            "int_default_min_gpus": "100", "int_default_max_gpus": "100000", "b_active": "on", "b_booking_enabled": "on",
+            "b_dispatch_enabled": "on", "b_scheduler_managed": "on"}
+    assert admin_client.post(url, data).status_code == 302
+    show = Show.objects.get(pk=cuebot_farm.show.pk)
+    assert (show.int_default_min_cores, show.int_default_max_cores, show.b_scheduler_managed) == (150, 20000, False)
+
+
+def test_the_drift_column_says_what_the_last_check_found(admin_client, farm, seeded_redis):
+    assert "not checked yet" in admin_client.get(CHANGELIST).content.decode()
+    seed_show(show_id=farm.show.id)
+    seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 9)
+    run_drift_check()
+    assert "1 field(s) differ" in admin_client.get(CHANGELIST).content.decode()
