@@ -5,6 +5,11 @@ from accounting import views as accounting_views
 from accounting.admin_views import drift_index, drift_show
 from cuebot_acct.api import api
 
+# JSON under /api/, Django's pages elsewhere.
+handler400 = "cuebot_acct.api.bad_request"
+handler404 = "cuebot_acct.api.not_found"
+handler500 = "cuebot_acct.api.server_error"
+
 urlpatterns = [
     path("admin/accounting/drift/", admin.site.admin_view(drift_index), name="acct-drift"),
     path("admin/accounting/drift/<str:show_id>/", admin.site.admin_view(drift_show), name="acct-drift-show"),

@@ -3,6 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from accounting.management.commands._limit_args import ascii_int
 from accounting.simulation.faults import parse_faults
 from accounting.simulation.runner import SimConfig, run_simulation
 from shows.farm import FarmRefused
@@ -10,7 +11,7 @@ from shows.farm import FarmRefused
 
 def at_least(minimum: int):
     def parse(value: str) -> int:
-        number = int(value)
+        number = ascii_int(value)
         if number < minimum:
             raise ValueError(value)
         return number
@@ -34,7 +35,7 @@ class Command(BaseCommand):
         parser.add_argument("--bookers", type=at_least(1), default=4)
         parser.add_argument("--releasers", type=at_least(1), default=2)
         parser.add_argument("--faults", default="none", help="'all', 'none' or a comma list of fault kinds")
-        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--seed", type=ascii_int, default=1)
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--existing", action="store_true", help="play on the farm already in the database")
 
