@@ -10,7 +10,7 @@ import logging
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Swagger
 from ninja.errors import HttpError
 
 from accounting.api import router as accounting_router
@@ -24,6 +24,8 @@ api = NinjaAPI(
     version="1",
     description="Cuebot-side accounting for OpenCue's Redis-backed scheduler.",
     urls_namespace="api",
+    # Swagger UI would send the schema to validator.swagger.io: the docs must work air-gapped.
+    docs=Swagger(settings={"validatorUrl": None}),
 )
 api.add_router("/", accounting_router)
 api.add_router("/shows", shows_router)
