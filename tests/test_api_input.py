@@ -8,6 +8,7 @@ import pytest
 from accounting import api as accounting_api
 from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
 from accounting.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, RELEASE_PROCS
+from cuebot_acct.api import bad_request, server_error
 
 NUL = "%00"
 
@@ -138,3 +139,13 @@ def test_a_path_under_the_api_that_matches_nothing_is_a_json_404(client, db):
     assert response.status_code == 404
     assert response.json() == {"detail": "no endpoint /api/v1/no/such/endpoint"}
     assert "json" not in client.get("/no-such-page")["Content-Type"]
+
+
+@pytest.mark.parametrize(("handler", "status"), [(server_error, 500), (bad_request, 400)])
+def test_djangos_error_pages_are_json_under_the_api_only(rf, handler, status):
+    """For failures outside an endpoint (a middleware, the URL resolver): Django's handler500/400."""
+    arguments = [] if handler is server_error else [ValueError("x")]
+    api_answer = handler(rf.post("/api/v1/procs/unbook"), *arguments)
+    assert api_answer.status_code == status and "detail" in json.loads(api_answer.content)
+    page = handler(rf.get("/admin/"), *arguments)
+    assert page.status_code == status and page["Content-Type"].startswith("text/html")
