@@ -6,7 +6,7 @@ from pydantic import ConfigDict, StrictBool
 
 from accounting.auth import BearerToken
 from accounting.permissions import CHANGE_OWNERSHIP
-from cuebot_acct.api_types import DbText
+from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
 from shows.models import Show
 from shows.selectors import AmbiguousName, get_show_by_name, list_shows
 from shows.services import set_scheduler_managed
@@ -51,12 +51,13 @@ def shows(request: HttpRequest):
     return [ShowOut.of(show) for show in list_shows()]
 
 
-@router.get("/{name}", response=ShowOut, summary="One show with its ownership flag")
+@router.get("/{name}", response={200: ShowOut, 409: ErrorOut, **LOOKUP_ERRORS}, summary="One show with its ownership flag")
 def show(request: HttpRequest, name: DbText):
     return ShowOut.of(show_or_404(name))
 
 
-@router.put("/{name}/scheduler-managed", response=ManagedOut, auth=BearerToken(CHANGE_OWNERSHIP),
+@router.put("/{name}/scheduler-managed", response={200: ManagedOut, 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+            auth=BearerToken(CHANGE_OWNERSHIP),
             summary="Move a show to the scheduler (true) or back to Cuebot (false)",
             description=f"Needs the permission {CHANGE_OWNERSHIP}.")
 def put_scheduler_managed(request: HttpRequest, name: DbText, payload: ManagedIn):

@@ -101,13 +101,27 @@ def test_a_limit_at_its_columns_maximum_is_stored(client, farm, limits_token, pa
     assert top in response.json().values() or top * 100 in response.json().values()
 
 
-@pytest.mark.parametrize("body", ["[]", '[{"size": 5}]', "5", '"size"', "null", "true", '{"sise": 5}', '{"size": -2}'])
+@pytest.mark.parametrize("body", ["[]", '[{"size": 5}]', "5", '"size"', "null", "true", '{"sise": 5}', '{"size": -2}',
+                                  '{"burst": false}', '{"size": true}', '{"size": "5"}', '{"size": 5.5}', '{"burst": -1}'])
 def test_a_limits_body_that_is_not_an_object_of_known_fields_is_a_422(client, farm, limits_token, body):
     before = limit_rows(farm)
     response = patch_limits(client, farm, limits_token, "subscriptions/{sub}", body)
     assert response.status_code == 422, response.content
     assert response.json()["detail"]
     assert limit_rows(farm) == before
+
+
+def test_the_schema_states_each_limits_bounds_and_unique_proc_ids(client, db):
+    schema = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
+
+    def bounds(name: str, field: str) -> tuple:
+        limit = next(option for option in schema[name]["properties"][field]["anyOf"] if option.get("type") == "integer")
+        return limit["minimum"], limit["maximum"]
+    assert bounds("FolderLimitsIn", "max_cores") == (-1, INT_MAX // 100)
+    assert bounds("FolderLimitsIn", "min_gpus") == (0, INT_MAX)
+    assert bounds("SubscriptionLimitsIn", "burst") == (0, BIGINT_MAX // 100)
+    assert schema["UnbookBatchIn"]["properties"]["proc_ids"]["uniqueItems"] is True
+    assert schema["UnbookBatchIn"]["properties"]["proc_ids"]["items"]["pattern"] == "^[^\\u0000]*$"
 
 
 def test_a_body_that_is_not_utf8_is_a_422(client, farm, limits_token):
