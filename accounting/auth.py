@@ -19,7 +19,9 @@ def issue_token(*, user, name: str = "") -> str:
 
 def grant_permissions(*, user, permissions: list[str]) -> None:
     """Give `user` these accounting.permissions names ("app_label.codename") directly."""
-    codenames = {name.split(".", 1)[1] for name in permissions}
+    if any(not name.startswith("accounting.") for name in permissions):
+        raise ValueError(f"not accounting permissions: {permissions}")
+    codenames = {name.removeprefix("accounting.") for name in permissions}
     found = list(Permission.objects.filter(content_type__app_label="accounting", codename__in=codenames))
     missing = codenames - {p.codename for p in found}
     if missing:
