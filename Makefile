@@ -27,11 +27,12 @@ run: services
 	$(PY) scripts/server.py start --bind $(BIND)
 
 stop:
-	-$(PY) scripts/server.py stop
+	$(PY) scripts/server.py stop
 	$(PY) scripts/services.py down
 
-test: services
-	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py up
+# The test settings' servers only, no database (pytest-django makes its own), and promtool.
+test: venv
+	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py up --tests
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # PNGs of the admin's overview, a subscription form and a drift page (docs/admin.md); needs `make run` and Chromium.

@@ -1,20 +1,22 @@
 """Accounting endpoints under /api/v1/: release, drift, locks and limit changes."""
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
-from pydantic import AfterValidator, StrictStr, field_validator
+from ninja.schema import DjangoGetter
+from pydantic import AfterValidator, ConfigDict, StrictStr, field_validator, model_validator
 
 from accounting.auth import BearerToken
 from accounting.drift import drift_report
-from accounting.limits import InvalidLimit, set_folder_limits, set_job_limits, set_point_limits, set_subscription_limits
+from accounting.limits import UNLIMITED_ALLOWED, InvalidLimit, column_max, set_folder_limits, set_job_limits, set_point_limits, set_subscription_limits
 from accounting.locks import held_locks
 from accounting.models import FolderResource, JobResource, Point, Subscription
+from accounting.permissions import CHANGE_LIMITS, RELEASE_PROCS
 from accounting.services import Release, unbook_proc, unbook_procs
 from accounting.units import centicores_from_cores
-from cuebot_acct.api_types import DbText, storable
+from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, NO_NUL, DbText, ErrorOut, InvalidOut, json_int, storable
 from shows.selectors import AmbiguousName, get_show_by_name
 
 router = Router(tags=["accounting"])
@@ -41,12 +43,11 @@ class ReleaseOut(Schema):
     branch: Literal["local", "scheduler", "cuebot"]
 
 
-class ErrorOut(Schema):
-    detail: str
-
-
 class UnbookBatchIn(Schema):
-    proc_ids: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=36), AfterValidator(storable)]], Field(min_length=1, max_length=MAX_BATCH)]
+    proc_ids: Annotated[
+        list[Annotated[StrictStr, Field(min_length=1, max_length=36, json_schema_extra=NO_NUL), AfterValidator(storable)]],
+        Field(min_length=1, max_length=MAX_BATCH, json_schema_extra={"uniqueItems": True}),
+    ]
 
     @field_validator("proc_ids")
     @classmethod
@@ -73,8 +74,9 @@ def _release_out(release: Release) -> dict:
 
 
 @router.post(
-    "/procs/unbook", auth=BearerToken(), response={200: UnbookBatchOut}, tags=["release"],
-    summary="Release many procs in one transaction",
+    "/procs/unbook", auth=BearerToken(RELEASE_PROCS), response={200: UnbookBatchOut, 422: InvalidOut, **AUTH_ERRORS},
+    tags=["release"],
+    summary="Release many procs in one transaction", description=f"Needs the permission {RELEASE_PROCS}.",
 )
 def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
     releases = unbook_procs(proc_ids=payload.proc_ids)
@@ -88,8 +90,9 @@ def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
 
 
 @router.post(
-    "/procs/{proc_id}/unbook", auth=BearerToken(), response={200: ReleaseOut, 404: ErrorOut}, tags=["release"],
-    summary="Release one proc",
+    "/procs/{proc_id}/unbook", auth=BearerToken(RELEASE_PROCS), response={200: ReleaseOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    tags=["release"],
+    summary="Release one proc", description=f"Needs the permission {RELEASE_PROCS}.",
 )
 def unbook_one(request: HttpRequest, proc_id: DbText):
     release = unbook_proc(proc_id=proc_id)
@@ -101,7 +104,8 @@ def unbook_one(request: HttpRequest, proc_id: DbText):
 # Reconciliation: drift, locks, limit changes.
 
 
-@router.get("/accounting/drift", summary="Redis against PostgreSQL for scheduler-managed shows")
+@router.get("/accounting/drift", response={200: dict[str, Any], 409: ErrorOut, **LOOKUP_ERRORS},
+            summary="Redis against PostgreSQL for scheduler-managed shows")
 def accounting_drift(request, show: DbText | None = None):
     show_ids = None
     if show is not None:
@@ -120,27 +124,87 @@ def locks(request):
     return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in held_locks()]
 
 
-class SubscriptionLimitsIn(Schema):
-    size: int | None = None  # cores
-    burst: int | None = None
+def _limit(model: type, column: str, *, cores: bool) -> Any:
+    """An optional limit bounded by its column: cores are entered in cores and stored in
+    centicores, so their bound is the column's maximum / 100. -1 (unlimited) only where
+    Cuebot reads it so (UNLIMITED_ALLOWED); a JSON integer only (not true or "5")."""
+    top = column_max(model=model, column=column)
+    unlimited = (model, column) in UNLIMITED_ALLOWED
+    unit = "cores" if cores else "count"
+    description = (f"{unit}, -1 for unlimited" if unlimited
+                   else f"{unit}, >= 0 (-1 is no unlimited here: Cuebot compares it as a number)")
+    bounded = json_int(ge=-1 if unlimited else 0, le=top // 100 if cores else top)
+    return Annotated[bounded | None, Field(description=description)]
 
 
-class FolderLimitsIn(Schema):
-    min_cores: int | None = None
-    max_cores: int | None = None
-    min_gpus: int | None = None
-    max_gpus: int | None = None
+class LimitsIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def an_object(cls, data):
+        # ninja reads attributes off any value, so a list or a number would validate as "no
+        # change". With extra="forbid" ninja validates the body as parsed first (checked
+        # here), then again wrapped in its DjangoGetter.
+        if not isinstance(data, dict | DjangoGetter):
+            raise ValueError("the body must be a JSON object")
+        return data
 
 
-class JobLimitsIn(Schema):
-    max_cores: int | None = None
-    max_gpus: int | None = None
-    priority: int | None = None
+class SubscriptionLimitsIn(LimitsIn):
+    size: _limit(Subscription, "int_size", cores=True) = None
+    burst: _limit(Subscription, "int_burst", cores=True) = None
 
 
-class PointLimitsIn(Schema):
-    min_cores: int | None = None
-    min_gpus: int | None = None
+class FolderLimitsIn(LimitsIn):
+    min_cores: _limit(FolderResource, "int_min_cores", cores=True) = None
+    max_cores: _limit(FolderResource, "int_max_cores", cores=True) = None
+    min_gpus: _limit(FolderResource, "int_min_gpus", cores=False) = None
+    max_gpus: _limit(FolderResource, "int_max_gpus", cores=False) = None
+
+
+class JobLimitsIn(LimitsIn):
+    max_cores: _limit(JobResource, "int_max_cores", cores=True) = None
+    max_gpus: _limit(JobResource, "int_max_gpus", cores=False) = None
+    priority: _limit(JobResource, "int_priority", cores=False) = None
+
+
+class PointLimitsIn(LimitsIn):
+    min_cores: _limit(Point, "int_min_cores", cores=True) = None
+    min_gpus: _limit(Point, "int_min_gpus", cores=False) = None
+
+
+class SubscriptionLimitsOut(Schema):
+    id: str
+    int_size: int = Field(description="centicores")
+    int_burst: int = Field(description="centicores")
+
+
+class FolderLimitsOut(Schema):
+    folder_id: str
+    int_min_cores: int = Field(description="centicores")
+    int_max_cores: int = Field(description="centicores, -1 unlimited")
+    int_min_gpus: int
+    int_max_gpus: int = Field(description="-1 unlimited")
+
+
+class JobLimitsOut(Schema):
+    job_id: str
+    int_max_cores: int = Field(description="centicores")
+    int_max_gpus: int
+    int_priority: int
+
+
+class PointLimitsOut(Schema):
+    id: str
+    int_min_cores: int = Field(description="centicores")
+    int_min_gpus: int
+
+
+LIMITS_DESCRIPTION = (
+    f"Needs the permission {CHANGE_LIMITS}. A value beyond its column's range, an unknown field or a "
+    "body that is not a JSON object is a 422 naming the field; nothing changes."
+)
 
 
 def _centicores(payload: Schema, names: tuple[str, ...]) -> dict[str, int | None]:
@@ -159,7 +223,9 @@ def _limited(change) -> dict:
         raise HttpError(422, str(error)) from error
 
 
-@router.patch("/accounting/subscriptions/{subscription_id}/limits", auth=BearerToken(), summary="Set size/burst (cores)")
+@router.patch("/accounting/subscriptions/{subscription_id}/limits", auth=BearerToken(CHANGE_LIMITS),
+              response={200: SubscriptionLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set size/burst (cores)",
+              description=LIMITS_DESCRIPTION)
 def patch_subscription_limits(request, subscription_id: DbText, payload: SubscriptionLimitsIn):
     subscription = get_object_or_404(Subscription, pk=subscription_id)
     values = _centicores(payload, ("size", "burst"))
@@ -167,7 +233,9 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
     return {"id": sub.id, "int_size": sub.int_size, "int_burst": sub.int_burst}
 
 
-@router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(), summary="Set folder caps (cores, -1 unlimited)")
+@router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(CHANGE_LIMITS),
+              response={200: FolderLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set folder caps (cores, -1 unlimited)",
+              description=LIMITS_DESCRIPTION)
 def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
     resource = get_object_or_404(FolderResource, folder_id=folder_id)
     values = _centicores(payload, ("min_cores", "max_cores"))
@@ -176,7 +244,9 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
             "int_min_gpus": folder.int_min_gpus, "int_max_gpus": folder.int_max_gpus}
 
 
-@router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(), summary="Set job caps (cores)")
+@router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(CHANGE_LIMITS),
+              response={200: JobLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set job caps (cores)",
+              description=LIMITS_DESCRIPTION)
 def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     resource = get_object_or_404(JobResource, job_id=job_id)
     values = _centicores(payload, ("max_cores",))
@@ -184,7 +254,9 @@ def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     return {"job_id": job.job_id, "int_max_cores": job.int_max_cores, "int_max_gpus": job.int_max_gpus, "int_priority": job.int_priority}
 
 
-@router.patch("/accounting/points/{point_id}/limits", auth=BearerToken(), summary="Set point minimums (cores)")
+@router.patch("/accounting/points/{point_id}/limits", auth=BearerToken(CHANGE_LIMITS),
+              response={200: PointLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set point minimums (cores)",
+              description=LIMITS_DESCRIPTION)
 def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
     point = get_object_or_404(Point, pk=point_id)
     values = _centicores(payload, ("min_cores",))

@@ -15,7 +15,7 @@ limit changes are rare and must follow the flag as committed.
 import logging
 
 import redis
-from django.db import transaction
+from django.db import connection, transaction
 
 from accounting import keys
 from accounting.lua import script
@@ -40,8 +40,23 @@ class InvalidLimit(ValueError):
 UNLIMITED_ALLOWED = {(FolderResource, "int_max_cores"), (FolderResource, "int_max_gpus")}
 
 
+# Cuebot's tier trigger stores -int_size in subscription.float_tier, NUMERIC(16, 2), while
+# nothing is booked: a larger size fails there although the bigint column would hold it.
+TIER_BOUND = {(Subscription, "int_size"): 10**14 - 1}
+
+
+def column_max(*, model: type, column: str) -> int:
+    """The largest value `column` can take (integer or bigint, and Cuebot's triggers), in PG units."""
+    top = connection.ops.integer_field_range(model._meta.get_field(column).get_internal_type())[1]
+    return min(top, TIER_BOUND.get((model, column), top))
+
+
 def _check(model: type, name: str, value: int | None) -> None:
-    if value is None or value >= 0:
+    if value is None:
+        return
+    if value > column_max(model=model, column=name):
+        raise InvalidLimit(f"{name} must be at most {column_max(model=model, column=name)} (what the column holds), got {value}")
+    if value >= 0:
         return
     if value == UNLIMITED and (model, name) in UNLIMITED_ALLOWED:
         return

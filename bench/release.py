@@ -44,7 +44,8 @@ from django.db import connection, transaction  # noqa: E402
 from django_redis import get_redis_connection  # noqa: E402
 
 from accounting import keys  # noqa: E402
-from accounting.auth import issue_token  # noqa: E402
+from accounting.auth import grant_permissions, issue_token  # noqa: E402
+from accounting.permissions import RELEASE_PROCS  # noqa: E402
 from accounting.lua import script  # noqa: E402
 from accounting.models import FolderResource, JobResource, LayerResource, Point, Subscription  # noqa: E402
 from accounting.services import (  # noqa: E402
@@ -106,6 +107,7 @@ class BenchFarm:
         for key in self.redis_keys:  # high enough that no release clamps
             client.hset(key, mapping={"int_cores": 10**12, "int_gpus": 10**9})
         self.user = get_user_model().objects.create_user(username=f"bench-{run}")
+        grant_permissions(user=self.user, permissions=[RELEASE_PROCS])
         self.token = issue_token(user=self.user, name="bench/release.py")
 
     def add_procs(self, n: int) -> list[str]:

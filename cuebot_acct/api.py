@@ -1,29 +1,82 @@
 """The JSON API root: /api/v1/, OpenAPI at /api/v1/openapi.json, docs at /api/v1/docs.
 
-Each app contributes one router from its own api.py.
+Each app contributes one router from its own api.py. Every error the API answers is JSON
+`{"detail": ...}`: validation (422), a missing permission (403, also naming it), an
+oversized body (413) and an unexpected failure (500) included; paths under /api/ that
+match no endpoint answer a JSON 404 (cuebot_acct.urls).
 """
-import json
+import logging
 
-from ninja import NinjaAPI
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from ninja import NinjaAPI, Swagger
 from ninja.errors import HttpError
 
 from accounting.api import router as accounting_router
+from accounting.auth import MissingPermission
 from shows.api import router as shows_router
+
+log = logging.getLogger(__name__)
 
 api = NinjaAPI(
     title="cuebot-acct",
     version="1",
     description="Cuebot-side accounting for OpenCue's Redis-backed scheduler.",
     urls_namespace="api",
+    # Swagger UI would send the schema to validator.swagger.io: the docs must work air-gapped.
+    docs=Swagger(settings={"validatorUrl": None}),
 )
 api.add_router("/", accounting_router)
 api.add_router("/shows", shows_router)
 
 
 @api.exception_handler(HttpError)
-def http_error(request, exc: HttpError):
-    # django-ninja answers a body that is not JSON with 400; for this API malformed input
-    # is unprocessable like any other invalid body: 422 with a JSON detail.
-    if exc.status_code == 400 and isinstance(exc.__cause__, json.JSONDecodeError):
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # django-ninja answers a body it cannot parse (not JSON, not UTF-8) with 400; for this
+    # API malformed input is unprocessable like any other invalid body: 422 with a JSON detail.
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+        return api.create_response(request, {"detail": f"the body is not UTF-8: {exc.__cause__}"}, status=422)
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
         return api.create_response(request, {"detail": f"malformed JSON body: {exc.__cause__}"}, status=422)
-    return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
+    body = {"detail": str(exc)}
+    if isinstance(exc, MissingPermission):
+        body["permission"] = exc.permission
+    return api.create_response(request, body, status=exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    # Django would answer 400 with an HTML page; the size is DATA_UPLOAD_MAX_MEMORY_SIZE.
+    return api.create_response(request, {"detail": f"request body too large: {exc}"}, status=413)
+
+
+@api.exception_handler(Exception)
+def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    log.error("unexpected error on %s %s", request.method, request.path, exc_info=exc)
+    return api.create_response(request, {"detail": "internal server error; see the service's log"}, status=500)
+
+
+def _under_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's handler404: JSON for a path under /api/ that matches no endpoint."""
+    if _under_api(request):
+        return JsonResponse({"detail": f"no endpoint {request.path}"}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's handler400 (what it answers to an oversized body outside an endpoint, too)."""
+    if _under_api(request):
+        return JsonResponse({"detail": f"bad request: {exception}"}, status=400)
+    return defaults.bad_request(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's handler500, for a failure outside an endpoint (a middleware, the URL resolver)."""
+    if _under_api(request):
+        return JsonResponse({"detail": "internal server error; see the service's log"}, status=500)
+    return defaults.server_error(request)

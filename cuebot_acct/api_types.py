@@ -2,11 +2,13 @@
 
 PostgreSQL text cannot hold a NUL character: a string carrying one reaches the database
 only to fail there (a 500). Every string that is used to look something up is this type,
-so such input is refused up front with a 422 and nothing is touched.
+so such input is refused up front with a 422 and nothing is touched. The error schemas
+below document the answers every endpoint may give (docs/api.md, "Errors").
 """
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from ninja import Field, Schema
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 
 def storable(value: str) -> str:
@@ -15,4 +17,38 @@ def storable(value: str) -> str:
     return value
 
 
-DbText = Annotated[str, AfterValidator(storable)]
+# Also stated in the schema, so clients (and fuzzers) know before sending.
+NO_NUL = {"pattern": "^[^\\u0000]*$"}
+DbText = Annotated[str, AfterValidator(storable), WithJsonSchema({"type": "string", **NO_NUL})]
+
+
+def whole_number(value: object) -> object:
+    """JSON integers only: true/false and "5" are refused (pydantic would read them as 1/0 and 5)."""
+    if isinstance(value, bool | str):
+        raise ValueError("must be a JSON integer")
+    return value
+
+
+def json_int(*, ge: int, le: int) -> Any:
+    """An integer within [ge, le], stated as minimum/maximum in the schema, read by whole_number."""
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(whole_number)]
+
+
+class ErrorOut(Schema):
+    detail: str
+
+
+class MissingPermissionOut(Schema):
+    detail: str
+    permission: str = Field(description="The Django permission the token's user lacks.")
+
+
+class InvalidOut(Schema):
+    detail: str | list[dict[str, Any]] = Field(
+        description="A message, or one {type, loc, msg} per invalid field (loc ends with the field's name)."
+    )
+
+
+# The error answers of an endpoint, for its `response=` (cuebot_acct.api makes them JSON).
+LOOKUP_ERRORS = {404: ErrorOut, 422: InvalidOut}
+AUTH_ERRORS = {401: ErrorOut, 403: MissingPermissionOut}

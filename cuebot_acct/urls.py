@@ -5,6 +5,11 @@ from accounting import views as accounting_views
 from accounting.admin_views import drift_index, drift_show, overview, reseed_show
 from cuebot_acct.api import api
 
+# JSON under /api/, Django's pages elsewhere.
+handler400 = "cuebot_acct.api.bad_request"
+handler404 = "cuebot_acct.api.not_found"
+handler500 = "cuebot_acct.api.server_error"
+
 urlpatterns = [
     # The farm overview is the admin's front page: it answers the admin index's URL first.
     path("admin/", admin.site.admin_view(overview), name="acct-overview"),

@@ -5,7 +5,10 @@
 if it answers; otherwise start a project-local one under .local/ (PostgreSQL from the
 installed binaries, run as the postgres user when we are root; Redis from the
 distribution's packages, installed if missing, without persistence). Then make sure the
-database exists. `down`: stop only what `up` started (recorded under .local/started/).
+database exists. `up --tests` (what `make test` runs): the same servers, but no database is
+created (pytest-django creates and drops its own test_<name>), and promtool is installed if
+missing (Debian's prometheus package; the alert-rule tests run it). `down`: stop only what
+`up` started (recorded under .local/started/).
 """
 import os
 import shutil
@@ -46,12 +49,28 @@ def as_postgres_user(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
-def apt_install(package: str) -> None:
+def apt_install(package: str, *, recommends: bool = True) -> None:
     if os.geteuid() != 0:
         sys.exit(f"services: {package} is not installed; install it (apt-get install {package}) and run again")
     say(f"installing {package} from the distribution's packages")
     subprocess.run(["apt-get", "update", "-qq"], check=True)
-    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    options = [] if recommends else ["--no-install-recommends"]
+    subprocess.run(["apt-get", "install", "-y", "-qq", *options, package], check=True,
+                   env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def ensure_promtool() -> None:
+    """promtool ships in Debian's prometheus package, which also brings a Prometheus server
+    that the package enables: the suite needs the tool only, so the server is stopped and
+    disabled again."""
+    if shutil.which("promtool"):
+        return
+    apt_install("prometheus", recommends=False)
+    if shutil.which("systemctl"):
+        subprocess.run(["systemctl", "disable", "--now", "prometheus"], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not shutil.which("promtool"):
+        sys.exit("services: the prometheus package did not install promtool")
 
 
 def postgres_bin_dir() -> Path:
@@ -100,7 +119,7 @@ def ensure_database(url: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def postgres_up(url: str) -> None:
+def postgres_up(url: str, *, create_database: bool) -> None:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 5432
     if answers(host, port):
@@ -110,7 +129,8 @@ def postgres_up(url: str) -> None:
         wait_until_answers(host, port, what="PostgreSQL")
     else:
         sys.exit(f"services: PostgreSQL at {host}:{port} does not answer and is not local; start it or set DATABASE_URL")
-    ensure_database(url)
+    if create_database:
+        ensure_database(url)
 
 
 def redis_up(host: str, port: int) -> None:
@@ -145,12 +165,14 @@ def configured_urls() -> tuple[str, list[str]]:
     return settings.DATABASE_URL, redis_urls
 
 
-def up() -> None:
+def up(*, tests: bool = False) -> None:
     STARTED.mkdir(parents=True, exist_ok=True)
     database_url, redis_urls = configured_urls()
-    postgres_up(database_url)
+    postgres_up(database_url, create_database=not tests)
     for host, port in sorted({(urlsplit(u).hostname or "127.0.0.1", urlsplit(u).port or 6379) for u in redis_urls}):
         redis_up(host, port)
+    if tests:
+        ensure_promtool()
 
 
 def down() -> None:
@@ -169,4 +191,12 @@ def down() -> None:
 
 
 if __name__ == "__main__":
-    {"up": up, "down": down}.get(sys.argv[1] if len(sys.argv) > 1 else "", lambda: sys.exit("usage: services.py up|down"))()
+    arguments = sys.argv[1:]
+    if arguments == ["up"]:
+        up()
+    elif arguments == ["up", "--tests"]:
+        up(tests=True)
+    elif arguments == ["down"]:
+        down()
+    else:
+        sys.exit("usage: services.py up [--tests] | down")

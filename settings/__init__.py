@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_q",
+    "ninja",  # /api/v1/docs then uses Swagger UI from ninja's static files, not a CDN
     "shows",
     "accounting",
 ]

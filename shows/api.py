@@ -4,8 +4,9 @@ from ninja import Router, Schema
 from ninja.errors import HttpError
 from pydantic import ConfigDict, StrictBool
 
-from accounting.auth import StaffBearerToken
-from cuebot_acct.api_types import DbText
+from accounting.auth import BearerToken
+from accounting.permissions import CHANGE_OWNERSHIP
+from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
 from shows.models import Show
 from shows.selectors import AmbiguousName, get_show_by_name, list_shows
 from shows.services import set_scheduler_managed
@@ -50,13 +51,15 @@ def shows(request: HttpRequest):
     return [ShowOut.of(show) for show in list_shows()]
 
 
-@router.get("/{name}", response=ShowOut, summary="One show with its ownership flag")
+@router.get("/{name}", response={200: ShowOut, 409: ErrorOut, **LOOKUP_ERRORS}, summary="One show with its ownership flag")
 def show(request: HttpRequest, name: DbText):
     return ShowOut.of(show_or_404(name))
 
 
-@router.put("/{name}/scheduler-managed", response=ManagedOut, auth=StaffBearerToken(),
-            summary="Move a show to the scheduler (true) or back to Cuebot (false)")
+@router.put("/{name}/scheduler-managed", response={200: ManagedOut, 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+            auth=BearerToken(CHANGE_OWNERSHIP),
+            summary="Move a show to the scheduler (true) or back to Cuebot (false)",
+            description=f"Needs the permission {CHANGE_OWNERSHIP}.")
 def put_scheduler_managed(request: HttpRequest, name: DbText, payload: ManagedIn):
     old, new = set_scheduler_managed(show=show_or_404(name), managed=payload.managed)
     return ManagedOut(name=name, old=old, new=new)

@@ -1,8 +1,11 @@
+import itertools
+
 import pytest
 import redis
 from django.conf import settings
 from django.db import connection
 
+from accounting.auth import grant_permissions, issue_token
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 
 from tests.farms import build_farm
@@ -42,6 +45,19 @@ def acct_redis() -> redis.Redis:
     client = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture
+def token_with(db, django_user_model):
+    """token_with(*permissions) -> a raw API token whose user holds exactly those permissions."""
+    made = itertools.count()
+
+    def make(*permissions: str) -> str:
+        user = django_user_model.objects.create_user(username=f"token-user-{next(made)}")
+        grant_permissions(user=user, permissions=list(permissions))
+        return issue_token(user=user)
+
+    return make
 
 
 @pytest.fixture

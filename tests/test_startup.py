@@ -1,7 +1,20 @@
 """An unreachable PostgreSQL or Redis at start-up: one clear line naming the URL, exit 1."""
 import pytest
+from django.conf import settings
+from django.db import connection
 
 from tests.processes import closed_port, manage
+
+
+@pytest.fixture
+def test_services(db) -> dict[str, str]:
+    """The suite's own database and Redis indexes, so the command checks nothing else."""
+    database = connection.settings_dict
+    return {
+        "DATABASE_URL": f"postgres://{database['USER']}{':' + database['PASSWORD'] if database['PASSWORD'] else ''}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+        "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL, "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
+        "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
+    }
 
 
 def test_unreachable_postgres_names_the_url_in_one_line():
@@ -21,22 +34,23 @@ def test_unreachable_postgres_during_any_command_is_one_line_too():
 
 
 @pytest.mark.parametrize("setting", ["ACCOUNTING_REDIS_URL", "CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL"])
-def test_unreachable_redis_names_the_setting_and_url(setting):
+def test_unreachable_redis_names_the_setting_and_url(test_services, setting):
     url = f"redis://127.0.0.1:{closed_port()}/0"
-    result = manage("check_services", **{setting: url})
+    result = manage("check_services", **{**test_services, setting: url})
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert f"cannot reach Redis at {url}" in lines[0] and setting in lines[0]
 
 
-def test_accounting_redis_is_not_required_when_publishing_is_disabled():
-    result = manage("check_services", ACCOUNTING_REDIS_ENABLED="false", ACCOUNTING_REDIS_URL=f"redis://127.0.0.1:{closed_port()}/0")
+def test_accounting_redis_is_not_required_when_publishing_is_disabled(test_services):
+    result = manage("check_services", **{**test_services, "ACCOUNTING_REDIS_ENABLED": "false",
+                                         "ACCOUNTING_REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0"})
     assert result.returncode == 0, result.stderr
     assert "ACCOUNTING_REDIS_URL" not in result.stdout
 
 
-def test_reachable_services_pass():
-    result = manage("check_services")
+def test_reachable_services_pass(test_services):
+    result = manage("check_services", **test_services)
     assert result.returncode == 0, result.stderr
     assert "PostgreSQL ok" in result.stdout

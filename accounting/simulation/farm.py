@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from accounting import keys
 from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
 from accounting.recompute import recompute_pg_accounting
+from accounting.simulation.invariants import farm_keys
 from cuebot_acct.redis_factory import accounting_redis
 from shows.farm import ADD_HOST_STATS, DEPARTMENTS, HOST_IDLE, KB_PER_GB, PROC_CORES, frame_number, new_layer, refuse_foreign_shows
 from shows.models import Alloc, Dept, Facility, Folder, Frame, Host, Job, Layer, Show, new_pk
@@ -51,6 +52,20 @@ class SimFarm:
 
 def sim_show_ids() -> list[str]:
     return list(Show.objects.filter(str_name__startswith=f"{PREFIX}-").values_list("pk", flat=True))
+
+
+SHOW_KEY_PREFIXES = ("acct:sub:", "acct:folder:", "acct:job:", "acct:layer:", "acct:point:")
+
+
+def foreign_redis_keys(*, own_show_ids: list[str]) -> list[str]:
+    """The accounting Redis's per-show hashes that belong to none of `own_show_ids` (another
+    farm's, or another service's sharing this Redis): the redis-restart fault would flush them."""
+    own = set(farm_keys(show_ids=own_show_ids))
+    client = accounting_redis()
+    return sorted(
+        key for key in (k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(match="acct:*", count=1000))
+        if key.startswith(SHOW_KEY_PREFIXES) and key not in own
+    )
 
 
 def remove_sim_farm() -> None:

@@ -6,15 +6,14 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
-from accounting.auth import issue_token
 from accounting.models import ApiToken, Proc
+from accounting.permissions import RELEASE_PROCS
 from tests.accounting.test_services_release import hashes, seed_keys
 
 
 @pytest.fixture
-def token(db) -> str:
-    user = get_user_model().objects.create_user(username="releaser")
-    return issue_token(user=user)
+def token(token_with) -> str:
+    return token_with(RELEASE_PROCS)
 
 
 @pytest.fixture
@@ -112,7 +111,7 @@ def test_mutating_endpoints_need_a_valid_token(farm, post, token, auth, path):
 
 def test_create_api_token_prints_the_token_alone_on_the_last_line(db, client, capsys):
     get_user_model().objects.create_user(username="ops")
-    call_command("create_api_token", "ops")
+    call_command("create_api_token", "ops", "--grant", "release_proc")
     raw = capsys.readouterr().out.rstrip("\n").splitlines()[-1]
 
     assert raw.strip() == raw and " " not in raw and len(raw) >= 32

@@ -10,6 +10,7 @@ from accounting import keys, limits
 from accounting.limits import InvalidLimit, set_folder_limits, set_job_limits, set_point_limits, set_subscription_limits
 from accounting.metrics import LIMIT_PUBLISH_FAILURES
 from accounting.models import FolderResource, JobResource, Point, Subscription
+from tests.processes import manage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
 
@@ -82,6 +83,21 @@ def test_redis_failure_is_counted_and_swallowed(farm, acct_redis, django_capture
     assert Subscription.objects.get(pk=farm.subscription.pk).int_size == 900
 
 
+def test_a_value_beyond_the_column_is_refused_by_the_service_too(farm):
+    with pytest.raises(InvalidLimit, match="int_max_gpus must be at most 2147483647"):
+        set_job_limits(job_resource=farm.job.resource, max_gpus=2**31)
+    with pytest.raises(InvalidLimit, match="int_size must be at most 99999999999999"):
+        set_subscription_limits(subscription=farm.subscription, size=10**14)
+    assert JobResource.objects.get(pk=farm.job.resource.pk).int_max_gpus == 100
+
+
+def test_the_limit_commands_refuse_from_the_shell_with_exit_2_and_no_traceback(db):
+    for value in ("\u0663", str(2**63)):
+        done = manage("set_subscription", "show", "alloc", "--size", value, settings="settings.test")
+        assert done.returncode == 2, done.stderr
+        assert "--size:" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_invalid_value_changes_nothing(farm):
     with pytest.raises(InvalidLimit):
         set_job_limits(job_resource=farm.job.resource, max_cores=500, max_gpus=-5)
@@ -120,6 +136,17 @@ def test_set_job_and_folder_limits_commands(farm, acct_redis, django_capture_on_
         ("set_job_limits", ["{job}", "--max-cores", "-1"]),
         ("set_job_limits", ["{job}", "--max-gpus", "-1"]),
         ("set_folder_limits", ["{show}", "{folder}", "--min-cores", "-1"]),
+        # Only ASCII digits (int() takes these), and at most what the column holds.
+        ("set_subscription", ["{show}", "{alloc}", "--size", " 7"]),
+        ("set_subscription", ["{show}", "{alloc}", "--size", "\u0663"]),
+        ("set_job_limits", ["{job}", "--priority", "+7"]),
+        ("set_job_limits", ["{job}", "--max-gpus", "7\n"]),
+        ("set_subscription", ["{show}", "{alloc}", "--size", str((10**14 - 1) // 100 + 1)]),
+        ("set_subscription", ["{show}", "{alloc}", "--burst", str(2**63 // 100 + 1)]),
+        ("set_job_limits", ["{job}", "--max-cores", str(2**31 // 100 + 1)]),
+        ("set_job_limits", ["{job}", "--priority", str(2**31)]),
+        ("set_folder_limits", ["{show}", "{folder}", "--max-cores", str(2**31 // 100 + 1)]),
+        ("set_folder_limits", ["{show}", "{folder}", "--min-gpus", str(2**31)]),
     ],
 )
 def test_bad_command_input_exits_2_and_changes_nothing(farm, acct_redis, command, args, django_capture_on_commit_callbacks):

@@ -5,7 +5,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from accounting import keys
-from accounting.auth import issue_token
+from accounting.permissions import CHANGE_LIMITS
 from accounting.locks import PREFIX, LockBusy, acquire, named_lock, release
 from accounting.models import JobResource, Subscription
 from accounting import reseed as reseed_module
@@ -89,8 +89,8 @@ def test_task_skips_while_another_reseed_holds_the_lock(farm, acct_redis, settin
 
 
 @pytest.fixture
-def token(db) -> str:
-    return issue_token(user=get_user_model().objects.create_user("operator"))
+def token(token_with) -> str:
+    return token_with(CHANGE_LIMITS)
 
 
 def test_api_limit_change_needs_a_token(farm, client, acct_redis):
@@ -105,7 +105,7 @@ def test_api_limit_change_in_cores_reaches_redis(farm, client, seeded_redis, acc
     with django_capture_on_commit_callbacks(execute=True):
         response = client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", {"burst": 300},
                                 content_type="application/json", **auth)
-        assert response.status_code == 200 and response.json()["int_burst"] == 30000
+        assert response.status_code == 200 and response.json()["int_burst"] == 30000, response.content
         response = client.patch(f"/api/v1/accounting/jobs/{farm.job.id}/limits", {"max_cores": 64, "priority": 9},
                                 content_type="application/json", **auth)
         assert response.status_code == 200

@@ -7,8 +7,10 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
+from accounting import keys
+from accounting.management.commands.simulate_farm import Command as SimulateFarm
 from accounting.simulation.faults import FAULT_KINDS, FaultPlan, parse_faults
-from accounting.simulation.farm import sim_show_ids
+from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
 from shows.models import Show
 
 
@@ -41,6 +43,50 @@ def test_bad_fault_name_exits_2_and_builds_nothing():
         call_command("simulate_farm", "--faults", "meteor", stdout=StringIO(), stderr=StringIO())
     assert raised.value.returncode == 2
     assert sim_show_ids() == []
+
+
+def test_help_states_every_default():
+    text = SimulateFarm().create_parser("manage.py", "simulate_farm").format_help()
+    flat = " ".join(text.split())
+    for default in ("(default: 4)", "(default: 20)", "(default: 40)", "(default: 60)", "(default: 2)", "(default: 1)",
+                    "(default: none)"):
+        assert default in flat, default
+    assert "none by default" in flat and "--allow-flush-foreign-keys" in flat
+    assert "under injected faults" not in flat
+
+
+@pytest.fixture
+def foreign_key(db, acct_redis) -> str:
+    """A key of a show the simulator did not create (another service's, sharing this Redis)."""
+    key = keys.sub(show_id="another-sites-show", alloc_id="its-alloc")
+    acct_redis.hset(key, mapping={"int_cores": 7, "size": 10})
+    return key
+
+
+def test_foreign_keys_are_those_of_shows_not_given_as_own(farm, acct_redis):
+    own = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+    acct_redis.hset(own, mapping={"int_cores": 0})
+    acct_redis.set(keys.SEQ, 5)  # bookkeeping keys belong to no show
+    assert foreign_redis_keys(own_show_ids=[]) == [own]
+    assert foreign_redis_keys(own_show_ids=[farm.show.id]) == []
+
+
+def test_redis_restart_fault_refuses_to_flush_keys_of_shows_it_did_not_create(foreign_key, acct_redis):
+    with pytest.raises(CommandError) as raised:
+        call_command("simulate_farm", "--seconds", "1", "--faults", "redis-restart", stdout=StringIO(), stderr=StringIO())
+    assert raised.value.returncode == 2
+    assert "--allow-flush-foreign-keys" in str(raised.value) and foreign_key in str(raised.value)
+    assert acct_redis.hgetall(foreign_key) == {"int_cores": "7", "size": "10"}
+    assert sim_show_ids() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_redis_restart_fault_flushes_them_when_told_explicitly(foreign_key, acct_redis):
+    out = StringIO()
+    call_command("simulate_farm", "--seconds", "1", "--faults", "redis-restart", "--allow-flush-foreign-keys", "--json",
+                 stdout=out, stderr=StringIO())
+    assert json.loads(out.getvalue())["faults"]["redis-restart"] >= 1
+    assert not acct_redis.exists(foreign_key)
 
 
 @pytest.mark.slow

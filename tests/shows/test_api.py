@@ -3,7 +3,7 @@ import json
 import pytest
 
 from accounting import switching
-from accounting.auth import issue_token
+from accounting.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, RELEASE_PROCS, RESEED_REDIS
 from shows.models import Show
 
 pytestmark = pytest.mark.django_db
@@ -15,13 +15,14 @@ def no_real_seeding(monkeypatch):
 
 
 @pytest.fixture
-def staff_token(django_user_model) -> str:
-    return issue_token(user=django_user_model.objects.create_user(username="op", is_staff=True))
+def staff_token(token_with) -> str:
+    return token_with(CHANGE_OWNERSHIP)
 
 
 @pytest.fixture
-def plain_token(django_user_model) -> str:
-    return issue_token(user=django_user_model.objects.create_user(username="artist"))
+def plain_token(token_with) -> str:
+    """Every other right: none of them is the right to move a show."""
+    return token_with(RELEASE_PROCS, CHANGE_LIMITS, RESEED_REDIS)
 
 
 def put(client, name: str, body, token: str | None = None):
@@ -63,10 +64,11 @@ def test_no_or_invalid_token_is_401(client, cuebot_farm, token):
     assert flag(cuebot_farm.show) is False
 
 
-def test_non_staff_token_is_403_even_with_a_bad_body(client, cuebot_farm, plain_token):
+def test_a_token_without_change_ownership_is_403_even_with_a_bad_body(client, cuebot_farm, plain_token):
     for body in ({"managed": True}, {"managed": "maybe"}):
         response = put(client, cuebot_farm.show.str_name, body, plain_token)
-        assert response.status_code == 403 and "staff" in response.json()["detail"]
+        assert response.status_code == 403 and response.json()["permission"] == CHANGE_OWNERSHIP
+        assert CHANGE_OWNERSHIP in response.json()["detail"]
     assert flag(cuebot_farm.show) is False
 
 

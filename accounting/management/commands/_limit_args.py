@@ -1,34 +1,50 @@
 """Operator input for the limit commands: cores like cueadmin, -1 for unlimited where it is.
 
 Values are parsed in handle(), not by argparse, so a bad one is a CommandError with exit
-status 2 both from the shell and from call_command.
+status 2 both from the shell and from call_command. A number is ASCII digits with an
+optional minus sign and nothing else (int() would also take ' 7' and '٣'), and at most what
+its column holds (for cores, the column's maximum / 100).
 """
+import re
+
 from django.core.management.base import CommandError
 
+from accounting.limits import column_max
 from accounting.units import centicores_from_cores
 
+NUMBER = re.compile(r"-?[0-9]+")
 
-def _whole(name: str, value: str, *, unlimited: bool) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = None
+
+def ascii_int(value: str) -> int:
+    """int() of an optional minus and ASCII digits only; ValueError for anything else."""
+    if not NUMBER.fullmatch(value):
+        raise ValueError(value)
+    return int(value)
+
+
+def _whole(name: str, value: str, *, unlimited: bool, top: int) -> int:
+    number = int(value) if NUMBER.fullmatch(value) else None
     if number is None or (number < 0 and not (unlimited and number == -1)):
         expected = "a whole number >= 0 or -1 (unlimited)" if unlimited else "a whole number >= 0"
-        raise CommandError(f"--{name}: expected {expected}, got {value!r}", returncode=2)
+        raise CommandError(f"--{name}: expected {expected} in ASCII digits, got {value!r}; nothing changed", returncode=2)
+    if number > top:
+        raise CommandError(f"--{name}: at most {top} (what the column holds), got {value}; nothing changed", returncode=2)
     return number
 
 
-def parse_limits(options: dict, *, cores: list[str], counts: list[str], unlimited: tuple[str, ...] = ()) -> dict[str, int | None]:
-    """{option: value in PG units} for the given options; cores become centicores. -1 is
-    accepted only for the options in `unlimited` (where Cuebot reads it as unlimited)."""
+def parse_limits(options: dict, *, model: type, cores: list[str], counts: list[str],
+                 unlimited: tuple[str, ...] = ()) -> dict[str, int | None]:
+    """{option: value in PG units} for the given options of `model`'s limits (option `x` is
+    column `int_x`); cores become centicores. -1 is accepted only for the options in
+    `unlimited` (where Cuebot reads it as unlimited)."""
     parsed: dict[str, int | None] = {}
     for name in cores + counts:
         raw = options[name]
         if raw is None:
             parsed[name] = None
             continue
-        number = _whole(name.replace("_", "-"), raw, unlimited=name in unlimited)
+        top = column_max(model=model, column=f"int_{name}")
+        number = _whole(name.replace("_", "-"), raw, unlimited=name in unlimited, top=top // 100 if name in cores else top)
         parsed[name] = centicores_from_cores(number) if name in cores else number
     if all(value is None for value in parsed.values()):
         flags = ", ".join("--" + name.replace("_", "-") for name in parsed)

@@ -1,20 +1,29 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.auth import issue_token
+from accounting.auth import grant_permissions, issue_token
+from accounting.permissions import DECLARED
 
 
 class Command(BaseCommand):
-    help = "Create an API bearer token for USERNAME and print it once, alone on the last line."
+    help = (
+        "Create an API bearer token for USERNAME and print it once, alone on the last line. The token "
+        "may do what its user's permissions allow (a superuser: everything); --grant adds some first."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("username")
         parser.add_argument("--name", default="", help="A label to tell this token apart in the admin.")
+        parser.add_argument(
+            "--grant", action="append", default=[], choices=[codename for codename, _ in DECLARED], metavar="PERMISSION",
+            help="Give the user this permission first; repeatable. One of: " + ", ".join(c for c, _ in DECLARED) + ".",
+        )
 
-    def handle(self, *args, username: str, name: str, **options) -> None:
+    def handle(self, *args, username: str, name: str, grant: list[str], **options) -> None:
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user named {username!r}; create one with `manage.py createsuperuser`", returncode=2)
+        grant_permissions(user=user, permissions=[f"accounting.{codename}" for codename in grant])
         raw = issue_token(user=user, name=name)
         self.stdout.write(f"Token for {username} (shown once; only its hash is stored):")
         self.stdout.write(raw)

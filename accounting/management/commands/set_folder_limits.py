@@ -22,7 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--max-gpus", help="-1 for unlimited")
 
     def handle(self, *args, show: str, folder: str, **options) -> None:
-        values = parse_limits(options, cores=["min_cores", "max_cores"], counts=["min_gpus", "max_gpus"],
+        values = parse_limits(options, model=FolderResource, cores=["min_cores", "max_cores"], counts=["min_gpus", "max_gpus"],
                               unlimited=("max_cores", "max_gpus"))
         try:
             found = get_show_by_name(name=show)

@@ -21,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--priority")
 
     def handle(self, *args, job: str, **options) -> None:
-        values = parse_limits(options, cores=["max_cores"], counts=["max_gpus", "priority"])
+        values = parse_limits(options, model=JobResource, cores=["max_cores"], counts=["max_gpus", "priority"])
         try:
             found = get_live_job(name_or_id=job)
         except AmbiguousName as error:

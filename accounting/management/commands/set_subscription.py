@@ -20,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--burst", help="cores")
 
     def handle(self, *args, show: str, alloc: str, **options) -> None:
-        values = parse_limits(options, cores=["size", "burst"], counts=[])
+        values = parse_limits(options, model=Subscription, cores=["size", "burst"], counts=[])
         try:
             found = get_show_by_name(name=show)
         except AmbiguousName as error:

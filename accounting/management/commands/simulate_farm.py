@@ -1,16 +1,20 @@
 import json
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from accounting.simulation.faults import parse_faults
+from accounting.management.commands._limit_args import ascii_int
+from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
+from accounting.simulation.faults import FAULT_KINDS, parse_faults
 from accounting.simulation.runner import SimConfig, run_simulation
+from cuebot_acct.startup import redact
 from shows.farm import FarmRefused
 
 
 def at_least(minimum: int):
     def parse(value: str) -> int:
-        number = int(value)
+        number = ascii_int(value)
         if number < minimum:
             raise ValueError(value)
         return number
@@ -21,28 +25,42 @@ def at_least(minimum: int):
 class Command(BaseCommand):
     help = (
         "Run the farm simulator against the configured PostgreSQL and Redis: bookers (the scheduler), "
-        "releasers (Cuebot), a reconciler and an operator, under injected faults; then reconcile and check "
-        "the invariants over_cap, drift_after_reconcile and negative_counters. Exit 0 only if all hold. "
-        "It builds its own farm (names starting 'sim-', rebuilt every run) unless --existing is given."
+        "releasers (Cuebot), a reconciler and an operator, with the faults chosen by --faults (none by "
+        "default); then reconcile and check the invariants over_cap, drift_after_reconcile and "
+        "negative_counters. Exit 0 only if all hold. It builds its own farm (names starting 'sim-', "
+        "rebuilt every run) unless --existing is given. The redis-restart fault empties the accounting "
+        "Redis (FLUSHDB): it is refused while that Redis holds keys of shows the simulator did not "
+        "create, unless --allow-flush-foreign-keys."
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--shows", type=at_least(2), default=4)
-        parser.add_argument("--hosts", type=at_least(2), default=20)
-        parser.add_argument("--jobs", type=at_least(1), default=40)
-        parser.add_argument("--seconds", type=at_least(1), default=60)
-        parser.add_argument("--bookers", type=at_least(1), default=4)
-        parser.add_argument("--releasers", type=at_least(1), default=2)
-        parser.add_argument("--faults", default="none", help="'all', 'none' or a comma list of fault kinds")
-        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--shows", type=at_least(2), default=4, help="shows to build (default: %(default)s)")
+        parser.add_argument("--hosts", type=at_least(2), default=20, help="hosts to build (default: %(default)s)")
+        parser.add_argument("--jobs", type=at_least(1), default=40, help="jobs to build (default: %(default)s)")
+        parser.add_argument("--seconds", type=at_least(1), default=60, help="length of the run in seconds (default: %(default)s)")
+        parser.add_argument("--bookers", type=at_least(1), default=4, help="booker threads (default: %(default)s)")
+        parser.add_argument("--releasers", type=at_least(1), default=2, help="releaser threads (default: %(default)s)")
+        parser.add_argument("--faults", default="none",
+                            help=f"'all', 'none' or a comma list of: {', '.join(FAULT_KINDS)} (default: %(default)s)")
+        parser.add_argument("--seed", type=ascii_int, default=1, help="seed of every random choice (default: %(default)s)")
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--existing", action="store_true", help="play on the farm already in the database")
+        parser.add_argument("--allow-flush-foreign-keys", action="store_true",
+                            help="let the redis-restart fault flush the accounting Redis even though it holds keys of "
+                                 "shows the simulator did not create (they are lost)")
 
-    def handle(self, *args, faults: str, json: bool, **options) -> None:
+    def handle(self, *args, faults: str, json: bool, allow_flush_foreign_keys: bool, **options) -> None:
         try:
             kinds = parse_faults(faults)
         except ValueError as error:
             raise CommandError(str(error), returncode=2) from None
+        if "redis-restart" in kinds and not allow_flush_foreign_keys:
+            foreign = foreign_redis_keys(own_show_ids=[] if options["existing"] else sim_show_ids())
+            if foreign:
+                raise CommandError(
+                    f"refused: the redis-restart fault would flush {redact(settings.ACCOUNTING_REDIS_URL)}, which holds "
+                    f"{len(foreign)} key(s) of shows the simulator did not create (e.g. {', '.join(foreign[:3])}); "
+                    "point ACCOUNTING_REDIS_URL at a scratch Redis, or pass --allow-flush-foreign-keys", returncode=2)
         config = SimConfig(
             shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], seconds=options["seconds"],
             bookers=options["bookers"], releasers=options["releasers"], faults=kinds, seed=options["seed"],

@@ -1,12 +1,13 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from accounting.management.commands._limit_args import ascii_int
 from accounting.reseed import ReseedSkipped, bootstrap_if_empty, reseed
 from shows.farm import DemoFarmSize, FarmRefused, build_demo_farm
 
 
 def positive(value: str) -> int:
-    number = int(value)
+    number = ascii_int(value)
     if number < 0:
         raise ValueError(value)
     return number

@@ -1,0 +1,113 @@
+"""scripts/server.py (make run / make stop) and scripts/services.py (make test), run as an
+operator runs them: real processes, real PostgreSQL and Redis."""
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.processes import ROOT, closed_port
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from server import group_members  # noqa: E402
+
+
+def script(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def await_line(path: Path, text: str, *, seconds: float = 60) -> None:
+    """Until `text` appears in the log file `path` (the event), or fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while text not in (path.read_text(errors="replace") if path.exists() else ""):
+        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def service_env(db, tmp_path) -> dict[str, str]:
+    """The suite's own database and Redis indexes for a `make run`-like service."""
+    database = connection.settings_dict
+    password = f":{database['PASSWORD']}" if database["PASSWORD"] else ""
+    return {
+        "DJANGO_SETTINGS_MODULE": "settings",
+        "DATABASE_URL": f"postgres://{database['USER']}{password}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+        "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL, "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
+        "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stop_ends_the_task_cluster_and_the_web_server_and_says_so_once_they_are_gone(service_env, tmp_path):
+    state = tmp_path / "state"
+    started = script("scripts/server.py", "start", "--bind", f"127.0.0.1:{closed_port()}", "--state-dir", str(state),
+                     env=service_env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    pids = {name: int((state / f"{name}.pid").read_text()) for name in ("gunicorn", "qcluster")}
+    await_line(state / "log" / "qcluster.log", "running")  # the cluster and its workers are up
+    await_line(state / "log" / "gunicorn.log", "Booting worker")
+    assert len(group_members(pids["qcluster"])) > 1  # its sentinel, workers, monitor, pusher
+
+    stopped = script("scripts/server.py", "stop", "--state-dir", str(state), env=service_env)
+
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    for name, pid in pids.items():
+        assert f"stopped {name} (pid {pid}); no process of it is left" in stopped.stdout
+        assert group_members(pid) == [], name
+        assert not (state / f"{name}.pid").exists()
+    assert "SIGKILL" not in stopped.stdout  # SIGTERM to the cluster's main process is enough
+    again = script("scripts/server.py", "stop", "--state-dir", str(state), env=service_env)
+    assert again.returncode == 0 and again.stdout == ""
+
+
+def test_stop_kills_a_process_that_ignores_sigterm_and_removes_the_pid_file_only_after(tmp_path):
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time  # qcluster\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        assert stubborn.stdout.readline() == "ready\n"  # SIGTERM is ignored from here on
+        (tmp_path / "qcluster.pid").write_text(str(stubborn.pid))
+
+        stopped = script("scripts/server.py", "stop", "--state-dir", str(tmp_path), "--grace", "0.5", env={})
+
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert f"qcluster (pid {stubborn.pid}) still running 0.5 s after SIGTERM; sending SIGKILL" in stopped.stdout
+        assert f"killed qcluster (pid {stubborn.pid}); no process of it is left" in stopped.stdout
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL
+        assert not (tmp_path / "qcluster.pid").exists()
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
+            stubborn.wait()
+
+
+def test_a_stale_pid_file_of_a_reused_pid_is_not_signalled(tmp_path):
+    (tmp_path / "qcluster.pid").write_text(str(os.getpid()))  # this pytest process is no qcluster
+    stopped = script("scripts/server.py", "stop", "--state-dir", str(tmp_path), env={})
+    assert stopped.returncode == 0
+    assert "qcluster was not running (stale pid file removed)" in stopped.stdout
+    assert not (tmp_path / "qcluster.pid").exists()
+
+
+def test_services_up_for_the_tests_creates_no_database(db):
+    database = connection.settings_dict
+    name = f"cuebot_acct_never_{uuid.uuid4().hex[:8]}"
+    url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{name}"
+
+    done = script("scripts/services.py", "up", "--tests",
+                  env={"DJANGO_SETTINGS_MODULE": "settings.test", "DATABASE_URL": url})
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "creating database" not in done.stdout
+    with psycopg.connect(f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/postgres") as admin:
+        assert admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None
