@@ -40,7 +40,6 @@ MAX_ATTEMPTS = 8
 BACKOFF_BASE_SECONDS = 0.05
 BACKOFF_CAP_SECONDS = 2.0
 FARM_LOCK = "acct-reseed"
-LOCK_TTL_SECONDS = 600
 
 
 class ReseedSkipped(Exception):
@@ -126,7 +125,7 @@ def seed_show(*, show_id: str) -> None:
 
     Its limits are written even on a Redis not seeded since a restart: until the switch the
     scheduler booked nothing for this show, so none of its bookings can straddle the restart."""
-    with named_lock(name=f"{FARM_LOCK}:show:{show_id}", ttl_seconds=LOCK_TTL_SECONDS):
+    with named_lock(name=f"{FARM_LOCK}:show:{show_id}"):
         if not reseed_booked(show_ids=[show_id], scope="show").written:
             raise ReseedSkipped(show_id)
         write_limits(show_ids=[show_id], guard=None)
@@ -148,7 +147,7 @@ def reseed(*, limits: bool = True, booked: bool = True, show_ids: Sequence[str] 
     booked cycle is skipped, since they are configuration. With limits, on a Redis not
     seeded since its restart, this is the bootstrap (every managed show, after the
     in-flight wait): limits written straight away could open keys that read low."""
-    with named_lock(name=FARM_LOCK, ttl_seconds=LOCK_TTL_SECONDS):
+    with named_lock(name=FARM_LOCK):
         if limits and redis_is_empty():
             return _bootstrap(wait=None, progress=progress)
         shows = list(show_ids) if show_ids is not None else managed_show_ids()
@@ -204,7 +203,7 @@ def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool
     the next check starts over. `wait` replaces the in-flight wait (tests control time)."""
     if not redis_is_empty():
         return False
-    with named_lock(name=FARM_LOCK, ttl_seconds=LOCK_TTL_SECONDS):
+    with named_lock(name=FARM_LOCK):
         if not redis_is_empty():
             return False
         if not _bootstrap(wait=wait).bootstrapped:
