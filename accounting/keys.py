@@ -50,3 +50,12 @@ SEEDED_VALUE = "1"
 # The token of the bootstrap in progress: its limit writes and its final SEEDED write
 # happen only while this key still holds its token (a second restart or bootstrap drops it).
 BOOTSTRAPPING = "acct:bootstrapping"
+# Limit publishes refused because their key was closed on a Redis not rebuilt yet (key ->
+# refusal time in ms): the drift inspector names them; a finished rebuild clears it.
+LIMITS_REFUSED = "acct:limits_refused"
+# The run id of the Redis server the keys were last rebuilt on. A promoted replica carries
+# its old master's value while reporting its own run id: that is how a failover is noticed.
+MASTER = "acct:master"
+# Set when a failover closed the managed keys: whoever sees it rebuilds them (the
+# reconciliation setting does not matter, unlike for an empty Redis).
+REBUILD_OWED = "acct:rebuild_owed"

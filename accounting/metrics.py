@@ -109,6 +109,20 @@ LIMIT_PUBLISH_FAILURES = Counter(
     "cuebot_acct_limit_publish_failures_total",
     "Limit changes committed in PostgreSQL whose Redis write failed (healed by the limit reseed).",
 )
+LIMIT_WRITES_REFUSED = Counter(
+    "cuebot_acct_limit_writes_refused_total",
+    "Limit changes committed in PostgreSQL whose Redis write was refused: the key was closed on a Redis not "
+    "rebuilt since it came up (the rebuild writes them; acct_drift names them meanwhile).",
+)
+REDIS_FAILOVERS = Counter(
+    "cuebot_acct_redis_failovers_total",
+    "Times the accounting Redis was found to be a new master (a promoted replica): the managed keys were "
+    "closed to booking and rebuilt from PostgreSQL.",
+)
+REBUILDS = Counter(
+    "cuebot_acct_redis_rebuilds_total",
+    "Rebuilds of the accounting Redis from PostgreSQL that finished (after an empty Redis or a failover).",
+)
 BOOTSTRAPS = Counter(
     "cuebot_acct_bootstrap_total",
     "Times an empty accounting Redis was detected and rebuilt.",

@@ -29,9 +29,9 @@ from django.conf import settings
 from accounting import keys
 from accounting.locks import named_lock
 from accounting.lua import script
-from accounting.metrics import BOOTSTRAPS, RESEED_CAS_MISSES, RESEED_SECONDS, RESEED_SKIPPED
+from accounting.metrics import BOOTSTRAPS, REBUILDS, RESEED_CAS_MISSES, RESEED_SECONDS, RESEED_SKIPPED
 from accounting.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
-from cuebot_acct.redis_factory import accounting_redis
+from cuebot_acct.redis_factory import accounting_redis, server_run_id
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,8 @@ def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (ke
     written = 0
     guard_key, guard_value = guard or (keys.SEEDED, "")
     for chunk in chunked(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
-        args = [guard_value] + [part for triple in chunk for part in triple]
-        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key], args=args)):
+        args = [guard_value, "0"] + [part for triple in chunk for part in triple]
+        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED], args=args)):
             log.warning("limit write stopped after %d fields: the accounting Redis is not seeded (restarted?)", written)
             return None
         written += len(chunk)
@@ -188,12 +188,14 @@ def _bootstrap(*, wait: Callable[[float], object] | None,
     if not outcome.written:
         return ReseedReport(shows=len(shows), booked=outcome, limit_fields=None, bootstrapped=False)
     fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), progress=progress)
-    done = fields is not None and int(
-        script("bootstrap_finish").run(client, keys=[keys.SEEDED, keys.BOOTSTRAPPING], args=[token, keys.SEEDED_VALUE])
-    )
+    done = fields is not None and int(script("bootstrap_finish").run(
+        client, keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
+        args=[token, keys.SEEDED_VALUE, server_run_id(client)],
+    ))
     if done:
         log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))
         BOOTSTRAPS.inc()
+        REBUILDS.inc()
     return ReseedReport(shows=len(shows), booked=outcome, limit_fields=fields, bootstrapped=bool(done))
 
 

@@ -50,3 +50,9 @@ class DjangoRedisConnectionFactory(ConnectionFactory):
 
     def get_connection_pool(self, params: dict) -> redis.ConnectionPool:
         return build_pool(url=params["url"], timeout=self.options.get("SOCKET_TIMEOUT", 5.0))
+
+
+def server_run_id(client: redis.Redis) -> str:
+    """The run id of the server behind `client`: new at every start, and different on a
+    promoted replica than on the master it replaces."""
+    return client.info("server")["run_id"]
