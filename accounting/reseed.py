@@ -211,3 +211,18 @@ def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool
         if not _bootstrap(wait=wait).bootstrapped:
             raise ReseedSkipped("bootstrap")
         return True
+
+
+def bootstrap_if_owed(*, wait: Callable[[float], object] | None = None) -> bool:
+    """Rebuild the keys a failover closed (accounting.failover). Unlike an empty Redis, this
+    does not wait for ACCOUNTING_RECONCILE_ENABLED: the scheduler's own bootstrap runs only on
+    an empty Redis, and a promoted replica is not empty. True when it did; LockBusy or
+    ReseedSkipped as bootstrap_if_empty."""
+    if not accounting_redis().exists(keys.REBUILD_OWED):
+        return False
+    with named_lock(name=FARM_LOCK):
+        if not accounting_redis().exists(keys.REBUILD_OWED):
+            return False
+        if not _bootstrap(wait=wait).bootstrapped:
+            raise ReseedSkipped("rebuild after failover")
+        return True
