@@ -7,9 +7,9 @@ rebuilt on, the managed keys are closed to booking (no `acct:seeded`, no limit f
 on a Redis that came up empty) and rebuilt from PostgreSQL through the bootstrap path
 (in-flight wait, booked counters, limits, marker) before anything books on them again.
 
-How it is noticed: the bootstrap records the rebuilt server's run id in `acct:master`; a
-promoted replica carries its old master's value but reports its own run id. One INFO and
-one MGET per check, every CHECK_INTERVAL_SECONDS, from a thread in every task worker
+How it is noticed: the bootstrap (or the first check on a Redis without one) records the
+server's run id in `acct:master`; a promoted replica carries its old master's value but
+reports its own run id. One INFO and one GET per check, every CHECK_INTERVAL_SECONDS, from a thread in every task worker
 process (`start_master_watch`), whatever ACCOUNTING_RECONCILE_ENABLED says: the scheduler's
 own bootstrap runs only on an empty Redis, and a promoted replica is not empty. The farm
 lock and the close script's compare make one process do each close and each rebuild.
@@ -65,11 +65,13 @@ def check_master(*, wait: Callable[[float], object] | None = None) -> MasterChec
     client = accounting_redis()
     address, run_id = master_address(client), server_run_id(client)
     note_redis_master(address=address)
-    recorded, seeded = client.mget(keys.MASTER, keys.SEEDED)
+    recorded = client.get(keys.MASTER)
     failover = False
     if recorded is None:
-        if seeded is not None:
-            client.set(keys.MASTER, run_id, nx=True)  # seeded before the master was recorded
+        # Nothing recorded yet: a Redis that came up empty (whoever rebuilds it, this service
+        # or the scheduler's bootstrap), or one seeded before masters were recorded. Its keys
+        # belong to this server from now on.
+        client.set(keys.MASTER, run_id, nx=True)
     elif recorded.decode() != run_id and close_managed_keys(recorded=recorded.decode(), run_id=run_id):
         failover = True
         REDIS_FAILOVERS.inc()

@@ -210,3 +210,15 @@ def test_a_new_master_closes_the_managed_keys_and_rebuilds_them_before_anything_
     assert counter_total("cuebot_acct_redis_failovers_total") == failovers + 1
     assert not check_master().failover
     assert drift_report(show_ids=[farm.show.id]).rows == []
+
+
+@pytest.mark.django_db
+def test_a_redis_the_scheduler_rebuilt_is_adopted_and_its_failover_still_noticed(farm, acct_redis):
+    """The scheduler's bootstrap sets neither acct:seeded nor acct:master: the first check
+    records the server, so a later promotion is still told apart."""
+    acct_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), mapping={"int_cores": 0, "burst": 200})
+    assert not check_master().failover
+    assert acct_redis.get(keys.MASTER) == acct_redis.info("server")["run_id"]
+    acct_redis.set(keys.MASTER, "run-id-of-the-old-master")
+    assert check_master(wait=lambda seconds: None).failover
+    assert acct_redis.get(keys.SEEDED) == keys.SEEDED_VALUE
