@@ -40,6 +40,9 @@ class SimConfig:
     # Short, so a crashed booker's entry expires within the run; it must stay longer than
     # the slowest booking transaction (slow-commit holds one for up to 0.3 s).
     inflight_ttl_seconds: int = 3
+    # Who reseeds during the run: "project" (accounting.reseed) or "scheduler" (the
+    # reference design's reseed, no in-flight overlay; see docs/redis-protocol.md).
+    reseeder: str = "project"
 
 
 def seed_redis(*, farm: SimFarm) -> None:
@@ -49,7 +52,7 @@ def seed_redis(*, farm: SimFarm) -> None:
         reseed.seed_show(show_id=show_id)
 
 
-def final_reconcile(*, stats: Stats, ttl_seconds: int) -> None:
+def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
     """After the workers stopped: let in-flight entries of crashed or rolled-back operations
     expire (their holders are gone), then reconcile until the booked cycle is written."""
     deadline = time.monotonic() + ttl_seconds + 2
@@ -59,7 +62,7 @@ def final_reconcile(*, stats: Stats, ttl_seconds: int) -> None:
     reconcile.run_due_settle_recomputes(all_pending=True)
     for _ in range(FINAL_RESEED_ATTEMPTS):
         before = stats.reseed_cycles_run
-        reconcile_once(stats)
+        reconcile_once(stats, reseeder=reseeder)
         if stats.reseed_cycles_run > before:
             return
 
@@ -73,7 +76,8 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
         )
         seed_redis(farm=farm)
         plan = FaultPlan(kinds=config.faults, seconds=config.seconds, rng=random.Random(f"{config.seed}:faults"))
-        ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval)
+        ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval,
+                         reseeder=config.reseeder)
         real_script = publisher.script
         if "publish-drop" in config.faults:
             ctx.publish_drop = PublishDrop(rng=ctx.rng("publish-drop"), stats=stats)
@@ -100,7 +104,7 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
             publisher.script = real_script
         seconds = time.monotonic() - started
         progress(seconds, stats)
-        final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds)
+        final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds, reseeder=config.reseeder)
         managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
         drift = reconcile.drift_rows(show_ids=managed)
         negative = negative_counters(redis_keys=farm_keys(show_ids=farm.show_ids))
@@ -111,7 +115,7 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
     connections.close_all()
     return Report(
         seed=config.seed, seconds=seconds,
-        farm={**{k: v for k, v in asdict(config).items() if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing")},
+        farm={**{k: v for k, v in asdict(config).items() if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing", "reseeder")},
               "faults": ",".join(config.faults) or "none"} if not config.existing else {"existing": True, "shows": len(farm.show_ids)},
         stats=stats, drift_rows=drift, negative_counters=negative, faults_pending=plan.pending(), pg_drift_rows=pg_drift,
     )

@@ -20,6 +20,7 @@ from accounting.simulation.faults import FaultPlan
 from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
 from accounting.simulation.invariants import over_cap_after_booking
 from accounting.simulation.report import Stats
+from accounting.snapshot import booked_rows
 from cuebot_acct.redis_factory import accounting_redis
 from shows.farm import PROC_CORES, insert_running_frame
 from shows.models import Show
@@ -39,6 +40,42 @@ class HostFull(Exception):
     """The chosen host lost its idle capacity to another booker: the INSERT is abandoned."""
 
 
+class Gate:
+    """Lets the reconciler take a quiet sample: while it holds `quiet()`, no booking, release,
+    flip or limit change is under way, so every operation that started has both halves
+    done (or its holder crashed, which leaves Redis high), and Redis must read at least
+    SUM(proc) for every managed key. Anything lower is really low."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._active = 0
+        self._quiet = False
+
+    @contextmanager
+    def operation(self):
+        with self._changed:
+            self._changed.wait_for(lambda: not self._quiet)
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._active -= 1
+                self._changed.notify_all()
+
+    @contextmanager
+    def quiet(self):
+        with self._changed:
+            self._quiet = True
+            self._changed.wait_for(lambda: self._active == 0)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._quiet = False
+                self._changed.notify_all()
+
+
 @dataclass
 class SimContext:
     farm: SimFarm
@@ -48,6 +85,8 @@ class SimContext:
     reconcile_interval: float
     stop: threading.Event = field(default_factory=threading.Event)
     publish_drop: "PublishDrop | None" = None
+    reseeder: str = "project"
+    gate: Gate = field(default_factory=Gate)
 
     def rng(self, role: str, index: int = 0) -> random.Random:
         return random.Random(f"{self.seed}:{role}:{index}")
@@ -138,7 +177,8 @@ def booker(ctx: SimContext, index: int) -> None:
         if host is None:
             ctx.stats.count("rejections", "host")
             continue
-        book_one(ctx, rng=rng, layer=layer, host=host, cores=cores)
+        with ctx.gate.operation():
+            book_one(ctx, rng=rng, layer=layer, host=host, cores=cores)
 
 
 def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tuple[str, str, int], cores: int) -> None:
@@ -197,7 +237,7 @@ def releaser(ctx: SimContext, index: int) -> None:
         if not proc_ids:
             ctx.stop.wait(0.05)
             continue
-        with transient(ctx, "release"):
+        with ctx.gate.operation(), transient(ctx, "release"):
             release_some(ctx, proc_ids=proc_ids)
 
 
@@ -248,13 +288,37 @@ def reconciler(ctx: SimContext, index: int) -> None:
         for row in negative_pg_rows(farm=ctx.farm):
             ctx.stats.record("negative_pg_rows", row)
         try:
-            reconcile_once(ctx.stats)
+            reconcile_once(ctx.stats, reseeder=ctx.reseeder)
+            with ctx.gate.quiet():
+                for low in low_counters(farm=ctx.farm):
+                    ctx.stats.record("low_counters", low)
         except redis.exceptions.RedisError as error:
             # A cycle cut short by Redis (a redis-restart fault between a script load and
             # its call, say) is what a scheduler's loop meets too: it logs and tries again
             # at the next tick. Counted, not fatal.
             ctx.stats.count("reseed_cycles_failed", type(error).__name__)
         close_old_connections()
+
+
+def low_counters(*, farm: SimFarm) -> list[tuple[str, str, int, int]]:
+    """(key, field, Redis, SUM(proc)) of every managed key's counter below what its procs
+    book, on a Redis that is open for booking (acct:seeded: a Redis not rebuilt since it came
+    up is closed, and reads low by design). Call it with the gate quiet."""
+    client = accounting_redis()
+    if not client.exists(keys.SEEDED):
+        return []
+    managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+    booked = [(key, cores, gpus) for key, cores, gpus, _ in booked_rows(show_ids=managed)]
+    with client.pipeline(transaction=False) as pipe:
+        for key, _, _ in booked:
+            pipe.hmget(key, "int_cores", "int_gpus")
+        in_redis = pipe.execute()
+    found = []
+    for (key, cores, gpus), (redis_cores, redis_gpus) in zip(booked, in_redis):
+        for name, expected, actual in (("int_cores", cores, redis_cores), ("int_gpus", gpus, redis_gpus)):
+            if int(actual or 0) < expected:
+                found.append((key, name, int(actual or 0), expected))
+    return found
 
 
 def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:
@@ -264,11 +328,22 @@ def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:
     return pg_accounting.negative_rows(show_ids=cuebot_shows)
 
 
-def reconcile_once(stats: Stats) -> None:
-    """Empty-Redis bootstrap when needed, then the limit reseed and the booked reseed."""
+RESEEDERS = ("project", "scheduler")
+
+
+def reconcile_once(stats: Stats, *, reseeder: str = "project") -> None:
+    """Empty-Redis bootstrap when needed, then the booked reseed and the limit reseed: this
+    project's (in-flight overlay, under the farm lock) or one like the scheduler's own
+    recompute (no overlay), which counts the keys it wrote over live in-flight operations."""
     if reconcile.bootstrap_if_empty():
         stats.add(bootstraps=1)
-    if reconcile.reseed_all():
+    if reseeder == "scheduler":
+        outcome = reconcile.reseed_all_like_scheduler()
+        written = outcome.written
+        stats.add(reseed_keys_over_inflight=outcome.exposed_keys)
+    else:
+        written = reconcile.reseed_all()
+    if written:
         stats.add(reseed_cycles_run=1)
     else:
         stats.add(reseed_cycles_skipped=1)
@@ -279,10 +354,10 @@ def operator(ctx: SimContext, index: int) -> None:
     rng = ctx.rng("operator", index)
     while not ctx.stop.wait(0.1):
         if ctx.plan.take("flag-flip"):
-            with transient(ctx, "flag-flip"):
+            with ctx.gate.operation(), transient(ctx, "flag-flip"):
                 flip_a_show(ctx, rng=rng)
         if ctx.plan.take("limit-change"):
-            with transient(ctx, "limit-change"):
+            with ctx.gate.operation(), transient(ctx, "limit-change"):
                 change = reconcile.change_random_limit(rng=rng, show_ids=ctx.farm.show_ids)
                 if change.lowered:
                     ctx.stats.record("lowered_keys", change.key)

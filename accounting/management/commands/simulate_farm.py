@@ -5,6 +5,7 @@ from tqdm import tqdm
 
 from accounting.simulation.faults import parse_faults
 from accounting.simulation.runner import SimConfig, run_simulation
+from accounting.simulation.workers import RESEEDERS
 from shows.farm import FarmRefused
 
 
@@ -37,6 +38,9 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--existing", action="store_true", help="play on the farm already in the database")
+        parser.add_argument("--reseeder", choices=RESEEDERS, default="project",
+                            help="who reseeds during the run: this project's reseed (in-flight overlay) or one like "
+                                 "the scheduler's own recompute (compare-and-swap only)")
 
     def handle(self, *args, faults: str, json: bool, **options) -> None:
         try:
@@ -46,7 +50,7 @@ class Command(BaseCommand):
         config = SimConfig(
             shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], seconds=options["seconds"],
             bookers=options["bookers"], releasers=options["releasers"], faults=kinds, seed=options["seed"],
-            existing=options["existing"],
+            existing=options["existing"], reseeder=options["reseeder"],
         )
         with tqdm(total=config.seconds, desc="simulating", unit="s", file=self.stderr, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s {postfix}") as bar:
             def progress(elapsed, stats) -> None:
