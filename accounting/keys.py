@@ -53,8 +53,9 @@ BOOTSTRAPPING = "acct:bootstrapping"
 # Limit publishes refused because their key was closed on a Redis not rebuilt yet (key ->
 # refusal time in ms): the drift inspector names them; a finished rebuild clears it.
 LIMITS_REFUSED = "acct:limits_refused"
-# The run id of the Redis server the keys were last rebuilt on. A promoted replica carries
-# its old master's value while reporting its own run id: that is how a failover is noticed.
+# The replication id (INFO replication master_replid) the keys were last rebuilt under. A
+# promoted replica carries its old master's value but has a new replication id: that is how
+# a failover is noticed (accounting.failover) and how booking.lua refuses it until rebuilt.
 MASTER = "acct:master"
 # Set when a failover closed the managed keys: whoever sees it rebuilds them (the
 # reconciliation setting does not matter, unlike for an empty Redis).

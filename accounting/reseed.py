@@ -31,7 +31,7 @@ from accounting.locks import named_lock
 from accounting.lua import script
 from accounting.metrics import BOOTSTRAPS, REBUILDS, RESEED_CAS_MISSES, RESEED_SECONDS, RESEED_SKIPPED
 from accounting.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
-from cuebot_acct.redis_factory import accounting_redis, server_run_id
+from cuebot_acct.redis_factory import accounting_redis
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def _bootstrap(*, wait: Callable[[float], object] | None,
     fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), progress=progress)
     done = fields is not None and int(script("bootstrap_finish").run(
         client, keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
-        args=[token, keys.SEEDED_VALUE, server_run_id(client)],
+        args=[token, keys.SEEDED_VALUE],
     ))
     if done:
         log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))

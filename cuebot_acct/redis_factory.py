@@ -101,10 +101,16 @@ def master_address(client: redis.Redis) -> str:
     return f"{host}:{port}"
 
 
-def server_run_id(client: redis.Redis) -> str:
-    """The run id of the server behind `client`: new at every start, and different on a
-    promoted replica than on the master it replaces."""
-    return client.info("server")["run_id"]
+def replication_state(client: redis.Redis, *keys: str) -> tuple[str, str, list]:
+    """(role, master_replid, values of `keys`), all read on one connection, so they describe one
+    server. The replication id is new at every start and on a promoted replica, while a
+    replica reports its master's."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.info("replication")
+        for key in keys:
+            pipe.get(key)
+        info, *values = pipe.execute()
+    return info["role"], info["master_replid"], values
 
 
 def django_cache(*, url: str, options: dict) -> dict:

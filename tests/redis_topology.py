@@ -17,10 +17,20 @@ import redis
 MASTER_NAME = "acct-test"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port never handed out before in this process: the sentinels of a
+    topology still running would take a server that came up on a port they once monitored
+    and make it a replica of their own master."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def await_true(check: Callable[[], object], *, timeout: float, what: str, interval: float = 0.05) -> object:

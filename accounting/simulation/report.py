@@ -30,6 +30,10 @@ class Stats:
     # operations touched them: each such write may have left the key reading low.
     reseed_keys_over_inflight: int = 0
     bootstraps: int = 0
+    failovers: int = 0
+    rebuilds_after_failover: int = 0
+    # Redis calls of the bookers and the operator that failed (no master during a failover).
+    redis_errors: Counter = field(default_factory=Counter)
     reseed_cycles_failed: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
     # Rolled back whole by PostgreSQL (deadlock, serialization) and retried by the caller.
@@ -110,7 +114,9 @@ class Report:
             "faults": {kind: s.faults[kind] for kind in sorted(s.faults)},
             "faults_not_injected": self.faults_pending,
             "reseed": {"cycles_run": s.reseed_cycles_run, "cycles_skipped": s.reseed_cycles_skipped, "bootstraps": s.bootstraps,
-                       "cycles_failed": dict(s.reseed_cycles_failed), "keys_written_over_inflight": s.reseed_keys_over_inflight},
+                       "cycles_failed": dict(s.reseed_cycles_failed), "keys_written_over_inflight": s.reseed_keys_over_inflight,
+                       "failovers": s.failovers, "rebuilds_after_failover": s.rebuilds_after_failover},
+            "redis_errors": dict(s.redis_errors),
             "excluded": {"lowered_keys": len(s.lowered_keys), "switched_shows": len(s.switched_show_ids)},
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
             "invariants": self.invariants,
@@ -140,6 +146,8 @@ class Report:
             f"  reseed cycles failed  {sum(d['reseed']['cycles_failed'].values()):>10}  {d['reseed']['cycles_failed']}",
             f"  keys reseeded over in-flight operations (no overlay) {d['reseed']['keys_written_over_inflight']}",
             f"  empty-Redis bootstraps{d['reseed']['bootstraps']:>10}  (after {d['faults'].get('redis-restart', 0)} redis-restart faults)",
+            f"  failovers noticed     {d['reseed']['failovers']:>10}  rebuilt {d['reseed']['rebuilds_after_failover']} "
+            f"(after {d['faults'].get('failover', 0)} failover faults; Redis errors {d['redis_errors']})",
             f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",
             f"  left out of over_cap  {d['excluded']['lowered_keys']} lowered keys, {d['excluded']['switched_shows']} switched shows "
             f"({d['over_cap_excluded']} bookings)",

@@ -7,10 +7,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from django.conf import settings
 from django.db import connections
 from django.test.utils import override_settings
 
 from accounting import pg_accounting, publisher, reseed
+from accounting.locks import LEASE_SECONDS
 from accounting.simulation import reconcile
 from accounting.simulation.farm import SimFarm, build_sim_farm, load_existing_farm
 from accounting.simulation.faults import FaultPlan
@@ -20,9 +22,8 @@ from accounting.simulation.workers import (
     PublishDrop, SimContext, booker, inflight_keys_pending, negative_pg_rows, operator, reconcile_once, reconciler,
     releaser,
 )
+from cuebot_acct.redis_factory import sentinel_target
 from shows.models import Show
-
-FINAL_RESEED_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,20 @@ def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
         time.sleep(0.1)
     # No booking can land any more: every show switched back to Cuebot can be settled now.
     reconcile.run_due_settle_recomputes(all_pending=True)
-    for _ in range(FINAL_RESEED_ATTEMPTS):
+    # A farm lock whose release a failover lost (sent to the demoted master) runs out within
+    # one lease; a rebuild inside the cycle waits one in-flight TTL.
+    give_up = time.monotonic() + LEASE_SECONDS + ttl_seconds + 5
+    while time.monotonic() < give_up:
         before = stats.reseed_cycles_run
         reconcile_once(stats, reseeder=reseeder)
         if stats.reseed_cycles_run > before:
             return
+        time.sleep(0.2)
 
 
 def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None] = lambda elapsed, stats: None) -> Report:
+    if "failover" in config.faults and sentinel_target(settings.ACCOUNTING_REDIS_URL) is None:
+        raise ValueError("the failover fault needs ACCOUNTING_REDIS_URL=redis+sentinel://host:port[,host:port...]/<master name>/<db>")
     rng = random.Random(config.seed)
     stats = Stats()
     with override_settings(ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds):

@@ -11,9 +11,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import redis
+from django.conf import settings
 from django.db import OperationalError, close_old_connections, connection, connections, transaction
 
-from accounting import booking, keys, pg_accounting
+from accounting import booking, failover, keys, pg_accounting
 from accounting.services import unbook_proc, unbook_procs
 from accounting.simulation import reconcile
 from accounting.simulation.faults import FaultPlan
@@ -21,7 +22,7 @@ from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
 from accounting.simulation.invariants import over_cap_after_booking
 from accounting.simulation.report import Stats
 from accounting.snapshot import booked_rows
-from cuebot_acct.redis_factory import accounting_redis
+from cuebot_acct.redis_factory import accounting_redis, replication_state, sentinel_target
 from shows.farm import PROC_CORES, insert_running_frame
 from shows.models import Show
 from shows.services import set_scheduler_managed
@@ -188,7 +189,13 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
     ids = dict(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id,
                layer_id=layer.layer_id, dept_id=layer.dept_id)
     op_id = uuid.uuid4().hex
-    result = booking.book(**ids, cores=cores, gpus=gpus, op_id=op_id)
+    try:
+        result = booking.book(**ids, cores=cores, gpus=gpus, op_id=op_id)
+    except redis.exceptions.RedisError as error:
+        # No master right now (a failover): nothing booked, or, if the reply was lost after
+        # the script ran, its in-flight entry expires and Redis stays high until a reseed.
+        ctx.stats.count("redis_errors", f"book: {type(error).__name__}")
+        return
     if not result.ok:
         ctx.stats.count("rejections", result.table)
         return
@@ -214,10 +221,12 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
                 time.sleep(rng.uniform(*SLOW_COMMIT_SECONDS))
                 ctx.stats.count("faults", "slow-commit")
     except Exception:  # noqa: BLE001 - any INSERT failure takes the rollback path
-        booking.rollback(**ids, cores=cores, gpus=gpus, op_id=op_id)
+        with redis_errors_counted(ctx, "rollback"):
+            booking.rollback(**ids, cores=cores, gpus=gpus, op_id=op_id)
         ctx.stats.add(rollbacks=1)
         return
-    booking.settle(op_id=op_id)
+    with redis_errors_counted(ctx, "settle"):  # unsettled: the entry expires, Redis high meanwhile
+        booking.settle(op_id=op_id)
     ctx.stats.add(bookings=1)
     for violation in over_cap_after_booking(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id):
         ctx.stats.record("over_cap", violation)
@@ -255,6 +264,16 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
     released = release(proc_ids)
     ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
     ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
+
+
+@contextmanager
+def redis_errors_counted(ctx: SimContext, label: str):
+    """A Redis call the scheduler makes fails (no master during a failover): counted, and the
+    caller goes on, as a scheduler would; every such failure leaves Redis high."""
+    try:
+        yield
+    except redis.exceptions.RedisError as error:
+        ctx.stats.count("redis_errors", f"{label}: {type(error).__name__}")
 
 
 TRANSIENT_SQLSTATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
@@ -303,10 +322,12 @@ def reconciler(ctx: SimContext, index: int) -> None:
 def low_counters(*, farm: SimFarm) -> list[tuple[str, str, int, int]]:
     """(key, field, Redis, SUM(proc)) of every managed key's counter below what its procs
     book, on a Redis that is open for booking (acct:seeded: a Redis not rebuilt since it came
-    up is closed, and reads low by design). Call it with the gate quiet."""
+    up is closed, and reads low by design) and is the master recorded (a promoted replica can
+    miss writes until its check closes and rebuilds it). Call it with the gate quiet."""
     client = accounting_redis()
-    if not client.exists(keys.SEEDED):
-        return []
+    role, replid, (seeded, recorded) = replication_state(client, keys.SEEDED, keys.MASTER)
+    if role != "master" or seeded is None or (recorded is not None and recorded.decode() != replid):
+        return []  # closed, or a promoted replica not rebuilt yet (booking.lua refuses it)
     managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
     booked = [(key, cores, gpus) for key, cores, gpus, _ in booked_rows(show_ids=managed)]
     with client.pipeline(transaction=False) as pipe:
@@ -335,6 +356,8 @@ def reconcile_once(stats: Stats, *, reseeder: str = "project") -> None:
     """Empty-Redis bootstrap when needed, then the booked reseed and the limit reseed: this
     project's (in-flight overlay, under the farm lock) or one like the scheduler's own
     recompute (no overlay), which counts the keys it wrote over live in-flight operations."""
+    check = failover.check_master()  # what every task worker's watch does, once a second
+    stats.add(failovers=int(check.failover), rebuilds_after_failover=int(check.rebuilt))
     if reconcile.bootstrap_if_empty():
         stats.add(bootstraps=1)
     if reseeder == "scheduler":
@@ -362,12 +385,24 @@ def operator(ctx: SimContext, index: int) -> None:
                 if change.lowered:
                     ctx.stats.record("lowered_keys", change.key)
                 ctx.stats.count("faults", "limit-change")
+        if ctx.plan.take("failover"):
+            with redis_errors_counted(ctx, "failover"):
+                promote_a_replica()
+                ctx.stats.count("faults", "failover")
         if ctx.plan.take("redis-restart"):
             # A restarted Redis without persistence: no keys, no scripts.
             client = accounting_redis()
             client.flushdb()
             client.script_flush()
             ctx.stats.count("faults", "redis-restart")
+
+
+def promote_a_replica() -> None:
+    """Ask a sentinel of ACCOUNTING_REDIS_URL to fail the master over (a replica is promoted
+    at once; writes the old master took after the replica's last sync are lost)."""
+    target = sentinel_target(settings.ACCOUNTING_REDIS_URL)
+    with redis.Redis(*target.sentinels[0], socket_timeout=2) as sentinel:
+        sentinel.execute_command("SENTINEL", "FAILOVER", target.master_name)
 
 
 def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:

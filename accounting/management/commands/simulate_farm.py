@@ -60,7 +60,7 @@ class Command(BaseCommand):
                 bar.refresh()
             try:
                 report = run_simulation(config=config, progress=progress)
-            except FarmRefused as refused:
+            except (FarmRefused, ValueError) as refused:
                 raise CommandError(str(refused), returncode=2) from None
         self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
         if not report.ok:
