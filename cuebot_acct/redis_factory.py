@@ -22,6 +22,7 @@ from urllib.parse import unquote
 
 import redis
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django_redis.pool import ConnectionFactory, SentinelConnectionFactory
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -31,8 +32,8 @@ SENTINEL_SCHEME = "redis+sentinel://"
 SENTINEL_DEFAULT_PORT = 26379
 
 
-class BadRedisUrl(ValueError):
-    pass
+class BadRedisUrl(ImproperlyConfigured):
+    """A redis+sentinel:// URL that does not parse; settings refuse to load with it."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from cuebot_acct.redis_factory import django_cache
+from cuebot_acct.redis_factory import django_cache, sentinel_target
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -90,6 +90,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 ACCOUNTING_REDIS_ENABLED = env.bool("ACCOUNTING_REDIS_ENABLED", default=True)
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
+sentinel_target(ACCOUNTING_REDIS_URL)  # a malformed Sentinel URL stops the process here, named
 # Seconds before a Redis call from the release path gives up. It is never retried.
 ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
 # How long an in-flight booking or release counts as booked if its holder never settles it.

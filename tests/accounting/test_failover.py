@@ -36,6 +36,15 @@ def test_malformed_sentinel_url_is_refused_with_the_expected_form(url):
         sentinel_target(url)
 
 
+@pytest.mark.parametrize("setting", ["ACCOUNTING_REDIS_URL", "CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL"])
+def test_a_malformed_sentinel_url_stops_the_process_with_its_name(setting):
+    from tests.processes import manage
+
+    done = manage("check", **{setting: "redis+sentinel://sentinel-a:x/acct/0"})
+    assert done.returncode != 0
+    assert "'redis+sentinel://sentinel-a:x/acct/0': sentinel 'sentinel-a:x' is not host:port" in done.stderr
+
+
 @pytest.fixture(scope="module")
 def topology():
     with sentinel_topology(replicas=1) as running:
