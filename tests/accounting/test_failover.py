@@ -284,3 +284,17 @@ def test_the_failover_fault_needs_a_sentinel_url():
     with pytest.raises(CommandError, match="redis\\+sentinel") as raised:
         call_command("simulate_farm", "--faults", "failover", stdout=StringIO(), stderr=StringIO())
     assert raised.value.returncode == 2
+
+
+@pytest.mark.django_db
+def test_acct_reseed_rebuilds_a_new_master_nothing_noticed(farm, seeded_redis, settings, capsys):
+    """No task cluster ran the watch: the operator's reseed closes and rebuilds first, which
+    lifts booking.lua's refusal."""
+    from django.core.management import call_command
+
+    settings.ACCOUNTING_INFLIGHT_TTL_SECONDS = 0
+    seeded_redis.set(keys.MASTER, "replication-id-of-the-old-master")
+    call_command("acct_reseed")
+    assert "new master: managed keys closed and rebuilt" in capsys.readouterr().out
+    assert seeded_redis.get(keys.MASTER) == seeded_redis.info("replication")["master_replid"]
+    assert seeded_redis.get(keys.SEEDED) == keys.SEEDED_VALUE
