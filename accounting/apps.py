@@ -5,6 +5,7 @@ def task_worker_started(sender, proc_name: str, **kwargs) -> None:
     """django-q2 post_spawn: a task worker process has started (after the fork)."""
     from django_q.conf import Conf
 
+    from accounting.failover import start_master_watch
     from accounting.guardrail import run_guardrail_at_start
     from accounting.instances import start_process_heartbeat
 
@@ -12,6 +13,7 @@ def task_worker_started(sender, proc_name: str, **kwargs) -> None:
         return  # sync mode runs "workers" inside the calling process, which is not a task process
     start_process_heartbeat(role="tasks")
     run_guardrail_at_start()
+    start_master_watch()
 
 
 def before_migrate(sender, plan: list, **kwargs) -> None:

@@ -22,7 +22,9 @@ from cuebot_acct.redis_factory import accounting_redis
 class BookingResult:
     ok: bool
     seq: int | None = None
-    table: str | None = None  # on rejection: "subscription", "folder", "job" (or "acct:inflight" for a skipped rollback)
+    # On rejection: "subscription", "folder", "job", "failover" (a promoted replica not rebuilt
+    # yet), or "acct:inflight" for a skipped rollback.
+    table: str | None = None
     current: int | None = None
     limit: int | None = None
 
@@ -42,6 +44,7 @@ def _run(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: 
                           layer_id=layer_id, dept_id=dept_id),
             keys.SEQ,
             keys.INFLIGHT,
+            keys.MASTER,
         ],
         args=[cores, gpus, "1" if force else "0", op_id or "", op_mode, settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000],
     )

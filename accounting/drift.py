@@ -28,6 +28,8 @@ CHUNK = 2000
 
 
 ROUNDING = "rounding"
+# A limit change whose Redis write was refused (the key was closed on a Redis not rebuilt yet).
+LIMIT_WRITE_REFUSED = "limit write refused (Redis not rebuilt since it came up)"
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class DriftRow:
     redis: int | None
     pg: int
     difference: int
-    # ROUNDING: the value is the scheduler's summed-first one; None: drift.
+    # ROUNDING: the value is the scheduler's summed-first one (not drift); LIMIT_WRITE_REFUSED:
+    # drift whose cause is known; None: drift.
     cause: str | None = None
 
 
@@ -104,9 +107,11 @@ def _booked_drift(*, show_ids: Sequence[str], inflight: dict[str, tuple[int, int
 
 
 def _limit_drift(*, show_ids: Sequence[str]) -> Iterator[tuple[int, list[DriftRow]]]:
+    refused = {key.decode() for key in accounting_redis().hkeys(keys.LIMITS_REFUSED)}
     numeric = ((key, name, value) for key, name, value in limit_rows(show_ids=show_ids) if name != "show_id")
     for chunk in chunked(numeric, 2 * CHUNK):
-        yield len(chunk), _compare(mode="limits", triples=chunk)
+        yield len(chunk), [replace(row, cause=LIMIT_WRITE_REFUSED) if row.key in refused else row
+                           for row in _compare(mode="limits", triples=chunk)]
 
 
 def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:

@@ -50,3 +50,13 @@ SEEDED_VALUE = "1"
 # The token of the bootstrap in progress: its limit writes and its final SEEDED write
 # happen only while this key still holds its token (a second restart or bootstrap drops it).
 BOOTSTRAPPING = "acct:bootstrapping"
+# Limit publishes refused because their key was closed on a Redis not rebuilt yet (key ->
+# refusal time in ms): the drift inspector names them; a finished rebuild clears it.
+LIMITS_REFUSED = "acct:limits_refused"
+# The replication id (INFO replication master_replid) the keys were last rebuilt under. A
+# promoted replica carries its old master's value but has a new replication id: that is how
+# a failover is noticed (accounting.failover) and how booking.lua refuses it until rebuilt.
+MASTER = "acct:master"
+# Set when a failover closed the managed keys: whoever sees it rebuilds them (the
+# reconciliation setting does not matter, unlike for an empty Redis).
+REBUILD_OWED = "acct:rebuild_owed"

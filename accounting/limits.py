@@ -4,9 +4,12 @@ The PG update commits first; for a scheduler-managed show the new limit fields a
 written to Redis from `transaction.on_commit` (publish iff commit), cores converted and -1
 verbatim, through limit_write.lua, which bumps acct:seq so a reseed in flight retries. A
 failed Redis write is logged at WARN, counted and swallowed, as for the release: the limit
-reseed (every 5 min) heals it. On a Redis not seeded since a restart nothing is written
-(limit_write.lua's guard): limit fields would open the key before the bootstrap has rebuilt
-its counters, and the bootstrap writes the committed value anyway. All amounts here are PG units (centicores); commands and the
+reseed (every 5 min) heals it. On a Redis not seeded since a restart a key that carries no
+limit field yet is not written (limit_write.lua's guard): limit fields would open it before
+its counters are rebuilt, and the rebuild writes the committed value anyway. A key that
+already carries limit fields is open already, whoever rebuilt it (the scheduler's bootstrap
+never sets acct:seeded), and is written. A refused write is loud: WARN, a metric, and
+`acct_drift` names it as the cause of the drifted fields. All amounts here are PG units (centicores); commands and the
 API convert operator input in cores with `centicores_from_cores`.
 
 The managed flag is read from PostgreSQL inside the transaction, not from the 30 s cache:
@@ -19,7 +22,7 @@ from django.db import connection, transaction
 
 from accounting import keys
 from accounting.lua import script
-from accounting.metrics import LIMIT_PUBLISH_FAILURES
+from accounting.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.snapshot import redis_limits
 from accounting.units import UNLIMITED
@@ -82,13 +85,17 @@ def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:
     """After commit: write, or WARN + count + swallow (the limit reseed heals)."""
     try:
         written = script("limit_write").run(
-            accounting_redis(), keys=[keys.SEQ, keys.SEEDED], args=[keys.SEEDED_VALUE, *(part for f, v in fields for part in (key, f, v))]
+            accounting_redis(), keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED],
+            args=[keys.SEEDED_VALUE, "1", *(part for f, v in fields for part in (key, f, v))],
         )
-        if not int(written):
-            log.info("limit write for %s left to the bootstrap: the accounting Redis is not seeded", key)
     except (redis.RedisError, OSError) as error:
         LIMIT_PUBLISH_FAILURES.inc()
         log.warning("limit write to Redis failed for %s (%s); the limit reseed will heal it", key, error)
+        return
+    if not int(written):
+        LIMIT_WRITES_REFUSED.inc()
+        log.warning("limit write for %s refused: the key is closed to booking on a Redis not rebuilt since it came up "
+                    "(PostgreSQL has the new value; the rebuild, or `acct_reseed`, writes it)", key)
 
 
 def publish_limits_on_commit(*, instance: LimitInstance) -> None:

@@ -109,6 +109,47 @@ LIMIT_PUBLISH_FAILURES = Counter(
     "cuebot_acct_limit_publish_failures_total",
     "Limit changes committed in PostgreSQL whose Redis write failed (healed by the limit reseed).",
 )
+LIMIT_WRITES_REFUSED = Counter(
+    "cuebot_acct_limit_writes_refused_total",
+    "Limit changes committed in PostgreSQL whose Redis write was refused: the key was closed on a Redis not "
+    "rebuilt since it came up (the rebuild writes them; acct_drift names them meanwhile).",
+)
+REDIS_FAILOVERS = Counter(
+    "cuebot_acct_redis_failovers_total",
+    "Times the accounting Redis was found to be a new master (a promoted replica): the managed keys were "
+    "closed to booking and rebuilt from PostgreSQL.",
+)
+REBUILDS = Counter(
+    "cuebot_acct_redis_rebuilds_total",
+    "Rebuilds of the accounting Redis from PostgreSQL that finished (after an empty Redis or a failover).",
+)
+REDIS_MASTER = Gauge(
+    "cuebot_acct_redis_master",
+    "1 for the address of the accounting Redis master in use (0 for one used before a failover).",
+    ["address"],
+    multiprocess_mode="mostrecent",
+)
+_master_in_use: list[str] = []
+
+
+def note_redis_master(*, address: str) -> None:
+    if _master_in_use and _master_in_use[0] == address:
+        return
+    if _master_in_use:
+        REDIS_MASTER.labels(address=_master_in_use.pop()).set(0)
+    REDIS_MASTER.labels(address=address).set(1)
+    _master_in_use.append(address)
+
+
+def counter_total(name: str) -> float:
+    """A counter's value, summed over this host's processes when they share PROMETHEUS_MULTIPROC_DIR."""
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+    return registry.get_sample_value(name) or 0.0
+
+
 BOOTSTRAPS = Counter(
     "cuebot_acct_bootstrap_total",
     "Times an empty accounting Redis was detected and rebuilt.",

@@ -29,7 +29,7 @@ from django.conf import settings
 from accounting import keys
 from accounting.locks import named_lock
 from accounting.lua import script
-from accounting.metrics import BOOTSTRAPS, RESEED_CAS_MISSES, RESEED_SECONDS, RESEED_SKIPPED
+from accounting.metrics import BOOTSTRAPS, REBUILDS, RESEED_CAS_MISSES, RESEED_SECONDS, RESEED_SKIPPED
 from accounting.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
 from cuebot_acct.redis_factory import accounting_redis
 
@@ -40,7 +40,6 @@ MAX_ATTEMPTS = 8
 BACKOFF_BASE_SECONDS = 0.05
 BACKOFF_CAP_SECONDS = 2.0
 FARM_LOCK = "acct-reseed"
-LOCK_TTL_SECONDS = 600
 
 
 class ReseedSkipped(Exception):
@@ -109,8 +108,8 @@ def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (ke
     written = 0
     guard_key, guard_value = guard or (keys.SEEDED, "")
     for chunk in chunked(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
-        args = [guard_value] + [part for triple in chunk for part in triple]
-        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key], args=args)):
+        args = [guard_value, "0"] + [part for triple in chunk for part in triple]
+        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED], args=args)):
             log.warning("limit write stopped after %d fields: the accounting Redis is not seeded (restarted?)", written)
             return None
         written += len(chunk)
@@ -126,7 +125,7 @@ def seed_show(*, show_id: str) -> None:
 
     Its limits are written even on a Redis not seeded since a restart: until the switch the
     scheduler booked nothing for this show, so none of its bookings can straddle the restart."""
-    with named_lock(name=f"{FARM_LOCK}:show:{show_id}", ttl_seconds=LOCK_TTL_SECONDS):
+    with named_lock(name=f"{FARM_LOCK}:show:{show_id}"):
         if not reseed_booked(show_ids=[show_id], scope="show").written:
             raise ReseedSkipped(show_id)
         write_limits(show_ids=[show_id], guard=None)
@@ -148,7 +147,7 @@ def reseed(*, limits: bool = True, booked: bool = True, show_ids: Sequence[str] 
     booked cycle is skipped, since they are configuration. With limits, on a Redis not
     seeded since its restart, this is the bootstrap (every managed show, after the
     in-flight wait): limits written straight away could open keys that read low."""
-    with named_lock(name=FARM_LOCK, ttl_seconds=LOCK_TTL_SECONDS):
+    with named_lock(name=FARM_LOCK):
         if limits and redis_is_empty():
             return _bootstrap(wait=None, progress=progress)
         shows = list(show_ids) if show_ids is not None else managed_show_ids()
@@ -189,12 +188,14 @@ def _bootstrap(*, wait: Callable[[float], object] | None,
     if not outcome.written:
         return ReseedReport(shows=len(shows), booked=outcome, limit_fields=None, bootstrapped=False)
     fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), progress=progress)
-    done = fields is not None and int(
-        script("bootstrap_finish").run(client, keys=[keys.SEEDED, keys.BOOTSTRAPPING], args=[token, keys.SEEDED_VALUE])
-    )
+    done = fields is not None and int(script("bootstrap_finish").run(
+        client, keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
+        args=[token, keys.SEEDED_VALUE],
+    ))
     if done:
         log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))
         BOOTSTRAPS.inc()
+        REBUILDS.inc()
     return ReseedReport(shows=len(shows), booked=outcome, limit_fields=fields, bootstrapped=bool(done))
 
 
@@ -204,9 +205,24 @@ def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool
     the next check starts over. `wait` replaces the in-flight wait (tests control time)."""
     if not redis_is_empty():
         return False
-    with named_lock(name=FARM_LOCK, ttl_seconds=LOCK_TTL_SECONDS):
+    with named_lock(name=FARM_LOCK):
         if not redis_is_empty():
             return False
         if not _bootstrap(wait=wait).bootstrapped:
             raise ReseedSkipped("bootstrap")
+        return True
+
+
+def bootstrap_if_owed(*, wait: Callable[[float], object] | None = None) -> bool:
+    """Rebuild the keys a failover closed (accounting.failover). Unlike an empty Redis, this
+    does not wait for ACCOUNTING_RECONCILE_ENABLED: the scheduler's own bootstrap runs only on
+    an empty Redis, and a promoted replica is not empty. True when it did; LockBusy or
+    ReseedSkipped as bootstrap_if_empty."""
+    if not accounting_redis().exists(keys.REBUILD_OWED):
+        return False
+    with named_lock(name=FARM_LOCK):
+        if not accounting_redis().exists(keys.REBUILD_OWED):
+            return False
+        if not _bootstrap(wait=wait).bootstrapped:
+            raise ReseedSkipped("rebuild after failover")
         return True

@@ -358,8 +358,6 @@ def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
 # --- recalculate_subs: Cuebot's 2-hourly subscription recompute, show-aware ---
 
 RECALCULATE_SUBS_LOCK = "recalculate_subs"
-# Far longer than a run takes; only matters when a holder dies mid-run.
-RECALCULATE_SUBS_LOCK_SECONDS = 600
 
 # Subscriptions of Cuebot-managed shows whose int_cores/int_gpus differ from SUM(proc) of
 # their non-local procs (allocation through the proc's host). Scheduler-managed shows are
@@ -473,7 +471,7 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     A dry run reads the same drift and writes nothing.
     """
     try:
-        with named_lock(name=RECALCULATE_SUBS_LOCK, ttl_seconds=RECALCULATE_SUBS_LOCK_SECONDS):
+        with named_lock(name=RECALCULATE_SUBS_LOCK):
             changes, failures = _drift(dry_run=dry_run)
     except LockBusy:
         metrics.RECALCULATE_SUBS_SKIPPED.inc()

@@ -1,7 +1,12 @@
 """The one place Redis clients are built: accounting, cache and task broker alike.
 
-Switching to Sentinel later means changing this module's pool construction, not
-every caller.
+Every role takes a plain URL (`redis://host:port/db`) or a Sentinel one,
+`redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>`: the client
+then asks the sentinels for the current master, and asks again after a connection to it
+fails, so a failover needs no restart. The password is the data nodes'; the sentinels
+are reached without one. The accounting client uses redis-py's Sentinel pool directly;
+the cache and the task broker (django-q2 runs on the django-redis "broker" cache) use
+django-redis's own Sentinel connection factory, set up by `django_cache()`.
 
 Retry policy, decided on purpose: redis-py retries a command on connection errors and
 timeouts by default. A release script that timed out may already have run on the
@@ -11,28 +16,70 @@ the caller decides (the release publisher logs it and lets the recompute heal Re
 high). A pooled connection that died while idle is still replaced before use:
 redis-py checks it when handing it out, which is before anything is sent.
 """
+from dataclasses import dataclass
 from functools import cache
+from urllib.parse import unquote
 
 import redis
 from django.conf import settings
-from django_redis.pool import ConnectionFactory
+from django.core.exceptions import ImproperlyConfigured
+from django_redis.pool import ConnectionFactory, SentinelConnectionFactory
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
+
+SENTINEL_SCHEME = "redis+sentinel://"
+SENTINEL_DEFAULT_PORT = 26379
+
+
+class BadRedisUrl(ImproperlyConfigured):
+    """A redis+sentinel:// URL that does not parse; settings refuse to load with it."""
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    sentinels: tuple[tuple[str, int], ...]
+    master_name: str
+    db: int
+    password: str | None
+
+
+def sentinel_target(url: str) -> SentinelTarget | None:
+    """The parts of a redis+sentinel:// URL; None for any other URL; BadRedisUrl when malformed."""
+    if not url.startswith(SENTINEL_SCHEME):
+        return None
+    rest = url[len(SENTINEL_SCHEME):]
+    netloc, _, path = rest.partition("/")
+    userinfo, _, hosts = netloc.rpartition("@")
+    password = unquote(userinfo.partition(":")[2]) if userinfo else None
+    sentinels = []
+    for part in filter(None, hosts.split(",")):
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", str(SENTINEL_DEFAULT_PORT))
+        if not host or not port.isdigit():
+            raise BadRedisUrl(f"{url!r}: sentinel {part!r} is not host:port")
+        sentinels.append((host, int(port)))
+    name, _, db = path.strip("/").partition("/")
+    if not sentinels or not name or (db and not db.isdigit()):
+        raise BadRedisUrl(f"{url!r}: expected redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>")
+    return SentinelTarget(sentinels=tuple(sentinels), master_name=name, db=int(db or 0), password=password or None)
 
 
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), retries=0)
 
 
+def _pool_options() -> dict:
+    return {"retry": _no_retry(), "retry_on_error": [], "health_check_interval": 30}
+
+
 def build_pool(*, url: str, timeout: float) -> redis.ConnectionPool:
-    return redis.ConnectionPool.from_url(
-        url,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=_no_retry(),
-        retry_on_error=[],
-        health_check_interval=30,
-    )
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    target = sentinel_target(url)
+    if target is None:
+        return redis.ConnectionPool.from_url(url, **timeouts, **_pool_options())
+    sentinels = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts)
+    return SentinelConnectionPool(target.master_name, sentinels, db=target.db, password=target.password,
+                                  **timeouts, **_pool_options())
 
 
 def build_client(*, url: str, timeout: float) -> redis.Redis:
@@ -45,8 +92,56 @@ def accounting_redis() -> redis.Redis:
     return build_client(url=settings.ACCOUNTING_REDIS_URL, timeout=settings.ACCOUNTING_REDIS_TIMEOUT)
 
 
+def master_address(client: redis.Redis) -> str:
+    """host:port of the server `client` writes to (for Sentinel: the master it names now)."""
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        host, port = pool.get_master_address()
+    else:
+        host, port = pool.connection_kwargs.get("host"), pool.connection_kwargs.get("port")
+    return f"{host}:{port}"
+
+
+def replication_state(client: redis.Redis, *keys: str) -> tuple[str, str, list]:
+    """(role, master_replid, values of `keys`), all read on one connection, so they describe one
+    server. The replication id is new at every start and on a promoted replica, while a
+    replica reports its master's."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.info("replication")
+        for key in keys:
+            pipe.get(key)
+        info, *values = pipe.execute()
+    return info["role"], info["master_replid"], values
+
+
+def django_cache(*, url: str, options: dict) -> dict:
+    """A CACHES entry (django-redis) for a plain or a Sentinel URL."""
+    target = sentinel_target(url)
+    if target is None:
+        # A list, so that django-redis does not split the URL at commas into several servers.
+        return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": [url], "OPTIONS": options}
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": [f"redis://{target.master_name}/{target.db}"],
+        "OPTIONS": {**options, "CONNECTION_FACTORY": "cuebot_acct.redis_factory.DjangoRedisSentinelConnectionFactory",
+                    "SENTINELS": list(target.sentinels), "PASSWORD": target.password},
+    }
+
+
 class DjangoRedisConnectionFactory(ConnectionFactory):
-    """django-redis (cache) and django-q2 (broker, through django-redis) use this."""
+    """django-redis (cache) and django-q2 (broker, through django-redis) use this for plain URLs."""
 
     def get_connection_pool(self, params: dict) -> redis.ConnectionPool:
         return build_pool(url=params["url"], timeout=self.options.get("SOCKET_TIMEOUT", 5.0))
+
+
+class DjangoRedisSentinelConnectionFactory(SentinelConnectionFactory):
+    """django-redis's own Sentinel support, with this module's policy: retries off, timeouts set."""
+
+    def __init__(self, options: dict) -> None:
+        timeout = options.get("SOCKET_TIMEOUT", 5.0)
+        super().__init__({
+            **options, "SOCKET_TIMEOUT": timeout, "SOCKET_CONNECT_TIMEOUT": timeout,
+            "SENTINEL_KWARGS": {"socket_timeout": timeout, "socket_connect_timeout": timeout},
+            "CONNECTION_POOL_KWARGS": {**options.get("CONNECTION_POOL_KWARGS", {}), **_pool_options()},
+        })

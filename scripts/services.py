@@ -169,7 +169,9 @@ def up(*, tests: bool = False) -> None:
     STARTED.mkdir(parents=True, exist_ok=True)
     database_url, redis_urls = configured_urls()
     postgres_up(database_url, create_database=not tests)
-    for host, port in sorted({(urlsplit(u).hostname or "127.0.0.1", urlsplit(u).port or 6379) for u in redis_urls}):
+    # A Sentinel URL names a topology the site runs; only plain URLs get a local Redis.
+    plain = [u for u in redis_urls if not u.startswith("redis+sentinel://")]
+    for host, port in sorted({(urlsplit(u).hostname or "127.0.0.1", urlsplit(u).port or 6379) for u in plain}):
         redis_up(host, port)
     if tests:
         ensure_promtool()

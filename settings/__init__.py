@@ -7,6 +7,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from cuebot_acct.redis_factory import django_cache, sentinel_target
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -89,6 +91,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 ACCOUNTING_REDIS_ENABLED = env.bool("ACCOUNTING_REDIS_ENABLED", default=True)
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
+sentinel_target(ACCOUNTING_REDIS_URL)  # a malformed Sentinel URL stops the process here, named
 # Seconds before a Redis call from the release path gives up. It is never retried.
 ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
 # How long an in-flight booking or release counts as booked if its holder never settles it.
@@ -105,20 +108,18 @@ TASK_BROKER_REDIS_URL = env.str("TASK_BROKER_REDIS_URL", default="redis://127.0.
 
 # Every Redis client (accounting, cache, broker) is built by cuebot_acct.redis_factory.
 DJANGO_REDIS_CONNECTION_FACTORY = "cuebot_acct.redis_factory.DjangoRedisConnectionFactory"
+# Each URL may be plain or redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>.
 CACHES = {
     "default": {
-        "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": CACHE_REDIS_URL,
+        **django_cache(
+            url=CACHE_REDIS_URL,
+            # An unreachable cache is a miss: the show flag is then read from PostgreSQL, so a
+            # cache outage slows releases down instead of failing them.
+            options={"CLIENT_CLASS": "django_redis.client.DefaultClient", "IGNORE_EXCEPTIONS": True},
+        ),
         "KEY_PREFIX": "cuebot-acct",
-        # An unreachable cache is a miss: the show flag is then read from PostgreSQL, so a
-        # cache outage slows releases down instead of failing them.
-        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", "IGNORE_EXCEPTIONS": True},
     },
-    "broker": {
-        "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": TASK_BROKER_REDIS_URL,
-        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
-    },
+    "broker": django_cache(url=TASK_BROKER_REDIS_URL, options={"CLIENT_CLASS": "django_redis.client.DefaultClient"}),
 }
 
 DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = True

@@ -2,6 +2,7 @@
 -- KEYS[1] acct:sub:{show}:{alloc}   KEYS[2] acct:folder:{folder}   KEYS[3] acct:job:{job}
 -- KEYS[4] acct:layer:{layer}        KEYS[5] acct:point:{dept}:{show}
 -- KEYS[6] acct:seq                  KEYS[7] acct:inflight
+-- KEYS[8] acct:master (the replication id the keys were rebuilt under; see below)
 -- ARGV[1] core delta (cores, not centicores)   ARGV[2] GPU delta
 -- ARGV[3] force: "1" skips every limit check (rollback path, negated deltas)
 -- ARGV[4] operation id, "" for none
@@ -10,7 +11,9 @@
 --         if the entry is still live, and delete it)
 -- ARGV[6] in-flight TTL in milliseconds (used by "register")
 -- Returns {1, seq} when applied; {0, table, current, limit} when a limit rejects it (nothing
--- changed); {0, "acct:inflight", 0, 0} when a rollback finds its entry gone or expired
+-- changed); {0, "failover", 0, 0} when this server is a promoted replica whose keys are not
+-- rebuilt yet (acct:master holds another replication id than this server's: it may have
+-- missed its old master's last writes and read low; nothing changed); {0, "acct:inflight", 0, 0} when a rollback finds its entry gone or expired
 -- (nothing changed: the booking may already have been erased by a reseed, so undoing it
 -- again could push the counters low; left high, the next reseed heals it).
 local cores = tonumber(ARGV[1])
@@ -29,6 +32,10 @@ local function now_ms()
 end
 
 if not force then
+  local fence = redis.call('GET', KEYS[8])
+  if fence and fence ~= string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') then
+    return {0, 'failover', 0, 0}
+  end
   if cores > 0 then
     local booked = field(KEYS[1], 'int_cores')
     local burst = field(KEYS[1], 'burst')

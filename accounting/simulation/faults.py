@@ -19,6 +19,11 @@ FAULT_KINDS = (
     "slow-commit",      # a booking holds its INSERT transaction open before committing
 )
 
+# Faults that need a topology the run does not build: named one by one, never part of "all".
+TOPOLOGY_FAULTS = (
+    "failover",         # SENTINEL FAILOVER: a replica is promoted (ACCOUNTING_REDIS_URL must be redis+sentinel://)
+)
+
 # Mean seconds between two firings of a kind; every selected kind fires at least once.
 PERIOD_SECONDS = {
     "redis-restart": 30.0,
@@ -28,6 +33,7 @@ PERIOD_SECONDS = {
     "flag-flip": 8.0,
     "limit-change": 2.0,
     "slow-commit": 0.5,
+    "failover": 30.0,
 }
 
 
@@ -39,9 +45,10 @@ def parse_faults(text: str) -> tuple[str, ...]:
     if text in ("", "none"):
         return ()
     kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
-    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    unknown = [k for k in kinds if k not in FAULT_KINDS + TOPOLOGY_FAULTS]
     if unknown:
-        raise ValueError(f"unknown fault kind(s): {', '.join(unknown)}; choose from {', '.join(FAULT_KINDS)} or 'all'")
+        raise ValueError(f"unknown fault kind(s): {', '.join(unknown)}; choose from "
+                         f"{', '.join(FAULT_KINDS + TOPOLOGY_FAULTS)} or 'all' (which leaves out {', '.join(TOPOLOGY_FAULTS)})")
     return kinds
 
 

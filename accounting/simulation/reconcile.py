@@ -2,6 +2,7 @@
 accounting.drift), in one place: the reconciler thread, the operator and the final check use them.
 """
 import random
+from contextlib import closing
 from dataclasses import dataclass
 
 from django.utils import timezone
@@ -12,6 +13,9 @@ from accounting.drift import drift_report
 from accounting.models import FolderResource, JobResource, Subscription
 from accounting.units import UNLIMITED
 from accounting.locks import LockBusy
+from accounting.lua import script
+from accounting.snapshot import booked_rows, chunked, managed_show_ids
+from cuebot_acct.redis_factory import accounting_redis
 
 
 def bootstrap_if_empty() -> bool:
@@ -30,6 +34,38 @@ def reseed_all() -> bool:
     except LockBusy:
         return False
     return report.booked.written
+
+
+@dataclass(frozen=True)
+class SchedulerReseed:
+    written: bool
+    # Keys written while a live in-flight operation touched them: each may now read low
+    # (a booking whose proc is not committed yet, or a release whose decrement comes later).
+    exposed_keys: int
+
+
+def reseed_like_scheduler(*, show_ids: list[str]) -> SchedulerReseed:
+    """One booked reseed the way the reference design (the scheduler's own recompute) does
+    it: read acct:seq, SUM(proc), compare-and-swap; no in-flight overlay, no retry."""
+    client = accounting_redis()
+    seq_before = client.get(keys.SEQ) or b""
+    exposed = 0
+    with closing(booked_rows(show_ids=show_ids)) as rows:
+        for chunk in chunked(rows, reseed.CHUNK_KEYS):
+            args = [seq_before, *(part for key, cores, gpus, _ in chunk for part in (key, cores, gpus))]
+            reply = script("reference_reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
+            if not int(reply[0]):
+                return SchedulerReseed(written=False, exposed_keys=exposed)
+            exposed += int(reply[2])
+    return SchedulerReseed(written=True, exposed_keys=exposed)
+
+
+def reseed_all_like_scheduler() -> SchedulerReseed:
+    """The scheduler's cycle on every managed show: its booked reseed, then the limits."""
+    shows = managed_show_ids()
+    outcome = reseed_like_scheduler(show_ids=shows)
+    reseed.write_limits(show_ids=shows)
+    return outcome
 
 
 @dataclass(frozen=True)

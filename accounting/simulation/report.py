@@ -26,12 +26,21 @@ class Stats:
     faults: Counter = field(default_factory=Counter)
     reseed_cycles_run: int = 0
     reseed_cycles_skipped: int = 0
+    # Keys a scheduler-like reseed (no in-flight overlay) wrote while live in-flight
+    # operations touched them: each such write may have left the key reading low.
+    reseed_keys_over_inflight: int = 0
     bootstraps: int = 0
+    failovers: int = 0
+    rebuilds_after_failover: int = 0
+    # Redis calls of the bookers and the operator that failed (no master during a failover).
+    redis_errors: Counter = field(default_factory=Counter)
     reseed_cycles_failed: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
     # Rolled back whole by PostgreSQL (deadlock, serialization) and retried by the caller.
     transient_errors: Counter = field(default_factory=Counter)
     over_cap: list[OverCap] = field(default_factory=list)
+    # Managed keys' counters below SUM(proc) in a quiet sample (no operation under way).
+    low_counters: list[tuple] = field(default_factory=list)
     # PG accounting rows of Cuebot-managed shows seen below zero during the run.
     negative_pg_rows: list[tuple] = field(default_factory=list)
     # Keys left out of over_cap: caps lowered and shows switched during the run.
@@ -79,6 +88,7 @@ class Report:
             "over_cap": len(self.stats.counted_over_cap()),
             "drift_after_reconcile": len(self.drift_rows),
             "negative_counters": len(self.negative_counters),
+            "low_counters_sampled": len(self.stats.low_counters),
             "negative_pg_rows": len(self.stats.negative_pg_rows),
             "pg_drift_after_reconcile": len(self.pg_drift_rows),
             "worker_errors": sum(self.stats.errors.values()),
@@ -104,7 +114,9 @@ class Report:
             "faults": {kind: s.faults[kind] for kind in sorted(s.faults)},
             "faults_not_injected": self.faults_pending,
             "reseed": {"cycles_run": s.reseed_cycles_run, "cycles_skipped": s.reseed_cycles_skipped, "bootstraps": s.bootstraps,
-                       "cycles_failed": dict(s.reseed_cycles_failed)},
+                       "cycles_failed": dict(s.reseed_cycles_failed), "keys_written_over_inflight": s.reseed_keys_over_inflight,
+                       "failovers": s.failovers, "rebuilds_after_failover": s.rebuilds_after_failover},
+            "redis_errors": dict(s.redis_errors),
             "excluded": {"lowered_keys": len(s.lowered_keys), "switched_shows": len(s.switched_show_ids)},
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
             "invariants": self.invariants,
@@ -113,6 +125,7 @@ class Report:
             "over_cap_examples": [vars(v) for v in s.counted_over_cap()[:10]],
             "drift_examples": [str(r) for r in self.drift_rows[:10]],
             "negative_examples": [list(n) for n in self.negative_counters[:10]],
+            "low_examples": [list(n) for n in self.stats.low_counters[:10]],
             "negative_pg_examples": [list(n) for n in self.stats.negative_pg_rows[:10]],
             "pg_drift_examples": [list(n) for n in self.pg_drift_rows[:10]],
             "ok": self.ok,
@@ -131,7 +144,10 @@ class Report:
             f"  reseed cycles run     {d['reseed']['cycles_run']:>10}",
             f"  reseed cycles skipped {d['reseed']['cycles_skipped']:>10}",
             f"  reseed cycles failed  {sum(d['reseed']['cycles_failed'].values()):>10}  {d['reseed']['cycles_failed']}",
+            f"  keys reseeded over in-flight operations (no overlay) {d['reseed']['keys_written_over_inflight']}",
             f"  empty-Redis bootstraps{d['reseed']['bootstraps']:>10}  (after {d['faults'].get('redis-restart', 0)} redis-restart faults)",
+            f"  failovers noticed     {d['reseed']['failovers']:>10}  rebuilt {d['reseed']['rebuilds_after_failover']} "
+            f"(after {d['faults'].get('failover', 0)} failover faults; Redis errors {d['redis_errors']})",
             f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",
             f"  left out of over_cap  {d['excluded']['lowered_keys']} lowered keys, {d['excluded']['switched_shows']} switched shows "
             f"({d['over_cap_excluded']} bookings)",
@@ -142,7 +158,7 @@ class Report:
         if d["faults_not_injected"]:
             lines.append(f"faults scheduled but not injected: {d['faults_not_injected']}")
         for title, rows in (("errors", d["errors"].items()), ("over cap", d["over_cap_examples"]),
-                            ("drift", d["drift_examples"]), ("negative", d["negative_examples"]),
+                            ("drift", d["drift_examples"]), ("negative", d["negative_examples"]), ("low", d["low_examples"]),
                             ("negative PG", d["negative_pg_examples"]), ("PG drift", d["pg_drift_examples"])):
             for row in rows:
                 lines.append(f"  {title}: {row}")

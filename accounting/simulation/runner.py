@@ -7,10 +7,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from django.conf import settings
 from django.db import connections
 from django.test.utils import override_settings
 
 from accounting import pg_accounting, publisher, reseed
+from accounting.locks import LEASE_SECONDS
 from accounting.simulation import reconcile
 from accounting.simulation.farm import SimFarm, build_sim_farm, load_existing_farm
 from accounting.simulation.faults import FaultPlan
@@ -20,9 +22,8 @@ from accounting.simulation.workers import (
     PublishDrop, SimContext, booker, inflight_keys_pending, negative_pg_rows, operator, reconcile_once, reconciler,
     releaser,
 )
+from cuebot_acct.redis_factory import sentinel_target
 from shows.models import Show
-
-FINAL_RESEED_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class SimConfig:
     # Short, so a crashed booker's entry expires within the run; it must stay longer than
     # the slowest booking transaction (slow-commit holds one for up to 0.3 s).
     inflight_ttl_seconds: int = 3
+    # Who reseeds during the run: "project" (accounting.reseed) or "scheduler" (the
+    # reference design's reseed, no in-flight overlay; see docs/redis-protocol.md).
+    reseeder: str = "project"
 
 
 def seed_redis(*, farm: SimFarm) -> None:
@@ -49,7 +53,7 @@ def seed_redis(*, farm: SimFarm) -> None:
         reseed.seed_show(show_id=show_id)
 
 
-def final_reconcile(*, stats: Stats, ttl_seconds: int) -> None:
+def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
     """After the workers stopped: let in-flight entries of crashed or rolled-back operations
     expire (their holders are gone), then reconcile until the booked cycle is written."""
     deadline = time.monotonic() + ttl_seconds + 2
@@ -57,14 +61,20 @@ def final_reconcile(*, stats: Stats, ttl_seconds: int) -> None:
         time.sleep(0.1)
     # No booking can land any more: every show switched back to Cuebot can be settled now.
     reconcile.run_due_settle_recomputes(all_pending=True)
-    for _ in range(FINAL_RESEED_ATTEMPTS):
+    # A farm lock whose release a failover lost (sent to the demoted master) runs out within
+    # one lease; a rebuild inside the cycle waits one in-flight TTL.
+    give_up = time.monotonic() + LEASE_SECONDS + ttl_seconds + 5
+    while time.monotonic() < give_up:
         before = stats.reseed_cycles_run
-        reconcile_once(stats)
+        reconcile_once(stats, reseeder=reseeder)
         if stats.reseed_cycles_run > before:
             return
+        time.sleep(0.2)
 
 
 def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None] = lambda elapsed, stats: None) -> Report:
+    if "failover" in config.faults and sentinel_target(settings.ACCOUNTING_REDIS_URL) is None:
+        raise ValueError("the failover fault needs ACCOUNTING_REDIS_URL=redis+sentinel://host:port[,host:port...]/<master name>/<db>")
     rng = random.Random(config.seed)
     stats = Stats()
     with override_settings(ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds):
@@ -73,7 +83,8 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
         )
         seed_redis(farm=farm)
         plan = FaultPlan(kinds=config.faults, seconds=config.seconds, rng=random.Random(f"{config.seed}:faults"))
-        ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval)
+        ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval,
+                         reseeder=config.reseeder)
         real_script = publisher.script
         if "publish-drop" in config.faults:
             ctx.publish_drop = PublishDrop(rng=ctx.rng("publish-drop"), stats=stats)
@@ -100,7 +111,7 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
             publisher.script = real_script
         seconds = time.monotonic() - started
         progress(seconds, stats)
-        final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds)
+        final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds, reseeder=config.reseeder)
         managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
         drift = reconcile.drift_rows(show_ids=managed)
         negative = negative_counters(redis_keys=farm_keys(show_ids=farm.show_ids))
@@ -111,7 +122,7 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
     connections.close_all()
     return Report(
         seed=config.seed, seconds=seconds,
-        farm={**{k: v for k, v in asdict(config).items() if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing")},
+        farm={**{k: v for k, v in asdict(config).items() if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing", "reseeder")},
               "faults": ",".join(config.faults) or "none"} if not config.existing else {"existing": True, "shows": len(farm.show_ids)},
         stats=stats, drift_rows=drift, negative_counters=negative, faults_pending=plan.pending(), pg_drift_rows=pg_drift,
     )

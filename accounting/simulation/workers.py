@@ -11,16 +11,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import redis
+from django.conf import settings
 from django.db import OperationalError, close_old_connections, connection, connections, transaction
 
-from accounting import booking, keys, pg_accounting
+from accounting import booking, failover, keys, pg_accounting
 from accounting.services import unbook_proc, unbook_procs
 from accounting.simulation import reconcile
 from accounting.simulation.faults import FaultPlan
 from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
 from accounting.simulation.invariants import over_cap_after_booking
 from accounting.simulation.report import Stats
-from cuebot_acct.redis_factory import accounting_redis
+from accounting.snapshot import booked_rows
+from cuebot_acct.redis_factory import accounting_redis, replication_state, sentinel_target
 from shows.farm import PROC_CORES, insert_running_frame
 from shows.models import Show
 from shows.services import set_scheduler_managed
@@ -39,6 +41,42 @@ class HostFull(Exception):
     """The chosen host lost its idle capacity to another booker: the INSERT is abandoned."""
 
 
+class Gate:
+    """Lets the reconciler take a quiet sample: while it holds `quiet()`, no booking, release,
+    flip or limit change is under way, so every operation that started has both halves
+    done (or its holder crashed, which leaves Redis high), and Redis must read at least
+    SUM(proc) for every managed key. Anything lower is really low."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._active = 0
+        self._quiet = False
+
+    @contextmanager
+    def operation(self):
+        with self._changed:
+            self._changed.wait_for(lambda: not self._quiet)
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._active -= 1
+                self._changed.notify_all()
+
+    @contextmanager
+    def quiet(self):
+        with self._changed:
+            self._quiet = True
+            self._changed.wait_for(lambda: self._active == 0)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._quiet = False
+                self._changed.notify_all()
+
+
 @dataclass
 class SimContext:
     farm: SimFarm
@@ -48,6 +86,8 @@ class SimContext:
     reconcile_interval: float
     stop: threading.Event = field(default_factory=threading.Event)
     publish_drop: "PublishDrop | None" = None
+    reseeder: str = "project"
+    gate: Gate = field(default_factory=Gate)
 
     def rng(self, role: str, index: int = 0) -> random.Random:
         return random.Random(f"{self.seed}:{role}:{index}")
@@ -138,7 +178,8 @@ def booker(ctx: SimContext, index: int) -> None:
         if host is None:
             ctx.stats.count("rejections", "host")
             continue
-        book_one(ctx, rng=rng, layer=layer, host=host, cores=cores)
+        with ctx.gate.operation():
+            book_one(ctx, rng=rng, layer=layer, host=host, cores=cores)
 
 
 def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tuple[str, str, int], cores: int) -> None:
@@ -148,7 +189,13 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
     ids = dict(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id,
                layer_id=layer.layer_id, dept_id=layer.dept_id)
     op_id = uuid.uuid4().hex
-    result = booking.book(**ids, cores=cores, gpus=gpus, op_id=op_id)
+    result = None
+    # No master right now (a failover): nothing booked, or, if the reply was lost after the
+    # script ran, its in-flight entry expires and Redis stays high until a reseed.
+    with redis_errors_counted(ctx, "book"):
+        result = booking.book(**ids, cores=cores, gpus=gpus, op_id=op_id)
+    if result is None:
+        return
     if not result.ok:
         ctx.stats.count("rejections", result.table)
         return
@@ -174,10 +221,12 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
                 time.sleep(rng.uniform(*SLOW_COMMIT_SECONDS))
                 ctx.stats.count("faults", "slow-commit")
     except Exception:  # noqa: BLE001 - any INSERT failure takes the rollback path
-        booking.rollback(**ids, cores=cores, gpus=gpus, op_id=op_id)
+        with redis_errors_counted(ctx, "rollback"):
+            booking.rollback(**ids, cores=cores, gpus=gpus, op_id=op_id)
         ctx.stats.add(rollbacks=1)
         return
-    booking.settle(op_id=op_id)
+    with redis_errors_counted(ctx, "settle"):  # unsettled: the entry expires, Redis high meanwhile
+        booking.settle(op_id=op_id)
     ctx.stats.add(bookings=1)
     for violation in over_cap_after_booking(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id):
         ctx.stats.record("over_cap", violation)
@@ -197,7 +246,7 @@ def releaser(ctx: SimContext, index: int) -> None:
         if not proc_ids:
             ctx.stop.wait(0.05)
             continue
-        with transient(ctx, "release"):
+        with ctx.gate.operation(), transient(ctx, "release"):
             release_some(ctx, proc_ids=proc_ids)
 
 
@@ -215,6 +264,19 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
     released = release(proc_ids)
     ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
     ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
+
+
+@contextmanager
+def redis_errors_counted(ctx: SimContext, label: str):
+    """A Redis call the scheduler makes fails (no master during a failover): counted, and the
+    caller goes on, as a scheduler would; every such failure leaves Redis high. Only in a
+    run with the failover fault: anywhere else a Redis error ends the worker (worker_errors)."""
+    try:
+        yield
+    except redis.exceptions.RedisError as error:
+        if "failover" not in ctx.plan.kinds:
+            raise
+        ctx.stats.count("redis_errors", f"{label}: {type(error).__name__}")
 
 
 TRANSIENT_SQLSTATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
@@ -248,13 +310,39 @@ def reconciler(ctx: SimContext, index: int) -> None:
         for row in negative_pg_rows(farm=ctx.farm):
             ctx.stats.record("negative_pg_rows", row)
         try:
-            reconcile_once(ctx.stats)
+            reconcile_once(ctx.stats, reseeder=ctx.reseeder)
+            with ctx.gate.quiet():
+                for low in low_counters(farm=ctx.farm):
+                    ctx.stats.record("low_counters", low)
         except redis.exceptions.RedisError as error:
             # A cycle cut short by Redis (a redis-restart fault between a script load and
             # its call, say) is what a scheduler's loop meets too: it logs and tries again
             # at the next tick. Counted, not fatal.
             ctx.stats.count("reseed_cycles_failed", type(error).__name__)
         close_old_connections()
+
+
+def low_counters(*, farm: SimFarm) -> list[tuple[str, str, int, int]]:
+    """(key, field, Redis, SUM(proc)) of every managed key's counter below what its procs
+    book, on a Redis that is open for booking (acct:seeded: a Redis not rebuilt since it came
+    up is closed, and reads low by design) and is the master recorded (a promoted replica can
+    miss writes until its check closes and rebuilds it). Call it with the gate quiet."""
+    client = accounting_redis()
+    role, replid, (seeded, recorded) = replication_state(client, keys.SEEDED, keys.MASTER)
+    if role != "master" or seeded is None or (recorded is not None and recorded.decode() != replid):
+        return []  # closed, or a promoted replica not rebuilt yet (booking.lua refuses it)
+    managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+    booked = [(key, cores, gpus) for key, cores, gpus, _ in booked_rows(show_ids=managed)]
+    with client.pipeline(transaction=False) as pipe:
+        for key, _, _ in booked:
+            pipe.hmget(key, "int_cores", "int_gpus")
+        in_redis = pipe.execute()
+    found = []
+    for (key, cores, gpus), (redis_cores, redis_gpus) in zip(booked, in_redis):
+        for name, expected, actual in (("int_cores", cores, redis_cores), ("int_gpus", gpus, redis_gpus)):
+            if int(actual or 0) < expected:
+                found.append((key, name, int(actual or 0), expected))
+    return found
 
 
 def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:
@@ -264,11 +352,24 @@ def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:
     return pg_accounting.negative_rows(show_ids=cuebot_shows)
 
 
-def reconcile_once(stats: Stats) -> None:
-    """Empty-Redis bootstrap when needed, then the limit reseed and the booked reseed."""
+RESEEDERS = ("project", "scheduler")
+
+
+def reconcile_once(stats: Stats, *, reseeder: str = "project") -> None:
+    """Empty-Redis bootstrap when needed, then the booked reseed and the limit reseed: this
+    project's (in-flight overlay, under the farm lock) or one like the scheduler's own
+    recompute (no overlay), which counts the keys it wrote over live in-flight operations."""
+    check = failover.check_master()  # what every task worker's watch does, once a second
+    stats.add(failovers=int(check.failover), rebuilds_after_failover=int(check.rebuilt))
     if reconcile.bootstrap_if_empty():
         stats.add(bootstraps=1)
-    if reconcile.reseed_all():
+    if reseeder == "scheduler":
+        outcome = reconcile.reseed_all_like_scheduler()
+        written = outcome.written
+        stats.add(reseed_keys_over_inflight=outcome.exposed_keys)
+    else:
+        written = reconcile.reseed_all()
+    if written:
         stats.add(reseed_cycles_run=1)
     else:
         stats.add(reseed_cycles_skipped=1)
@@ -279,20 +380,32 @@ def operator(ctx: SimContext, index: int) -> None:
     rng = ctx.rng("operator", index)
     while not ctx.stop.wait(0.1):
         if ctx.plan.take("flag-flip"):
-            with transient(ctx, "flag-flip"):
+            with ctx.gate.operation(), transient(ctx, "flag-flip"):
                 flip_a_show(ctx, rng=rng)
         if ctx.plan.take("limit-change"):
-            with transient(ctx, "limit-change"):
+            with ctx.gate.operation(), transient(ctx, "limit-change"):
                 change = reconcile.change_random_limit(rng=rng, show_ids=ctx.farm.show_ids)
                 if change.lowered:
                     ctx.stats.record("lowered_keys", change.key)
                 ctx.stats.count("faults", "limit-change")
+        if ctx.plan.take("failover"):
+            with redis_errors_counted(ctx, "failover"):
+                promote_a_replica()
+                ctx.stats.count("faults", "failover")
         if ctx.plan.take("redis-restart"):
             # A restarted Redis without persistence: no keys, no scripts.
             client = accounting_redis()
             client.flushdb()
             client.script_flush()
             ctx.stats.count("faults", "redis-restart")
+
+
+def promote_a_replica() -> None:
+    """Ask a sentinel of ACCOUNTING_REDIS_URL to fail the master over (a replica is promoted
+    at once; writes the old master took after the replica's last sync are lost)."""
+    target = sentinel_target(settings.ACCOUNTING_REDIS_URL)
+    with redis.Redis(*target.sentinels[0], socket_timeout=2) as sentinel:
+        sentinel.execute_command("SENTINEL", "FAILOVER", target.master_name)
 
 
 def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:

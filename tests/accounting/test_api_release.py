@@ -145,10 +145,15 @@ def test_metrics_count_releases_by_branch_and_batch_sizes(farm, post, client, dj
     assert "cuebot_acct_release_publish_failures_total" in after
 
 
-def test_healthz_ok_when_everything_answers(db, client):
+def test_healthz_ok_when_everything_answers(db, client, settings):
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "checks": {"postgres": "ok", "cache_redis": "ok", "accounting_redis": "ok"}}
+    body = response.json()
+    assert {key: body[key] for key in ("status", "checks")} == {
+        "status": "ok", "checks": {"postgres": "ok", "cache_redis": "ok", "accounting_redis": "ok"}}
+    # Which master is in use, and the failovers and rebuilds this host's processes counted.
+    assert body["accounting_redis"]["master"] == settings.TEST_REDIS_HOST
+    assert {type(body["accounting_redis"][key]) for key in ("failovers", "rebuilds")} == {int}
 
 
 def test_healthz_503_when_accounting_redis_is_down(db, client, settings):

@@ -78,14 +78,16 @@ def test_a_task_worker_registers_itself_and_runs_the_guardrail_when_spawned(monk
     from django_q.conf import Conf
     from django_q.signals import post_spawn
 
-    from accounting import guardrail
+    from accounting import failover, guardrail
 
-    started, checked = [], []
+    started, checked, watching = [], [], []
     monkeypatch.setattr(Conf, "SYNC", False)
     monkeypatch.setattr(instances, "start_process_heartbeat", lambda *, role: started.append(role))
     monkeypatch.setattr(guardrail, "run_guardrail_at_start", lambda: checked.append(True))
+    monkeypatch.setattr(failover, "start_master_watch", lambda: watching.append(True))
     post_spawn.send(sender="django_q", proc_name="Worker-1")  # what django-q2 sends in a new worker
-    assert started == ["tasks"] and checked == [True]
+    # ...and watches for a new accounting Redis master (accounting.failover).
+    assert started == ["tasks"] and checked == [True] and watching == [True]
 
 
 @pytest.mark.django_db(transaction=True)

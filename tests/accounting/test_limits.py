@@ -9,6 +9,7 @@ from django.core.management.base import CommandError
 from accounting import keys, limits
 from accounting.limits import InvalidLimit, set_folder_limits, set_job_limits, set_point_limits, set_subscription_limits
 from accounting.metrics import LIMIT_PUBLISH_FAILURES
+from prometheus_client import REGISTRY
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from tests.processes import manage
 
@@ -32,14 +33,46 @@ def test_subscription_change_reaches_redis_after_commit_and_bumps_seq(farm, acct
     assert (farm.subscription.int_size, farm.subscription.int_burst) == (25050, 30000)
 
 
-def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing(farm, acct_redis, django_capture_on_commit_callbacks):
+def refused_writes() -> float:
+    return REGISTRY.get_sample_value("cuebot_acct_limit_writes_refused_total") or 0.0
+
+
+def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing_and_says_so(farm, acct_redis, caplog, capsys,
+                                                                                  django_capture_on_commit_callbacks):
     """A burst written to a restarted Redis would open the subscription with its counters
-    reading 0; the bootstrap writes the committed value after rebuilding them."""
+    reading 0; the rebuild writes the committed value after rebuilding them. Meanwhile the
+    refusal is loud: WARN, a metric, and the drift inspector names it."""
     acct_redis.flushdb()  # restart: the marker goes too
+    before = refused_writes()
     with django_capture_on_commit_callbacks(execute=True):
         set_subscription_limits(subscription=farm.subscription, burst=30000)
-    assert acct_redis.keys("acct:*") == []
+    assert not acct_redis.exists(sub_key(farm))
     assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 30000
+    assert refused_writes() == before + 1
+    assert any(r.levelname == "WARNING" and "refused" in r.getMessage() and sub_key(farm) in r.getMessage() for r in caplog.records)
+    with pytest.raises(SystemExit):
+        call_command("acct_drift")
+    out = capsys.readouterr().out
+    assert f"{sub_key(farm)}\tburst\tredis=None\tpg=300\tdiff=-300\tcause: limit write refused" in out
+
+
+def test_change_after_the_schedulers_own_rebuild_reaches_redis(farm, acct_redis, django_capture_on_commit_callbacks):
+    """The scheduler's bootstrap rebuilds an empty Redis (counters, then limit fields) but
+    knows nothing of acct:seeded. Its keys are open already: a limit change must reach them."""
+    acct_redis.flushdb()
+    acct_redis.hset(sub_key(farm), mapping={"int_cores": 0, "int_gpus": 0, "size": 100, "burst": 200})
+    acct_redis.hset(keys.job(job_id=farm.job.id), mapping={"int_cores": 0, "int_gpus": 0, "int_max_cores": 10,
+                                                           "int_max_gpus": 0, "int_priority": 1})
+    acct_redis.set(keys.SEQ, 7)
+    before = refused_writes()
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("set_subscription", farm.show.str_name, farm.alloc.str_name, "--burst", "1500")
+        set_job_limits(job_resource=farm.job.resource, max_cores=2000)
+    assert acct_redis.hget(sub_key(farm), "burst") == "1500"
+    assert acct_redis.hget(keys.job(job_id=farm.job.id), "int_max_cores") == "20"
+    assert acct_redis.get(keys.SEQ) == "9"
+    assert refused_writes() == before
+    assert not acct_redis.exists(keys.SEEDED)  # opening keys is still the rebuild's job
 
 
 def test_cuebot_managed_show_changes_stay_in_postgres(cuebot_farm, acct_redis, django_capture_on_commit_callbacks):

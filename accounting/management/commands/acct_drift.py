@@ -33,7 +33,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(report.as_dict(), indent=2))
         else:
             for row in report.rows:
-                self.stdout.write(f"{row.key}\t{row.field}\tredis={row.redis}\tpg={row.pg}\tdiff={row.difference:+d}")
+                cause = f"\tcause: {row.cause}" if row.cause else ""
+                self.stdout.write(f"{row.key}\t{row.field}\tredis={row.redis}\tpg={row.pg}\tdiff={row.difference:+d}{cause}")
             rounding = (f", {len(report.rounding_only)} differ only by the scheduler's sum-then-convert rounding (not drift)"
                         if report.rounding_only else "")
             self.stdout.write(

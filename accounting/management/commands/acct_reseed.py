@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from accounting.failover import check_master
 from accounting.locks import LockBusy
 from accounting.reseed import reseed
 from shows.selectors import AmbiguousName, get_show_by_name
@@ -9,7 +10,9 @@ from shows.selectors import AmbiguousName, get_show_by_name
 class Command(BaseCommand):
     help = (
         "Rebuild the Redis live view of scheduler-managed shows from PostgreSQL: booked counters "
-        "(SUM(proc), under the acct:seq compare-and-swap) and limits (unconditionally). Both by default."
+        "(SUM(proc), under the acct:seq compare-and-swap) and limits (unconditionally). Both by default. "
+        "On a Redis that is a new master (a failover nothing noticed yet) the managed keys are closed and "
+        "rebuilt first."
     )
 
     def add_arguments(self, parser) -> None:
@@ -32,6 +35,10 @@ class Command(BaseCommand):
                 raise CommandError(f"show {show!r} is Cuebot-managed; Redis holds nothing for it", returncode=2)
             show_ids = [found.id]
         try:
+            # A new master not noticed yet (no task cluster running) is closed and rebuilt
+            # first, as the task workers' watch would; its bookings stay refused until then.
+            if check_master().failover:
+                self.stdout.write("the accounting Redis is a new master: managed keys closed and rebuilt")
             with tqdm(desc="reseed", unit="key", file=self.stderr) as bar:
                 report = reseed(limits=limits, booked=booked, show_ids=show_ids, progress=bar.update)
         except LockBusy as busy:

@@ -8,6 +8,7 @@ from accounting.management.commands._limit_args import ascii_int
 from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
 from accounting.simulation.faults import FAULT_KINDS, parse_faults
 from accounting.simulation.runner import SimConfig, run_simulation
+from accounting.simulation.workers import RESEEDERS
 from cuebot_acct.startup import redact
 from shows.farm import FarmRefused
 
@@ -48,6 +49,9 @@ class Command(BaseCommand):
         parser.add_argument("--allow-flush-foreign-keys", action="store_true",
                             help="let the redis-restart fault flush the accounting Redis even though it holds keys of "
                                  "shows the simulator did not create (they are lost)")
+        parser.add_argument("--reseeder", choices=RESEEDERS, default="project",
+                            help="who reseeds during the run: this project's reseed (in-flight overlay) or one like "
+                                 "the scheduler's own recompute (compare-and-swap only) (default: %(default)s)")
 
     def handle(self, *args, faults: str, json: bool, allow_flush_foreign_keys: bool, **options) -> None:
         try:
@@ -64,7 +68,7 @@ class Command(BaseCommand):
         config = SimConfig(
             shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], seconds=options["seconds"],
             bookers=options["bookers"], releasers=options["releasers"], faults=kinds, seed=options["seed"],
-            existing=options["existing"],
+            existing=options["existing"], reseeder=options["reseeder"],
         )
         with tqdm(total=config.seconds, desc="simulating", unit="s", file=self.stderr, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s {postfix}") as bar:
             def progress(elapsed, stats) -> None:
@@ -74,7 +78,7 @@ class Command(BaseCommand):
                 bar.refresh()
             try:
                 report = run_simulation(config=config, progress=progress)
-            except FarmRefused as refused:
+            except (FarmRefused, ValueError) as refused:
                 raise CommandError(str(refused), returncode=2) from None
         self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
         if not report.ok:
