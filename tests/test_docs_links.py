@@ -11,15 +11,16 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-def prose(path: Path) -> list[str]:
-    """The file's lines outside fenced code blocks, inline code spans blanked."""
+def prose(path: Path, *, blank_code: bool = True) -> list[str]:
+    """The file's lines outside fenced code blocks, inline code spans blanked (a heading's
+    anchor keeps their text, so `anchors` reads them as they are)."""
     lines, fenced = [], False
     for line in path.read_text().splitlines():
         if FENCE.match(line):
             fenced = not fenced
             continue
         if not fenced:
-            lines.append(re.sub(r"`[^`]*`", "``", line))
+            lines.append(re.sub(r"`[^`]*`", "``", line) if blank_code else line)
     return lines
 
 
@@ -27,12 +28,12 @@ def anchors(path: Path) -> set[str]:
     """The fragments GitHub gives the headings of a Markdown file."""
     seen: dict[str, int] = {}
     found = set()
-    for line in prose(path) if path.suffix == ".md" else []:
+    for line in prose(path, blank_code=False) if path.suffix == ".md" else []:
         heading = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
         if not heading:
             continue
         text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1))  # a link's text only
-        slug = re.sub(r"[^\w\- ]", "", text.replace("``", "").lower()).replace(" ", "-")
+        slug = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
         count = seen.get(slug, 0)
         seen[slug] = count + 1
         found.add(slug if count == 0 else f"{slug}-{count}")
