@@ -44,13 +44,18 @@ def spawn(name: str, command: list[str]) -> None:
     print(f"server: {name} started (pid {process.pid}), log in .local/log/{name}.log")
 
 
+def gunicorn_command(bind: str) -> list[str]:
+    """The deployed web server; bench/release.py measures this very command."""
+    return [str(BIN / "gunicorn"), "cuebot_acct.wsgi", "--bind", bind, "--workers", "2", "--threads", "4"]
+
+
 def start(bind: str) -> None:
     (LOCAL / "log").mkdir(parents=True, exist_ok=True)
     metrics_dir = Path(os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(LOCAL / "metrics")))
     if not any(running(name) for name in PROCESSES):
         shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True, exist_ok=True)
-    spawn("gunicorn", [str(BIN / "gunicorn"), "cuebot_acct.wsgi", "--bind", bind, "--workers", "2", "--threads", "4"])
+    spawn("gunicorn", gunicorn_command(bind))
     spawn("qcluster", [str(BIN / "python"), "manage.py", "qcluster"])
     print(f"cuebot-acct is running: http://{bind}/api/v1/docs  http://{bind}/admin/  http://{bind}/metrics")
 
