@@ -106,6 +106,28 @@ RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.
           p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
 """
 
+# One proc, the common call: one proc row and one host row, so no ordering CTE is needed.
+# The host UPDATE reads the DELETE's output, so it runs after the proc row is locked and
+# deleted: proc, then host, Cuebot's order. One statement, one round trip, and a shape
+# PostgreSQL plans once per connection (a generic plan after the first executions).
+RELEASE_ONE = """
+WITH gone AS (
+     DELETE FROM proc p USING host h
+      WHERE p.pk_proc = %(id)s AND h.pk_host = p.pk_host
+     RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, p.pk_job, p.pk_layer,
+               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+), given_back AS (
+     UPDATE host h
+        SET int_cores_idle = h.int_cores_idle + g.int_cores_reserved, int_mem_idle = h.int_mem_idle + g.int_mem_reserved,
+            int_gpus_idle = h.int_gpus_idle + g.int_gpus_reserved, int_gpu_mem_idle = h.int_gpu_mem_idle + g.int_gpu_mem_reserved
+       FROM gone g
+      WHERE h.pk_host = g.pk_host
+)
+SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_layer, j.pk_dept, j.pk_show,
+       g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
+  FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
+"""
+
 GIVE_BACK_TO_HOSTS = """
 WITH d AS (
      SELECT * FROM unnest(%(hosts)s::text[], %(cores)s::bigint[], %(mem)s::bigint[], %(gpus)s::bigint[], %(gpu_mem)s::bigint[])
@@ -172,10 +194,11 @@ ADJUSTMENT_SQL = {a.table: a.sql for a in ADJUSTMENTS}
 class _PreparedStatementCursor(psycopg.Cursor):
     """Server-side binding, each statement prepared on its connection at first use.
 
-    The release statements are few and run at a high rate: planning the DELETE ... USING
-    and the unnest UPDATEs anew each time was most of their PostgreSQL cost. Django's own
-    cursors bind client-side and never prepare (for transaction-mode poolers); a deployment
-    behind such a pooler must route this service to PostgreSQL directly.
+    The release statements are few and run at a high rate: parsing and planning them anew
+    each time was most of their PostgreSQL cost. psycopg prepares only on a connection
+    whose prepare_threshold is not None (Django's default is None): settings set it.
+    Django's own cursors bind client-side and never prepare; a deployment behind a
+    transaction-mode pooler must route this service to PostgreSQL directly.
     """
 
     def execute(self, query, params=None, **kwargs):
@@ -310,7 +333,11 @@ def _release(proc_ids: list[str]) -> dict[str, Release]:
 
 def _release_once(proc_ids: list[str]) -> dict[str, Release]:
     with transaction.atomic(), _release_cursor() as cursor:
-        cursor.execute(DELETE_PROCS, {"ids": proc_ids})
+        single = len(proc_ids) == 1
+        if single:  # the proc deleted and its host given back in one statement
+            cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
+        else:
+            cursor.execute(DELETE_PROCS, {"ids": proc_ids})
         rows = cursor.fetchall()
         if not rows:
             return {}
@@ -320,11 +347,12 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         releases = [_release_from_row(row, managed=managed) for row in rows]
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
-        # The host UPDATE and the decrements need nothing back: one round trip for up to
-        # eight statements. A scheduler-managed release has only the host UPDATE to send; a
-        # settling show's recompute reads results back, so it goes statement by statement.
+        # The host UPDATE (batches) and the decrements need nothing back: one round trip
+        # for up to seven statements. A settling show's recompute reads results back, so it
+        # goes statement by statement.
         with _one_round_trip() if in_pg and not settling else nullcontext():
-            _give_back_to_hosts(cursor, releases)
+            if not single:
+                _give_back_to_hosts(cursor, releases)
             if in_pg:
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
         to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
