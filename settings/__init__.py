@@ -103,6 +103,10 @@ ACCOUNTING_RECONCILE_ENABLED = env.bool("ACCOUNTING_RECONCILE_ENABLED", default=
 # TTL of the b_scheduler_managed cache (ShowDao's ~30 s in Cuebot).
 SHOW_FLAG_CACHE_SECONDS = env.int("SHOW_FLAG_CACHE_SECONDS", default=30)
 
+# How long a process trusts a valid API token without reading it again: the bound on how
+# late a revocation (or a deactivated user) takes effect.
+AUTH_TOKEN_CACHE_SECONDS = env.int("AUTH_TOKEN_CACHE_SECONDS", default=10)
+
 # Separate database indexes keep the roles apart: flushing the cache or the task
 # queue never touches the accounting keys.
 CACHE_REDIS_URL = env.str("CACHE_REDIS_URL", default="redis://127.0.0.1:6379/1")
