@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 #    are at delete time, with the ids of its keys: alloc via the host; folder, department
 #    and the point's show via the job, when the job row still exists. Row locks make
 #    concurrent releases of one proc release it once: the loser's DELETE finds it gone.
-# 2. one host UPDATE gives the idle resources back (summed per host).
+# 2. one host UPDATE gives the idle resources back (summed per host), in the same statement.
 # 3. the branch, per proc:
 #    - local (b_local): layer_resource, job_resource int_local_* and the job's host_local
 #      reservation on that host (idle amounts back), whatever the show's flag;
@@ -91,19 +91,37 @@ class Release:
 # UPDATE locks row by row in sorted order (the order a plan visits rows in is not stable,
 # and the data-modifying CTEs of one statement run in an unspecified order), and the
 # statement then only writes rows that CTE returned, i.e. rows this transaction holds.
+# A release's proc and host rows are locked by one statement: its host rows are locked
+# from the sums over every deleted proc (per_host reads all of the DELETE's output), so
+# after all of its proc rows, whatever order the statement's parts otherwise run in.
 # Writers outside this order (an operator's SQL) can still deadlock with a release: that
 # is what the rerun in accounting.transient is for.
-DELETE_PROCS = """
+RELEASE_MANY = """
 WITH doomed AS MATERIALIZED (
      SELECT p.pk_proc, j.pk_folder, j.pk_dept, j.pk_show AS point_show
        FROM proc p LEFT JOIN job j ON j.pk_job = p.pk_job
       WHERE p.pk_proc = ANY(%(ids)s) ORDER BY p.pk_proc FOR UPDATE OF p
+), gone AS (
+     DELETE FROM proc p
+      USING doomed d, host h
+      WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host
+     RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
+               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+), per_host AS (
+     SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem, SUM(int_gpus_reserved) AS gpus,
+            SUM(int_gpu_mem_reserved) AS gpu_mem
+       FROM gone GROUP BY pk_host
+), locked AS MATERIALIZED (
+     SELECT h.pk_host, t.cores, t.mem, t.gpus, t.gpu_mem FROM host h JOIN per_host t ON t.pk_host = h.pk_host
+      ORDER BY h.pk_host FOR NO KEY UPDATE OF h
+), given_back AS (
+     UPDATE host h
+        SET int_cores_idle = h.int_cores_idle + l.cores, int_mem_idle = h.int_mem_idle + l.mem,
+            int_gpus_idle = h.int_gpus_idle + l.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + l.gpu_mem
+       FROM locked l
+      WHERE h.pk_host = l.pk_host
 )
-DELETE FROM proc p
- USING doomed d, host h
- WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host
-RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
-          p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+SELECT * FROM gone
 """
 
 # One proc, the common call: one proc row and one host row, so no ordering CTE is needed.
@@ -127,22 +145,6 @@ SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_
        g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
   FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
 """
-
-GIVE_BACK_TO_HOSTS = """
-WITH d AS (
-     SELECT * FROM unnest(%(hosts)s::text[], %(cores)s::bigint[], %(mem)s::bigint[], %(gpus)s::bigint[], %(gpu_mem)s::bigint[])
-            AS d(pk_host, cores, mem, gpus, gpu_mem)
-), locked AS MATERIALIZED (
-     SELECT h.pk_host, d.cores, d.mem, d.gpus, d.gpu_mem FROM host h JOIN d ON d.pk_host = h.pk_host
-      ORDER BY h.pk_host FOR NO KEY UPDATE OF h
-)
-UPDATE host h
-   SET int_cores_idle = h.int_cores_idle + l.cores, int_mem_idle = h.int_mem_idle + l.mem,
-       int_gpus_idle = h.int_gpus_idle + l.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + l.gpu_mem
-  FROM locked l
- WHERE h.pk_host = l.pk_host
-"""
-
 
 @dataclass(frozen=True)
 class _Adjustment:
@@ -245,22 +247,6 @@ def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
     )
 
 
-def _give_back_to_hosts(cursor, releases: Sequence[Release]) -> None:
-    per_host: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for r in releases:
-        totals = per_host[r.host_id]
-        totals[0] += r.cores_centicores
-        totals[1] += r.memory
-        totals[2] += r.gpus
-        totals[3] += r.gpu_memory
-    hosts = sorted(per_host)
-    cursor.execute(GIVE_BACK_TO_HOSTS, {
-        "hosts": hosts,
-        "cores": [per_host[h][0] for h in hosts], "mem": [per_host[h][1] for h in hosts],
-        "gpus": [per_host[h][2] for h in hosts], "gpu_mem": [per_host[h][3] for h in hosts],
-    })
-
-
 def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequence[str] = ()) -> None:
     """Local and Cuebot-managed procs: one ordered statement per table with rows to change.
 
@@ -333,11 +319,11 @@ def _release(proc_ids: list[str]) -> dict[str, Release]:
 
 def _release_once(proc_ids: list[str]) -> dict[str, Release]:
     with transaction.atomic(), _release_cursor() as cursor:
-        single = len(proc_ids) == 1
-        if single:  # the proc deleted and its host given back in one statement
+        # The procs deleted and their hosts given back in one statement.
+        if len(proc_ids) == 1:
             cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
         else:
-            cursor.execute(DELETE_PROCS, {"ids": proc_ids})
+            cursor.execute(RELEASE_MANY, {"ids": proc_ids})
         rows = cursor.fetchall()
         if not rows:
             return {}
@@ -347,13 +333,10 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         releases = [_release_from_row(row, managed=managed) for row in rows]
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
-        # The host UPDATE (batches) and the decrements need nothing back: one round trip
-        # for up to seven statements. A settling show's recompute reads results back, so it
-        # goes statement by statement.
-        with _one_round_trip() if in_pg and not settling else nullcontext():
-            if not single:
-                _give_back_to_hosts(cursor, releases)
-            if in_pg:
+        # The decrements need nothing back: one round trip for up to six statements. A
+        # settling show's recompute reads results back, so it goes statement by statement.
+        if in_pg:
+            with _one_round_trip() if not settling else nullcontext():
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
         to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
         if to_redis:

@@ -77,6 +77,7 @@ class BenchFarm:
     def __init__(self, *, scheduler_managed: bool = True) -> None:
         run = uuid.uuid4().hex[:10]
         self.run = run
+        self.frame_numbers: set[int] = set()
         # A Cuebot-managed farm's PG counters start high; a scheduler-managed one's are not written.
         booked = {} if scheduler_managed else {"int_cores": PG_BOOKED, "int_gpus": PG_BOOKED}
         self.facility = Facility.objects.create(str_name=f"bench-{run}")
@@ -114,7 +115,12 @@ class BenchFarm:
         self.token = issue_token(user=self.user, name="bench/release.py")
 
     def add_procs(self, n: int) -> list[str]:
-        ids = [str(uuid.uuid4()) for _ in range(n)]
+        ids = []
+        while len(ids) < n:  # frame numbers are unique per layer: skip an id whose number is taken
+            pid = str(uuid.uuid4())
+            if frame_number(pid) not in self.frame_numbers:
+                self.frame_numbers.add(frame_number(pid))
+                ids.append(pid)
         frames = (
             (pid, self.layer.id, self.job.id, f"{frame_number(pid):04d}-render", "RUNNING", frame_number(pid), 0,
              PROC_CORES[i % len(PROC_CORES)], self.hosts[i % HOSTS].str_name)
