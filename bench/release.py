@@ -273,20 +273,33 @@ def timed(fn, n: int) -> float:
 # The service's two entry points, each timed on fresh procs: one call per proc, and
 # batches of 100 (given BATCH_FACTOR times the procs, so a round has several batches).
 BATCH_FACTOR = 5
+HTTP_SLICE = 60  # releases per HTTP path in turn: 15 per client at 4 clients
 LIBRARY_PATHS = {
     "unbook_proc": lambda ids: timed(lambda: [unbook_proc(proc_id=p) for p in ids], len(ids)),
     "unbook_procs": lambda ids: timed(lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], len(ids)),
 }
 
 
-def interleaved_rates(farm: "BenchFarm", n: int, paths: dict, *, batched=("unbook_procs", "batch_floor")) -> dict[str, list[float]]:
-    """Releases/s per path and round, over ROUNDS rounds that run every path in turn, so
-    drift in machine load hits every path alike; ratios are taken within a round."""
+SLICE = 20  # releases per path and turn (interleaved_rates)
+
+
+def interleaved_rates(farm: "BenchFarm", n: int, paths: dict, *, batched=("unbook_procs", "batch_floor"),
+                      slice_size: int = SLICE) -> dict[str, list[float]]:
+    """Releases/s per path and round, over ROUNDS rounds. Within a round the paths take
+    turns in slices of `slice_size` releases (BATCH_FACTOR times more for a batched path),
+    so a change in machine load hits every path alike; ratios are taken within a round."""
     rates: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(ROUNDS):
-        for name, release in paths.items():
-            count = BATCH_FACTOR * n if name in batched else n
-            rates[name].append(release(farm.add_procs(count)))
+        ids = {name: farm.add_procs(BATCH_FACTOR * n if name in batched else n) for name in paths}
+        seconds = dict.fromkeys(paths, 0.0)
+        slices = n // slice_size
+        for i in range(slices):
+            for name, release in paths.items():
+                size = len(ids[name]) // slices
+                chunk = ids[name][i * size:(i + 1) * size]
+                seconds[name] += len(chunk) / release(chunk)
+        for name in paths:
+            rates[name].append(len(ids[name]) // slices * slices / seconds[name])
     return rates
 
 
@@ -482,16 +495,15 @@ def scheduler_phase(n: int, http_procs: int, *, with_http: bool) -> None:
 
         if not with_http:
             return
-        http = {"in-process": [], "http 1": [], "capacity": [], f"http {HTTP_CLIENTS}": []}
         latencies: dict[int, list[float]] = {1: [], HTTP_CLIENTS: []}
         with gunicorn_server() as port:
             http_rate(port, farm.token, farm.add_procs(4 * HTTP_CLIENTS), HTTP_CLIENTS, [])  # warm the workers
-            for _ in range(ROUNDS):
-                http["in-process"].append(LIBRARY_PATHS["unbook_proc"](farm.add_procs(http_procs)))
-                http["http 1"].append(http_rate(port, farm.token, farm.add_procs(http_procs), 1, latencies[1]))
-                http["capacity"].append(in_process_capacity(farm.add_procs(http_procs), HTTP_CLIENTS))
-                http[f"http {HTTP_CLIENTS}"].append(
-                    http_rate(port, farm.token, farm.add_procs(http_procs), HTTP_CLIENTS, latencies[HTTP_CLIENTS]))
+            http = interleaved_rates(farm, http_procs, {
+                "in-process": LIBRARY_PATHS["unbook_proc"],
+                "http 1": lambda ids: http_rate(port, farm.token, ids, 1, latencies[1]),
+                "capacity": lambda ids: in_process_capacity(ids, HTTP_CLIENTS),
+                f"http {HTTP_CLIENTS}": lambda ids: http_rate(port, farm.token, ids, HTTP_CLIENTS, latencies[HTTP_CLIENTS]),
+            }, slice_size=HTTP_SLICE)
         print(f"HTTP POST /api/v1/procs/{{id}}/unbook, gunicorn as scripts/server.py runs it "
               f"({' '.join(server.gunicorn_command('ADDR')[1:])}), {http_procs} releases per path and round")
         print(f"{'path':52s} {'releases/s':>11s}  {'x in-process, median (spread)':>28s}  target   p99")
