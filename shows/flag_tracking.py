@@ -13,12 +13,11 @@ Safe reads when that channel is lost: nothing is served from the process while t
 connection is down or broken (the read goes to the cache Redis, as without this module,
 and the next read tries to reconnect), and a value is never kept longer than
 SHOW_FLAG_CACHE_SECONDS (the key's own expiry reaches here as a push too, this only bounds
-a channel that died silently). Values read while a push may be in flight are only stored
-after the read, so a push for a write that raced the read drops them.
+a channel that died silently). A value read from Redis is kept only if the channel was up
+before the read and no push for its key arrived by the time it is stored.
 """
 import logging
 import os
-import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ class TrackedKeys:
         """`keys` (unprefixed cache keys) -> value, absent keys left out; `read` fetches the rest."""
         with self._lock:
             tracking = self._drain()
+            channel = self._conn
             now = time.monotonic()
             found, missing = {}, []
             for key in keys:
@@ -62,23 +62,27 @@ class TrackedKeys:
             return found
         fetched = read(missing)
         with self._lock:
-            # Stored only if the channel is still up and nothing for these keys arrived meanwhile.
-            if self._drain(dropping=missing):
+            # Stored only if the channel that was up before the read still is (a channel
+            # opened after it would not have seen a write made in between) and nothing for
+            # these keys arrived meanwhile.
+            if tracking and self._drain(dropping=missing) and self._conn is channel:
                 expires = time.monotonic() + self.ttl_seconds
                 for key in missing:
                     self._values[key] = (fetched.get(key), expires)
         return found | fetched
 
     def _drain(self, dropping: Sequence[str] = ()) -> bool:
-        """Apply every push waiting on the tracking socket; False if tracking is not up."""
+        """Apply every push waiting on the tracking connection; False if tracking is not up,
+        or if one of the `dropping` keys was invalidated."""
         if self._pid != os.getpid():  # a forked child must not read its parent's socket
             self._conn, self._values, self._pid = None, {}, os.getpid()
         if self._conn is None and not self._connect():
             return False
         dropped = False
         try:
-            sock = self._conn._sock
-            while select.select([sock], [], [], 0)[0]:
+            # can_read, not a poll of the socket alone: pushes already read into the
+            # parser's buffer count too.
+            while self._conn.can_read(timeout=0):
                 message = self._conn.read_response()
                 if not isinstance(message, list) or len(message) != 3 or message[0] != b"message":
                     continue
@@ -87,7 +91,7 @@ class TrackedKeys:
                 invalidated = message[2]
                 if invalidated is None:  # FLUSHDB / FLUSHALL
                     self._values.clear()
-                    dropped = True
+                    dropped = dropped or bool(dropping)
                     continue
                 for full_key in invalidated:
                     key = full_key.decode()[len(self.cache_prefix()):]

@@ -70,3 +70,15 @@ def test_a_lost_invalidation_channel_falls_back_to_reading_redis(farm, cache_com
     cache_commands.clear()
     assert ownership(show_id=farm.show.id).scheduler_managed is False
     assert cache_commands == ["MGET"]
+
+
+def test_pushes_arriving_together_are_all_applied(farm, cuebot_farm):
+    shows = [farm.show, cuebot_farm.show]
+    for _ in range(2):
+        assert [ownership(show_id=s.id).scheduler_managed for s in shows] == [True, False]
+    writer = other_connection()
+    # Two writes, two pushes (one per event-loop pass), both waiting when the next read comes.
+    writer.set(cache.make_key(flag_cache_key(show_id=shows[0].id)), cache.client.encode(False))
+    writer.set(cache.make_key(flag_cache_key(show_id=shows[1].id)), cache.client.encode(True))
+    # Reading the first takes both off the socket at once; the second must not stay buffered.
+    assert [ownership(show_id=s.id).scheduler_managed for s in shows] == [False, True]
