@@ -411,8 +411,6 @@ def test_the_single_release_gets_a_generic_plan(farm, django_capture_on_commit_c
 def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cuebot_farm):
     from django.test.utils import CaptureQueriesContext
 
-    from shows.selectors import is_scheduler_managed
-
     procs = [cuebot_farm.add_proc(cores=100), cuebot_farm.add_proc(cores=200, local=True)]
     # Warm: the flag lookup and each statement's one-off Parse are not what this counts.
     unbook_procs(proc_ids=[cuebot_farm.add_proc(cores=100).id, cuebot_farm.add_proc(cores=200, local=True).id])
