@@ -58,11 +58,22 @@ def release_keys(release: "Release") -> tuple[str, ...]:
 
 def summed_deltas(releases: Sequence["Release"]) -> dict[str, tuple[int, int]]:
     """Per key, the sum of each release's cores (converted per proc) and gpus."""
-    totals: dict[str, tuple[int, int]] = {}
+    # Procs of one layer name the same keys: sum per layer first, name the keys once per layer.
+    per_layer: dict[tuple, list] = {}
     for release in releases:
+        ids = (release.show_id, release.alloc_id, release.folder_id, release.job_id, release.layer_id,
+               release.dept_id, release.point_show_id)
+        entry = per_layer.get(ids)
+        if entry is None:
+            per_layer[ids] = [release, release.cores, release.gpus]
+        else:
+            entry[1] += release.cores
+            entry[2] += release.gpus
+    totals: dict[str, tuple[int, int]] = {}
+    for release, cores, gpus in per_layer.values():
         for key in release_keys(release):
-            cores, gpus = totals.get(key, (0, 0))
-            totals[key] = (cores + release.cores, gpus + release.gpus)
+            key_cores, key_gpus = totals.get(key, (0, 0))
+            totals[key] = (key_cores + cores, key_gpus + gpus)
     return totals
 
 

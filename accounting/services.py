@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 #    are at delete time, with the ids of its keys: alloc via the host; folder, department
 #    and the point's show via the job, when the job row still exists. Row locks make
 #    concurrent releases of one proc release it once: the loser's DELETE finds it gone.
-# 2. one host UPDATE gives the idle resources back (summed per host).
+# 2. one host UPDATE gives the idle resources back (summed per host), in the same statement.
 # 3. the branch, per proc:
 #    - local (b_local): layer_resource, job_resource int_local_* and the job's host_local
 #      reservation on that host (idle amounts back), whatever the show's flag;
@@ -91,36 +91,60 @@ class Release:
 # UPDATE locks row by row in sorted order (the order a plan visits rows in is not stable,
 # and the data-modifying CTEs of one statement run in an unspecified order), and the
 # statement then only writes rows that CTE returned, i.e. rows this transaction holds.
+# A release's proc and host rows are locked by one statement: its host rows are locked
+# from the sums over every deleted proc (per_host reads all of the DELETE's output), so
+# after all of its proc rows, whatever order the statement's parts otherwise run in.
 # Writers outside this order (an operator's SQL) can still deadlock with a release: that
 # is what the rerun in accounting.transient is for.
-DELETE_PROCS = """
+RELEASE_MANY = """
 WITH doomed AS MATERIALIZED (
      SELECT p.pk_proc, j.pk_folder, j.pk_dept, j.pk_show AS point_show
        FROM proc p LEFT JOIN job j ON j.pk_job = p.pk_job
       WHERE p.pk_proc = ANY(%(ids)s) ORDER BY p.pk_proc FOR UPDATE OF p
-)
-DELETE FROM proc p
- USING doomed d, host h
- WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host
-RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
-          p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
-"""
-
-GIVE_BACK_TO_HOSTS = """
-WITH d AS (
-     SELECT * FROM unnest(%(hosts)s::text[], %(cores)s::bigint[], %(mem)s::bigint[], %(gpus)s::bigint[], %(gpu_mem)s::bigint[])
-            AS d(pk_host, cores, mem, gpus, gpu_mem)
+), gone AS (
+     DELETE FROM proc p
+      USING doomed d, host h
+      WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host
+     RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
+               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+), per_host AS (
+     SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem, SUM(int_gpus_reserved) AS gpus,
+            SUM(int_gpu_mem_reserved) AS gpu_mem
+       FROM gone GROUP BY pk_host
 ), locked AS MATERIALIZED (
-     SELECT h.pk_host, d.cores, d.mem, d.gpus, d.gpu_mem FROM host h JOIN d ON d.pk_host = h.pk_host
+     SELECT h.pk_host, t.cores, t.mem, t.gpus, t.gpu_mem FROM host h JOIN per_host t ON t.pk_host = h.pk_host
       ORDER BY h.pk_host FOR NO KEY UPDATE OF h
+), given_back AS (
+     UPDATE host h
+        SET int_cores_idle = h.int_cores_idle + l.cores, int_mem_idle = h.int_mem_idle + l.mem,
+            int_gpus_idle = h.int_gpus_idle + l.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + l.gpu_mem
+       FROM locked l
+      WHERE h.pk_host = l.pk_host
 )
-UPDATE host h
-   SET int_cores_idle = h.int_cores_idle + l.cores, int_mem_idle = h.int_mem_idle + l.mem,
-       int_gpus_idle = h.int_gpus_idle + l.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + l.gpu_mem
-  FROM locked l
- WHERE h.pk_host = l.pk_host
+SELECT * FROM gone
 """
 
+# One proc, the common call: one proc row and one host row, so no ordering CTE is needed.
+# The host UPDATE reads the DELETE's output, so it runs after the proc row is locked and
+# deleted: proc, then host, Cuebot's order. One statement, one round trip, and a shape
+# PostgreSQL plans once per connection (a generic plan after the first executions).
+RELEASE_ONE = """
+WITH gone AS (
+     DELETE FROM proc p USING host h
+      WHERE p.pk_proc = %(id)s AND h.pk_host = p.pk_host
+     RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, p.pk_job, p.pk_layer,
+               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+), given_back AS (
+     UPDATE host h
+        SET int_cores_idle = h.int_cores_idle + g.int_cores_reserved, int_mem_idle = h.int_mem_idle + g.int_mem_reserved,
+            int_gpus_idle = h.int_gpus_idle + g.int_gpus_reserved, int_gpu_mem_idle = h.int_gpu_mem_idle + g.int_gpu_mem_reserved
+       FROM gone g
+      WHERE h.pk_host = g.pk_host
+)
+SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_layer, j.pk_dept, j.pk_show,
+       g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
+  FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
+"""
 
 @dataclass(frozen=True)
 class _Adjustment:
@@ -136,6 +160,13 @@ class _Adjustment:
     keys: tuple[str, ...]
     amounts: tuple[str, ...]
     sign: str = "-"
+
+    @property
+    def one_row_sql(self) -> str:
+        """The same for one row, by its key (unique in each of these tables): a single row
+        needs no ordering, and the plain UPDATE is the cheapest statement to run."""
+        match = " AND ".join(f"{k} = %({k})s" for k in self.keys)
+        return f"UPDATE {self.table} SET {', '.join(f'{a} = {a} {self.sign} %({a})s' for a in self.amounts)} WHERE {match}"
 
     @property
     def sql(self) -> str:
@@ -167,15 +198,17 @@ ADJUSTMENTS = (
     _Adjustment(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
 )
 ADJUSTMENT_SQL = {a.table: a.sql for a in ADJUSTMENTS}
+ONE_ROW_ADJUSTMENT_SQL = {a.table: a.one_row_sql for a in ADJUSTMENTS}
 
 
 class _PreparedStatementCursor(psycopg.Cursor):
     """Server-side binding, each statement prepared on its connection at first use.
 
-    The release statements are few and run at a high rate: planning the DELETE ... USING
-    and the unnest UPDATEs anew each time was most of their PostgreSQL cost. Django's own
-    cursors bind client-side and never prepare (for transaction-mode poolers); a deployment
-    behind such a pooler must route this service to PostgreSQL directly.
+    The release statements are few and run at a high rate: parsing and planning them anew
+    each time was most of their PostgreSQL cost. psycopg prepares only on a connection
+    whose prepare_threshold is not None (Django's default is None): settings set it.
+    Django's own cursors bind client-side and never prepare; a deployment behind a
+    transaction-mode pooler must route this service to PostgreSQL directly.
     """
 
     def execute(self, query, params=None, **kwargs):
@@ -222,24 +255,9 @@ def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
     )
 
 
-def _give_back_to_hosts(cursor, releases: Sequence[Release]) -> None:
-    per_host: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for r in releases:
-        totals = per_host[r.host_id]
-        totals[0] += r.cores_centicores
-        totals[1] += r.memory
-        totals[2] += r.gpus
-        totals[3] += r.gpu_memory
-    hosts = sorted(per_host)
-    cursor.execute(GIVE_BACK_TO_HOSTS, {
-        "hosts": hosts,
-        "cores": [per_host[h][0] for h in hosts], "mem": [per_host[h][1] for h in hosts],
-        "gpus": [per_host[h][2] for h in hosts], "gpu_mem": [per_host[h][3] for h in hosts],
-    })
-
-
 def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequence[str] = ()) -> None:
-    """Local and Cuebot-managed procs: one ordered statement per table with rows to change.
+    """Local and Cuebot-managed procs: one ordered statement per table with rows to change
+    (a plain one-row UPDATE where a single row changes).
 
     A show settling after its switch back to Cuebot (accounting.switching) may hold procs
     its rows never counted (bookings made on the old flag): decrementing would take them
@@ -272,7 +290,11 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
     failures = []
     for a in ADJUSTMENTS:
         rows = sums[a.table]
-        if rows:
+        if len(rows) == 1:
+            ((key, totals),) = rows.items()
+            params = dict(zip(a.keys, key)) | dict(zip(a.amounts, totals))
+            cursor.execute(ONE_ROW_ADJUSTMENT_SQL[a.table], params)
+        elif rows:
             row_keys = sorted(rows)
             params = {k: [key[i] for key in row_keys] for i, k in enumerate(a.keys)}
             params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(a.amounts)}
@@ -310,7 +332,11 @@ def _release(proc_ids: list[str]) -> dict[str, Release]:
 
 def _release_once(proc_ids: list[str]) -> dict[str, Release]:
     with transaction.atomic(), _release_cursor() as cursor:
-        cursor.execute(DELETE_PROCS, {"ids": proc_ids})
+        # The procs deleted and their hosts given back in one statement.
+        if len(proc_ids) == 1:
+            cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
+        else:
+            cursor.execute(RELEASE_MANY, {"ids": proc_ids})
         rows = cursor.fetchall()
         if not rows:
             return {}
@@ -320,12 +346,10 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         releases = [_release_from_row(row, managed=managed) for row in rows]
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
-        # The host UPDATE and the decrements need nothing back: one round trip for up to
-        # eight statements. A scheduler-managed release has only the host UPDATE to send; a
+        # The decrements need nothing back: one round trip for up to six statements. A
         # settling show's recompute reads results back, so it goes statement by statement.
-        with _one_round_trip() if in_pg and not settling else nullcontext():
-            _give_back_to_hosts(cursor, releases)
-            if in_pg:
+        if in_pg:
+            with _one_round_trip() if not settling else nullcontext():
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
         to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
         if to_redis:
@@ -370,11 +394,12 @@ WITH cuebot_shows AS (
         SELECT pk_show, str_name FROM show WHERE NOT b_scheduler_managed FOR SHARE
      ),
      booked AS (
+        -- The shows are filtered at the proc scan (the array is computed once), so only
+        -- Cuebot-managed procs are joined to their host.
         SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
           FROM proc p
           JOIN host h ON h.pk_host = p.pk_host
-          JOIN cuebot_shows c ON c.pk_show = p.pk_show
-         WHERE NOT p.b_local
+         WHERE NOT p.b_local AND p.pk_show = ANY(ARRAY(SELECT pk_show FROM cuebot_shows))
          GROUP BY p.pk_show, h.pk_alloc
      )
 SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
@@ -453,6 +478,8 @@ def _fix_drift(cursor, only: str | None) -> list[tuple]:
 
 def _drift(*, dry_run: bool) -> tuple[list[SubscriptionChange], list[RowFailure]]:
     with transaction.atomic(), connection.cursor() as cursor:
+        # JIT compilation cost more than the aggregate it would speed up, on every run.
+        cursor.execute("SET LOCAL jit = off")
         if dry_run:
             rows, failures = _read_drift(cursor), []
         else:

@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""recalculate_subs against a raw baseline, in the same process, on the demo farm.
+"""recalculate_subs against raw baselines, in the same process, on the demo farm.
 
-Baseline: accounting.recompute.SUBSCRIPTIONS for the Cuebot-managed shows, i.e. the
-plain set-based rewrite of every subscription row from SUM(proc), with no lease, no
-drift filter and no FOR SHARE on the shows. Prints the median of each and the ratio.
-Run after `manage.py migrate` (it completes the demo farm to the size asked for).
+Baselines: the bare aggregate (SUM(proc) of the Cuebot-managed shows' non-local procs per
+show and allocation, fetched, nothing written), and accounting.recompute.SUBSCRIPTIONS for
+those shows, i.e. the plain set-based rewrite of every subscription row from SUM(proc),
+with no lease, no drift filter and no FOR SHARE on the shows. Prints the median of each and
+the ratios. Run after `manage.py migrate` (it completes the demo farm to the size asked for).
 """
 import argparse
 import os
@@ -27,6 +28,14 @@ from accounting.recompute import SUBSCRIPTIONS  # noqa: E402
 from accounting.services import recalculate_subs  # noqa: E402
 from shows.farm import DemoFarmSize, build_demo_farm  # noqa: E402
 from shows.models import Show  # noqa: E402
+
+
+BARE_AGGREGATE = """
+SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved), SUM(p.int_gpus_reserved)
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host
+ WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
+ GROUP BY p.pk_show, h.pk_alloc
+"""
 
 
 def timed(fn, *, rounds: int, before=lambda: None) -> float:
@@ -55,15 +64,21 @@ def main() -> None:
 
     def baseline() -> None:
         with connection.cursor() as cursor:
-            cursor.execute(SUBSCRIPTIONS, {"shows": cuebot_shows})
+            cursor.execute(SUBSCRIPTIONS, {"shows": cuebot_shows, "only": None})
+
+    def bare_aggregate() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(BARE_AGGREGATE, {"shows": cuebot_shows})
+            cursor.fetchall()
 
     print(f"farm: {Show.objects.count()} shows ({len(cuebot_shows)} Cuebot-managed), {rows} Cuebot subscription rows, "
           f"{args.procs} procs; median of {args.rounds}")
     for label, before in (("every row drifted", drift_everything), ("nothing drifted", lambda: None)):
+        bare = timed(bare_aggregate, rounds=args.rounds, before=before)
         raw = timed(baseline, rounds=args.rounds, before=before)
         ours = timed(lambda: recalculate_subs(), rounds=args.rounds, before=before)
-        print(f"{label:>18}: raw statement {raw * 1000:7.2f} ms, recalculate_subs {ours * 1000:7.2f} ms, "
-              f"ratio {ours / raw:.2f}x")
+        print(f"{label:>18}: bare aggregate {bare * 1000:7.2f} ms, raw rewrite {raw * 1000:7.2f} ms, "
+              f"recalculate_subs {ours * 1000:7.2f} ms = {ours / bare:.2f}x the aggregate, {ours / raw:.2f}x the rewrite")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,21 @@
-"""Release-path benchmark: releases/s against a bare psycopg + redis-py floor, same process.
+"""Release-path benchmark: releases/s against the release floor, in the same process.
 
-    DJANGO_SETTINGS_MODULE=settings .venv/bin/python bench/release.py [--procs 1000]
+    DJANGO_SETTINGS_MODULE=settings .venv/bin/python bench/release.py [--procs 1000] [--skip http]
 
-Runs against the configured PostgreSQL and Redis. Builds its own scheduler-managed farm
-(ids unique to the run, so a demo farm in the same database is untouched) and removes it,
-its Redis keys and its API user afterwards. Prints releases/s and the ratio to the floor
-for: the floor, unbook_proc, unbook_procs in batches of 100, and POST
-/api/v1/procs/{id}/unbook from concurrent clients against a gunicorn it starts on
-127.0.0.1; then SQL statements and Redis round trips per release, by database.
-Then the same for a Cuebot-managed farm of its own (PG accounting tables decremented in
-the transaction, nothing in Redis): unbook_proc and batches of 100 against a bare psycopg
-floor running the same statements, and SQL statements and PostgreSQL round trips per release.
+Runs against the configured PostgreSQL and Redis. Builds its own farms (ids unique to the
+run, so a demo farm in the same database is untouched) and removes them, their Redis keys
+and their API user afterwards.
+
+The floor (issue 11) is what a release cannot do without, written plainly on bare psycopg
+(statements prepared as psycopg does by default) and redis-py: DELETE FROM proc USING
+host, job ... RETURNING the amounts and key ids, UPDATE host, COMMIT, then one EVALSHA of
+bench/floor_release.lua (5 x HINCRBY of int_cores/int_gpus and INCR acct:seq on keys that
+exist). The batch floor does the same with = ANY($1) and one script call per batch; the
+Cuebot-managed floor runs Cuebot's five decrements one by one before the COMMIT.
+Every path runs in each of ROUNDS interleaved rounds; ratios are taken within a round and
+printed as the median with the spread. Then POST /api/v1/procs/{id}/unbook against the
+gunicorn command scripts/server.py deploys, at 1 client against in-process unbook_proc
+and at 4 clients against 4 in-process releasers (the machine's capacity), with p99.
 Measured, never asserted: the targets are printed beside the ratios.
 """
 import argparse
@@ -23,15 +28,19 @@ import threading
 import time
 import tempfile
 import uuid
+import multiprocessing
+import statistics
 from collections import Counter
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
 
 import django  # noqa: E402
+import server  # noqa: E402  (scripts/server.py: the deployed gunicorn command)
 
 django.setup()
 
@@ -40,28 +49,24 @@ import redis  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.cache import cache  # noqa: E402
-from django.db import connection, transaction  # noqa: E402
+from django.db import connection, connections, transaction  # noqa: E402
 from django_redis import get_redis_connection  # noqa: E402
 
 from accounting import keys  # noqa: E402
 from accounting.auth import grant_permissions, issue_token  # noqa: E402
 from accounting.permissions import RELEASE_PROCS  # noqa: E402
-from accounting.lua import script  # noqa: E402
 from accounting.models import FolderResource, JobResource, LayerResource, Point, Subscription  # noqa: E402
-from accounting.services import (  # noqa: E402
-    ADJUSTMENT_SQL, ADJUSTMENTS, DELETE_PROCS, GIVE_BACK_TO_HOSTS, unbook_proc, unbook_procs,
-)
+from accounting.services import unbook_proc, unbook_procs  # noqa: E402
 from accounting.units import cores_from_centicores  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
 from shows.farm import ADD_HOST_STATS, FRAME_COLUMNS, PROC_COLUMNS, copy_rows, frame_number, new_layer  # noqa: E402
 from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
-from shows.selectors import flag_cache_key, is_scheduler_managed  # noqa: E402
+from shows.selectors import flag_cache_key  # noqa: E402
 
 HOSTS = 8
 PROC_CORES = (100, 250, 400, 200)
 HTTP_CLIENTS = 4
-HTTP_WORKERS = 2
-ROUNDS = 5
+ROUNDS = 3
 # Starting PG booked counters of a Cuebot-managed bench farm, in centicores: above what
 # the bench releases, so no counter goes negative.
 PG_BOOKED = 10**8
@@ -73,6 +78,7 @@ class BenchFarm:
     def __init__(self, *, scheduler_managed: bool = True) -> None:
         run = uuid.uuid4().hex[:10]
         self.run = run
+        self.frame_numbers: set[int] = set()
         # A Cuebot-managed farm's PG counters start high; a scheduler-managed one's are not written.
         booked = {} if scheduler_managed else {"int_cores": PG_BOOKED, "int_gpus": PG_BOOKED}
         self.facility = Facility.objects.create(str_name=f"bench-{run}")
@@ -111,7 +117,12 @@ class BenchFarm:
         self.token = issue_token(user=self.user, name="bench/release.py")
 
     def add_procs(self, n: int) -> list[str]:
-        ids = [str(uuid.uuid4()) for _ in range(n)]
+        ids = []
+        while len(ids) < n:  # frame numbers are unique per layer: skip an id whose number is taken
+            pid = str(uuid.uuid4())
+            if frame_number(pid) not in self.frame_numbers:
+                self.frame_numbers.add(frame_number(pid))
+                ids.append(pid)
         frames = (
             (pid, self.layer.id, self.job.id, f"{frame_number(pid):04d}-render", "RUNNING", frame_number(pid), 0,
              PROC_CORES[i % len(PROC_CORES)], self.hosts[i % HOSTS].str_name)
@@ -146,70 +157,113 @@ class BenchFarm:
         cache.delete(flag_cache_key(show_id=self.show.id))
 
 
-def floor(farm: BenchFarm, proc_ids: list[str], *, with_flag_and_prepare: bool) -> float:
-    """The same statements and scripts on bare clients; optionally the same extra round trips."""
-    release = script("release")
-    prepare = script("release_prepare")
-    acct = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL)
-    flags = redis.Redis.from_url(settings.CACHE_REDIS_URL)
-    flag_key = f"bench-floor:{farm.show.id}"
-    flags.set(flag_key, b"1")
-    acct.script_load(release.source)
-    acct.script_load(prepare.source)
-    ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
-    with psycopg.connect(settings.DATABASE_URL) as pg:
+# The floor (issue 11): what a release cannot do without, written plainly on bare clients.
+# psycopg prepares a statement after its fifth execution (its default), as any client would.
+FLOOR_DELETE = """
+DELETE FROM proc p USING host h, job j
+ WHERE p.pk_proc = %s AND h.pk_host = p.pk_host AND j.pk_job = p.pk_job
+RETURNING p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
+          p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved
+"""
+FLOOR_DELETE_MANY = FLOOR_DELETE.replace("p.pk_proc = %s", "p.pk_proc = ANY(%s)")
+FLOOR_HOST = """
+UPDATE host SET int_cores_idle = int_cores_idle + %s, int_mem_idle = int_mem_idle + %s,
+                int_gpus_idle = int_gpus_idle + %s, int_gpu_mem_idle = int_gpu_mem_idle + %s
+ WHERE pk_host = %s
+"""
+FLOOR_HOSTS = """
+UPDATE host h SET int_cores_idle = h.int_cores_idle + d.cores, int_mem_idle = h.int_mem_idle + d.mem,
+                  int_gpus_idle = h.int_gpus_idle + d.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + d.gpu_mem
+  FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) AS d(pk_host, cores, mem, gpus, gpu_mem)
+ WHERE h.pk_host = d.pk_host
+"""
+# Cuebot's own decrements, one statement per table in its lock order.
+FLOOR_CUEBOT = (
+    ("UPDATE subscription SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_show = %s AND pk_alloc = %s",
+     lambda r: (r[8], r[9], r[1], r[2])),
+    ("UPDATE layer_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_layer = %s",
+     lambda r: (r[8], r[9], r[5])),
+    ("UPDATE job_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_job = %s",
+     lambda r: (r[8], r[9], r[4])),
+    ("UPDATE folder_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_folder = %s",
+     lambda r: (r[8], r[9], r[3])),
+    ("UPDATE point SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_dept = %s AND pk_show = %s",
+     lambda r: (r[8], r[9], r[6], r[7])),
+)
+FLOOR_SCRIPT = (Path(__file__).resolve().parent / "floor_release.lua").read_text()
+
+
+def _floor_keys(row: tuple) -> tuple[str, ...]:
+    (_, show, alloc, folder, job, layer, dept, point_show, *_) = row
+    return keys.of_proc(show_id=show, alloc_id=alloc, folder_id=folder, job_id=job, layer_id=layer, dept_id=dept,
+                        point_show_id=point_show)
+
+
+class Floor:
+    """Bare psycopg and redis-py, connected once per bench like the service's pools."""
+
+    def __init__(self) -> None:
+        self.pg = psycopg.connect(settings.DATABASE_URL)
+        self.redis = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL)
+        self.sha = self.redis.script_load(FLOOR_SCRIPT)
+
+    def publish(self, rows: list[tuple]) -> None:
+        totals: dict[str, list[int]] = {}
+        for row in rows:
+            cores = cores_from_centicores(row[8])
+            for key in _floor_keys(row):
+                total = totals.setdefault(key, [0, 0])
+                total[0] += cores
+                total[1] += row[9]
+        args = [-amount for total in totals.values() for amount in total]
+        self.redis.evalsha(self.sha, len(totals) + 1, *totals, keys.SEQ, *args)
+
+    def single(self, proc_ids: list[str]) -> float:
+        """DELETE, host UPDATE, COMMIT, one script call: per proc."""
         started = time.perf_counter()
         for proc_id in proc_ids:
-            with pg.cursor() as cursor:
-                cursor.execute(DELETE_PROCS, {"ids": [proc_id]})
-                (_, host, show, alloc, folder, job, layer, dept, centicores, gpus, mem, gpu_mem, _local) = cursor.fetchone()
-                if with_flag_and_prepare:
-                    flags.get(flag_key)
-                cursor.execute(GIVE_BACK_TO_HOSTS, {"hosts": [host], "cores": [centicores], "mem": [mem], "gpus": [gpus], "gpu_mem": [gpu_mem]})
-            cores = cores_from_centicores(centicores)
-            key_names = keys.of_proc(show_id=show, alloc_id=alloc, folder_id=folder, job_id=job, layer_id=layer, dept_id=dept)
-            op_id = uuid.uuid4().hex
-            if with_flag_and_prepare:
-                payload = "|".join(f"{k}|{cores}|{gpus}" for k in key_names)
-                acct.evalsha(prepare.sha, 2, keys.INFLIGHT, keys.SEQ, op_id, ttl_ms, payload)
-            pg.commit()
-            acct.evalsha(release.sha, 2 + len(key_names), keys.INFLIGHT, keys.SEQ, *key_names, op_id, *([cores, gpus] * len(key_names)))
-        elapsed = time.perf_counter() - started
-    flags.delete(flag_key)
-    return len(proc_ids) / elapsed
-
-
-def decrement_params(row: tuple) -> dict[str, dict[str, list]]:
-    """Per accounting table, the parameters of its decrement for one non-local proc's DELETE row."""
-    (_, _, show, alloc, folder, job, layer, dept, point_show, centicores, gpus, _, _, _) = row
-    values = {"pk_show": show, "pk_alloc": alloc, "pk_folder": folder, "pk_job": job, "pk_layer": layer,
-              "pk_dept": dept, "int_cores": centicores, "int_gpus": gpus, "int_local_cores": 0, "int_local_gpus": 0}
-    return {
-        a.table: {column: [point_show if (a.table, column) == ("point", "pk_show") else values[column]]
-                  for column in a.keys + a.amounts}
-        for a in ADJUSTMENTS if a.table != "host_local"
-    }
-
-
-def cuebot_floor(proc_ids: list[str], *, pipelined: bool) -> float:
-    """A Cuebot-managed release on bare psycopg: DELETE, host UPDATE, the five decrements in
-    lock order, COMMIT, each statement prepared as the service's are; optionally with the
-    statements after the DELETE in one pipeline (one round trip)."""
-    with psycopg.connect(settings.DATABASE_URL) as pg:
-        started = time.perf_counter()
-        for proc_id in proc_ids:
-            with pg.cursor() as cursor:
-                cursor.execute(DELETE_PROCS, {"ids": [proc_id]}, prepare=True)
+            with self.pg.cursor() as cursor:
+                cursor.execute(FLOOR_DELETE, (proc_id,))
                 row = cursor.fetchone()
-                (_, host, _, _, _, _, _, _, _, centicores, gpus, mem, gpu_mem, _) = row
-                with pg.pipeline() if pipelined else nullcontext():
-                    cursor.execute(GIVE_BACK_TO_HOSTS, {"hosts": [host], "cores": [centicores], "mem": [mem],
-                                                        "gpus": [gpus], "gpu_mem": [gpu_mem]}, prepare=True)
-                    for table, params in decrement_params(row).items():
-                        cursor.execute(ADJUSTMENT_SQL[table], params, prepare=True)
-            pg.commit()
-        elapsed = time.perf_counter() - started
-    return len(proc_ids) / elapsed
+                cursor.execute(FLOOR_HOST, (row[8], row[10], row[9], row[11], row[0]))
+            self.pg.commit()
+            self.publish([row])
+        return len(proc_ids) / (time.perf_counter() - started)
+
+    def batched(self, proc_ids: list[str], size: int = 100) -> float:
+        """The same per batch: = ANY($1), one host UPDATE, COMMIT, one script call."""
+        started = time.perf_counter()
+        for i in range(0, len(proc_ids), size):
+            with self.pg.cursor() as cursor:
+                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i:i + size],))
+                rows = cursor.fetchall()
+                per_host: dict[str, list[int]] = {}
+                for row in rows:
+                    total = per_host.setdefault(row[0], [0, 0, 0, 0])
+                    for j, column in enumerate((8, 10, 9, 11)):
+                        total[j] += row[column]
+                hosts = list(per_host)
+                cursor.execute(FLOOR_HOSTS, (hosts, *([per_host[h][j] for h in hosts] for j in range(4))))
+            self.pg.commit()
+            self.publish(rows)
+        return len(proc_ids) / (time.perf_counter() - started)
+
+    def cuebot(self, proc_ids: list[str]) -> float:
+        """Cuebot's release the bare way: DELETE, host UPDATE, the five decrements one by one, COMMIT."""
+        started = time.perf_counter()
+        for proc_id in proc_ids:
+            with self.pg.cursor() as cursor:
+                cursor.execute(FLOOR_DELETE, (proc_id,))
+                row = cursor.fetchone()
+                cursor.execute(FLOOR_HOST, (row[8], row[10], row[9], row[11], row[0]))
+                for sql, params in FLOOR_CUEBOT:
+                    cursor.execute(sql, params(row))
+            self.pg.commit()
+        return len(proc_ids) / (time.perf_counter() - started)
+
+    def close(self) -> None:
+        self.pg.close()
+        self.redis.close()
 
 
 def timed(fn, n: int) -> float:
@@ -219,23 +273,42 @@ def timed(fn, n: int) -> float:
 
 
 # The service's two entry points, each timed on fresh procs: one call per proc, and
-# batches of 100 (given twice the procs, so a round has several batches).
+# batches of 100 (given BATCH_FACTOR times the procs, so a round has several batches).
+BATCH_FACTOR = 5
+HTTP_SLICE = 60  # releases per HTTP path in turn: 15 per client at 4 clients
 LIBRARY_PATHS = {
-    "single": lambda ids: timed(lambda: [unbook_proc(proc_id=p) for p in ids], len(ids)),
-    "batched": lambda ids: timed(lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], len(ids)),
+    "unbook_proc": lambda ids: timed(lambda: [unbook_proc(proc_id=p) for p in ids], len(ids)),
+    "unbook_procs": lambda ids: timed(lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], len(ids)),
 }
 
 
-def interleaved_rates(farm: "BenchFarm", n: int, paths: dict) -> dict[str, float]:
-    """Releases/s per path, over ROUNDS rounds that run every path in turn, so drift in
-    machine load hits every path alike. Each path gets n releases in all (batches 2n)."""
-    seconds: Counter = Counter()
-    per_round = max(1, n // ROUNDS)
+SLICE = 20  # releases per path and turn (interleaved_rates)
+
+
+def interleaved_rates(farm: "BenchFarm", n: int, paths: dict, *, batched=("unbook_procs", "batch_floor"),
+                      slice_size: int = SLICE) -> dict[str, list[float]]:
+    """Releases/s per path and round, over ROUNDS rounds. Within a round the paths take
+    turns in slices of `slice_size` releases (BATCH_FACTOR times more for a batched path),
+    so a change in machine load hits every path alike; ratios are taken within a round."""
+    rates: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(ROUNDS):
-        for name, release in paths.items():
-            count = 2 * per_round if name == "batched" else per_round
-            seconds[name] += count / release(farm.add_procs(count))
-    return {name: (2 if name == "batched" else 1) * per_round * ROUNDS / seconds[name] for name in paths}
+        ids = {name: farm.add_procs(BATCH_FACTOR * n if name in batched else n) for name in paths}
+        seconds = dict.fromkeys(paths, 0.0)
+        slices = n // slice_size
+        for i in range(slices):
+            for name, release in paths.items():
+                size = len(ids[name]) // slices
+                chunk = ids[name][i * size:(i + 1) * size]
+                seconds[name] += len(chunk) / release(chunk)
+        for name in paths:
+            rates[name].append(len(ids[name]) // slices * slices / seconds[name])
+    return rates
+
+
+def ratio_text(rates: dict[str, list[float]], path: str, base: str) -> str:
+    """Median ratio over the rounds, with the spread (lowest–highest round)."""
+    ratios = sorted(a / b for a, b in zip(rates[path], rates[base]))
+    return f"{statistics.median(ratios):5.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f})"
 
 
 def free_port() -> int:
@@ -246,14 +319,12 @@ def free_port() -> int:
 
 @contextmanager
 def gunicorn_server():
+    """The web server exactly as scripts/server.py deploys it (workers, threads, metrics dir)."""
     port = free_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "LOG_LEVEL": "WARNING"}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "cuebot_acct.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(HTTP_WORKERS), "--log-level", "warning"],
-        cwd=ROOT, env=env,
-    )
+    metrics_dir = tempfile.TemporaryDirectory()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "LOG_LEVEL": "WARNING",
+           "PROMETHEUS_MULTIPROC_DIR": metrics_dir.name}
+    process = subprocess.Popen(server.gunicorn_command(f"127.0.0.1:{port}") + ["--log-level", "warning"], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -271,20 +342,24 @@ def gunicorn_server():
     finally:
         process.terminate()
         process.wait(timeout=30)
+        metrics_dir.cleanup()
 
 
-def http_rate(port: int, token: str, proc_ids: list[str]) -> float:
-    shares = [proc_ids[i::HTTP_CLIENTS] for i in range(HTTP_CLIENTS)]
+def http_rate(port: int, token: str, proc_ids: list[str], clients: int, latencies: list[float]) -> float:
+    """Releases/s of `clients` keep-alive clients over the proc ids; each request's latency appended."""
+    shares = [proc_ids[i::clients] for i in range(clients)]
     failures: list[str] = []
-    barrier = threading.Barrier(HTTP_CLIENTS + 1)
+    barrier = threading.Barrier(clients + 1)
 
     def client(share: list[str]) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         barrier.wait()
         for proc_id in share:
+            sent = time.perf_counter()
             conn.request("POST", f"/api/v1/procs/{proc_id}/unbook", headers={"Authorization": f"Bearer {token}"})
             response = conn.getresponse()
             response.read()
+            latencies.append(time.perf_counter() - sent)
             if response.status != 200:
                 failures.append(f"{proc_id}: {response.status}")
         conn.close()
@@ -302,16 +377,51 @@ def http_rate(port: int, token: str, proc_ids: list[str]) -> float:
     return len(proc_ids) / elapsed
 
 
+def _in_process_worker(proc_ids: list[str], barrier, done) -> None:
+    barrier.wait()
+    for proc_id in proc_ids:
+        unbook_proc(proc_id=proc_id)
+    done.put(len(proc_ids))
+
+
+def in_process_capacity(proc_ids: list[str], processes: int) -> float:
+    """Releases/s of `processes` forked copies of this process calling unbook_proc at once:
+    what the machine does without HTTP."""
+    connections.close_all()  # each child opens its own; none inherits this one's socket
+    context = multiprocessing.get_context("fork")
+    barrier, done = context.Barrier(processes + 1), context.Queue()
+    workers = [context.Process(target=_in_process_worker, args=(proc_ids[i::processes], barrier, done))
+               for i in range(processes)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    started = time.perf_counter()
+    released = sum(done.get() for _ in workers)
+    elapsed = time.perf_counter() - started
+    for worker in workers:
+        worker.join()
+    return released / elapsed
+
+
+def p99(latencies: list[float]) -> float:
+    return statistics.quantiles(latencies, n=100)[98] * 1000
+
+
 @contextmanager
 def counting_round_trips():
-    """Counts SQL statements and Redis commands by database while the block runs."""
+    """SQL statements, PostgreSQL round trips and Redis commands by database while the block runs.
+
+    A PostgreSQL round trip is one ReadyForQuery in libpq's protocol trace: the server's
+    answer to a Sync or a simple Query, which the client waits for (a pipeline sends many
+    statements and one Sync).
+    """
     counts: Counter = Counter()
 
     def sql(execute, sql_text, params, many, context):
         counts["sql"] += 1
         return execute(sql_text, params, many, context)
 
-    patched = [(accounting_redis(), "redis accounting db"), (get_redis_connection("default"), "redis cache db")]
+    patched = [(accounting_redis(), "redis accounting"), (get_redis_connection("default"), "redis cache")]
     for client, label in patched:
         original = client.execute_command
 
@@ -320,28 +430,6 @@ def counting_round_trips():
             return _original(*args, **kwargs)
 
         client.execute_command = wrapper
-    try:
-        with connection.execute_wrapper(sql):
-            yield counts
-    finally:
-        for client, _ in patched:
-            del client.execute_command
-
-
-@contextmanager
-def counting_pg_round_trips():
-    """SQL statements (execute_wrappers) and PostgreSQL round trips while the block runs.
-
-    A round trip is one ReadyForQuery in libpq's protocol trace: the server's answer to a
-    Sync or a simple Query, which the client waits for (a pipeline sends many statements
-    and one Sync).
-    """
-    counts: Counter = Counter()
-
-    def sql(execute, sql_text, params, many, context):
-        counts["sql"] += 1
-        return execute(sql_text, params, many, context)
-
     connection.ensure_connection()
     pgconn = connection.connection.pgconn
     with tempfile.TemporaryFile() as trace, connection.execute_wrapper(sql):
@@ -351,114 +439,121 @@ def counting_pg_round_trips():
             yield counts
         finally:
             pgconn.untrace()
+            for client, _ in patched:
+                del client.execute_command
             trace.seek(0)
-            counts["round trips"] = sum(1 for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line)
+            counts["pg round trips"] = sum(1 for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line)
 
 
-def counts_per_call(farm: BenchFarm, counter) -> tuple[dict, dict]:
-    """What `counter` sees for one unbook_proc and for one unbook_procs of 100 procs."""
-    procs = farm.add_procs(101)
-    with counter() as one:
+def counts_per_call(farm: BenchFarm) -> tuple[dict, dict]:
+    """What a warm unbook_proc and an unbook_procs of 100 procs send."""
+    procs = farm.add_procs(102)
+    unbook_proc(proc_id=procs.pop())  # warm: the flag is in the local memo
+    with counting_round_trips() as one:
         unbook_proc(proc_id=procs[0])
-    with counter() as hundred:
+    with counting_round_trips() as hundred:
         unbook_procs(proc_ids=procs[1:])
     return one, hundred
 
 
-def cuebot_phase(n: int) -> dict:
-    """Cuebot-managed releases on a farm of their own, interleaved with their floors."""
-    farm = BenchFarm(scheduler_managed=False)
+def warm(farm: BenchFarm, floor: Floor) -> None:
+    """Connections, scripts, prepared statements and the flag memo, for every path."""
+    for proc_id in farm.add_procs(20):
+        unbook_proc(proc_id=proc_id)
+    unbook_procs(proc_ids=farm.add_procs(200))
+    floor.single(farm.add_procs(20))
+    floor.batched(farm.add_procs(200))
+
+
+def print_rates(rates: dict[str, list[float]], rows: list[tuple[str, str, str, str]]) -> None:
+    print(f"{'path':52s} {'releases/s':>11s}  {'x its floor, median (spread)':>28s}  target")
+    for label, path, base, target in rows:
+        print(f"{label:52s} {statistics.median(rates[path]):11.0f}  {ratio_text(rates, path, base):>28s}  {target}")
+
+
+def count_line(label: str, counts: dict) -> str:
+    return (f"{label}: SQL {counts['sql']}, PG round trips {counts['pg round trips']} (BEGIN and COMMIT included), "
+            f"Redis accounting {counts['redis accounting']}, Redis cache {counts['redis cache']}")
+
+
+def scheduler_phase(n: int, http_procs: int, *, with_http: bool) -> None:
+    farm, floor = BenchFarm(), Floor()
     try:
-        for proc_id in farm.add_procs(20):
-            unbook_proc(proc_id=proc_id)
-        unbook_procs(proc_ids=farm.add_procs(100))
-        cuebot_floor(farm.add_procs(20), pipelined=False)
-        cuebot_floor(farm.add_procs(20), pipelined=True)
-
+        warm(farm, floor)
         rates = interleaved_rates(farm, n, {
-            "floor": lambda ids: cuebot_floor(ids, pipelined=False),
-            "floor_pipelined": lambda ids: cuebot_floor(ids, pipelined=True),
-            **LIBRARY_PATHS,
+            "floor": floor.single, "batch_floor": floor.batched, **LIBRARY_PATHS,
         })
+        one, hundred = counts_per_call(farm)
+        print(f"Scheduler-managed show: {n} releases per path and round ({BATCH_FACTOR * n} for batches), "
+              f"{ROUNDS} interleaved rounds; PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}")
+        print_rates(rates, [
+            ("floor: DELETE, host UPDATE, COMMIT, one script", "floor", "floor", ""),
+            ("batch floor: the same with = ANY($1), per 100", "batch_floor", "batch_floor", ""),
+            ("unbook_proc (warm flag)", "unbook_proc", "floor", ">= 0.80"),
+            ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
+        ])
+        print(count_line("per unbook_proc", one))
+        print(count_line("per unbook_procs of 100", hundred))
 
-        one, hundred = counts_per_call(farm, counting_pg_round_trips)
+        if not with_http:
+            return
+        latencies: dict[int, list[float]] = {1: [], HTTP_CLIENTS: []}
+        with gunicorn_server() as port:
+            http_rate(port, farm.token, farm.add_procs(4 * HTTP_CLIENTS), HTTP_CLIENTS, [])  # warm the workers
+            http = interleaved_rates(farm, http_procs, {
+                "in-process": LIBRARY_PATHS["unbook_proc"],
+                "http 1": lambda ids: http_rate(port, farm.token, ids, 1, latencies[1]),
+                "capacity": lambda ids: in_process_capacity(ids, HTTP_CLIENTS),
+                f"http {HTTP_CLIENTS}": lambda ids: http_rate(port, farm.token, ids, HTTP_CLIENTS, latencies[HTTP_CLIENTS]),
+            }, slice_size=HTTP_SLICE)
+        print(f"HTTP POST /api/v1/procs/{{id}}/unbook, gunicorn as scripts/server.py runs it "
+              f"({' '.join(server.gunicorn_command('ADDR')[1:])}), {http_procs} releases per path and round")
+        print(f"{'path':52s} {'releases/s':>11s}  {'x in-process, median (spread)':>28s}  target   p99")
+        for label, path, base, target, clients in (
+            ("unbook_proc in-process, 1 caller", "in-process", "in-process", "", None),
+            ("HTTP, 1 client", "http 1", "in-process", ">= 0.60", 1),
+            (f"unbook_proc in-process, {HTTP_CLIENTS} processes (capacity)", "capacity", "capacity", "", None),
+            (f"HTTP, {HTTP_CLIENTS} clients", f"http {HTTP_CLIENTS}", "capacity", ">= 0.80", HTTP_CLIENTS),
+        ):
+            tail = f"  {p99(latencies[clients]):5.1f} ms" if clients else ""
+            print(f"{label:52s} {statistics.median(http[path]):11.0f}  {ratio_text(http, path, base):>28s}  {target:7s}{tail}")
     finally:
+        floor.close()
         farm.remove()
-    return {"rates": rates, "one": one, "hundred": hundred}
+
+
+def cuebot_phase(n: int) -> None:
+    """Cuebot-managed releases on a farm of their own, interleaved with their floor."""
+    farm, floor = BenchFarm(scheduler_managed=False), Floor()
+    try:
+        warm(farm, floor)
+        floor.cuebot(farm.add_procs(20))
+        rates = interleaved_rates(farm, n, {"floor": floor.cuebot, **LIBRARY_PATHS})
+        one, hundred = counts_per_call(farm)
+    finally:
+        floor.close()
+        farm.remove()
+    print()
+    print(f"Cuebot-managed show (PG accounting tables written in the transaction, no Redis): {n} releases per path "
+          f"and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds")
+    print_rates(rates, [
+        ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
+        ("unbook_proc", "unbook_proc", "floor", ">= 0.80"),
+        ("unbook_procs, batches of 100 (vs the one-by-one floor)", "unbook_procs", "floor", ""),
+    ])
+    print(count_line("per unbook_proc", one))
+    print(count_line("per unbook_procs of 100", hundred))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--procs", type=int, default=1000, help="releases per measured phase (batches use 2x)")
-    parser.add_argument("--http-procs", type=int, default=400)
+    parser.add_argument("--procs", type=int, default=1000, help="releases per path and round (batches 5x)")
+    parser.add_argument("--http-procs", type=int, default=600, help="releases per HTTP path and round")
+    parser.add_argument("--skip", choices=["http", "cuebot"], action="append", default=[])
     options = parser.parse_args()
-    n = options.procs
-
-    farm = BenchFarm()
-    try:
-        # Warm everything each path uses: connections, scripts, the flag cache.
-        for proc_id in farm.add_procs(20):
-            unbook_proc(proc_id=proc_id)
-        floor(farm, farm.add_procs(20), with_flag_and_prepare=False)
-
-        rates = interleaved_rates(farm, n, {
-            "bare": lambda ids: floor(farm, ids, with_flag_and_prepare=False),
-            "bare_same_trips": lambda ids: floor(farm, ids, with_flag_and_prepare=True),
-            **LIBRARY_PATHS,
-        })
-        bare, bare_same_trips, single, batched = (rates[k] for k in ("bare", "bare_same_trips", "single", "batched"))
-        http_ids = farm.add_procs(options.http_procs)
-        with gunicorn_server() as port:
-            for proc_id in farm.add_procs(2 * HTTP_CLIENTS):  # warm the workers
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-                conn.request("POST", f"/api/v1/procs/{proc_id}/unbook", headers={"Authorization": f"Bearer {farm.token}"})
-                conn.getresponse().read()
-            over_http = http_rate(port, farm.token, http_ids)
-
-        is_scheduler_managed(show_id=farm.show.id)  # the counts below are for a warm flag cache
-        one, hundred = counts_per_call(farm, counting_round_trips)
-    finally:
-        farm.remove()
-    cuebot = cuebot_phase(n)
-
-    print(f"release bench: {n} releases per path (2x for batches) in {ROUNDS} interleaved rounds, scheduler-managed show, warm flag cache, "
-          f"PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}")
-    print(f"{'path':46s} {'releases/s':>11s} {'x floor':>8s}")
-    rows = [
-        ("floor: DELETE, host UPDATE, COMMIT, release.lua", bare),
-        ("floor + flag GET + in-flight prepare", bare_same_trips),
-        ("unbook_proc", single),
-        ("unbook_procs, batches of 100", batched),
-        (f"HTTP POST /procs/{{id}}/unbook, {HTTP_CLIENTS} clients, {HTTP_WORKERS} workers", over_http),
-    ]
-    for label, rate in rows:
-        print(f"{label:46s} {rate:11.0f} {rate / bare:8.2f}")
-    print(f"unbook_proc vs floor with the same round trips: {single / bare_same_trips:.2f}x")
-    print(f"targets: unbook_proc >= 0.80x floor (measured {single / bare:.2f}x); "
-          f"batches of 100 >= 15x unbook_proc (measured {batched / single:.1f}x)")
-    print("per release (unbook_proc): "
-          f"SQL {one['sql']}, Redis accounting db {one['redis accounting db']} (prepare + release), "
-          f"Redis cache db {one['redis cache db']} (flag lookup)")
-    print("per batch of 100 (unbook_procs): "
-          f"SQL {hundred['sql']}, Redis accounting db {hundred['redis accounting db']}, "
-          f"Redis cache db {hundred['redis cache db']}")
-
-    rates, one, hundred = cuebot["rates"], cuebot["one"], cuebot["hundred"]
-    print()
-    print(f"Cuebot-managed show: {n} releases per path (2x for batches) in {ROUNDS} interleaved rounds, no Redis")
-    print(f"{'path':46s} {'releases/s':>11s} {'x floor':>8s}")
-    cuebot_rows = [
-        ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", rates["floor"]),
-        ("floor, host UPDATE + decrements pipelined", rates["floor_pipelined"]),
-        ("unbook_proc", rates["single"]),
-        ("unbook_procs, batches of 100", rates["batched"]),
-    ]
-    for label, rate in cuebot_rows:
-        print(f"{label:46s} {rate:11.0f} {rate / rates['floor']:8.2f}")
-    print(f"unbook_proc vs the pipelined floor: {rates['single'] / rates['floor_pipelined']:.2f}x; "
-          f"batches of 100: {rates['batched'] / rates['single']:.1f}x unbook_proc")
-    print(f"per release (unbook_proc): SQL {one['sql']}, PG round trips {one['round trips']} (BEGIN and COMMIT included)")
-    print(f"per batch of 100 (unbook_procs): SQL {hundred['sql']}, PG round trips {hundred['round trips']}")
+    scheduler_phase(options.procs, options.http_procs, with_http="http" not in options.skip)
+    if "cuebot" not in options.skip:
+        cuebot_phase(options.procs)
 
 
 if __name__ == "__main__":

@@ -84,13 +84,18 @@ def spawn(state: Path, name: str, command: list[str]) -> None:
     sys.exit(f"server: {name} exited at start; see {log_path}:\n" + log_path.read_text()[-2000:])
 
 
+def gunicorn_command(bind: str) -> list[str]:
+    """The deployed web server; bench/release.py measures this very command."""
+    return [str(BIN / "gunicorn"), "cuebot_acct.wsgi", "--bind", bind, "--workers", "2", "--threads", "4"]
+
+
 def start(state: Path, bind: str) -> None:
     (state / "log").mkdir(parents=True, exist_ok=True)
     metrics_dir = Path(os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(state / "metrics")))
     if not any(running(state, name) for name in PROCESSES):
         shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True, exist_ok=True)
-    spawn(state, "gunicorn", [str(BIN / "gunicorn"), "cuebot_acct.wsgi", "--bind", bind, "--workers", "2", "--threads", "4"])
+    spawn(state, "gunicorn", gunicorn_command(bind))
     spawn(state, "qcluster", [str(BIN / "python"), "manage.py", "qcluster"])
     print(f"cuebot-acct is running: http://{bind}/api/v1/docs  http://{bind}/admin/  http://{bind}/metrics")
 

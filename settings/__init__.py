@@ -64,8 +64,14 @@ TEMPLATES = [
 DATABASE_URL = env.str("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/cuebot_acct")
 DATABASES = {"default": env.db_url_config(DATABASE_URL)}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+# Django's backend, but the per-request health check costs no round trip (cuebot_acct.postgresql).
+DATABASES["default"]["ENGINE"] = "cuebot_acct.postgresql"
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
+# psycopg's own default (Django passes None, which turns preparation off): the release
+# path's server-binding cursor prepares its statements (accounting.services); Django's
+# client-binding cursors never prepare whatever this says.
+DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 
 # Who owns Cuebot's tables (show, proc, the accounting tables...): "create" (demo, tests)
 # lets the project's migration create them; "existing" attaches to a site's Cuebot
@@ -100,6 +106,10 @@ ACCOUNTING_INFLIGHT_TTL_SECONDS = env.int("ACCOUNTING_INFLIGHT_TTL_SECONDS", def
 ACCOUNTING_RECONCILE_ENABLED = env.bool("ACCOUNTING_RECONCILE_ENABLED", default=False)
 # TTL of the b_scheduler_managed cache (ShowDao's ~30 s in Cuebot).
 SHOW_FLAG_CACHE_SECONDS = env.int("SHOW_FLAG_CACHE_SECONDS", default=30)
+
+# How long a process trusts a valid API token without reading it again: the bound on how
+# late a revocation (or a deactivated user) takes effect.
+AUTH_TOKEN_CACHE_SECONDS = env.int("AUTH_TOKEN_CACHE_SECONDS", default=10)
 
 # Separate database indexes keep the roles apart: flushing the cache or the task
 # queue never touches the accounting keys.

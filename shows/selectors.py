@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Q, QuerySet
 
+from shows.flag_tracking import show_keys
 from shows.models import Job, Show
 
 
@@ -30,14 +31,17 @@ def is_scheduler_managed(*, show_id: str) -> bool:
     A miss reads PostgreSQL and fills the cache. An unknown show reads as Cuebot-managed
     and is not cached, so a show created a moment later is not hidden for the TTL.
     """
-    cached = cache.get(flag_cache_key(show_id=show_id))
-    return cached if cached is not None else _read_flag(show_id=show_id)
+    return ownership(show_id=show_id).scheduler_managed
 
 
 def ownership(*, show_id: str) -> Ownership:
-    """The flag and whether the show is settling after a switch back, in one cache round trip."""
+    """The flag and whether the show is settling after a switch back.
+
+    Held in the process until Redis reports a change of either key (shows.flag_tracking):
+    no round trip while nothing changed, one to the cache Redis otherwise.
+    """
     flag_key, settling_key = flag_cache_key(show_id=show_id), settling_cache_key(show_id=show_id)
-    cached = cache.get_many([flag_key, settling_key])
+    cached = show_keys().get_many([flag_key, settling_key], cache.get_many)
     managed = cached.get(flag_key)
     if managed is None:
         managed = _read_flag(show_id=show_id)

@@ -6,6 +6,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
+import accounting.auth
+from accounting.auth import issue_token
 from accounting.models import ApiToken, Proc
 from accounting.permissions import RELEASE_PROCS
 from tests.accounting.test_services_release import hashes, seed_keys
@@ -119,6 +121,8 @@ def test_create_api_token_prints_the_token_alone_on_the_last_line(db, client, ca
     response = client.post("/api/v1/procs/nothing/unbook", headers={"Authorization": f"Bearer {raw}"})
     assert response.status_code == 404
     ApiToken.objects.update(revoked_at=timezone.now())
+    # A revocation takes effect within AUTH_TOKEN_CACHE_SECONDS (tests/accounting/test_auth.py).
+    accounting.auth._valid.clear()
     response = client.post("/api/v1/procs/nothing/unbook", headers={"Authorization": f"Bearer {raw}"})
     assert response.status_code == 401
 

@@ -344,40 +344,76 @@ def statements(queries) -> list[str]:
     return [verb for verb in verbs if verb not in ("SAVEPOINT", "RELEASE")]
 
 
-def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag_cache(
-    farm, monkeypatch, django_capture_on_commit_callbacks
-):
+def pg_answers(run) -> int:
+    """PostgreSQL round trips `run` waits for: ReadyForQuery messages in libpq's protocol trace."""
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            run()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        return sum(1 for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line)
+
+
+def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag(farm, monkeypatch, django_capture_on_commit_callbacks):
     from django.test.utils import CaptureQueriesContext
+    from django_redis import get_redis_connection
 
     from cuebot_acct.redis_factory import accounting_redis
-    from shows.selectors import is_scheduler_managed
 
-    procs = [farm.add_proc(cores=100) for _ in range(3)]
-    is_scheduler_managed(show_id=farm.show.id)  # warm
-    client = accounting_redis()
-    sent: list[str] = []
-    original = client.execute_command
-    monkeypatch.setattr(client, "execute_command", lambda *args, **kw: sent.append(args[0]) or original(*args, **kw))
-
-    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
+    procs = [farm.add_proc(cores=100) for _ in range(5)]
+    with django_capture_on_commit_callbacks(execute=True):  # warm: the flag is kept, the statements prepared
         unbook_proc(proc_id=procs[0].id)
-    assert statements(queries) == ["DELETE", "UPDATE"]
-    assert sent == ["EVALSHA", "EVALSHA"]  # in-flight prepare, then the release
+        unbook_procs(proc_ids=[p.id for p in procs[1:3]])
+    sent: dict[str, list[str]] = {"accounting": [], "cache": []}
+    for name, client in (("accounting", accounting_redis()), ("cache", get_redis_connection("default"))):
+        monkeypatch.setattr(client, "execute_command",
+                            lambda *args, _sent=sent[name], _original=client.execute_command, **kw:
+                            _sent.append(args[0]) or _original(*args, **kw))
 
-    sent.clear()
     with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
-        unbook_procs(proc_ids=[p.id for p in procs[1:]])
-    assert statements(queries) == ["DELETE", "UPDATE"]
-    assert sent == ["EVALSHA", "EVALSHA"]
+        # The savepoint (the test's transaction holds the outer one), the one statement, its release.
+        assert pg_answers(lambda: unbook_proc(proc_id=procs[3].id)) == 3
+    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == ["WITH"]
+    assert sent == {"accounting": ["EVALSHA", "EVALSHA"], "cache": []}  # in-flight registration, then the release
+
+    sent["accounting"].clear()
+    batch = [procs[4].id, farm.add_proc(cores=100).id]
+    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
+        assert pg_answers(lambda: unbook_procs(proc_ids=batch)) == 3
+    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == ["WITH"]
+    assert sent == {"accounting": ["EVALSHA", "EVALSHA"], "cache": []}
+
+    # Prepared on the service's own connection, and planned once (generic plans) after the first runs.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    heads = {" ".join(statement.split()[:3]) for statement in prepared}
+    assert {"WITH gone AS", "WITH doomed AS"} <= heads  # the single release and the batch
+
+
+def test_the_single_release_gets_a_generic_plan(farm, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(8):
+            unbook_proc(proc_id=farm.add_proc(cores=100).id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+                       ["%WITH gone AS%"])
+        generic, custom = cursor.fetchone()
+    # PostgreSQL tries five custom plans, then keeps the generic one: no planning per release.
+    assert (generic, custom) == (3, 5)
 
 
 def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cuebot_farm):
     from django.test.utils import CaptureQueriesContext
 
-    from shows.selectors import is_scheduler_managed
-
     procs = [cuebot_farm.add_proc(cores=100), cuebot_farm.add_proc(cores=200, local=True)]
-    is_scheduler_managed(show_id=cuebot_farm.show.id)  # warm: the flag lookup is not what this counts
+    # Warm: the flag lookup and each statement's one-off Parse are not what this counts.
+    unbook_procs(proc_ids=[cuebot_farm.add_proc(cores=100).id, cuebot_farm.add_proc(cores=200, local=True).id])
     connection.ensure_connection()
     pgconn = connection.connection.pgconn
     with tempfile.TemporaryFile() as trace, CaptureQueriesContext(connection) as queries:
@@ -390,11 +426,14 @@ def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cue
         trace.seek(0)
         answers = [line for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line]
 
-    # Each statement still goes through the cursor wrapper, in Cuebot's lock order.
-    assert statements(queries) == ["DELETE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE"]
+    # Each statement still goes through the cursor wrapper, in Cuebot's lock order: the procs
+    # and their hosts (one statement), then the accounting tables.
+    assert statements(queries) == ["SELECT", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE"]
+    first = queries.captured_queries[1]["sql"]
+    assert first.index("DELETE FROM proc") < first.index("UPDATE host")
     tables = [m.group(1) for q in queries.captured_queries if (m := re.search(r"^UPDATE (\w+)", q["sql"], re.M))]
-    assert tables == ["host", "subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point"]
-    # The savepoint (the test's transaction holds the outer one), the DELETE, the seven
-    # UPDATEs together, the savepoint's release: four answers awaited, not ten.
+    assert tables == ["subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point"]
+    # The savepoint (the test's transaction holds the outer one), the procs and hosts, the
+    # six UPDATEs together, the savepoint's release: four answers awaited, not ten.
     assert len(answers) == 4
     assert accounting_mismatches(show_id=cuebot_farm.show.id) == []

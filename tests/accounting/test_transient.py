@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import pytest
 from django.db import OperationalError, connection, connections, transaction
@@ -63,15 +64,20 @@ class Outcome:
         self.error: BaseException | None = None
 
 
-def deadlock(*, run: Callable[[], object], pause_before: str, hold: tuple[str, list], then_request: tuple[str, list],
-             on_pause: Callable[[], None] | None = None) -> Outcome:
+def deadlock(*, run: Callable[[], object], pause_before: str | None, hold: tuple[str, list],
+             then_request: tuple[str, list], on_pause: Callable[[], None] | None = None) -> Outcome:
     """Run `run` in a thread on its own connection and make it a deadlock victim once.
 
     The other session locks `hold`; `run` stops just before its first statement containing
     `pause_before` (first time only) and `on_pause` runs; the other session requests
     `then_request` (a row `run` holds by then) and waits; `run` goes on and requests the held row.
+    With `pause_before=None` (the row `run` needs is locked inside the same statement as the
+    one it holds), `run` goes on until it waits for the held row, and only then does the
+    other session request its row; the victim's deadlock check then runs 500 ms after it
+    began to wait, once the cycle is closed.
     """
     holder_ready, paused, holder_waiting = threading.Event(), threading.Event(), threading.Event()
+    victim_started = threading.Event()
     pids: dict[str, int] = {}
     outcome = Outcome()
     holder_errors: list[BaseException] = []
@@ -105,13 +111,15 @@ def deadlock(*, run: Callable[[], object], pause_before: str, hold: tuple[str, l
 
         try:
             with connection.cursor() as cursor:
-                cursor.execute("SET deadlock_timeout = '50ms'")
+                cursor.execute("SET deadlock_timeout = %s", ["50ms" if pause_before else "500ms"])
             pids["victim"] = backend_pid()
-            with connection.execute_wrapper(pause_once):
+            victim_started.set()
+            with connection.execute_wrapper(pause_once) if pause_before else nullcontext():
                 outcome.value = run()
         except BaseException as error:  # noqa: BLE001 - reported by the test
             outcome.error = error
         finally:
+            victim_started.set()
             paused.set()
             connections.close_all()
 
@@ -120,6 +128,11 @@ def deadlock(*, run: Callable[[], object], pause_before: str, hold: tuple[str, l
     holder_ready.wait()
     victim_thread = threading.Thread(target=victim)
     victim_thread.start()
+    if pause_before is None:
+        victim_started.wait()
+        if "victim" in pids:
+            await_blocked(pid=pids["victim"], by=pids["holder"])
+        paused.set()
     paused.wait()
     try:
         assert "victim" in pids, f"the victim failed before pausing: {outcome.error!r}"
@@ -146,8 +159,9 @@ def test_a_released_proc_chosen_as_deadlock_victim_is_rerun_and_published_once(a
     idle_before = host_idle(farm)
     before = retries("release")
 
-    # The release holds the proc (DELETE) and asks for the host; the other session holds the host, asks for the proc.
-    outcome = deadlock(run=lambda: unbook_proc(proc_id=proc.id), pause_before="UPDATE host",
+    # The release holds the proc (DELETE) and asks for the host (one statement does both);
+    # the other session holds the host, asks for the proc.
+    outcome = deadlock(run=lambda: unbook_proc(proc_id=proc.id), pause_before=None,
                        hold=lock_row("host", "pk_host", farm.host.id), then_request=lock_row("proc", "pk_proc", proc.id))
 
     assert outcome.error is None
@@ -196,7 +210,7 @@ def test_inside_a_callers_transaction_the_deadlock_propagates_and_nothing_is_pub
         with transaction.atomic():
             return unbook_proc(proc_id=proc.id)
 
-    outcome = deadlock(run=in_callers_transaction, pause_before="UPDATE host",
+    outcome = deadlock(run=in_callers_transaction, pause_before=None,
                        hold=lock_row("host", "pk_host", farm.host.id), then_request=lock_row("proc", "pk_proc", proc.id))
 
     assert isinstance(outcome.error, OperationalError) and sqlstate(outcome.error) == "40P01"
