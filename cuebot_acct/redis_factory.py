@@ -82,6 +82,18 @@ def build_pool(*, url: str, timeout: float) -> redis.ConnectionPool:
                                   **timeouts, **_pool_options())
 
 
+def connection_options(*, url: str, timeout: float) -> dict:
+    """Keyword arguments for one redis.Connection to the server `url` names now (for a
+    Sentinel URL: the master its sentinels name at this moment), for a caller that keeps
+    a connection of its own outside a pool."""
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    target = sentinel_target(url)
+    if target is None:
+        return redis.connection.parse_url(url) | timeouts
+    host, port = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts).discover_master(target.master_name)
+    return {"host": host, "port": port, "db": target.db, "password": target.password, **timeouts}
+
+
 def build_client(*, url: str, timeout: float) -> redis.Redis:
     return redis.Redis(connection_pool=build_pool(url=url, timeout=timeout))
 

@@ -26,6 +26,8 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 
+from cuebot_acct.redis_factory import connection_options
+
 logger = logging.getLogger(__name__)
 
 _MISSING = object()
@@ -110,10 +112,8 @@ class TrackedKeys:
         if time.monotonic() < self._next_attempt:  # a down Redis is not asked again on every read
             return False
         try:
-            conn = redis.Connection(**redis.connection.parse_url(self.url) | {
-                # RESP2: invalidations arrive as messages of a channel this connection subscribes to.
-                "socket_timeout": 2.0, "socket_connect_timeout": 2.0, "protocol": 2,
-            })
+            # RESP2: invalidations arrive as messages of a channel this connection subscribes to.
+            conn = redis.Connection(**connection_options(url=self.url, timeout=2.0), protocol=2)
             conn.connect()
             conn.send_command("CLIENT", "ID")
             client_id = conn.read_response()
@@ -141,7 +141,7 @@ _trackers_lock = threading.Lock()
 
 def show_keys() -> TrackedKeys:
     """The tracker of this process for the configured cache Redis (tests change it)."""
-    url = settings.CACHES["default"]["LOCATION"]
+    url = settings.CACHE_REDIS_URL
     with _trackers_lock:
         tracker = _trackers.get(url)
         if tracker is None or tracker.ttl_seconds != settings.SHOW_FLAG_CACHE_SECONDS:

@@ -5,18 +5,20 @@ import time
 from collections import Counter
 
 import pytest
+import redis
 from django.db import connection
 
 from accounting import keys, publisher
 from accounting.drift import drift_report
 from accounting.failover import check_master, watch_master
 from accounting.metrics import counter_total
+from accounting.models import Proc
 from accounting.reseed import bootstrap_if_empty, reseed_booked
 from accounting.services import unbook_proc
 from accounting.simulation.workers import inflight_keys_pending
 from accounting.snapshot import booked_rows
 from cuebot_acct.redis_factory import BadRedisUrl, accounting_redis, django_cache, master_address, sentinel_target
-from accounting.models import Proc
+from shows.flag_tracking import TrackedKeys
 from tests.farms import build_farm
 from tests.redis_topology import await_true, sentinel_topology
 
@@ -298,3 +300,14 @@ def test_acct_reseed_rebuilds_a_new_master_nothing_noticed(farm, seeded_redis, s
     assert "new master: managed keys closed and rebuilt" in capsys.readouterr().out
     assert seeded_redis.get(keys.MASTER) == seeded_redis.info("replication")["master_replid"]
     assert seeded_redis.get(keys.SEEDED) == keys.SEEDED_VALUE
+
+
+def test_the_show_flag_tracker_follows_a_sentinel_cache_url_to_its_master(topology):
+    tracker = TrackedKeys(url=topology.url(1), prefix="show:", ttl_seconds=30)
+    read = []
+    assert tracker.get_many(["show:probe"], lambda keys: read.extend(keys) or {}) == {}
+    assert read == ["show:probe"]
+    assert tracker.client_id is not None  # the invalidation channel is up, on the master
+    with redis.Redis(port=topology.master_port()) as master:
+        tracking = [c for c in master.client_list() if int(c["id"]) == tracker.client_id]
+    assert tracking and "t" in tracking[0]["flags"]

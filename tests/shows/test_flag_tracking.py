@@ -24,7 +24,7 @@ def cache_commands(monkeypatch):
 
 def other_connection() -> redis.Redis:
     """A client of the cache Redis that is not this process's tracked or pooled one."""
-    return redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    return redis.Redis.from_url(settings.CACHE_REDIS_URL)
 
 
 def test_a_warm_flag_costs_no_round_trip(farm, cache_commands):
