@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import connection
 
 from accounting.auth import grant_permissions, issue_token
+from cuebot_acct.redis_factory import accounting_redis
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 
 from tests.farms import build_farm
@@ -25,6 +26,15 @@ def clean_redis():
     yield
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def fresh_accounting_client():
+    """The accounting client is built once per process: rebuilt around a test that changes
+    its URL or timeout, before and after."""
+    accounting_redis.cache_clear()
+    yield
+    accounting_redis.cache_clear()
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,6 @@
 """The farm overview (the admin's front page), the drift pages by name, and "reseed this show"."""
 import logging
 import re
-import socket
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -17,6 +16,7 @@ from accounting.models import Instance
 from accounting.reseed import FARM_LOCK, seed_show
 from cuebot_acct.redis_factory import accounting_redis
 from tests.farms import build_farm
+from tests.processes import closed_port
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
 
@@ -167,12 +167,6 @@ def test_a_redis_that_cannot_be_read_is_named_on_the_overview(admin_client, sett
     text = visible_text(page.content.decode())
     assert page.status_code == 200
     assert "The accounting Redis could not be read: ConnectionError" in text and "missing in Redis" in text
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_an_allocation_beyond_its_size_or_burst_is_marked(admin_client):

@@ -1,5 +1,4 @@
 """The periodic drift check: counts per show, exported as gauges, recorded for the admin."""
-import socket
 
 import pytest
 from django.core.cache import cache
@@ -13,6 +12,7 @@ from accounting.selectors import drift_status
 from cuebot_acct.redis_factory import accounting_redis
 from shows.models import Show
 from tests.farms import build_farm
+from tests.processes import closed_port
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
 
@@ -49,20 +49,6 @@ def test_a_show_moved_back_to_cuebot_drops_to_zero(acct_redis):
     Show.objects.filter(pk=farm.show.pk).update(b_scheduler_managed=False)
     assert run_drift_check().fields_drifted == {}
     assert gauge(farm.show.str_name) == 0
-
-
-@pytest.fixture
-def fresh_accounting_client():
-    """The accounting client is built once per process; rebuild it around a URL change."""
-    accounting_redis.cache_clear()
-    yield
-    accounting_redis.cache_clear()
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_redis_that_cannot_be_read_is_recorded_and_the_timestamp_kept(settings, acct_redis, fresh_accounting_client):

@@ -1,6 +1,5 @@
 import logging
 import os
-import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -18,6 +17,7 @@ from accounting.guardrail import MESSAGE, evaluate, run_guardrail
 from accounting.instances import STALE_AFTER
 from accounting.models import Instance
 from accounting.tasks import accounting_guardrail_task
+from tests.processes import closed_port
 
 pytestmark = pytest.mark.django_db
 ROOT = settings.BASE_DIR
@@ -113,12 +113,6 @@ def run_check(database_url: str) -> subprocess.CompletedProcess:
            "ACCOUNTING_REDIS_ENABLED": "false"}
     return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # nothing listens once the socket is closed
 
 
 def test_check_does_not_crash_when_the_database_is_unreachable():

@@ -4,7 +4,6 @@ Every failure must leave the PG commit standing, log a WARN naming procs and sho
 count a failure, and never send a release twice.
 """
 import logging
-import socket
 import threading
 import time
 
@@ -20,6 +19,7 @@ from accounting.reseed import bootstrap_if_empty
 from accounting.services import unbook_proc
 from cuebot_acct.redis_factory import accounting_redis
 from tests.accounting.test_services_release import hashes, seed_keys
+from tests.processes import closed_port
 
 BUSY_SCRIPT = """
 local start = redis.call('TIME')
@@ -31,20 +31,6 @@ return 1
 
 def failures(stage: str) -> float:
     return REGISTRY.get_sample_value("cuebot_acct_release_publish_failures_total", {"stage": stage}) or 0.0
-
-
-@pytest.fixture
-def fresh_accounting_client():
-    """Tests that change the accounting URL or timeout need the cached client rebuilt, before and after."""
-    accounting_redis.cache_clear()
-    yield
-    accounting_redis.cache_clear()
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
