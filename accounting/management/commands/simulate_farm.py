@@ -27,8 +27,9 @@ class Command(BaseCommand):
     help = (
         "Run the farm simulator against the configured PostgreSQL and Redis: bookers (the scheduler), "
         "releasers (Cuebot), a reconciler and an operator, with the faults chosen by --faults (none by "
-        "default); then reconcile and check the invariants over_cap, drift_after_reconcile and "
-        "negative_counters. Exit 0 only if all hold. It builds its own farm (names starting 'sim-', "
+        "default); then reconcile and check the invariants (over cap, counters sampled low or "
+        "negative, drift after the reconcile, in Redis and in Cuebot's tables; docs/simulator.md). "
+        "Exit 0 only if all hold. It builds its own farm (names starting 'sim-', "
         "rebuilt every run) unless --existing is given. The redis-restart fault empties the accounting "
         "Redis (FLUSHDB): it is refused while that Redis holds keys of shows the simulator did not "
         "create, unless --allow-flush-foreign-keys."
