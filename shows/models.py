@@ -22,15 +22,19 @@ from django.utils import timezone
 
 
 TYPE_PREFIX = re.compile(r"^(str|b|int|ts|float)_")
+# OpenCue's abbreviations, as an operator reads them.
+LABEL_WORDS = {"alloc": "allocation", "dept": "department", "gpu": "GPU", "gpus": "GPUs"}
 
 
 def readable_labels(model: type[models.Model]) -> type[models.Model]:
-    """Admin and form labels without OpenCue's type prefixes: b_scheduler_managed reads
-    "scheduler managed", str_name "name". Column names stay exact; migrations record only
-    an explicit verbose_name, so this changes no migration."""
+    """Admin and form labels without OpenCue's type prefixes or abbreviations:
+    b_scheduler_managed reads "scheduler managed", alloc "allocation", int_min_gpus "min
+    GPUs". Column names stay exact; migrations record only an explicit verbose_name, so this
+    changes no migration."""
     for field in model._meta.fields:
         if field.verbose_name == field.name.replace("_", " "):
-            field.verbose_name = TYPE_PREFIX.sub("", field.name).replace("_", " ")
+            words = TYPE_PREFIX.sub("", field.name).split("_")
+            field.verbose_name = " ".join(LABEL_WORDS.get(word, word) for word in words)
     return model
 
 

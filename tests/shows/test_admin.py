@@ -109,3 +109,9 @@ def test_the_drift_column_says_what_the_last_check_found(admin_client, farm, see
     seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 9)
     run_drift_check()
     assert "1 field(s) differ" in admin_client.get(CHANGELIST).content.decode()
+
+
+def test_forms_label_fields_without_opencues_prefixes_or_abbreviations(admin_client, farm):
+    page = admin_client.get(reverse("admin:accounting_subscription_change", args=[farm.subscription.pk])).content.decode()
+    assert "Allocation:" in page and "GPUs:" in page
+    assert "Alloc:" not in page and "Gpus:" not in page
