@@ -5,8 +5,8 @@ exactly, both ways), so an operator who types 200 gets 200 cores, never 2.
 """
 from django import forms
 from django.contrib import admin
-from django.db import connection, models
 
+from accounting.limits import column_max
 from accounting.units import UNLIMITED_WORD, cores_text, format_cores, parse_cores
 
 
@@ -46,11 +46,6 @@ class CoresField(forms.CharField):
             return True
 
 
-def column_maximum(field: models.Field) -> int:
-    """The largest value the column holds (PostgreSQL integer or bigint)."""
-    return connection.ops.integer_field_range(field.get_internal_type())[1]
-
-
 class CoresFormMixin:
     """ModelAdmin mixin: the fields named in `cores_fields` are entered and shown in cores.
 
@@ -80,6 +75,6 @@ class CoresFormMixin:
         hint = "In cores; decimals to 0.01 (2.5 = two and a half cores)." + (
             f" '{UNLIMITED_WORD}' for no limit." if unlimited else "")
         return CoresField(
-            unlimited=unlimited, maximum=column_maximum(db_field), required=not db_field.blank,
+            unlimited=unlimited, maximum=column_max(model=db_field.model, column=db_field.name), required=not db_field.blank,
             label=label if "cores" in label else f"{label} (cores)", help_text=hint,
         )

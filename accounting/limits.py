@@ -57,8 +57,9 @@ def column_max(*, model: type, column: str) -> int:
 def _check(model: type, name: str, value: int | None) -> None:
     if value is None:
         return
-    if value > column_max(model=model, column=name):
-        raise InvalidLimit(f"{name} must be at most {column_max(model=model, column=name)} (what the column holds), got {value}")
+    top = column_max(model=model, column=name)
+    if value > top:
+        raise InvalidLimit(f"{name} must be at most {top} (what the column holds), got {value}")
     if value >= 0:
         return
     if value == UNLIMITED and (model, name) in UNLIMITED_ALLOWED:

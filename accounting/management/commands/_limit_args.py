@@ -23,7 +23,10 @@ def ascii_int(value: str) -> int:
 
 
 def _whole(name: str, value: str, *, unlimited: bool, top: int) -> int:
-    number = int(value) if NUMBER.fullmatch(value) else None
+    try:
+        number = ascii_int(value)
+    except ValueError:
+        number = None
     if number is None or (number < 0 and not (unlimited and number == -1)):
         expected = "a whole number >= 0 or -1 (unlimited)" if unlimited else "a whole number >= 0"
         raise CommandError(f"--{name}: expected {expected} in ASCII digits, got {value!r}; nothing changed", returncode=2)
