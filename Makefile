@@ -30,9 +30,12 @@ stop:
 	$(PY) scripts/server.py stop
 	$(PY) scripts/services.py down
 
-# The test settings' servers only, no database (pytest-django makes its own), and promtool.
+# The test settings' servers only, no database (pytest-django makes its own), and promtool;
+# then the import layers (.importlinter), the lint rules (ruff.toml) and the suite.
 test: venv
 	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py up --tests
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check --no-cache .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # PNGs of the admin's overview, a subscription form and a drift page (docs/admin.md); needs `make run` and Chromium.

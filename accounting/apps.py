@@ -5,9 +5,9 @@ def task_worker_started(sender, proc_name: str, **kwargs) -> None:
     """django-q2 post_spawn: a task worker process has started (after the fork)."""
     from django_q.conf import Conf
 
-    from accounting.failover import start_master_watch
-    from accounting.guardrail import run_guardrail_at_start
-    from accounting.instances import start_process_heartbeat
+    from accounting.ownership.fleet import start_process_heartbeat
+    from accounting.ownership.guardrail import run_guardrail_at_start
+    from accounting.reconcile.failover import start_master_watch
 
     if Conf.SYNC:
         return  # sync mode runs "workers" inside the calling process, which is not a task process
@@ -17,7 +17,7 @@ def task_worker_started(sender, proc_name: str, **kwargs) -> None:
 
 
 def before_migrate(sender, plan: list, **kwargs) -> None:
-    from accounting.attach import ensure_own_schema, refuse_foreign_cuebot_tables
+    from shows.attach import ensure_own_schema, refuse_foreign_cuebot_tables
 
     refuse_foreign_cuebot_tables(plan=plan)
     ensure_own_schema()

@@ -4,8 +4,8 @@ from django.conf import settings
 from django.core.checks import Error, Warning, register
 from django.db import DatabaseError, transaction
 
-from accounting.attach import schema_problems
-from accounting.guardrail import MESSAGE, evaluate
+from accounting.ownership.guardrail import MESSAGE, evaluate
+from shows.attach import schema_problems
 
 
 @register()

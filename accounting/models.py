@@ -11,14 +11,27 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from accounting import permissions
+from cuebot_acct import permissions
 from shows.models import (
-    Alloc, CuebotTable, Dept, Folder, Frame, Host, Job, Layer, Show, big_integer, created_now, flag, integer, readable_labels,
-    text_pk, tier,
+    Alloc,
+    CuebotTable,
+    Dept,
+    Folder,
+    Frame,
+    Host,
+    Job,
+    Layer,
+    Show,
+    big_integer,
+    created_now,
+    flag,
+    integer,
+    readable_labels,
+    text_pk,
+    tier,
 )
 
-
-# What accounting.limits checks for the services, on the fields too, so every model form
+# What accounting.limits.changes checks for the services, on the fields too, so every model form
 # (the admin's included) refuses other values before saving. -1 means unlimited only for a
 # folder's maxima; Cuebot compares every other limit as a number (docs/cuebot-schema.md).
 UNLIMITED_OR_MORE = {"validators": [MinValueValidator(-1, "Use -1 for unlimited, or a value of 0 or more.")]}
@@ -213,7 +226,7 @@ class ApiToken(models.Model):
 
 @readable_labels
 class Instance(models.Model):
-    """A running web or task process, as it last reported itself (see accounting.instances).
+    """A running web or task process, as it last reported itself (see accounting.ownership.fleet).
 
     The publish invariant is fleet-wide: one process that does not publish releases to
     Redis makes the scheduler over-count. Records are refreshed every 30 s; one that has

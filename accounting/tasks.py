@@ -1,4 +1,8 @@
-"""Functions the task cluster runs, by dotted path (schedules in accounting.schedules).
+"""What the task cluster runs: its functions, by dotted path, and their schedules.
+
+The schedules are one list (SCHEDULES), applied by `manage.py setup_schedules` and matched
+by name, so re-running it updates them in place. Entries gated by
+ACCOUNTING_RECONCILE_ENABLED exist only when it is true (and are removed when it is false).
 
 The reconciliation tasks are for a deployment that runs without the Rust scheduler's own
 reseed loops: ACCOUNTING_RECONCILE_ENABLED turns them on. A run that finds the reseed
@@ -6,18 +10,20 @@ lock taken skips.
 """
 import logging
 import threading
+from dataclasses import dataclass
 
 from django.conf import settings
+from django_q.models import Schedule
 
-from accounting import switching
-from accounting.drift_check import run_drift_check
-from accounting.guardrail import run_guardrail
-from accounting.instances import delete_stale_instances
-from accounting.locks import LockBusy
-from accounting.recompute import recompute_pg_accounting
-from accounting.reseed import ReseedSkipped, bootstrap_if_empty, reseed
-from accounting.services import recalculate_subs
-from accounting.snapshot import managed_show_ids
+from accounting.live.leases import LockBusy
+from accounting.ownership import switching
+from accounting.ownership.fleet import delete_stale_instances
+from accounting.ownership.guardrail import run_guardrail
+from accounting.reconcile.drift_check import run_drift_check
+from accounting.reconcile.recalculate_subs import recalculate_subs
+from accounting.reconcile.recompute import recompute_pg_accounting
+from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
+from accounting.reconcile.snapshot import managed_show_ids
 
 log = logging.getLogger(__name__)
 
@@ -91,3 +97,53 @@ def watch_empty_redis(*, checks: int = EMPTY_CHECKS_PER_RUN, interval_seconds: f
         check_empty_redis()
         if n < checks - 1:
             pause.wait(interval_seconds)
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    name: str
+    func: str
+    minutes: int
+    reconcile: bool = False  # only when ACCOUNTING_RECONCILE_ENABLED
+
+
+SCHEDULES = (
+    ScheduleSpec(name="recalculate_subs", func="accounting.tasks.recalculate_subs_task", minutes=120),
+    ScheduleSpec(name="accounting_guardrail", func="accounting.tasks.accounting_guardrail_task", minutes=1),
+    # Not gated: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check).
+    ScheduleSpec(name="acct-drift-check", func="accounting.tasks.drift_check_task", minutes=2),
+    ScheduleSpec(name="acct-reconcile-booked", func="accounting.tasks.reconcile_booked", minutes=2, reconcile=True),
+    ScheduleSpec(name="acct-reconcile-limits", func="accounting.tasks.reconcile_limits", minutes=5, reconcile=True),
+    # django-q2 schedules are minute-granular; the task checks six times, 10 s apart.
+    ScheduleSpec(name="acct-empty-redis-watch", func="accounting.tasks.watch_empty_redis", minutes=1, reconcile=True),
+)
+
+
+def wanted_schedules() -> list[ScheduleSpec]:
+    return [spec for spec in SCHEDULES if settings.ACCOUNTING_RECONCILE_ENABLED or not spec.reconcile]
+
+
+def apply_schedules() -> list[tuple[str, str]]:
+    """Create, update or remove our schedules; returns (name, what happened) per schedule."""
+    done = []
+    wanted = wanted_schedules()
+    for spec in wanted:
+        fields = {"func": spec.func, "schedule_type": Schedule.MINUTES, "minutes": spec.minutes, "repeats": -1}
+        matching = Schedule.objects.filter(name=spec.name).order_by("id")
+        current = matching.first()
+        if current is None:
+            Schedule.objects.create(name=spec.name, **fields)
+            done.append((spec.name, "created"))
+            continue
+        matching.exclude(pk=current.pk).delete()  # duplicates made by hand in the admin
+        changed = any(getattr(current, key) != value for key, value in fields.items())
+        if changed:
+            for key, value in fields.items():
+                setattr(current, key, value)
+            current.save()
+        done.append((spec.name, "updated" if changed else "unchanged"))
+    wanted_names = {spec.name for spec in wanted}
+    for spec in SCHEDULES:
+        if spec.name not in wanted_names and Schedule.objects.filter(name=spec.name).delete()[0]:
+            done.append((spec.name, "removed (ACCOUNTING_RECONCILE_ENABLED is false)"))
+    return done

@@ -2,7 +2,7 @@
 """recalculate_subs against raw baselines, in the same process, on the demo farm.
 
 Baselines: the bare aggregate (SUM(proc) of the Cuebot-managed shows' non-local procs per
-show and allocation, fetched, nothing written), and accounting.recompute.SUBSCRIPTIONS for
+show and allocation, fetched, nothing written), and accounting.reconcile.recompute.SUBSCRIPTIONS for
 those shows, i.e. the plain set-based rewrite of every subscription row from SUM(proc),
 with no lease, no drift filter and no FOR SHARE on the shows. Prints the median of each and
 the ratios. Run after `manage.py migrate` (it completes the demo farm to the size asked for).
@@ -24,11 +24,10 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 from accounting.models import Subscription  # noqa: E402
-from accounting.recompute import SUBSCRIPTIONS  # noqa: E402
-from accounting.services import recalculate_subs  # noqa: E402
-from shows.farm import DemoFarmSize, build_demo_farm  # noqa: E402
+from accounting.reconcile.recalculate_subs import recalculate_subs  # noqa: E402
+from accounting.reconcile.recompute import SUBSCRIPTIONS  # noqa: E402
+from accounting.simulation.farm_builder import DemoFarmSize, build_demo_farm  # noqa: E402
 from shows.models import Show  # noqa: E402
-
 
 BARE_AGGREGATE = """
 SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved), SUM(p.int_gpus_reserved)

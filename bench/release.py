@@ -20,16 +20,16 @@ Measured, never asserted: the targets are printed beside the ratios.
 """
 import argparse
 import http.client
+import multiprocessing
 import os
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import tempfile
 import uuid
-import multiprocessing
-import statistics
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,14 +52,27 @@ from django.core.cache import cache  # noqa: E402
 from django.db import connection, connections, transaction  # noqa: E402
 from django_redis import get_redis_connection  # noqa: E402
 
-from accounting import keys  # noqa: E402
-from accounting.auth import grant_permissions, issue_token  # noqa: E402
-from accounting.permissions import RELEASE_PROCS  # noqa: E402
-from accounting.models import FolderResource, JobResource, LayerResource, Point, Subscription  # noqa: E402
-from accounting.services import unbook_proc, unbook_procs  # noqa: E402
-from accounting.units import cores_from_centicores  # noqa: E402
+from accounting.live import keys  # noqa: E402
+from accounting.live.units import cores_from_centicores  # noqa: E402
+from accounting.models import (  # noqa: E402
+    FolderResource,
+    JobResource,
+    LayerResource,
+    Point,
+    Subscription,
+)
+from accounting.operators.auth import grant_permissions, issue_token  # noqa: E402
+from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
+from accounting.simulation.farm_builder import (  # noqa: E402
+    ADD_HOST_STATS,
+    FRAME_COLUMNS,
+    PROC_COLUMNS,
+    copy_rows,
+    frame_number,
+    new_layer,
+)
+from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
-from shows.farm import ADD_HOST_STATS, FRAME_COLUMNS, PROC_COLUMNS, copy_rows, frame_number, new_layer  # noqa: E402
 from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
 from shows.selectors import flag_cache_key  # noqa: E402
 

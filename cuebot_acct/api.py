@@ -1,7 +1,7 @@
 """The JSON API root: /api/v1/, OpenAPI at /api/v1/openapi.json, docs at /api/v1/docs.
 
-Each app contributes one router from its own api.py. Every error the API answers is JSON
-`{"detail": ...}`: validation (422), a missing permission (403, also naming it), an
+The endpoints' routers are attached by the URLconf (cuebot_acct.urls), so this root imports
+no app. Every error the API answers is JSON `{"detail": ...}`: validation (422), a missing permission (403, also naming it), an
 oversized body (413) and an unexpected failure (500) included; paths under /api/ that
 match no endpoint answer a JSON 404 (cuebot_acct.urls).
 """
@@ -13,9 +13,7 @@ from django.views import defaults
 from ninja import NinjaAPI, Swagger
 from ninja.errors import HttpError
 
-from accounting.api import router as accounting_router
-from accounting.auth import MissingPermission
-from shows.api import router as shows_router
+from cuebot_acct.api_types import MissingPermission
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +25,6 @@ api = NinjaAPI(
     # Swagger UI would send the schema to validator.swagger.io: the docs must work air-gapped.
     docs=Swagger(settings={"validatorUrl": None}),
 )
-api.add_router("/", accounting_router)
-api.add_router("/shows", shows_router)
 
 
 @api.exception_handler(HttpError)

@@ -8,6 +8,7 @@ below document the answers every endpoint may give (docs/api.md, "Errors").
 from typing import Annotated, Any
 
 from ninja import Field, Schema
+from ninja.errors import HttpError
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 
@@ -52,3 +53,11 @@ class InvalidOut(Schema):
 # The error answers of an endpoint, for its `response=` (cuebot_acct.api makes them JSON).
 LOOKUP_ERRORS = {404: ErrorOut, 422: InvalidOut}
 AUTH_ERRORS = {401: ErrorOut, 403: MissingPermissionOut}
+
+
+class MissingPermission(HttpError):
+    """A valid token whose user lacks the endpoint's permission: 403 naming it."""
+
+    def __init__(self, permission: str) -> None:
+        super().__init__(403, f"this token's user lacks the permission {permission}")
+        self.permission = permission

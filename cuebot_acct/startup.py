@@ -1,5 +1,5 @@
-"""Start-up checks (services reachable, a site's Cuebot schema complete) that fail with
-one readable line, not a traceback."""
+"""Start-up checks (services reachable; a site's Cuebot schema complete is shows.attach's)
+that fail with one readable line, not a traceback."""
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
@@ -70,23 +70,9 @@ def check_redis() -> None:
             client.close()
 
 
-def check_cuebot_schema() -> None:
-    from accounting.attach import schema_problems
-
-    if settings.OPENCUE_TABLES != "existing":
-        return
-    problems = schema_problems()
-    if problems:
-        raise CuebotSchemaIncomplete(
-            "the Cuebot database does not have what cuebot-acct uses (OPENCUE_TABLES=existing): "
-            + "; ".join(problem.message for problem in problems)
-        )
-
-
 def check_services() -> None:
     check_postgres()
     check_redis()
-    check_cuebot_schema()
 
 
 def run_with_clear_service_errors(argv: list[str]) -> None:

@@ -1,9 +1,16 @@
+"""The URLconf: where the apps' pages and routers are put together (the composition root,
+with wsgi.py and asgi.py the only modules of cuebot_acct that import the apps)."""
 from django.contrib import admin
 from django.urls import path
 
-from accounting import views as accounting_views
-from accounting.admin_views import drift_index, drift_show, overview, reseed_show
+from accounting.operators import health
+from accounting.operators.api import router as accounting_router
+from accounting.operators.pages import drift_index, drift_show, overview, reseed_show
+from accounting.operators.shows_api import router as shows_router
 from cuebot_acct.api import api
+
+api.add_router("/", accounting_router)
+api.add_router("/shows", shows_router)
 
 # JSON under /api/, Django's pages elsewhere.
 handler400 = "cuebot_acct.api.bad_request"
@@ -18,6 +25,6 @@ urlpatterns = [
     path("admin/accounting/drift/<str:show_id>/reseed/", admin.site.admin_view(reseed_show), name="acct-drift-reseed"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
-    path("metrics", accounting_views.metrics, name="metrics"),
-    path("healthz", accounting_views.healthz, name="healthz"),
+    path("metrics", health.metrics, name="metrics"),
+    path("healthz", health.healthz, name="healthz"),
 ]

@@ -4,8 +4,8 @@ pytest-django creates test_<name> in PostgreSQL. Redis uses three database index
 counted down from TEST_REDIS_DB (accounting, cache, broker); the suite flushes them
 between tests, so they must not be ones a running service uses.
 """
-from settings import *  # noqa: F403
 from cuebot_acct.redis_factory import django_cache
+from settings import *  # noqa: F403
 from settings import CACHES, Q_CLUSTER, env
 
 TEST_REDIS_HOST = env.str("TEST_REDIS_HOST", default="127.0.0.1:6379")

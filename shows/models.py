@@ -20,7 +20,6 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils import timezone
 
-
 TYPE_PREFIX = re.compile(r"^(str|b|int|ts|float)_")
 # OpenCue's abbreviations, as an operator reads them.
 LABEL_WORDS = {"alloc": "allocation", "dept": "department", "gpu": "GPU", "gpus": "GPUs"}

@@ -21,7 +21,7 @@ def settling_cache_key(*, show_id: str) -> str:
 class Ownership:
     scheduler_managed: bool
     # Switched back to Cuebot so recently that a booking made by a scheduler still seeing
-    # the old flag may yet commit its proc (accounting.switching).
+    # the old flag may yet commit its proc (accounting.ownership.switching).
     settling: bool
 
 

@@ -5,10 +5,9 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from accounting.auth import grant_permissions, issue_token
+from accounting.operators.auth import grant_permissions, issue_token
 from cuebot_acct.redis_factory import accounting_redis
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
-
 from tests.farms import build_farm
 
 
@@ -84,7 +83,7 @@ def cuebot_farm(db):
 def seeded_redis(acct_redis) -> redis.Redis:
     """The accounting Redis as a running service has it: seeded since it came up (the
     acct:seeded marker), so limit writes reach it and reseeds need no bootstrap."""
-    from accounting import keys
+    from accounting.live import keys
 
     acct_redis.set(keys.SEEDED, keys.SEEDED_VALUE)
     return acct_redis

@@ -3,7 +3,7 @@
     farm = build_farm(managed=True)
     proc = farm.add_proc(cores=250)
 
-Rows go in as Cuebot puts them in (see shows.farm): the resource rows come from
+Rows go in as Cuebot puts them in (see accounting.simulation.farm_builder): the resource rows come from
 Cuebot's insert triggers, limits are set on them afterwards, a proc runs a frame.
 """
 from dataclasses import dataclass, field
@@ -11,10 +11,28 @@ from itertools import count
 
 from django.db import connection, transaction
 
-from accounting.models import FolderResource, HostLocal, JobResource, Point, Proc, Subscription
-from accounting.recompute import recompute_pg_accounting
-from shows.farm import insert_running_frame, new_layer
-from shows.models import Alloc, Dept, Facility, Folder, Host, HostStat, Job, Layer, Show, new_pk
+from accounting.models import (
+    FolderResource,
+    HostLocal,
+    JobResource,
+    Point,
+    Proc,
+    Subscription,
+)
+from accounting.reconcile.recompute import recompute_pg_accounting
+from accounting.simulation.farm_builder import insert_running_frame, new_layer
+from shows.models import (
+    Alloc,
+    Dept,
+    Facility,
+    Folder,
+    Host,
+    HostStat,
+    Job,
+    Layer,
+    Show,
+    new_pk,
+)
 
 _names = count(1)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from accounting import metrics  # noqa: F401 - registers every metric the rules may name
+from cuebot_acct import metrics  # noqa: F401 - registers every metric the rules may name
 from tests.test_docs_links import anchors
 
 ROOT = Path(__file__).resolve().parent.parent

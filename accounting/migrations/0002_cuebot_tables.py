@@ -8,8 +8,9 @@ import django.core.validators
 import django.db.models.deletion
 import django.db.models.functions.datetime
 import django.utils.timezone
-import shows.models
 from django.db import migrations, models
+
+import shows.models
 
 
 class Migration(migrations.Migration):

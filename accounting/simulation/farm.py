@@ -13,13 +13,33 @@ from dataclasses import dataclass, field
 from django.core.cache import cache
 from django.db import connection, transaction
 
-from accounting import keys
+from accounting.live import keys
 from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
-from accounting.recompute import recompute_pg_accounting
+from accounting.reconcile.recompute import recompute_pg_accounting
+from accounting.simulation.farm_builder import (
+    ADD_HOST_STATS,
+    DEPARTMENTS,
+    HOST_IDLE,
+    KB_PER_GB,
+    PROC_CORES,
+    frame_number,
+    new_layer,
+    refuse_foreign_shows,
+)
 from accounting.simulation.invariants import farm_keys
 from cuebot_acct.redis_factory import accounting_redis
-from shows.farm import ADD_HOST_STATS, DEPARTMENTS, HOST_IDLE, KB_PER_GB, PROC_CORES, frame_number, new_layer, refuse_foreign_shows
-from shows.models import Alloc, Dept, Facility, Folder, Frame, Host, Job, Layer, Show, new_pk
+from shows.models import (
+    Alloc,
+    Dept,
+    Facility,
+    Folder,
+    Frame,
+    Host,
+    Job,
+    Layer,
+    Show,
+    new_pk,
+)
 from shows.selectors import flag_cache_key
 
 PREFIX = "sim"

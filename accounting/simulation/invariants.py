@@ -1,12 +1,12 @@
 """What must hold: no booking above a cap, no drift after reconciling, no negative counter."""
 from django.db import connection
 
-from accounting import keys
+from accounting.live import keys
+from accounting.live.units import cores_from_centicores
 from accounting.simulation.report import OverCap
-from accounting.units import cores_from_centicores
 from cuebot_acct.redis_factory import accounting_redis
 
-# Booked cores per proc, truncated like accounting.units (PG's integer division of a
+# Booked cores per proc, truncated like accounting.live.units (PG's integer division of a
 # non-negative bigint truncates), summed per key; and the cap in force right now.
 BOOKED_AND_CAPS = """
 SELECT (SELECT COALESCE(SUM(p.int_cores_reserved / 100), 0) FROM proc p JOIN host h ON h.pk_host = p.pk_host

@@ -1,5 +1,5 @@
-"""The simulator's calls into the reconciliation side (accounting.reseed, accounting.limits,
-accounting.drift), in one place: the reconciler thread, the operator and the final check use them.
+"""The simulator's calls into the reconciliation side (accounting.reconcile.reseed, accounting.limits.changes,
+accounting.reconcile.drift), in one place: the reconciler thread, the operator and the final check use them.
 """
 import random
 from contextlib import closing
@@ -8,13 +8,16 @@ from dataclasses import dataclass
 from django.utils import timezone
 from django_q.models import Schedule
 
-from accounting import keys, limits, reseed, switching
-from accounting.drift import drift_report
+from accounting.limits import changes as limits
+from accounting.live import keys
+from accounting.live.leases import LockBusy
+from accounting.live.scripts import script
+from accounting.live.units import UNLIMITED
 from accounting.models import FolderResource, JobResource, Subscription
-from accounting.units import UNLIMITED
-from accounting.locks import LockBusy
-from accounting.lua import script
-from accounting.snapshot import booked_rows, chunked, managed_show_ids
+from accounting.ownership import switching
+from accounting.reconcile import reseed
+from accounting.reconcile.drift import drift_report
+from accounting.reconcile.snapshot import booked_rows, chunked, managed_show_ids
 from cuebot_acct.redis_factory import accounting_redis
 
 
@@ -103,13 +106,13 @@ def changed(*, rng: random.Random, old: int) -> int:
 
 
 def drift_rows(*, show_ids: list[str]) -> list:
-    """accounting.drift's rows for these shows: every (key, field) where Redis differs from PostgreSQL."""
+    """accounting.reconcile.drift's rows for these shows: every (key, field) where Redis differs from PostgreSQL."""
     return drift_report(show_ids=show_ids).rows if show_ids else []
 
 
 def run_due_settle_recomputes(*, all_pending: bool = False) -> int:
     """The simulator runs no task cluster: it runs the settling recomputes that switches back
-    to Cuebot scheduled (accounting.switching) when they fall due, or all of them at the end,
+    to Cuebot scheduled (accounting.ownership.switching) when they fall due, or all of them at the end,
     once no booking can land any more. Returns how many ran."""
     due = Schedule.objects.filter(name__startswith=switching.SETTLE_RECOMPUTE_PREFIX)
     if not all_pending:

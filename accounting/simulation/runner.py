@@ -11,15 +11,24 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import override_settings
 
-from accounting import pg_accounting, publisher, reseed
-from accounting.locks import LEASE_SECONDS
+from accounting.live.leases import LEASE_SECONDS
+from accounting.reconcile import pg_truth as pg_accounting
+from accounting.reconcile import reseed
+from accounting.release import publish as publisher
 from accounting.simulation import reconcile
 from accounting.simulation.farm import SimFarm, build_sim_farm, load_existing_farm
 from accounting.simulation.faults import FaultPlan
 from accounting.simulation.invariants import farm_keys, negative_counters
 from accounting.simulation.report import Report, Stats
 from accounting.simulation.workers import (
-    PublishDrop, SimContext, booker, inflight_keys_pending, negative_pg_rows, operator, reconcile_once, reconciler,
+    PublishDrop,
+    SimContext,
+    booker,
+    inflight_keys_pending,
+    negative_pg_rows,
+    operator,
+    reconcile_once,
+    reconciler,
     releaser,
 )
 from cuebot_acct.redis_factory import sentinel_target
@@ -41,7 +50,7 @@ class SimConfig:
     # Short, so a crashed booker's entry expires within the run; it must stay longer than
     # the slowest booking transaction (slow-commit holds one for up to 0.3 s).
     inflight_ttl_seconds: int = 3
-    # Who reseeds during the run: "project" (accounting.reseed) or "scheduler" (the
+    # Who reseeds during the run: "project" (accounting.reconcile.reseed) or "scheduler" (the
     # reference design's reseed, no in-flight overlay; see docs/redis-protocol.md).
     reseeder: str = "project"
 

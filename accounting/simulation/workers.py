@@ -12,20 +12,32 @@ from dataclasses import dataclass, field
 
 import redis
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connection, connections, transaction
+from django.db import (
+    OperationalError,
+    close_old_connections,
+    connection,
+    connections,
+    transaction,
+)
 
-from accounting import booking, failover, keys, pg_accounting
-from accounting.services import unbook_proc, unbook_procs
+from accounting.live import booking, keys
+from accounting.ownership.toggle import set_scheduler_managed
+from accounting.reconcile import failover
+from accounting.reconcile import pg_truth as pg_accounting
+from accounting.reconcile.snapshot import booked_rows
+from accounting.release.unbook import unbook_proc, unbook_procs
 from accounting.simulation import reconcile
-from accounting.simulation.faults import FaultPlan
 from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
+from accounting.simulation.farm_builder import PROC_CORES, insert_running_frame
+from accounting.simulation.faults import FaultPlan
 from accounting.simulation.invariants import over_cap_after_booking
 from accounting.simulation.report import Stats
-from accounting.snapshot import booked_rows
-from cuebot_acct.redis_factory import accounting_redis, replication_state, sentinel_target
-from shows.farm import PROC_CORES, insert_running_frame
+from cuebot_acct.redis_factory import (
+    accounting_redis,
+    replication_state,
+    sentinel_target,
+)
 from shows.models import Show
-from shows.services import set_scheduler_managed
 
 logger = logging.getLogger(__name__)
 
@@ -424,7 +436,7 @@ def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:
 class PublishDrop:
     """publish-drop: the next release publish's Redis call fails, once.
 
-    Installed by patching the name `script` in accounting.publisher for the length of the
+    Installed by patching the name `script` in accounting.release.publish for the length of the
     run: `release` resolves to a wrapper that, when armed, either fails before sending
     (the publish never reached Redis) or sends and then loses the reply (it ran, and
     must not be resent). Both leave the accounting correct or high, never low.

@@ -6,9 +6,9 @@ The CreateModel operations only tell Django about the unmanaged models; they emi
 """
 import django.db.models.functions.datetime
 import django.utils.timezone
-import shows.models
 from django.db import migrations, models
 
+import shows.models
 from cuebot_acct.db_router import CUEBOT_TABLES_HINT
 from shows.cuebot_schema import DROP_SQL, TABLES_SQL, TRIGGERS_SQL
 

@@ -1,7 +1,7 @@
 """Assertions about the PG accounting tables against SUM(proc), for tests."""
 from django.db import connection
 
-from accounting.pg_accounting import mismatches
+from accounting.reconcile.pg_truth import mismatches
 
 
 def accounting_mismatches(*, show_id: str) -> list[tuple]:

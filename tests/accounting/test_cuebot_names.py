@@ -3,10 +3,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from accounting import keys
-from accounting.auth import issue_token
+from accounting.live import keys
 from accounting.models import JobResource, Subscription
-from accounting.reseed import reseed
+from accounting.operators.auth import issue_token
+from accounting.reconcile.reseed import reseed
 from shows.models import Job, Show
 from tests.farms import build_farm
 

@@ -4,8 +4,16 @@ from decimal import Decimal
 import pytest
 from django.db import DatabaseError, transaction
 
-from accounting.models import FolderResource, HostLocal, JobResource, LayerResource, Point, Proc, Subscription
-from accounting.recompute import recompute_pg_accounting
+from accounting.models import (
+    FolderResource,
+    HostLocal,
+    JobResource,
+    LayerResource,
+    Point,
+    Proc,
+    Subscription,
+)
+from accounting.reconcile.recompute import recompute_pg_accounting
 from shows.models import Folder, Host, HostStat, new_pk
 from tests.farms import build_farm, unique
 

@@ -3,11 +3,15 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
+from accounting.ownership.toggle import set_scheduler_managed
 from shows.models import Show
 from shows.selectors import (
-    count_scheduler_managed_shows, flag_cache_key, get_show_by_name, is_scheduler_managed, list_shows,
+    count_scheduler_managed_shows,
+    flag_cache_key,
+    get_show_by_name,
+    is_scheduler_managed,
+    list_shows,
 )
-from shows.services import set_scheduler_managed
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ import re
 
 from django.core.management.base import CommandError
 
-from accounting.limits import column_max
-from accounting.units import centicores_from_cores
+from accounting.limits.changes import column_max
+from accounting.live.units import centicores_from_cores
 
 NUMBER = re.compile(r"-?[0-9]+")
 

@@ -2,7 +2,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from accounting.guardrail import MESSAGE, run_guardrail
+from accounting.ownership.guardrail import MESSAGE, run_guardrail
 
 
 class Command(BaseCommand):

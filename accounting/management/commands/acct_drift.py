@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.drift import drift_report
+from accounting.reconcile.drift import drift_report
 from shows.selectors import AmbiguousName, get_show_by_name
 
 

@@ -1,9 +1,9 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from accounting.failover import check_master
-from accounting.locks import LockBusy
-from accounting.reseed import reseed
+from accounting.live.leases import LockBusy
+from accounting.reconcile.failover import check_master
+from accounting.reconcile.reseed import reseed
 from shows.selectors import AmbiguousName, get_show_by_name
 
 

@@ -1,7 +1,8 @@
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from cuebot_acct.startup import check_services, redact, redis_urls
-from django.conf import settings
+from shows.attach import check_cuebot_schema
 
 
 class Command(BaseCommand):
@@ -9,6 +10,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         check_services()
+        check_cuebot_schema()
         self.stdout.write(f"PostgreSQL ok: {redact(settings.DATABASE_URL)}")
         for setting, url in redis_urls().items():
             self.stdout.write(f"Redis ok ({setting}): {redact(url)}")

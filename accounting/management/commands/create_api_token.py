@@ -1,8 +1,8 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.auth import grant_permissions, issue_token
-from accounting.permissions import DECLARED
+from accounting.operators.auth import grant_permissions, issue_token
+from cuebot_acct.permissions import DECLARED
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.services import recalculate_subs
-from accounting.units import format_cores
+from accounting.live.units import format_cores
+from accounting.reconcile.recalculate_subs import recalculate_subs
 
 
 class Command(BaseCommand):

@@ -1,9 +1,9 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.limits import set_job_limits
+from accounting.limits.changes import set_job_limits
+from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import JobResource
-from accounting.units import format_cores
 from shows.selectors import AmbiguousName, get_live_job
 
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from accounting.schedules import apply_schedules
+from accounting.tasks import apply_schedules
 
 
 class Command(BaseCommand):

@@ -6,11 +6,11 @@ from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
+from accounting.simulation.farm_builder import FarmRefused
 from accounting.simulation.faults import FAULT_KINDS, parse_faults
 from accounting.simulation.runner import SimConfig, run_simulation
 from accounting.simulation.workers import RESEEDERS
 from cuebot_acct.startup import redact
-from shows.farm import FarmRefused
 
 
 def at_least(minimum: int):

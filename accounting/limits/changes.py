@@ -1,0 +1,146 @@
+"""Limit changes (size/burst, folder and job caps, point minimums) that reach Redis at once.
+
+The PG update commits first; for a scheduler-managed show the new limit fields are then
+written to Redis from `transaction.on_commit` (publish iff commit), cores converted and -1
+verbatim, through limit_write.lua, which bumps acct:seq so a reseed in flight retries. A
+failed Redis write is logged at WARN, counted and swallowed, as for the release: the limit
+reseed (every 5 min) heals it. On a Redis not seeded since a restart a key that carries no
+limit field yet is not written (limit_write.lua's guard): limit fields would open it before
+its counters are rebuilt, and the rebuild writes the committed value anyway. A key that
+already carries limit fields is open already, whoever rebuilt it (the scheduler's bootstrap
+never sets acct:seeded), and is written. A refused write is loud: WARN, a metric, and
+`acct_drift` names it as the cause of the drifted fields. All amounts here are PG units (centicores); commands and the
+API convert operator input in cores with `centicores_from_cores`.
+
+The managed flag is read from PostgreSQL inside the transaction, not from the 30 s cache:
+limit changes are rare and must follow the flag as committed.
+"""
+import logging
+
+import redis
+from django.db import connection, transaction
+
+from accounting.live import keys
+from accounting.live.scripts import script
+from accounting.live.units import UNLIMITED
+from accounting.models import FolderResource, JobResource, Point, Subscription
+from accounting.reconcile.snapshot import redis_limits
+from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
+from cuebot_acct.redis_factory import accounting_redis
+from shows.models import Show
+
+log = logging.getLogger(__name__)
+
+LimitInstance = Subscription | FolderResource | JobResource | Point
+
+
+class InvalidLimit(ValueError):
+    pass
+
+
+# The only limits where Cuebot reads -1 as "unlimited". Elsewhere its checks compare the
+# value as a number: a subscription's burst or a job's max of -1 stops every later booking.
+UNLIMITED_ALLOWED = {(FolderResource, "int_max_cores"), (FolderResource, "int_max_gpus")}
+
+
+# Cuebot's tier trigger stores -int_size in subscription.float_tier, NUMERIC(16, 2), while
+# nothing is booked: a larger size fails there although the bigint column would hold it.
+TIER_BOUND = {(Subscription, "int_size"): 10**14 - 1}
+
+
+def column_max(*, model: type, column: str) -> int:
+    """The largest value `column` can take (integer or bigint, and Cuebot's triggers), in PG units."""
+    top = connection.ops.integer_field_range(model._meta.get_field(column).get_internal_type())[1]
+    return min(top, TIER_BOUND.get((model, column), top))
+
+
+def _check(model: type, name: str, value: int | None) -> None:
+    if value is None:
+        return
+    top = column_max(model=model, column=name)
+    if value > top:
+        raise InvalidLimit(f"{name} must be at most {top} (what the column holds), got {value}")
+    if value >= 0:
+        return
+    if value == UNLIMITED and (model, name) in UNLIMITED_ALLOWED:
+        return
+    if value == UNLIMITED:
+        raise InvalidLimit(f"{name}: -1 does not mean unlimited here (Cuebot compares it as a number); give a value >= 0")
+    allowed = ">= 0 or -1 (unlimited)" if (model, name) in UNLIMITED_ALLOWED else ">= 0"
+    raise InvalidLimit(f"{name} must be {allowed}, got {value}")
+
+
+def limit_fields(*, instance: LimitInstance) -> tuple[str, str, list[tuple[str, int]]]:
+    """(show id, Redis key, [(field, value in Redis units)]) of one limit row."""
+    fields = redis_limits(model=type(instance), column=lambda name: getattr(instance, name))
+    if isinstance(instance, Subscription):
+        return instance.show_id, keys.sub(show_id=instance.show_id, alloc_id=instance.alloc_id), fields
+    if isinstance(instance, FolderResource):
+        return instance.folder.show_id, keys.folder(folder_id=instance.folder_id), fields
+    if isinstance(instance, JobResource):
+        return instance.job.show_id, keys.job(job_id=instance.job_id), fields
+    return instance.show_id, keys.point(dept_id=instance.dept_id, show_id=instance.show_id), fields
+
+
+def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:
+    """After commit: write, or WARN + count + swallow (the limit reseed heals)."""
+    try:
+        written = script("limit_write").run(
+            accounting_redis(), keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED],
+            args=[keys.SEEDED_VALUE, "1", *(part for f, v in fields for part in (key, f, v))],
+        )
+    except (redis.RedisError, OSError) as error:
+        LIMIT_PUBLISH_FAILURES.inc()
+        log.warning("limit write to Redis failed for %s (%s); the limit reseed will heal it", key, error)
+        return
+    if not int(written):
+        LIMIT_WRITES_REFUSED.inc()
+        log.warning("limit write for %s refused: the key is closed to booking on a Redis not rebuilt since it came up "
+                    "(PostgreSQL has the new value; the rebuild, or `acct_reseed`, writes it)", key)
+
+
+def publish_limits_on_commit(*, instance: LimitInstance) -> None:
+    """Schedule the Redis write of this row's limits for after commit, if its show is managed.
+
+    Call inside the transaction that saved `instance` (the admin does, through save_model).
+    """
+    show_id, key, fields = limit_fields(instance=instance)
+    if isinstance(instance, JobResource) and instance.job.str_state == "FINISHED":
+        return  # reseeds leave finished jobs out; the scheduler never books them
+    if not Show.objects.filter(pk=show_id, b_scheduler_managed=True).exists():
+        return
+    transaction.on_commit(lambda: write_limit_fields(key=key, fields=fields))
+
+
+def _apply(instance: LimitInstance, changes: dict[str, int | None]) -> LimitInstance:
+    for name, value in changes.items():
+        _check(type(instance), name, value)
+    with transaction.atomic():
+        instance = type(instance).objects.select_for_update().get(pk=instance.pk)
+        updates = {name: value for name, value in changes.items() if value is not None}
+        for name, value in updates.items():
+            setattr(instance, name, value)
+        if updates:
+            instance.save(update_fields=list(updates))
+            publish_limits_on_commit(instance=instance)
+    return instance
+
+
+def set_subscription_limits(*, subscription: Subscription, size: int | None = None, burst: int | None = None) -> Subscription:
+    """size and burst in centicores; None leaves a value as it is."""
+    return _apply(subscription, {"int_size": size, "int_burst": burst})
+
+
+def set_folder_limits(*, folder_resource: FolderResource, min_cores: int | None = None, max_cores: int | None = None,
+                      min_gpus: int | None = None, max_gpus: int | None = None) -> FolderResource:
+    return _apply(folder_resource, {"int_min_cores": min_cores, "int_max_cores": max_cores,
+                                    "int_min_gpus": min_gpus, "int_max_gpus": max_gpus})
+
+
+def set_job_limits(*, job_resource: JobResource, max_cores: int | None = None, max_gpus: int | None = None,
+                   priority: int | None = None) -> JobResource:
+    return _apply(job_resource, {"int_max_cores": max_cores, "int_max_gpus": max_gpus, "int_priority": priority})
+
+
+def set_point_limits(*, point: Point, min_cores: int | None = None, min_gpus: int | None = None) -> Point:
+    return _apply(point, {"int_min_cores": min_cores, "int_min_gpus": min_gpus})

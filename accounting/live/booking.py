@@ -1,0 +1,87 @@
+"""The hot-path booking contract, as the Rust scheduler runs it: used by the simulator and
+the tests to exercise the live view exactly the way production does.
+
+A booking is two halves that land at different moments: `book` (the Lua, at once) and the
+proc INSERT (a PG transaction, a little later). Pass an `op_id` and the booking is entered
+in the in-flight registry (`acct:inflight`) until `settle` is called after the INSERT has
+committed, so a reseed running in between counts it (docs/redis-protocol.md). If the
+INSERT fails, `rollback` undoes the Redis half, but only while the entry is still live:
+undoing a booking that a reseed may already have erased would push the counters low.
+"""
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from accounting.live import keys
+from accounting.live.scripts import script
+from accounting.live.units import cores_from_centicores
+from cuebot_acct.redis_factory import accounting_redis
+
+
+@dataclass(frozen=True)
+class BookingResult:
+    ok: bool
+    seq: int | None = None
+    # On rejection: "subscription", "folder", "job", "failover" (a promoted replica not rebuilt
+    # yet), or "acct:inflight" for a skipped rollback.
+    table: str | None = None
+    current: int | None = None
+    limit: int | None = None
+
+
+def _delta_cores(centicores: int) -> int:
+    # Deltas may be negative (rollback); the conversion itself is defined on amounts.
+    converted = cores_from_centicores(abs(centicores))
+    return -converted if centicores < 0 else converted
+
+
+def _run(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,
+         cores: int, gpus: int, force: bool, op_id: str | None, op_mode: str) -> BookingResult:
+    reply = script("booking").run(
+        accounting_redis(),
+        keys=[
+            *keys.of_proc(show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
+                          layer_id=layer_id, dept_id=dept_id),
+            keys.SEQ,
+            keys.INFLIGHT,
+            keys.MASTER,
+        ],
+        args=[cores, gpus, "1" if force else "0", op_id or "", op_mode, settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000],
+    )
+    if int(reply[0]) == 1:
+        return BookingResult(ok=True, seq=int(reply[1]))
+    table = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
+    return BookingResult(ok=False, table=table, current=int(reply[2]), limit=int(reply[3]))
+
+
+def book(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,
+         cores: int, gpus: int, op_id: str | None = None, force: bool = False) -> BookingResult:
+    """Check limits and apply `cores` (CENTICORES, converted here) and `gpus` to the five keys.
+
+    With `op_id`, the booking stays registered as in flight until `settle(op_id=...)`.
+    """
+    if op_id is not None and (cores < 0 or gpus < 0):
+        raise ValueError("an in-flight booking registers positive amounts; use rollback to undo one")
+    return _run(
+        show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id, layer_id=layer_id, dept_id=dept_id,
+        cores=_delta_cores(cores), gpus=gpus, force=force, op_id=op_id, op_mode="register",
+    )
+
+
+def settle(*, op_id: str) -> None:
+    """The booking's proc INSERT has committed: drop its in-flight entry (and bump acct:seq)."""
+    script("booking_settle").run(accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ], args=[op_id])
+
+
+def rollback(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,
+             cores: int, gpus: int, op_id: str | None) -> BookingResult:
+    """Undo a booking whose proc INSERT failed: the forced booking of the negated amounts.
+
+    `cores` and `gpus` are the amounts that were booked (positive, centicores). With an
+    `op_id`, the undo applies only while the booking's in-flight entry is live, and removes
+    it; otherwise the result is not ok and nothing changed (Redis left high, which is safe).
+    """
+    return _run(
+        show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id, layer_id=layer_id, dept_id=dept_id,
+        cores=-_delta_cores(cores), gpus=-gpus, force=True, op_id=op_id, op_mode="remove",
+    )

@@ -1,0 +1,28 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from accounting.ownership.toggle import set_scheduler_managed
+from shows.selectors import AmbiguousName, get_show_by_name
+
+VALUES = {"true": True, "false": False}
+
+
+class Command(BaseCommand):
+    help = ("Move a show to the scheduler (true) or back to Cuebot (false); "
+            "like `cueadmin -show SHOW -setSchedulerManaged true`. One UPDATE, no drain.")
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("show", help="show name")
+        parser.add_argument("value", help="true or false")
+
+    def handle(self, *args, show: str, value: str, **options) -> None:
+        managed = VALUES.get(value.lower())
+        if managed is None:
+            raise CommandError(f"value must be true or false, got {value!r}; nothing changed", returncode=2)
+        try:
+            found = get_show_by_name(name=show)
+        except AmbiguousName as error:
+            raise CommandError(f"{error}; nothing changed", returncode=2) from None
+        if found is None:
+            raise CommandError(f"no show named {show!r}; nothing changed", returncode=2)
+        old, new = set_scheduler_managed(show=found, managed=managed)
+        self.stdout.write(f"{found.str_name}: b_scheduler_managed {str(old).lower()} -> {str(new).lower()}")

@@ -1,0 +1,259 @@
+"""The operator's admin over the accounting tables.
+
+Limits are entered in cores and saved through accounting.limits.changes (validation and the Redis
+publish the commands and the API get); booked counters, derived from `proc`, are read-only.
+Deleting a proc is a release (accounting.release.unbook.unbook_procs); procs are never added
+here. Rights follow cuebot_acct.permissions: CHANGE_LIMITS to edit a limit, RELEASE_PROCS
+to delete procs.
+"""
+from collections.abc import Callable
+
+from django.contrib import admin
+from django.utils import timezone
+
+from accounting.limits.changes import (
+    set_folder_limits,
+    set_job_limits,
+    set_point_limits,
+    set_subscription_limits,
+)
+from accounting.models import (
+    ApiToken,
+    FolderResource,
+    HostLocal,
+    Instance,
+    JobResource,
+    LayerResource,
+    Point,
+    Proc,
+    Subscription,
+)
+from accounting.operators.display import CoresFormMixin, cores_column
+from accounting.operators.farm_admin import CuebotWrittenAdmin
+from accounting.ownership.fleet import STALE_AFTER
+from accounting.release.unbook import unbook_proc, unbook_procs
+from cuebot_acct import permissions
+
+admin.site.site_header = "cuebot-acct"
+admin.site.site_title = "cuebot-acct"
+admin.site.index_title = "Farm overview"
+
+
+def show_column(path: str):
+    """A show column for a row that belongs to a show through `path` (e.g. 'folder__show')."""
+    @admin.display(description="show", ordering=f"{path}__str_name")
+    def column(_model_admin, obj) -> str:
+        target = obj
+        for part in path.split("__"):
+            target = getattr(target, part)
+        return str(target)
+
+    return column
+
+
+class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
+    """Rows Cuebot's triggers (or Cuebot) create: never added or deleted here; only their
+    limits change, through the service of `limit_service`, with CHANGE_LIMITS."""
+
+    limit_service: Callable
+    service_argument: str
+    # Model field -> keyword of limit_service; every other field is read-only.
+    limit_keywords: dict[str, str]
+
+    def get_readonly_fields(self, request, obj=None) -> list[str]:
+        return [name for name in self.fields if name not in self.limit_keywords]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm(permissions.CHANGE_LIMITS)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return super().has_view_permission(request, obj) or self.has_change_permission(request, obj)
+
+    def save_model(self, request, obj, form, change) -> None:
+        """The service re-reads the row under a lock, checks, saves and publishes after commit."""
+        changes = {keyword: form.cleaned_data[name] for name, keyword in self.limit_keywords.items()
+                   if name in form.changed_data}
+        if changes:
+            type(self).limit_service(**{self.service_argument: obj}, **changes)
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(LimitAdmin):
+    list_display = ["show", "alloc", "size", "burst", "cores", "int_gpus"]
+    list_filter = ["show", "alloc"]
+    list_select_related = ["show", "alloc"]
+    search_fields = ["show__str_name", "alloc__str_name"]
+    ordering = ["show__str_name", "alloc__str_name"]
+    fields = ["show", "alloc", "int_size", "int_burst", "cores", "int_gpus", "float_tier"]
+    cores_fields = {"int_size": False, "int_burst": False}
+    limit_service = set_subscription_limits
+    service_argument = "subscription"
+    limit_keywords = {"int_size": "size", "int_burst": "burst"}
+    size = cores_column("int_size")
+    burst = cores_column("int_burst")
+    cores = cores_column("int_cores", "booked")
+
+
+@admin.register(FolderResource)
+class FolderResourceAdmin(LimitAdmin):
+    list_display = ["folder_name", "show", "cores", "min_cores", "max_cores", "int_gpus", "int_min_gpus", "int_max_gpus"]
+    list_filter = ["folder__show"]
+    list_select_related = ["folder__show"]
+    search_fields = ["folder__str_name", "folder__show__str_name"]
+    ordering = ["folder__show__str_name", "folder__str_name"]
+    fields = ["show", "folder", "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus", "cores", "int_gpus",
+              "float_tier"]
+    cores_fields = {"int_min_cores": False, "int_max_cores": True}
+    limit_service = set_folder_limits
+    service_argument = "folder_resource"
+    limit_keywords = {"int_min_cores": "min_cores", "int_max_cores": "max_cores", "int_min_gpus": "min_gpus",
+                      "int_max_gpus": "max_gpus"}
+    show = show_column("folder__show")
+    cores = cores_column("int_cores", "booked")
+    min_cores = cores_column("int_min_cores")
+    max_cores = cores_column("int_max_cores")
+
+    @admin.display(description="folder", ordering="folder__str_name")
+    def folder_name(self, obj) -> str:
+        return obj.folder.str_name
+
+
+@admin.register(JobResource)
+class JobResourceAdmin(LimitAdmin):
+    list_display = ["job", "show", "cores", "max_cores", "int_gpus", "int_max_gpus", "int_priority"]
+    list_filter = ["job__show", "job__str_state"]
+    list_select_related = ["job__show"]
+    search_fields = ["job__str_name", "job__show__str_name"]
+    ordering = ["job__show__str_name", "job__str_name"]
+    fields = ["show", "job", "int_max_cores", "int_max_gpus", "int_priority", "cores", "int_gpus", "min_cores",
+              "local_cores", "int_local_gpus", "float_tier"]
+    cores_fields = {"int_max_cores": False}
+    limit_service = set_job_limits
+    service_argument = "job_resource"
+    limit_keywords = {"int_max_cores": "max_cores", "int_max_gpus": "max_gpus", "int_priority": "priority"}
+    show = show_column("job__show")
+    cores = cores_column("int_cores", "booked")
+    max_cores = cores_column("int_max_cores")
+    min_cores = cores_column("int_min_cores")
+    local_cores = cores_column("int_local_cores", "booked locally")
+
+
+@admin.register(LayerResource)
+class LayerResourceAdmin(CuebotWrittenAdmin):
+    """Layers have no limits: their booked counters are all there is, read-only."""
+
+    list_display = ["layer", "job", "show", "cores", "int_gpus"]
+    list_filter = ["job__show", "job__str_state"]
+    list_select_related = ["layer", "job__show"]
+    search_fields = ["layer__str_name", "job__str_name", "job__show__str_name"]
+    ordering = ["job__show__str_name", "job__str_name", "layer__str_name"]
+    show = show_column("job__show")
+    cores = cores_column("int_cores", "booked")
+
+
+@admin.register(Point)
+class PointAdmin(LimitAdmin):
+    list_display = ["show", "dept", "cores", "min_cores", "int_gpus", "int_min_gpus"]
+    list_filter = ["show", "dept"]
+    list_select_related = ["show", "dept"]
+    search_fields = ["show__str_name", "dept__str_name"]
+    ordering = ["show__str_name", "dept__str_name"]
+    fields = ["show", "dept", "int_min_cores", "int_min_gpus", "cores", "int_gpus", "b_managed", "float_tier"]
+    cores_fields = {"int_min_cores": False}
+    limit_service = set_point_limits
+    service_argument = "point"
+    limit_keywords = {"int_min_cores": "min_cores", "int_min_gpus": "min_gpus"}
+    cores = cores_column("int_cores", "booked")
+    min_cores = cores_column("int_min_cores")
+
+
+@admin.register(Proc)
+class ProcAdmin(admin.ModelAdmin):
+    """Bookings, read-only. Deleting one (or many, with the action) releases it as Cuebot's
+    unbook does: host idle back, accounting decremented or Redis published after commit.
+    Procs are never added here: only a dispatcher books."""
+
+    list_display = ["host", "show", "job", "layer", "cores", "int_gpus_reserved", "b_local", "ts_booked"]
+    list_filter = ["show", "b_local", "job__str_state"]
+    search_fields = ["id", "host__str_name", "job__str_name", "show__str_name"]
+    list_select_related = ["show", "job", "layer", "host"]
+    ordering = ["show__str_name", "host__str_name", "ts_booked"]
+    fields = ["show", "job", "layer", "frame", "host", "cores", "int_gpus_reserved", "int_mem_reserved",
+              "int_gpu_mem_reserved", "b_local", "ts_booked", "ts_ping"]
+    cores = cores_column("int_cores_reserved", "reserved")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm(permissions.RELEASE_PROCS)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return super().has_view_permission(request, obj) or self.has_delete_permission(request, obj)
+
+    def delete_model(self, request, obj) -> None:
+        unbook_proc(proc_id=obj.pk)
+
+    def delete_queryset(self, request, queryset) -> None:
+        unbook_procs(proc_ids=list(queryset.values_list("pk", flat=True)))
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["user__username", "name", "prefix"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
+    ordering = ["user__username", "-created_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # raw values are shown once, by `manage.py create_api_token`
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request, queryset) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(Instance)
+class InstanceAdmin(admin.ModelAdmin):
+    """The fleet register, read-only: processes write their own rows."""
+
+    list_display = ["host", "pid", "role", "publishes_to_redis", "version", "started_at", "last_seen", "live"]
+    list_filter = ["role", "publishes_to_redis"]
+    search_fields = ["host"]
+    ordering = ["role", "host", "pid"]
+
+    @admin.display(boolean=True, description="live")
+    def live(self, obj) -> bool:
+        return obj.last_seen >= timezone.now() - STALE_AFTER
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(HostLocal)
+class HostLocalAdmin(CuebotWrittenAdmin):
+    """Local reservations: Cuebot makes them; releases give local procs' amounts back."""
+
+    list_display = ["host", "job", "show", "str_type", "cores_max", "cores_idle", "int_gpus_max", "int_gpus_idle", "b_active"]
+    list_filter = ["job__show", "b_active", "str_type"]
+    search_fields = ["host__str_name", "job__str_name", "job__show__str_name"]
+    list_select_related = ["host", "job__show"]
+    ordering = ["host__str_name", "job__str_name"]
+    show = show_column("job__show")
+    cores_max = cores_column("int_cores_max", "cores max")
+    cores_idle = cores_column("int_cores_idle", "cores idle")

@@ -1,0 +1,288 @@
+"""Accounting endpoints under /api/v1/: release, drift, locks and limit changes."""
+from typing import Annotated, Any, Literal
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Router, Schema, Status
+from ninja.errors import HttpError
+from ninja.schema import DjangoGetter
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from accounting.limits.changes import (
+    UNLIMITED_ALLOWED,
+    InvalidLimit,
+    column_max,
+    set_folder_limits,
+    set_job_limits,
+    set_point_limits,
+    set_subscription_limits,
+)
+from accounting.live.leases import held_locks
+from accounting.live.units import centicores_from_cores
+from accounting.models import FolderResource, JobResource, Point, Subscription
+from accounting.operators.auth import BearerToken
+from accounting.reconcile.drift import drift_report
+from accounting.release.types import Release
+from accounting.release.unbook import unbook_proc, unbook_procs
+from cuebot_acct.api_types import (
+    AUTH_ERRORS,
+    LOOKUP_ERRORS,
+    NO_NUL,
+    DbText,
+    ErrorOut,
+    InvalidOut,
+    json_int,
+    storable,
+)
+from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS
+from shows.selectors import AmbiguousName, get_show_by_name
+
+router = Router(tags=["accounting"])
+
+
+# Release path.
+MAX_BATCH = 1000
+
+
+class ReleaseOut(Schema):
+    proc_id: str
+    host_id: str
+    show_id: str
+    alloc_id: str
+    folder_id: str
+    job_id: str
+    layer_id: str
+    dept_id: str
+    cores_centicores: int = Field(description="Released cores as PostgreSQL stores them (1 core = 100).")
+    cores: int = Field(description="Released cores as Redis counts them: per proc, truncated.")
+    gpus: int
+    memory: int = Field(description="KB")
+    gpu_memory: int = Field(description="KB")
+    branch: Literal["local", "scheduler", "cuebot"]
+
+
+class UnbookBatchIn(Schema):
+    proc_ids: Annotated[
+        list[Annotated[StrictStr, Field(min_length=1, max_length=36, json_schema_extra=NO_NUL), AfterValidator(storable)]],
+        Field(min_length=1, max_length=MAX_BATCH, json_schema_extra={"uniqueItems": True}),
+    ]
+
+    @field_validator("proc_ids")
+    @classmethod
+    def no_duplicates(cls, proc_ids: list[str]) -> list[str]:
+        seen: set[str] = set()
+        repeated = sorted({p for p in proc_ids if p in seen or seen.add(p)})
+        if repeated:
+            raise ValueError(f"proc_ids repeat: {', '.join(repeated)}")
+        return proc_ids
+
+
+class UnbookResult(Schema):
+    proc_id: str
+    status: Literal["released", "not_found"]
+    release: ReleaseOut | None = None
+
+
+class UnbookBatchOut(Schema):
+    results: list[UnbookResult]
+
+
+def _release_out(release: Release) -> dict:
+    return {**release.__dict__, "branch": release.branch.value}
+
+
+@router.post(
+    "/procs/unbook", auth=BearerToken(RELEASE_PROCS), response={200: UnbookBatchOut, 422: InvalidOut, **AUTH_ERRORS},
+    tags=["release"],
+    summary="Release many procs in one transaction", description=f"Needs the permission {RELEASE_PROCS}.",
+)
+def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
+    releases = unbook_procs(proc_ids=payload.proc_ids)
+    return {
+        "results": [
+            {"proc_id": proc_id, "status": "released", "release": _release_out(release)} if release
+            else {"proc_id": proc_id, "status": "not_found"}
+            for proc_id, release in zip(payload.proc_ids, releases, strict=True)
+        ]
+    }
+
+
+@router.post(
+    "/procs/{proc_id}/unbook", auth=BearerToken(RELEASE_PROCS), response={200: ReleaseOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    tags=["release"],
+    summary="Release one proc", description=f"Needs the permission {RELEASE_PROCS}.",
+)
+def unbook_one(request: HttpRequest, proc_id: DbText):
+    release = unbook_proc(proc_id=proc_id)
+    if release is None:
+        return Status(404, {"detail": f"no proc {proc_id}"})
+    return Status(200, _release_out(release))
+
+
+# Reconciliation: drift, locks, limit changes.
+
+
+@router.get("/accounting/drift", response={200: dict[str, Any], 409: ErrorOut, **LOOKUP_ERRORS},
+            summary="Redis against PostgreSQL for scheduler-managed shows")
+def accounting_drift(request, show: DbText | None = None):
+    show_ids = None
+    if show is not None:
+        try:
+            found = get_show_by_name(name=show)
+        except AmbiguousName as error:
+            raise HttpError(409, str(error)) from None
+        if found is None:
+            raise HttpError(404, f"unknown show {show!r}")
+        show_ids = [found.id]
+    return drift_report(show_ids=show_ids).as_dict()
+
+
+@router.get("/locks", summary="Named locks currently held")
+def locks(request):
+    return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in held_locks()]
+
+
+def _limit(model: type, column: str, *, cores: bool) -> Any:
+    """An optional limit bounded by its column: cores are entered in cores and stored in
+    centicores, so their bound is the column's maximum / 100. -1 (unlimited) only where
+    Cuebot reads it so (UNLIMITED_ALLOWED); a JSON integer only (not true or "5")."""
+    top = column_max(model=model, column=column)
+    unlimited = (model, column) in UNLIMITED_ALLOWED
+    unit = "cores" if cores else "count"
+    description = (f"{unit}, -1 for unlimited" if unlimited
+                   else f"{unit}, >= 0 (-1 is no unlimited here: Cuebot compares it as a number)")
+    bounded = json_int(ge=-1 if unlimited else 0, le=top // 100 if cores else top)
+    return Annotated[bounded | None, Field(description=description)]
+
+
+class LimitsIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def an_object(cls, data):
+        # ninja reads attributes off any value, so a list or a number would validate as "no
+        # change". With extra="forbid" ninja validates the body as parsed first (checked
+        # here), then again wrapped in its DjangoGetter.
+        if not isinstance(data, dict | DjangoGetter):
+            raise ValueError("the body must be a JSON object")
+        return data
+
+
+class SubscriptionLimitsIn(LimitsIn):
+    size: _limit(Subscription, "int_size", cores=True) = None
+    burst: _limit(Subscription, "int_burst", cores=True) = None
+
+
+class FolderLimitsIn(LimitsIn):
+    min_cores: _limit(FolderResource, "int_min_cores", cores=True) = None
+    max_cores: _limit(FolderResource, "int_max_cores", cores=True) = None
+    min_gpus: _limit(FolderResource, "int_min_gpus", cores=False) = None
+    max_gpus: _limit(FolderResource, "int_max_gpus", cores=False) = None
+
+
+class JobLimitsIn(LimitsIn):
+    max_cores: _limit(JobResource, "int_max_cores", cores=True) = None
+    max_gpus: _limit(JobResource, "int_max_gpus", cores=False) = None
+    priority: _limit(JobResource, "int_priority", cores=False) = None
+
+
+class PointLimitsIn(LimitsIn):
+    min_cores: _limit(Point, "int_min_cores", cores=True) = None
+    min_gpus: _limit(Point, "int_min_gpus", cores=False) = None
+
+
+class SubscriptionLimitsOut(Schema):
+    id: str
+    int_size: int = Field(description="centicores")
+    int_burst: int = Field(description="centicores")
+
+
+class FolderLimitsOut(Schema):
+    folder_id: str
+    int_min_cores: int = Field(description="centicores")
+    int_max_cores: int = Field(description="centicores, -1 unlimited")
+    int_min_gpus: int
+    int_max_gpus: int = Field(description="-1 unlimited")
+
+
+class JobLimitsOut(Schema):
+    job_id: str
+    int_max_cores: int = Field(description="centicores")
+    int_max_gpus: int
+    int_priority: int
+
+
+class PointLimitsOut(Schema):
+    id: str
+    int_min_cores: int = Field(description="centicores")
+    int_min_gpus: int
+
+
+LIMITS_DESCRIPTION = (
+    f"Needs the permission {CHANGE_LIMITS}. A value beyond its column's range, an unknown field or a "
+    "body that is not a JSON object is a 422 naming the field; nothing changes."
+)
+
+
+def _centicores(payload: Schema, names: tuple[str, ...]) -> dict[str, int | None]:
+    """Operator cores to PG centicores; 422 for a bad value, before anything changes."""
+    values = payload.dict()
+    try:
+        return {k: centicores_from_cores(v) if k in names and v is not None else v for k, v in values.items()}
+    except ValueError as error:
+        raise HttpError(422, str(error)) from error
+
+
+def _limited(change) -> dict:
+    try:
+        return change()
+    except InvalidLimit as error:
+        raise HttpError(422, str(error)) from error
+
+
+@router.patch("/accounting/subscriptions/{subscription_id}/limits", auth=BearerToken(CHANGE_LIMITS),
+              response={200: SubscriptionLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set size/burst (cores)",
+              description=LIMITS_DESCRIPTION)
+def patch_subscription_limits(request, subscription_id: DbText, payload: SubscriptionLimitsIn):
+    subscription = get_object_or_404(Subscription, pk=subscription_id)
+    values = _centicores(payload, ("size", "burst"))
+    sub = _limited(lambda: set_subscription_limits(subscription=subscription, **values))
+    return {"id": sub.id, "int_size": sub.int_size, "int_burst": sub.int_burst}
+
+
+@router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(CHANGE_LIMITS),
+              response={200: FolderLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set folder caps (cores, -1 unlimited)",
+              description=LIMITS_DESCRIPTION)
+def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
+    resource = get_object_or_404(FolderResource, folder_id=folder_id)
+    values = _centicores(payload, ("min_cores", "max_cores"))
+    folder = _limited(lambda: set_folder_limits(folder_resource=resource, **values))
+    return {"folder_id": folder.folder_id, "int_min_cores": folder.int_min_cores, "int_max_cores": folder.int_max_cores,
+            "int_min_gpus": folder.int_min_gpus, "int_max_gpus": folder.int_max_gpus}
+
+
+@router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(CHANGE_LIMITS),
+              response={200: JobLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set job caps (cores)",
+              description=LIMITS_DESCRIPTION)
+def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
+    resource = get_object_or_404(JobResource, job_id=job_id)
+    values = _centicores(payload, ("max_cores",))
+    job = _limited(lambda: set_job_limits(job_resource=resource, **values))
+    return {"job_id": job.job_id, "int_max_cores": job.int_max_cores, "int_max_gpus": job.int_max_gpus, "int_priority": job.int_priority}
+
+
+@router.patch("/accounting/points/{point_id}/limits", auth=BearerToken(CHANGE_LIMITS),
+              response={200: PointLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set point minimums (cores)",
+              description=LIMITS_DESCRIPTION)
+def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
+    point = get_object_or_404(Point, pk=point_id)
+    values = _centicores(payload, ("min_cores",))
+    point = _limited(lambda: set_point_limits(point=point, **values))
+    return {"id": point.id, "int_min_cores": point.int_min_cores, "int_min_gpus": point.int_min_gpus}

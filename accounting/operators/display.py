@@ -1,0 +1,80 @@
+"""Cores as a person reads and types them in the admin: columns, form fields, read-only values.
+
+PostgreSQL stores centicores; the admin shows and takes cores (accounting.live.units converts,
+exactly, both ways), so an operator who types 200 gets 200 cores, never 2.
+"""
+from django import forms
+from django.contrib import admin
+
+from accounting.limits.changes import column_max
+from accounting.live.units import UNLIMITED_WORD, cores_text, format_cores, parse_cores
+
+
+def cores_column(field: str, label: str | None = None):
+    @admin.display(description=label or field.replace("int_", "").replace("_", " "), ordering=field)
+    # Assigned as a ModelAdmin attribute, so the admin calls it as a method: (model_admin, obj).
+    def column(_model_admin, obj) -> str:
+        return format_cores(getattr(obj, field))
+
+    return column
+
+
+class CoresField(forms.CharField):
+    """A centicore column entered in cores: '2.5', '200', and 'unlimited' where -1 means that."""
+
+    def __init__(self, *, unlimited: bool, maximum: int, **kwargs):
+        self.unlimited = unlimited
+        self.maximum = maximum
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value):
+        return cores_text(value) if isinstance(value, int) else value
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        if text in self.empty_values:
+            return None
+        try:
+            return parse_cores(text, unlimited=self.unlimited, maximum=self.maximum)
+        except ValueError as error:
+            raise forms.ValidationError(str(error), code="invalid") from None
+
+    def has_changed(self, initial, data) -> bool:
+        try:
+            return self.to_python(data) != initial
+        except forms.ValidationError:
+            return True
+
+
+class CoresFormMixin:
+    """ModelAdmin mixin: the fields named in `cores_fields` are entered and shown in cores.
+
+    `cores_fields` maps a field name to whether -1 means unlimited there (only a folder's
+    maxima: accounting.limits.changes.UNLIMITED_ALLOWED); elsewhere -1 is refused.
+    """
+
+    cores_fields: dict[str, bool] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in cls.cores_fields:
+            setattr(cls, f"{name}_in_cores", cores_column(name))
+
+    def get_fields(self, request, obj=None):
+        """Read-only (no change permission), the same fields show as text in cores."""
+        fields = super().get_fields(request, obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fields
+        return [f"{name}_in_cores" if name in self.cores_fields else name for name in fields]
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name not in self.cores_fields:
+            return super().formfield_for_dbfield(db_field, request, **kwargs)
+        unlimited = self.cores_fields[db_field.name]
+        label = str(db_field.verbose_name).capitalize()
+        hint = "In cores; decimals to 0.01 (2.5 = two and a half cores)." + (
+            f" '{UNLIMITED_WORD}' for no limit." if unlimited else "")
+        return CoresField(
+            unlimited=unlimited, maximum=column_max(model=db_field.model, column=db_field.name), required=not db_field.blank,
+            label=label if "cores" in label else f"{label} (cores)", help_text=hint,
+        )

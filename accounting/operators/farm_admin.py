@@ -1,0 +1,193 @@
+from django.contrib import admin
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
+
+from accounting.operators.display import CoresFormMixin, cores_column
+from accounting.operators.selectors import drift_status
+from accounting.ownership.toggle import set_scheduler_managed
+from cuebot_acct import permissions
+from shows.models import (
+    Alloc,
+    Dept,
+    Facility,
+    Folder,
+    Frame,
+    Host,
+    HostStat,
+    Job,
+    Layer,
+    Show,
+)
+
+
+@admin.register(Facility)
+class FacilityAdmin(admin.ModelAdmin):
+    list_display = ["str_name"]
+    search_fields = ["str_name"]
+    ordering = ["str_name"]
+
+
+@admin.register(Alloc)
+class AllocAdmin(admin.ModelAdmin):
+    list_display = ["str_name", "facility", "str_tag", "b_default", "b_enabled"]
+    list_filter = ["facility", "b_enabled"]
+    search_fields = ["str_name"]
+    ordering = ["str_name"]
+
+
+@admin.register(Show)
+class ShowAdmin(CoresFormMixin, admin.ModelAdmin):
+    """Ownership changes only through the actions (accounting.ownership.toggle.set_scheduler_managed, with
+    CHANGE_OWNERSHIP): the flag is read-only in the form, since a plain save would skip the
+    seeding and settling a switch needs."""
+
+    list_display = ["str_name", "b_scheduler_managed", "b_active", "b_paused", "default_min", "default_max", "drift"]
+    list_filter = ["b_scheduler_managed", "b_active"]
+    search_fields = ["str_name"]
+    ordering = ["str_name"]
+    readonly_fields = ["b_scheduler_managed"]
+    cores_fields = {"int_default_min_cores": False, "int_default_max_cores": False}
+    default_min = cores_column("int_default_min_cores", "default min")
+    default_max = cores_column("int_default_max_cores", "default max")
+    actions = ["move_to_scheduler", "move_back_to_cuebot"]
+
+    @admin.display(description="Redis drift")
+    def drift(self, show: Show) -> str:
+        """Scheduler-managed shows: the last drift check's count, linked to the live drift page."""
+        if not show.b_scheduler_managed:
+            return "-"
+        found = drift_status().shows.get(show.pk)
+        text = "not checked yet" if found is None else f"{found.fields} field(s) differ" if found.fields else "none"
+        return format_html('<a href="{}">{}</a>', reverse("acct-drift-show", args=[show.id]), text)
+
+    def has_change_ownership_permission(self, request) -> bool:
+        return request.user.has_perm(permissions.CHANGE_OWNERSHIP)
+
+    @admin.action(description="Move to scheduler", permissions=["change_ownership"])
+    def move_to_scheduler(self, request, queryset):
+        return self._toggle(request, queryset, managed=True, action="move_to_scheduler")
+
+    @admin.action(description="Move back to Cuebot", permissions=["change_ownership"])
+    def move_back_to_cuebot(self, request, queryset):
+        return self._toggle(request, queryset, managed=False, action="move_back_to_cuebot")
+
+    def _toggle(self, request, queryset, *, managed: bool, action: str):
+        """First a confirmation page; the toggle itself only on its POST."""
+        owner = "the scheduler" if managed else "Cuebot"
+        if request.POST.get("confirmed") != "yes":
+            return TemplateResponse(request, "admin/shows/show/confirm_scheduler_managed.html", {
+                **self.admin_site.each_context(request),
+                "title": f"Move {queryset.count()} show(s) to {owner}?",
+                "shows": list(queryset.order_by("str_name")),
+                "owner": owner,
+                "action": action,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "opts": self.model._meta,
+            })
+        changed = []
+        for show in queryset.order_by("str_name"):
+            old, new = set_scheduler_managed(show=show, managed=managed)
+            if old != new:
+                changed.append(show.str_name)
+        unchanged = queryset.count() - len(changed)
+        names = ", ".join(changed) or "none"
+        self.message_user(request, f"Moved {len(changed)} show(s) to {owner}: {names}. {unchanged} already there.")
+        return None
+
+
+@admin.register(Dept)
+class DeptAdmin(admin.ModelAdmin):
+    list_display = ["str_name", "b_default"]
+    search_fields = ["str_name"]
+    ordering = ["str_name"]
+
+
+@admin.register(Folder)
+class FolderAdmin(admin.ModelAdmin):
+    list_display = ["str_name", "show", "dept", "int_priority"]
+    list_filter = ["show", "dept"]
+    list_select_related = ["show", "dept"]
+    search_fields = ["str_name", "show__str_name"]
+    ordering = ["show__str_name", "str_name"]
+    # Cuebot's per-folder job defaults (-1: not set); the folder's own caps are on its resource row.
+    readonly_fields = ["job_min_cores", "job_max_cores"]
+    exclude = ["int_job_min_cores", "int_job_max_cores"]
+    job_min_cores = cores_column("int_job_min_cores", "job min cores")
+    job_max_cores = cores_column("int_job_max_cores", "job max cores")
+
+
+@admin.register(Job)
+class JobAdmin(CoresFormMixin, admin.ModelAdmin):
+    list_display = ["str_name", "show", "folder", "str_state", "min_cores", "max_cores"]
+    list_filter = ["show", "str_state"]
+    list_select_related = ["show", "folder"]
+    search_fields = ["str_name", "str_shot", "str_user", "show__str_name"]
+    ordering = ["show__str_name", "str_name"]
+    cores_fields = {"int_min_cores": False, "int_max_cores": False}
+    min_cores = cores_column("int_min_cores")
+    max_cores = cores_column("int_max_cores")
+
+
+@admin.register(Layer)
+class LayerAdmin(CoresFormMixin, admin.ModelAdmin):
+    list_display = ["str_name", "job", "show", "str_type", "cores_min"]
+    list_filter = ["job__show", "str_type"]
+    list_select_related = ["job__show"]
+    search_fields = ["str_name", "job__str_name", "job__show__str_name"]
+    ordering = ["job__show__str_name", "job__str_name", "str_name"]
+    cores_fields = {"int_cores_min": False, "int_cores_max": False}
+
+    @admin.display(description="show", ordering="job__show__str_name")
+    def show(self, layer: Layer) -> str:
+        return layer.job.show.str_name
+    cores_min = cores_column("int_cores_min", "min cores")
+
+
+@admin.register(Host)
+class HostAdmin(CoresFormMixin, admin.ModelAdmin):
+    """Idle amounts are what bookings and releases leave: read-only here."""
+
+    list_display = ["str_name", "alloc", "str_lock_state", "cores", "cores_idle", "int_gpus", "int_gpus_idle"]
+    list_filter = ["alloc", "str_lock_state"]
+    search_fields = ["str_name"]
+    ordering = ["str_name"]
+    cores_fields = {"int_cores": False}
+    readonly_fields = ["cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"]
+    exclude = ["int_cores_idle"]
+    cores = cores_column("int_cores")
+    cores_idle = cores_column("int_cores_idle", "idle cores")
+
+
+class CuebotWrittenAdmin(admin.ModelAdmin):
+    """Rows Cuebot writes and the accounting only reads or adjusts through its services:
+    viewable, never added, edited or deleted here."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Frame)
+class FrameAdmin(CuebotWrittenAdmin):
+    list_display = ["str_name", "job", "layer", "str_state", "str_host", "cores"]
+    list_filter = ["job__show", "str_state"]
+    search_fields = ["str_name", "job__str_name", "str_host"]
+    list_select_related = ["job", "layer"]
+    ordering = ["job__str_name", "int_layer_order", "int_number"]
+    cores = cores_column("int_cores", "cores")
+
+
+@admin.register(HostStat)
+class HostStatAdmin(CuebotWrittenAdmin):
+    list_display = ["host", "str_state", "int_mem_total", "int_mem_free"]
+    list_filter = ["str_state"]
+    search_fields = ["host__str_name"]
+    list_select_related = ["host"]
+    ordering = ["host__str_name"]

@@ -1,0 +1,111 @@
+"""The operator's pages beside the model admin: the farm overview (the admin's front page),
+the drift inspector per scheduler-managed show, and its "reseed this show" action.
+
+Reads go through accounting.operators.selectors and accounting.reconcile.drift; the reseed through
+accounting.reconcile.reseed, with RESEED_REDIS, after a confirmation page, logged.
+"""
+import logging
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from accounting.live.leases import LockBusy
+from accounting.operators.selectors import drift_status, farm_overview, key_labels
+from accounting.reconcile.drift import DriftReport, drift_report, subscription_bars
+from accounting.reconcile.reseed import redis_is_empty, reseed
+from cuebot_acct import permissions
+from shows.models import Show
+
+logger = logging.getLogger(__name__)
+
+
+def _percent(value: int | None, scale: int) -> float:
+    return round(100 * max(0, value or 0) / scale, 1) if scale else 0.0
+
+
+def overview(request: HttpRequest) -> HttpResponse:
+    """The admin's index: the farm at a glance above the usual list of tables."""
+    context = {
+        **admin.site.each_context(request),
+        "title": "Farm overview",
+        "app_list": admin.site.get_app_list(request),
+        "overview": farm_overview(),
+    }
+    return render(request, "admin/accounting/overview.html", context)
+
+
+def drift_index(request: HttpRequest) -> HttpResponse:
+    status = drift_status()
+    shows = [{"show": show, "drift": status.shows.get(show.pk)}
+             for show in Show.objects.filter(b_scheduler_managed=True).order_by("str_name")]
+    return render(request, "admin/accounting/drift_index.html", {
+        **admin.site.each_context(request), "title": "Accounting drift", "shows": shows, "status": status})
+
+
+def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
+    show = get_object_or_404(Show, pk=show_id)
+    # Redis holds nothing for a Cuebot-managed show: every limit would read as missing.
+    report = drift_report(show_ids=[show.id]) if show.b_scheduler_managed else DriftReport(shows=[], fields_checked=0, rows=[])
+    labels = key_labels(redis_keys={row.key for row in report.rows + report.rounding_only})
+    bars = []
+    for bar in subscription_bars(show=show) if show.b_scheduler_managed else []:
+        scale = max(bar.burst, bar.size, bar.booked_pg, bar.booked_redis or 0, 1)
+        bars.append({
+            "bar": bar,
+            "redis_pct": _percent(bar.booked_redis, scale),
+            "pg_pct": _percent(bar.booked_pg, scale),
+            "size_pct": _percent(bar.size, scale),
+            "burst_pct": _percent(bar.burst, scale),
+        })
+    context = {
+        **admin.site.each_context(request), "title": f"Accounting drift: {show.str_name}", "show": show,
+        "report": report, "bars": bars,
+        "rows": [{"label": labels.get(row.key, row.key), "row": row} for row in report.rows],
+        "rounding": [{"label": labels.get(row.key, row.key), "row": row} for row in report.rounding_only],
+        "can_reseed": request.user.has_perm(permissions.RESEED_REDIS),
+    }
+    return render(request, "admin/accounting/drift_show.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
+    """GET: what a reseed does, and a button; POST: reseed the show's keys (booked, then limits)."""
+    if not request.user.has_perm(permissions.RESEED_REDIS):
+        raise PermissionDenied("reseeding Redis needs the permission accounting.reseed_redis")
+    show = get_object_or_404(Show, pk=show_id)
+    drift_page = reverse("acct-drift-show", args=[show.pk])
+    if not show.b_scheduler_managed:
+        messages.error(request, f"{show.str_name} is Cuebot-managed: Redis holds nothing for it.")
+        return HttpResponseRedirect(drift_page)
+    if request.method == "GET":
+        return render(request, "admin/accounting/reseed_confirm.html", {
+            **admin.site.each_context(request), "title": f"Reseed {show.str_name}?", "show": show})
+    if redis_is_empty():
+        messages.error(request, "The accounting Redis is empty (restarted): it needs the whole-farm bootstrap "
+                                "(`manage.py acct_reseed`, or the empty-Redis watch), not a one-show reseed.")
+        return HttpResponseRedirect(drift_page)
+    try:
+        report = reseed(limits=True, booked=True, show_ids=[show.pk])
+    except LockBusy:
+        messages.error(request, "Another reseed holds the lock; nothing was written. Try again in a minute.")
+        return HttpResponseRedirect(drift_page)
+    if report.bootstrapped:
+        outcome = "Redis was empty: the whole farm was rebuilt (bootstrap)"
+        level = messages.WARNING
+    elif not report.booked.written:
+        outcome = (f"booked counters NOT written (acct:seq changed during each of {report.booked.attempts} attempts: "
+                   f"the scheduler is busy); limits: {report.limit_fields} fields")
+        level = messages.ERROR
+    else:
+        outcome = f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
+        level = messages.SUCCESS
+    logger.warning("admin reseed of show %s by %s: %s", show.str_name, request.user.get_username(), outcome)
+    LogEntry.objects.log_actions(user_id=request.user.pk, queryset=[show], action_flag=CHANGE,
+                                 change_message=f"Reseeded Redis: {outcome}", single_object=True)
+    messages.add_message(request, level, f"Reseeded {show.str_name}: {outcome}.")
+    return HttpResponseRedirect(drift_page)

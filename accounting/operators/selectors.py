@@ -1,0 +1,191 @@
+"""Reads for the operator's pages: the farm overview, the drift check's results, and names
+for Redis keys (`acct:folder:<uuid>` reads "demo01 / lighting")."""
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis
+from django.core.cache import cache
+
+from accounting.live import keys
+from accounting.live.units import centicores_from_cores, cores_text
+from accounting.models import Instance, Subscription
+from accounting.ownership.fleet import live_instances
+from accounting.ownership.guardrail import GuardrailReport, evaluate
+from accounting.reconcile.drift_check import STATUS_KEY
+from cuebot_acct.redis_factory import accounting_redis
+from shows.models import Dept, Folder, Job, Layer, Show
+
+# --- Redis keys by name ---------------------------------------------------------------
+
+def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
+    """A readable name per accounting key, in three queries at most whatever the number of keys."""
+    by_kind: dict[str, list[list[str]]] = {}
+    for key in redis_keys:
+        _, kind, *ids = key.split(":")
+        by_kind.setdefault(kind, []).append(ids)
+    shows = dict(Show.objects.filter(pk__in={ids[-1] for kind in ("sub", "point") for ids in by_kind.get(kind, [])})
+                 .values_list("pk", "str_name"))
+    allocs = dict(Subscription.objects.filter(alloc_id__in={ids[1] for ids in by_kind.get("sub", [])})
+                  .values_list("alloc_id", "alloc__str_name"))
+    depts = dict(Dept.objects.filter(pk__in={ids[0] for ids in by_kind.get("point", [])}).values_list("pk", "str_name"))
+    folders = {pk: f"{show} / {name}" for pk, show, name in Folder.objects.filter(
+        pk__in={ids[0] for ids in by_kind.get("folder", [])}).values_list("pk", "show__str_name", "str_name")}
+    jobs = {pk: f"{show} / {name}" for pk, show, name in Job.objects.filter(
+        pk__in={ids[0] for ids in by_kind.get("job", [])}).values_list("pk", "show__str_name", "str_name")}
+    layers = {pk: f"{show} / {job} / {name}" for pk, show, job, name in Layer.objects.filter(
+        pk__in={ids[0] for ids in by_kind.get("layer", [])}).values_list("pk", "job__show__str_name", "job__str_name", "str_name")}
+    labels = {}
+    for kind, entries in by_kind.items():
+        for ids in entries:
+            key = ":".join(["acct", kind, *ids])
+            if kind == "sub":
+                labels[key] = f"{shows.get(ids[0], 'show gone')} / {allocs.get(ids[1], 'allocation gone')}"
+            elif kind == "point":
+                labels[key] = f"{shows.get(ids[1], 'show gone')} / {depts.get(ids[0], 'department gone')}"
+            else:
+                found = {"folder": folders, "job": jobs, "layer": layers}.get(kind, {}).get(ids[0])
+                labels[key] = f"{kind} {found}" if found else f"{kind} gone ({ids[0][:8]}…)"
+    return labels
+
+
+# --- The drift check's last results (accounting.reconcile.drift_check) -----------------------------
+
+@dataclass(frozen=True)
+class ShowDrift:
+    fields: int
+    checked: int
+
+
+@dataclass(frozen=True)
+class DriftStatus:
+    checked_at: datetime | None
+    shows: dict[str, ShowDrift]  # by show id
+    error: str | None = None
+    failed_at: datetime | None = None
+
+
+def _time(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
+
+
+def drift_status() -> DriftStatus:
+    stored = cache.get(STATUS_KEY) or {}
+    return DriftStatus(
+        checked_at=_time(stored.get("checked_at")),
+        shows={pk: ShowDrift(fields=e["fields"], checked=e["checked"]) for pk, e in stored.get("shows", {}).items()},
+        error=stored.get("error"), failed_at=_time(stored.get("failed_at")),
+    )
+
+
+# --- The farm overview -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AllocationUse:
+    """Booked against size and burst, all in centicores (Redis's whole cores times 100);
+    `booked` is None when Redis has no value."""
+
+    alloc: str
+    booked: int | None
+    size: int
+    burst: int
+
+    @property
+    def scale(self) -> int:
+        return max(self.size, self.burst, self.booked or 0, 1)
+
+    def percent(self, value: int | None) -> float:
+        return round(100 * max(0, value or 0) / self.scale, 1)
+
+    @property
+    def booked_pct(self) -> float:
+        return self.percent(self.booked)
+
+    @property
+    def size_pct(self) -> float:
+        return self.percent(self.size)
+
+    @property
+    def burst_pct(self) -> float:
+        return self.percent(self.burst)
+
+    @property
+    def booked_cores(self) -> str | None:
+        return None if self.booked is None else cores_text(self.booked)
+
+    @property
+    def size_cores(self) -> str:
+        return cores_text(self.size)
+
+    @property
+    def burst_cores(self) -> str:
+        return cores_text(self.burst)
+
+    @property
+    def over(self) -> str:
+        """'burst' or 'size' when booked is beyond it, else ''."""
+        if self.booked is None:
+            return ""
+        return "burst" if self.booked > self.burst else "size" if self.booked > self.size else ""
+
+
+@dataclass(frozen=True)
+class ShowOverview:
+    show: Show
+    source: str  # where `booked` comes from
+    allocations: list[AllocationUse]
+    drift: ShowDrift | None  # None: not checked (Cuebot-managed, or not yet)
+
+
+@dataclass(frozen=True)
+class FarmOverview:
+    shows: list[ShowOverview]
+    drift: DriftStatus
+    guardrail: GuardrailReport
+    instances: list[Instance]
+    redis_error: str | None = None
+
+
+REDIS_SOURCE = "Redis (live)"
+PG_SOURCE = "PostgreSQL"
+
+
+def _redis_booked(subscriptions: list[Subscription]) -> tuple[dict[str, int | None], str | None]:
+    """int_cores of each managed subscription's key, one pipeline; ({}, error) if Redis fails."""
+    if not subscriptions:
+        return {}, None
+    try:
+        pipe = accounting_redis().pipeline(transaction=False)
+        for sub in subscriptions:
+            pipe.hget(keys.sub(show_id=sub.show_id, alloc_id=sub.alloc_id), "int_cores")
+        values = pipe.execute()
+    except (redis.RedisError, OSError) as error:
+        return {}, f"{type(error).__name__}: {error}"
+    return {sub.pk: None if v is None else int(v) for sub, v in zip(subscriptions, values, strict=True)}, None
+
+
+def farm_overview() -> FarmOverview:
+    """Per show: owner, booked against size and burst per allocation (Redis for
+    scheduler-managed shows, PostgreSQL for Cuebot's), drift; the guardrail and the fleet."""
+    subscriptions = list(Subscription.objects.select_related("show", "alloc").order_by("show__str_name", "alloc__str_name"))
+    managed_subs = [s for s in subscriptions if s.show.b_scheduler_managed]
+    from_redis, redis_error = _redis_booked(managed_subs)
+    status = drift_status()
+    per_show: dict[str, list[AllocationUse]] = {}
+    for sub in subscriptions:
+        if sub.show.b_scheduler_managed:
+            cores = from_redis.get(sub.pk)
+            booked = None if cores is None else centicores_from_cores(cores)
+        else:
+            booked = sub.int_cores
+        # A burst of -1 is no "unlimited" (Cuebot compares it as a number): nothing books beyond 0.
+        per_show.setdefault(sub.show_id, []).append(AllocationUse(
+            alloc=sub.alloc.str_name, booked=booked, size=sub.int_size, burst=max(sub.int_burst, 0)))
+    shows = [
+        ShowOverview(show=show, source=REDIS_SOURCE if show.b_scheduler_managed else PG_SOURCE,
+                     allocations=per_show.get(show.pk, []),
+                     drift=status.shows.get(show.pk) if show.b_scheduler_managed else None)
+        for show in Show.objects.order_by("str_name")
+    ]
+    return FarmOverview(shows=shows, drift=status, guardrail=evaluate(), instances=live_instances(),
+                        redis_error=redis_error)

@@ -1,0 +1,65 @@
+"""Show endpoints under /api/v1/shows."""
+from django.http import HttpRequest
+from ninja import Router, Schema
+from ninja.errors import HttpError
+from pydantic import ConfigDict, StrictBool
+
+from accounting.operators.auth import BearerToken
+from accounting.ownership.toggle import set_scheduler_managed
+from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
+from cuebot_acct.permissions import CHANGE_OWNERSHIP
+from shows.models import Show
+from shows.selectors import AmbiguousName, get_show_by_name, list_shows
+
+router = Router(tags=["shows"])
+
+
+class ShowOut(Schema):
+    id: str
+    name: str
+    scheduler_managed: bool
+    active: bool
+
+    @staticmethod
+    def of(show: Show) -> "ShowOut":
+        return ShowOut(id=show.id, name=show.str_name, scheduler_managed=show.b_scheduler_managed, active=show.b_active)
+
+
+class ManagedIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    managed: StrictBool
+
+
+class ManagedOut(Schema):
+    name: str
+    old: bool
+    new: bool
+
+
+def show_or_404(name: str) -> Show:
+    try:
+        show = get_show_by_name(name=name)
+    except AmbiguousName as error:
+        raise HttpError(409, str(error)) from None
+    if show is None:
+        raise HttpError(404, f"no show named {name!r}")
+    return show
+
+
+@router.get("", response=list[ShowOut], summary="Shows with their ownership flag")
+def shows(request: HttpRequest):
+    return [ShowOut.of(show) for show in list_shows()]
+
+
+@router.get("/{name}", response={200: ShowOut, 409: ErrorOut, **LOOKUP_ERRORS}, summary="One show with its ownership flag")
+def show(request: HttpRequest, name: DbText):
+    return ShowOut.of(show_or_404(name))
+
+
+@router.put("/{name}/scheduler-managed", response={200: ManagedOut, 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+            auth=BearerToken(CHANGE_OWNERSHIP),
+            summary="Move a show to the scheduler (true) or back to Cuebot (false)",
+            description=f"Needs the permission {CHANGE_OWNERSHIP}.")
+def put_scheduler_managed(request: HttpRequest, name: DbText, payload: ManagedIn):
+    old, new = set_scheduler_managed(show=show_or_404(name), managed=payload.managed)
+    return ManagedOut(name=name, old=old, new=new)

@@ -1,0 +1,126 @@
+"""What happens after a show's ownership switch commits (called from accounting.ownership.toggle).
+
+To the scheduler (lessons 1 and 2): the show's Redis limits and booked counters are
+seeded at once, so it neither rejects everything for lack of limits nor starts at zero
+booked with procs running. A failure never undoes the switch: it is logged, counted and
+retried in the task cluster, and until then the periodic reseed is the safety net.
+
+Back to Cuebot: the show's five PG accounting tables are recomputed from `proc`, so
+PostgreSQL is right at once instead of after the next cycle. That is not the end of it: a
+scheduler that still sees the old flag (for up to the flag cache's TTL) can book on
+Redis, and its proc commits up to one in-flight TTL later, after that recompute, into
+rows that never counted it; its release on the Cuebot branch would then take the rows
+below the truth. So for that settling window (flag TTL + in-flight TTL) a Cuebot-branch
+release of the show recomputes the rows it touches instead of decrementing them, and
+once the window is over, when no stale booking can still land, the show is recomputed
+once more (a one-off task in the cluster).
+"""
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
+from django_q.models import Schedule
+from django_q.tasks import async_task
+
+from accounting.reconcile.recompute import recompute_pg_accounting
+from accounting.reconcile.reseed import seed_show
+from cuebot_acct import metrics
+from shows.selectors import is_scheduler_managed, settling_cache_key
+
+logger = logging.getLogger(__name__)
+
+# Attempts after the first, the first retry at once, then 20 s, 40 s, 80 s, 160 s later.
+SEED_RETRIES = 5
+FIRST_BACKOFF_SECONDS = 20
+
+
+def after_switch_to_scheduler(*, show_id: str) -> None:
+    try:
+        seed_show(show_id=show_id)
+    except Exception:
+        logger.warning("seeding Redis for show %s after its switch to the scheduler failed; retrying in the task cluster",
+                       show_id, exc_info=True)
+        metrics.SWITCH_SEED_FAILURES.inc()
+        try:
+            async_task("accounting.tasks.retry_seed_show", show_id=show_id, attempt=1)
+        except Exception:
+            # The switch has committed; the caller must not see it fail. The periodic reseed heals.
+            logger.error("could not enqueue the seeding retry for show %s", show_id, exc_info=True)
+
+
+def retry_seed_show(*, show_id: str, attempt: int) -> None:
+    """One retry; a failure schedules the next one, with a doubling delay, up to SEED_RETRIES."""
+    if not is_scheduler_managed(show_id=show_id):
+        logger.info("show %s is no longer scheduler-managed; its seeding retry is dropped", show_id)
+        return
+    try:
+        seed_show(show_id=show_id)
+    except Exception:
+        metrics.SWITCH_SEED_FAILURES.inc()
+        if attempt >= SEED_RETRIES:
+            logger.error("seeding Redis for show %s failed %d times; the periodic reseed must heal it",
+                         show_id, attempt + 1, exc_info=True)
+            return
+        delay = FIRST_BACKOFF_SECONDS * 2 ** (attempt - 1)
+        logger.warning("seeding retry %d for show %s failed; next attempt in %d s", attempt, show_id, delay, exc_info=True)
+        Schedule.objects.create(
+            name=f"seed_show:{show_id}:{attempt + 1}",
+            func="accounting.tasks.retry_seed_show",
+            kwargs={"show_id": show_id, "attempt": attempt + 1},
+            schedule_type=Schedule.ONCE,
+            repeats=-1,
+            next_run=timezone.now() + timedelta(seconds=delay),
+        )
+        return
+    logger.info("seeded Redis for show %s on retry %d", show_id, attempt)
+
+
+SETTLE_RECOMPUTE_PREFIX = "settle_recompute:"
+
+
+def settling_seconds() -> int:
+    """How long after a switch back a booking made on the old flag can still commit."""
+    return settings.SHOW_FLAG_CACHE_SECONDS + settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
+
+
+def mark_settling(*, show_id: str) -> None:
+    """Called inside the switch's transaction, before its UPDATE: a release that sees the
+    new flag a moment after the commit must already find the show settling. Safe before the
+    commit: if the switch rolls back the show stays scheduler-managed, and a scheduler-managed
+    show's releases never look at the mark."""
+    cache.set(settling_cache_key(show_id=show_id), True, timeout=settling_seconds())
+
+
+def after_switch_to_cuebot(*, show_id: str) -> None:
+    # Runs in on_commit: the switch has committed and its caller must not see it fail.
+    # The recompute already reran itself after a deadlock (cuebot_acct.transactions).
+    window = settling_seconds()
+    try:
+        Schedule.objects.update_or_create(name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}", defaults=dict(
+            func="accounting.tasks.settle_recompute", kwargs={"show_id": show_id}, schedule_type=Schedule.ONCE,
+            repeats=-1, next_run=timezone.now() + timedelta(seconds=window),
+        ))
+    except Exception:
+        logger.error("could not schedule the settling recompute of show %s after its switch back to Cuebot; a "
+                     "booking made on the old flag may leave its PG rows low until recomputed", show_id, exc_info=True)
+        metrics.SWITCH_RECOMPUTE_FAILURES.inc()
+    recompute_after_switch_back(show_id=show_id, when="at the switch")
+
+
+def settle_recompute(*, show_id: str) -> None:
+    """The second recompute, once no booking made on the old flag can still land."""
+    if is_scheduler_managed(show_id=show_id):
+        logger.info("show %s went back to the scheduler; its settling recompute is dropped", show_id)
+        return
+    recompute_after_switch_back(show_id=show_id, when="once settled")
+
+
+def recompute_after_switch_back(*, show_id: str, when: str) -> None:
+    try:
+        recompute_pg_accounting(show_ids=[show_id])
+    except Exception:
+        logger.warning("recomputing the PG accounting tables of show %s %s after its switch back to Cuebot failed; "
+                       "they keep their old values until recomputed", show_id, when, exc_info=True)
+        metrics.SWITCH_RECOMPUTE_FAILURES.inc()

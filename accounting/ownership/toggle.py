@@ -1,0 +1,30 @@
+"""Writes to shows. The ownership toggle is the operator's one step between Cuebot and the scheduler."""
+from django.db import transaction
+
+from accounting.ownership import switching
+from shows.models import Show
+from shows.selectors import refresh_flag_cache
+
+
+def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
+    """Flip `show.b_scheduler_managed` with one UPDATE; returns (old, new). No drain step.
+
+    Everything else happens after commit, so a rolled-back toggle leaves no trace: the
+    shared flag cache takes the new value (every process sees it at once), and a real
+    change hands the show over: a switch to the scheduler seeds its Redis keys, a switch
+    back recomputes its PG accounting tables from `proc`.
+    """
+    with transaction.atomic():
+        old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
+        if old != managed and not managed:
+            switching.mark_settling(show_id=show.pk)
+        if old != managed:
+            Show.objects.filter(pk=show.pk).update(b_scheduler_managed=managed)
+        # robust: a cache hiccup is logged and must not stop the hand-over below.
+        transaction.on_commit(lambda: refresh_flag_cache(show_id=show.pk, managed=managed), robust=True)
+        if old != managed and managed:
+            transaction.on_commit(lambda: switching.after_switch_to_scheduler(show_id=show.pk))
+        elif old != managed:
+            transaction.on_commit(lambda: switching.after_switch_to_cuebot(show_id=show.pk))
+    show.b_scheduler_managed = managed
+    return old, managed

@@ -1,0 +1,159 @@
+"""Drift inspector: Redis against PostgreSQL for every key of the scheduler-managed shows.
+
+Booked counters are compared with what a reseed would write at this moment: SUM(proc)
+converted per proc (accounting.reconcile.snapshot.BOOKED) plus the live in-flight amounts, so an
+operation caught between its two halves is not reported. A missing booked field reads as
+0 (the booking script does the same); a missing limit field is drift whatever its PG value,
+since the booking script rejects on a missing burst. Both sides are streamed in chunks.
+
+Rounding is not drift. This project converts each proc to whole cores before summing (a
+release must take off exactly what the booking added), so two 2.5-core procs count 4; the
+scheduler's own recompute sums centicores and converts once, and writes 5. A booked
+int_cores that differs from the per-proc value but equals the summed-first one is reported
+apart, as rounding only, so a site running the scheduler's recompute is not told that every
+fractional key drifted.
+"""
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+from accounting.live import keys
+from accounting.live.scripts import script
+from accounting.live.units import cores_from_centicores
+from accounting.models import Subscription
+from accounting.reconcile.snapshot import (
+    booked_rows,
+    chunked,
+    limit_rows,
+    managed_show_ids,
+)
+from cuebot_acct.redis_factory import accounting_redis
+from shows.models import Show
+
+CHUNK = 2000
+
+
+ROUNDING = "rounding"
+# A limit change whose Redis write was refused (the key was closed on a Redis not rebuilt yet).
+LIMIT_WRITE_REFUSED = "limit write refused (Redis not rebuilt since it came up)"
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    key: str
+    field: str
+    redis: int | None
+    pg: int
+    difference: int
+    # ROUNDING: the value is the scheduler's summed-first one (not drift); LIMIT_WRITE_REFUSED:
+    # drift whose cause is known; None: drift.
+    cause: str | None = None
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    shows: list[str]
+    fields_checked: int
+    rows: list[DriftRow]
+    # Booked cores that equal the scheduler's summed-first value: rounding, not drift.
+    rounding_only: list[DriftRow] = field(default_factory=list)
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.rows)
+
+    def as_dict(self) -> dict:
+        return {"shows": self.shows, "fields_checked": self.fields_checked, "fields_drifted": len(self.rows),
+                "rows": [asdict(row) for row in self.rows], "fields_rounding_only": len(self.rounding_only),
+                "rounding_only": [asdict(row) for row in self.rounding_only]}
+
+
+def live_inflight_amounts() -> dict[str, tuple[int, int]]:
+    """Per key, the (cores, gpus) of unexpired in-flight operations (the reseed adds these)."""
+    client = accounting_redis()
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    amounts: dict[str, tuple[int, int]] = {}
+    for value in client.hvals(keys.INFLIGHT):
+        parts = value.decode().split("|")
+        if int(parts[0]) <= now_ms:
+            continue
+        for i in range(1, len(parts) - 2, 3):
+            cores, gpus = amounts.get(parts[i], (0, 0))
+            amounts[parts[i]] = (cores + int(parts[i + 1]), gpus + int(parts[i + 2]))
+    return amounts
+
+
+def _as_int(raw: bytes | None) -> int | None:
+    return None if raw is None else int(raw)
+
+
+def _compare(*, mode: str, triples: list[tuple[str, str, int]]) -> list[DriftRow]:
+    """Differing (key, field) among the triples, compared inside Redis (drift_read.lua)."""
+    reply = script("drift_read").run(accounting_redis(), keys=[], args=[mode, *(p for t in triples for p in t)])
+    rows = []
+    for i in range(0, len(reply), 2):
+        key, field, pg = triples[int(reply[i]) - 1]
+        redis_value = _as_int(reply[i + 1])
+        rows.append(DriftRow(key=key, field=field, redis=redis_value, pg=pg, difference=(redis_value or 0) - pg))
+    return rows
+
+
+def _booked_drift(*, show_ids: Sequence[str], inflight: dict[str, tuple[int, int]]) -> Iterator[tuple[int, list[DriftRow]]]:
+    for chunk in chunked(booked_rows(show_ids=show_ids), CHUNK):
+        triples, summed_first = [], {}
+        for key, cores, gpus, cores_summed_first in chunk:
+            add_cores, add_gpus = inflight.get(key, (0, 0))
+            triples += [(key, "int_cores", cores + add_cores), (key, "int_gpus", gpus + add_gpus)]
+            summed_first[key] = cores_summed_first + add_cores
+        yield len(triples), [
+            replace(row, cause=ROUNDING) if row.field == "int_cores" and row.redis == summed_first[row.key] else row
+            for row in _compare(mode="booked", triples=triples)
+        ]
+
+
+def _limit_drift(*, show_ids: Sequence[str]) -> Iterator[tuple[int, list[DriftRow]]]:
+    refused = {key.decode() for key in accounting_redis().hkeys(keys.LIMITS_REFUSED)}
+    numeric = ((key, name, value) for key, name, value in limit_rows(show_ids=show_ids) if name != "show_id")
+    for chunk in chunked(numeric, 2 * CHUNK):
+        yield len(chunk), [replace(row, cause=LIMIT_WRITE_REFUSED) if row.key in refused else row
+                           for row in _compare(mode="limits", triples=chunk)]
+
+
+def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
+    """Every differing (key, field) of these shows (default: all scheduler-managed shows)."""
+    shows = list(show_ids) if show_ids is not None else managed_show_ids()
+    inflight = live_inflight_amounts()
+    checked, found = 0, []
+    for part in (_booked_drift(show_ids=shows, inflight=inflight), _limit_drift(show_ids=shows)):
+        for count, rows in part:
+            checked += count
+            found += rows
+    return DriftReport(shows=shows, fields_checked=checked, rows=[r for r in found if r.cause != ROUNDING],
+                       rounding_only=[r for r in found if r.cause == ROUNDING])
+
+
+@dataclass(frozen=True)
+class SubscriptionBar:
+    alloc: str
+    booked_redis: int | None
+    booked_pg: int
+    size: int
+    burst: int
+
+
+def subscription_bars(*, show: Show) -> list[SubscriptionBar]:
+    """Per subscription of the show: booked (Redis and PG, cores) against size and burst."""
+    booked = {key: cores for key, cores, _, _ in booked_rows(show_ids=[show.id]) if key.startswith("acct:sub:")}
+    inflight = live_inflight_amounts()
+    client = accounting_redis()
+    bars = []
+    for sub in Subscription.objects.filter(show=show).select_related("alloc").order_by("alloc__str_name"):
+        key = keys.sub(show_id=show.id, alloc_id=sub.alloc_id)
+        bars.append(SubscriptionBar(
+            alloc=sub.alloc.str_name,
+            booked_redis=_as_int(client.hget(key, "int_cores")),
+            booked_pg=booked.get(key, 0) + inflight.get(key, (0, 0))[0],
+            size=cores_from_centicores(sub.int_size),
+            burst=cores_from_centicores(sub.int_burst),
+        ))
+    return bars

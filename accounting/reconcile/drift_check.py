@@ -1,0 +1,58 @@
+"""The periodic drift check: every scheduler-managed show's drift, counted and exported.
+
+It runs on its own schedule (`acct-drift-check`, accounting.tasks), whether or not this
+service reconciles (ACCOUNTING_RECONCILE_ENABLED): drift is worth an alert whoever heals it,
+the scheduler's own reseed loops included. Read-only, so it takes no reseed lock.
+
+Each run sets cuebot_acct_drift_fields{show} and cuebot_acct_drift_last_check_timestamp_seconds
+and records the result in the cache (STATUS_KEY), where every web process reads it for the
+admin's overview. A show that is no longer scheduler-managed is set to 0, so its series
+does not keep a stale count. When Redis cannot be read the run records the error and
+leaves the timestamp as it was: a check that did not happen must not look recent.
+"""
+import logging
+import time
+from dataclasses import dataclass
+
+import redis
+from django.core.cache import cache
+
+from accounting.reconcile.drift import drift_report
+from cuebot_acct import metrics
+from shows.models import Show
+
+logger = logging.getLogger(__name__)
+
+STATUS_KEY = "acct-drift-status"
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    checked_at: float
+    fields_drifted: dict[str, int]  # show name -> fields
+    error: str | None = None
+
+
+def run_drift_check() -> DriftCheck:
+    started = time.time()
+    previous = cache.get(STATUS_KEY) or {}
+    status: dict[str, dict] = {}
+    try:
+        for show_id, name in Show.objects.filter(b_scheduler_managed=True).order_by("str_name").values_list("pk", "str_name"):
+            report = drift_report(show_ids=[show_id])
+            status[show_id] = {"name": name, "fields": len(report.rows), "checked": report.fields_checked}
+    except (redis.RedisError, OSError) as error:
+        logger.warning("drift check could not read the accounting Redis: %s", error)
+        cache.set(STATUS_KEY, {**previous, "error": f"{type(error).__name__}: {error}", "failed_at": started}, timeout=None)
+        return DriftCheck(checked_at=started, fields_drifted={}, error=str(error))
+    for show_id, entry in previous.get("shows", {}).items():
+        if show_id not in status:
+            metrics.DRIFT_FIELDS.labels(show=entry["name"]).set(0)
+    for entry in status.values():
+        metrics.DRIFT_FIELDS.labels(show=entry["name"]).set(entry["fields"])
+    metrics.DRIFT_LAST_CHECK.set(started)
+    cache.set(STATUS_KEY, {"checked_at": started, "shows": status}, timeout=None)
+    drifted = {entry["name"]: entry["fields"] for entry in status.values() if entry["fields"]}
+    if drifted:
+        logger.warning("drift check: Redis differs from PostgreSQL in %s", ", ".join(f"{n} ({f} fields)" for n, f in drifted.items()))
+    return DriftCheck(checked_at=started, fields_drifted={entry["name"]: entry["fields"] for entry in status.values()})

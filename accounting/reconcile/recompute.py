@@ -1,0 +1,252 @@
+"""Set-based recomputation of the PG accounting tables from `proc`, the canonical record.
+
+Counting rules (docs/cuebot-schema.md): a proc counts against the subscription
+(its show, its host's alloc), its job's folder, its job, its layer and the point (its
+job's dept and show). Local procs (b_local) count only in Cuebot's own local
+bookkeeping: layer_resource and job_resource.int_local_cores/int_local_gpus. All sums
+stay in centicores: PostgreSQL never sees cores.
+
+A true SUM(proc) can be legitimately above a cap (an operator lowered a burst or a job's
+max below current use). Cuebot's checks reject an UPDATE that raises a counter past a
+cap it leaves unchanged, so the statements that meet such checks (subscription,
+job_resource) move the cap in the same UPDATE, to -cap - 1 (never equal to cap, never
+overflowing, and its own inverse), and a second UPDATE moves it back, as Cuebot's own
+recalculate_subs() does. The caps end as they were; the counters end at SUM(proc).
+"""
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connection, transaction
+
+from cuebot_acct import metrics
+from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
+
+logger = logging.getLogger(__name__)
+
+SUBSCRIPTIONS = """
+UPDATE subscription s
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0),
+       int_burst = CASE WHEN COALESCE(t.cores, 0) > s.int_cores AND COALESCE(t.cores, 0) > s.int_burst
+                        THEN -s.int_burst - 1 ELSE s.int_burst END
+  FROM subscription s2
+  LEFT JOIN (
+        SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p JOIN host h ON h.pk_host = p.pk_host
+         WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
+         GROUP BY p.pk_show, h.pk_alloc
+       ) t ON t.pk_show = s2.pk_show AND t.pk_alloc = s2.pk_alloc
+ WHERE s.pk_subscription = s2.pk_subscription AND s2.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR s.pk_subscription = %(only)s)
+RETURNING s.pk_subscription, COALESCE(t.cores, 0) > s2.int_cores AND COALESCE(t.cores, 0) > s2.int_burst
+"""
+RESTORE_BURSTS = "UPDATE subscription SET int_burst = -int_burst - 1 WHERE pk_subscription = ANY(%(cores)s)"
+
+FOLDERS = """
+UPDATE folder_resource r
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
+  FROM folder f
+  LEFT JOIN (
+        SELECT j.pk_folder, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p JOIN job j ON j.pk_job = p.pk_job
+         WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
+         GROUP BY j.pk_folder
+       ) t ON t.pk_folder = f.pk_folder
+ WHERE r.pk_folder = f.pk_folder AND f.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR r.pk_folder_resource = %(only)s)
+"""
+
+JOBS = """
+UPDATE job_resource r
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0),
+       int_local_cores = COALESCE(t.local_cores, 0), int_local_gpus = COALESCE(t.local_gpus, 0),
+       int_max_cores = CASE WHEN COALESCE(t.cores, 0) > r.int_cores AND COALESCE(t.cores, 0) > r.int_max_cores
+                            THEN -r.int_max_cores - 1 ELSE r.int_max_cores END,
+       int_max_gpus = CASE WHEN COALESCE(t.gpus, 0) > r.int_gpus AND COALESCE(t.gpus, 0) > r.int_max_gpus
+                           THEN -r.int_max_gpus - 1 ELSE r.int_max_gpus END
+  FROM job j
+  JOIN job_resource before ON before.pk_job = j.pk_job
+  LEFT JOIN (
+        SELECT p.pk_job,
+               SUM(p.int_cores_reserved) FILTER (WHERE NOT p.b_local) AS cores,
+               SUM(p.int_gpus_reserved) FILTER (WHERE NOT p.b_local) AS gpus,
+               SUM(p.int_cores_reserved) FILTER (WHERE p.b_local) AS local_cores,
+               SUM(p.int_gpus_reserved) FILTER (WHERE p.b_local) AS local_gpus
+          FROM proc p
+         WHERE p.pk_show = ANY(%(shows)s)
+         GROUP BY p.pk_job
+       ) t ON t.pk_job = j.pk_job
+ WHERE r.pk_job_resource = before.pk_job_resource AND j.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR r.pk_job_resource = %(only)s)
+RETURNING r.pk_job_resource,
+          COALESCE(t.cores, 0) > before.int_cores AND COALESCE(t.cores, 0) > before.int_max_cores,
+          COALESCE(t.gpus, 0) > before.int_gpus AND COALESCE(t.gpus, 0) > before.int_max_gpus
+"""
+RESTORE_JOB_MAXIMA = """
+UPDATE job_resource
+   SET int_max_cores = CASE WHEN pk_job_resource = ANY(%(cores)s) THEN -int_max_cores - 1 ELSE int_max_cores END,
+       int_max_gpus = CASE WHEN pk_job_resource = ANY(%(gpus)s) THEN -int_max_gpus - 1 ELSE int_max_gpus END
+ WHERE pk_job_resource = ANY(%(cores)s) OR pk_job_resource = ANY(%(gpus)s)
+"""
+
+LAYERS = """
+UPDATE layer_resource r
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
+  FROM layer l
+  JOIN job j ON j.pk_job = l.pk_job
+  LEFT JOIN (
+        SELECT p.pk_layer, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p
+         WHERE p.pk_show = ANY(%(shows)s)
+         GROUP BY p.pk_layer
+       ) t ON t.pk_layer = l.pk_layer
+ WHERE r.pk_layer = l.pk_layer AND j.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR r.pk_layer_resource = %(only)s)
+"""
+
+POINTS = """
+UPDATE point pt
+   SET int_cores = COALESCE(t.cores, 0), int_gpus = COALESCE(t.gpus, 0)
+  FROM point pt2
+  LEFT JOIN (
+        SELECT j.pk_dept, j.pk_show, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+          FROM proc p JOIN job j ON j.pk_job = p.pk_job
+         WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
+         GROUP BY j.pk_dept, j.pk_show
+       ) t ON t.pk_dept = pt2.pk_dept AND t.pk_show = pt2.pk_show
+ WHERE pt.pk_point = pt2.pk_point AND pt2.pk_show = ANY(%(shows)s)
+   AND (%(only)s::text IS NULL OR pt.pk_point = %(only)s)
+"""
+
+@dataclass(frozen=True)
+class TableRecompute:
+    table: str
+    lock: str  # the show's rows, locked in primary-key order, returning their keys
+    update: str  # %(only)s NULL: every row of the shows; a key: that row alone
+    restore: str | None = None  # moves back the caps `update` moved
+
+
+# In the lock order of the release path (accounting.release.unbook, Cuebot's), so a recompute
+# and a release, or Cuebot, wait for each other in one direction only.
+TABLES = (
+    TableRecompute(
+        "subscription",
+        "SELECT pk_subscription FROM subscription WHERE pk_show = ANY(%(shows)s) ORDER BY pk_subscription FOR NO KEY UPDATE",
+        SUBSCRIPTIONS, RESTORE_BURSTS,
+    ),
+    TableRecompute(
+        "layer_resource",
+        """SELECT r.pk_layer_resource FROM layer_resource r JOIN layer l ON l.pk_layer = r.pk_layer JOIN job j ON j.pk_job = l.pk_job
+            WHERE j.pk_show = ANY(%(shows)s) ORDER BY r.pk_layer_resource FOR NO KEY UPDATE OF r""",
+        LAYERS,
+    ),
+    TableRecompute(
+        "job_resource",
+        """SELECT r.pk_job_resource FROM job_resource r JOIN job j ON j.pk_job = r.pk_job WHERE j.pk_show = ANY(%(shows)s)
+            ORDER BY r.pk_job_resource FOR NO KEY UPDATE OF r""",
+        JOBS, RESTORE_JOB_MAXIMA,
+    ),
+    TableRecompute(
+        "folder_resource",
+        """SELECT r.pk_folder_resource FROM folder_resource r JOIN folder f ON f.pk_folder = r.pk_folder
+            WHERE f.pk_show = ANY(%(shows)s) ORDER BY r.pk_folder_resource FOR NO KEY UPDATE OF r""",
+        FOLDERS,
+    ),
+    TableRecompute(
+        "point",
+        "SELECT pk_point FROM point WHERE pk_show = ANY(%(shows)s) ORDER BY pk_point FOR NO KEY UPDATE",
+        POINTS,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class RowFailure:
+    """A row the recompute could not set to SUM(proc); the others were set."""
+
+    table: str
+    pk: str
+    error: str
+
+
+def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
+    """Make the five accounting tables of these shows equal SUM(proc), in one transaction.
+
+    Every row it can: a statement that fails for one row (say a sum beyond the column's
+    range) is redone row by row, each in a savepoint, and the rows that still fail are
+    logged, counted and returned. Idempotent (it rewrites from `proc`), so as the outermost
+    transaction a deadlock victim is simply run again (cuebot_acct.transactions); inside a
+    caller's transaction that error propagates.
+    """
+    return retry_transient(lambda: _recompute_once(show_ids=list(show_ids)), operation="recompute")
+
+
+TABLE_RECOMPUTES = {table.table: table for table in TABLES}
+
+
+def _recompute_once(*, show_ids: list[str]) -> list[RowFailure]:
+    failures: list[RowFailure] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table in TABLES:
+            failures += recompute_table(cursor=cursor, table=table, show_ids=show_ids)
+    report_row_failures(failures, operation="recompute")
+    return failures
+
+
+def recompute_table(*, cursor, table: TableRecompute, show_ids: list[str]) -> list[RowFailure]:
+    """One table's rows of these shows set to SUM(proc), locked first in primary-key order.
+    For a caller that interleaves it with its own writes in the same lock order."""
+    cursor.execute(table.lock, {"shows": show_ids})
+    keys = [key for (key,) in cursor.fetchall()]
+    _, failed = run_row_by_row_on_failure(
+        table=table.table, keys=lambda: keys,
+        run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=only),
+    )
+    return failed
+
+
+def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: str | None) -> list:
+    cursor.execute(table.update, {"shows": show_ids, "only": only})
+    if table.restore:
+        restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())
+    return []
+
+
+def run_row_by_row_on_failure(
+    *, table: str, run: Callable[[str | None], list], keys: Callable[[], Sequence[str]]
+) -> tuple[list, list[RowFailure]]:
+    """run(None) for every row at once; if PostgreSQL refuses it (anything but a deadlock or a
+    serialization failure, which abort the whole transaction), run(key) for each row alone,
+    each in its own savepoint. Returns what the runs that succeeded returned, and the rows
+    that failed."""
+    try:
+        with transaction.atomic():
+            return run(None), []
+    except DatabaseError as error:
+        if sqlstate(error) in TRANSIENT_SQLSTATES:
+            raise
+    results, failures = [], []
+    for key in keys():
+        try:
+            with transaction.atomic():
+                results += run(key)
+        except DatabaseError as error:
+            if sqlstate(error) in TRANSIENT_SQLSTATES:
+                raise
+            failures.append(RowFailure(table=table, pk=key, error=str(error).strip().splitlines()[0]))
+    return results, failures
+
+
+def report_row_failures(failures: Sequence[RowFailure], *, operation: str) -> None:
+    for failure in failures:
+        metrics.RECOMPUTE_ROW_FAILURES.labels(table=failure.table).inc()
+        logger.warning("%s could not set %s %s to SUM(proc), left as it was: %s",
+                       operation, failure.table, failure.pk, failure.error)
+
+
+def restore_moved_caps(*, cursor, restore: str, moved: list[tuple]) -> None:
+    """Move back the caps an UPDATE moved: rows are (pk, cores cap moved[, gpus cap moved])."""
+    cores = [row[0] for row in moved if row[1]]
+    gpus = [row[0] for row in moved if len(row) > 2 and row[2]]
+    if cores or gpus:
+        cursor.execute(restore, {"cores": cores, "gpus": gpus})

@@ -1,0 +1,239 @@
+"""Rebuild the Redis live view from PostgreSQL: booked counters, limits, bootstrap.
+
+Booked counters: read acct:seq, run ONE streamed SQL query (accounting.reconcile.snapshot.BOOKED),
+write it back in chunks, each a compare-and-swap on acct:seq (reseed_write.lua) that also
+adds the amounts of in-flight operations. A chunk written is right as of its write, since
+no mutation happened since the sequence was read; the first chunk that misses ends the
+attempt and the whole cycle restarts after a jittered backoff, up to a bound, after which
+the cycle is skipped, logged and counted (lessons item 3). Limits are configuration and are
+written unconditionally (limit_write.lua, which bumps acct:seq).
+
+Order: booked counters before limits. A key whose limits exist is open for booking, so it
+must never be open with counters that read low (lessons items 1 and 2).
+
+Empty Redis (a restart: it runs without persistence): `acct:seeded` is missing. Limit
+writes then refuse (limit_write.lua's guard), so no key opens before the bootstrap has
+waited out the in-flight TTL and rebuilt the booked counters (docs/redis-protocol.md).
+"""
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from accounting.live import keys
+from accounting.live.leases import named_lock
+from accounting.live.scripts import script
+from accounting.reconcile.snapshot import (
+    booked_rows,
+    chunked,
+    limit_rows,
+    managed_show_ids,
+)
+from cuebot_acct.metrics import (
+    BOOTSTRAPS,
+    REBUILDS,
+    RESEED_CAS_MISSES,
+    RESEED_SECONDS,
+    RESEED_SKIPPED,
+)
+from cuebot_acct.redis_factory import accounting_redis
+
+log = logging.getLogger(__name__)
+
+CHUNK_KEYS = 2000
+MAX_ATTEMPTS = 8
+BACKOFF_BASE_SECONDS = 0.05
+BACKOFF_CAP_SECONDS = 2.0
+FARM_LOCK = "acct-reseed"
+
+
+class ReseedSkipped(Exception):
+    """The booked-counter compare-and-swap missed on every attempt."""
+
+
+@dataclass(frozen=True)
+class BookedOutcome:
+    written: bool
+    keys: int
+    attempts: int
+
+
+def backoff_seconds(*, attempt: int) -> float:
+    """Full jitter: uniform in [0, min(cap, base * 2**attempt)], so retries of several
+    reseeds (and of one reseed against a steady hot path) do not line up."""
+    return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt))
+
+
+def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None]) -> int | None:
+    """One cycle; the number of keys written, or None when the CAS missed."""
+    client = accounting_redis()
+    seq_before = client.get(keys.SEQ) or b""
+    written = 0
+    # closing(): a missed CAS leaves the loop early; end the snapshot's transaction and
+    # server-side cursor then, not whenever the generator is collected.
+    with closing(booked_rows(show_ids=show_ids)) as rows:
+        for chunk in chunked(rows, CHUNK_KEYS):
+            args = [seq_before]
+            for key, cores, gpus, _ in chunk:
+                args += [key, cores, gpus]
+            ok, count = script("reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
+            if not int(ok):
+                return None
+            written += int(count)
+            progress(int(count))
+    return written
+
+
+def reseed_booked(*, show_ids: Sequence[str], scope: str = "farm", max_attempts: int = MAX_ATTEMPTS,
+                  progress: Callable[[int], None] = lambda n: None) -> BookedOutcome:
+    """Write int_cores/int_gpus of every key of these shows from SUM(proc), under the CAS."""
+    started = time.monotonic()
+    try:
+        for attempt in range(1, max_attempts + 1):
+            written = _attempt_booked(show_ids=show_ids, progress=progress)
+            if written is not None:
+                return BookedOutcome(written=True, keys=written, attempts=attempt)
+            RESEED_CAS_MISSES.inc()
+            if attempt < max_attempts:
+                time.sleep(backoff_seconds(attempt=attempt))
+        RESEED_SKIPPED.labels(scope=scope).inc()
+        log.warning("booked reseed (%s) skipped: acct:seq changed during each of %d attempts", scope, max_attempts)
+        return BookedOutcome(written=False, keys=0, attempts=max_attempts)
+    finally:
+        RESEED_SECONDS.labels(kind="booked").observe(time.monotonic() - started)
+
+
+def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (keys.SEEDED, keys.SEEDED_VALUE),
+                 progress: Callable[[int], None] = lambda n: None) -> int | None:
+    """Write every limit field of these shows while `guard` (key, value) holds in Redis (by
+    default: while Redis is seeded; None: unconditionally). Returns fields written, or None
+    when the guard failed (Redis restarted: the bootstrap will write them all)."""
+    started = time.monotonic()
+    client = accounting_redis()
+    written = 0
+    guard_key, guard_value = guard or (keys.SEEDED, "")
+    for chunk in chunked(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
+        args = [guard_value, "0"] + [part for triple in chunk for part in triple]
+        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED], args=args)):
+            log.warning("limit write stopped after %d fields: the accounting Redis is not seeded (restarted?)", written)
+            return None
+        written += len(chunk)
+        progress(len(chunk))
+    RESEED_SECONDS.labels(kind="limits").observe(time.monotonic() - started)
+    return written
+
+
+def seed_show(*, show_id: str) -> None:
+    """Seed one show that was just switched to the scheduler: booked counters from its procs
+    (under the CAS), then its limits. Raises ReseedSkipped, with no limits written (so the
+    show books nothing rather than overbooks), if the CAS never wins; the next reseed heals.
+
+    Its limits are written even on a Redis not seeded since a restart: until the switch the
+    scheduler booked nothing for this show, so none of its bookings can straddle the restart."""
+    with named_lock(name=f"{FARM_LOCK}:show:{show_id}"):
+        if not reseed_booked(show_ids=[show_id], scope="show").written:
+            raise ReseedSkipped(show_id)
+        write_limits(show_ids=[show_id], guard=None)
+
+
+@dataclass(frozen=True)
+class ReseedReport:
+    shows: int
+    booked: BookedOutcome | None
+    limit_fields: int | None
+    bootstrapped: bool = False
+
+
+def reseed(*, limits: bool = True, booked: bool = True, show_ids: Sequence[str] | None = None,
+           progress: Callable[[int], None] = lambda n: None) -> ReseedReport:
+    """The operator's and the scheduled reseed, under the farm lock (LockBusy if taken).
+
+    `show_ids` defaults to every scheduler-managed show; limits are written even when the
+    booked cycle is skipped, since they are configuration. With limits, on a Redis not
+    seeded since its restart, this is the bootstrap (every managed show, after the
+    in-flight wait): limits written straight away could open keys that read low."""
+    with named_lock(name=FARM_LOCK):
+        if limits and redis_is_empty():
+            return _bootstrap(wait=None, progress=progress)
+        shows = list(show_ids) if show_ids is not None else managed_show_ids()
+        booked_outcome = reseed_booked(show_ids=shows, progress=progress) if booked else None
+        fields = write_limits(show_ids=shows, progress=progress) if limits else None
+        return ReseedReport(shows=len(shows), booked=booked_outcome, limit_fields=fields)
+
+
+def redis_is_empty() -> bool:
+    """No acct:seeded marker: Redis restarted (it runs without persistence) and has not been
+    rebuilt since. acct:seq and acct:inflight prove nothing: settles and releases recreate
+    them on an empty Redis."""
+    return not accounting_redis().exists(keys.SEEDED)
+
+
+def inflight_wait(seconds: float) -> None:
+    threading.Event().wait(seconds)  # never set: a plain interval
+
+
+def _bootstrap(*, wait: Callable[[float], object] | None,
+               progress: Callable[[int], None] = lambda n: None) -> ReseedReport:
+    """Rebuild an empty Redis; the caller holds the farm lock.
+
+    A booking whose script ran before the restart lost its in-flight entry with it, and its
+    proc may commit after our SUM(proc): counted by neither, the key would read low. So the
+    keys stay closed to booking (no limit field: booking.lua rejects without a burst) for
+    one in-flight TTL, after which every such booking has committed its proc or expired;
+    then booked counters, then limits, then the marker. The token makes the limit writes and
+    the marker refuse if Redis restarted again (or another bootstrap began) meanwhile."""
+    client = accounting_redis()
+    token = uuid.uuid4().hex
+    client.set(keys.BOOTSTRAPPING, token)
+    ttl = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
+    log.warning("accounting Redis is empty: keys stay closed to booking for %s s (the in-flight TTL), then rebuild", ttl)
+    (wait or inflight_wait)(ttl)
+    shows = managed_show_ids()
+    outcome = reseed_booked(show_ids=shows, scope="bootstrap", progress=progress)
+    if not outcome.written:
+        return ReseedReport(shows=len(shows), booked=outcome, limit_fields=None, bootstrapped=False)
+    fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), progress=progress)
+    done = fields is not None and int(script("bootstrap_finish").run(
+        client, keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
+        args=[token, keys.SEEDED_VALUE],
+    ))
+    if done:
+        log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))
+        BOOTSTRAPS.inc()
+        REBUILDS.inc()
+    return ReseedReport(shows=len(shows), booked=outcome, limit_fields=fields, bootstrapped=bool(done))
+
+
+def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool:
+    """Rebuild everything when Redis is empty. True when it did; ReseedSkipped if it could not
+    finish (booked CAS skipped, or Redis restarted again during the rebuild): no marker, so
+    the next check starts over. `wait` replaces the in-flight wait (tests control time)."""
+    if not redis_is_empty():
+        return False
+    with named_lock(name=FARM_LOCK):
+        if not redis_is_empty():
+            return False
+        if not _bootstrap(wait=wait).bootstrapped:
+            raise ReseedSkipped("bootstrap")
+        return True
+
+
+def bootstrap_if_owed(*, wait: Callable[[float], object] | None = None) -> bool:
+    """Rebuild the keys a failover closed (accounting.reconcile.failover). Unlike an empty Redis, this
+    does not wait for ACCOUNTING_RECONCILE_ENABLED: the scheduler's own bootstrap runs only on
+    an empty Redis, and a promoted replica is not empty. True when it did; LockBusy or
+    ReseedSkipped as bootstrap_if_empty."""
+    if not accounting_redis().exists(keys.REBUILD_OWED):
+        return False
+    with named_lock(name=FARM_LOCK):
+        if not accounting_redis().exists(keys.REBUILD_OWED):
+            return False
+        if not _bootstrap(wait=wait).bootstrapped:
+            raise ReseedSkipped("rebuild after failover")
+        return True

@@ -1,0 +1,154 @@
+"""Publishes committed releases of scheduler-managed procs to the Redis live view.
+
+Two steps per release (or per batch, which is one operation):
+- `prepare`, inside the release transaction just before it ends: registers the released
+  amounts in the in-flight hash (release_prepare.lua), so a reseed that reads SUM(proc)
+  after the DELETE commits still counts them until Redis is decremented.
+- `publish`, in `transaction.on_commit`: one release.lua call that decrements the five
+  keys per release (deltas summed per key), settles the in-flight entry and bumps acct:seq.
+
+Every failure leaves Redis counting high and is swallowed with a WARN and a metric: the
+PG commit stands and the recompute heals Redis. Nothing is ever resent after a timeout or
+a broken connection (the script may have run); only NOSCRIPT reloads (accounting.live.scripts).
+A prepare that fails schedules no publish: without its entry a decrement could land
+after a reseed already counted the proc gone, and push the key low.
+"""
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from django.conf import settings
+
+from accounting.live import keys
+from accounting.live.scripts import script
+from accounting.release.types import Release
+from cuebot_acct.metrics import (
+    RELEASE_PUBLISH_FAILURES,
+    RELEASE_PUBLISH_SECONDS,
+    RELEASE_PUBLISH_STALE,
+)
+from cuebot_acct.redis_factory import accounting_redis
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreparedRelease:
+    """A registered in-flight release, ready to publish after commit."""
+
+    op_id: str
+    # key -> (cores, gpus) to take off; cores already converted per proc.
+    deltas: dict[str, tuple[int, int]]
+    proc_ids: tuple[str, ...]
+    show_ids: tuple[str, ...]
+
+
+def release_keys(release: Release) -> tuple[str, ...]:
+    """The hashes the release takes the proc off: the booking's five, or, when the proc's job
+    row is gone, the three it can still name (its folder and point are unknown)."""
+    if release.job_gone:
+        return (keys.sub(show_id=release.show_id, alloc_id=release.alloc_id), keys.job(job_id=release.job_id),
+                keys.layer(layer_id=release.layer_id))
+    return keys.of_proc(
+        show_id=release.show_id, alloc_id=release.alloc_id, folder_id=release.folder_id,
+        job_id=release.job_id, layer_id=release.layer_id, dept_id=release.dept_id, point_show_id=release.point_show_id,
+    )
+
+
+def summed_deltas(releases: Sequence[Release]) -> dict[str, tuple[int, int]]:
+    """Per key, the sum of each release's cores (converted per proc) and gpus."""
+    # Procs of one layer name the same keys: sum per layer first, name the keys once per layer.
+    per_layer: dict[tuple, list] = {}
+    for release in releases:
+        ids = (release.show_id, release.alloc_id, release.folder_id, release.job_id, release.layer_id,
+               release.dept_id, release.point_show_id)
+        entry = per_layer.get(ids)
+        if entry is None:
+            per_layer[ids] = [release, release.cores, release.gpus]
+        else:
+            entry[1] += release.cores
+            entry[2] += release.gpus
+    totals: dict[str, tuple[int, int]] = {}
+    for release, cores, gpus in per_layer.values():
+        for key in release_keys(release):
+            key_cores, key_gpus = totals.get(key, (0, 0))
+            totals[key] = (key_cores + cores, key_gpus + gpus)
+    return totals
+
+
+class ReleasePublisher(Protocol):
+    def prepare(self, *, releases: Sequence[Release]) -> PreparedRelease | None: ...
+
+    def publish(self, *, prepared: PreparedRelease) -> int | None: ...
+
+
+class NoopReleasePublisher:
+    """ACCOUNTING_REDIS_ENABLED=false: deployments without Redis."""
+
+    def prepare(self, *, releases: Sequence[Release]) -> PreparedRelease | None:
+        return None
+
+    def publish(self, *, prepared: PreparedRelease) -> int | None:
+        return None
+
+
+def _ids(prepared: PreparedRelease) -> str:
+    return f"procs={','.join(prepared.proc_ids)} shows={','.join(prepared.show_ids)}"
+
+
+class RedisReleasePublisher:
+    def prepare(self, *, releases: Sequence[Release]) -> PreparedRelease | None:
+        prepared = PreparedRelease(
+            op_id=uuid.uuid4().hex,
+            deltas=summed_deltas(releases),
+            proc_ids=tuple(r.proc_id for r in releases),
+            show_ids=tuple(sorted({r.show_id for r in releases})),
+        )
+        payload = "|".join(f"{key}|{cores}|{gpus}" for key, (cores, gpus) in prepared.deltas.items())
+        ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
+        try:
+            script("release_prepare").run(
+                accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload]
+            )
+        except Exception as error:  # noqa: BLE001 - the release commits whatever Redis does
+            RELEASE_PUBLISH_FAILURES.labels(stage="prepare").inc()
+            logger.warning(
+                "release in-flight registration failed, Redis left high until the recompute: %s (%s: %s)",
+                _ids(prepared), type(error).__name__, error,
+            )
+            return None
+        return prepared
+
+    def publish(self, *, prepared: PreparedRelease) -> int | None:
+        args: list = [prepared.op_id]
+        for cores, gpus in prepared.deltas.values():
+            args += [cores, gpus]
+        started = time.perf_counter()
+        try:
+            applied, seq = script("release").run(
+                accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
+            )
+        except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
+            RELEASE_PUBLISH_FAILURES.labels(stage="publish").inc()
+            logger.warning(
+                "release publish failed and is not retried, Redis left high until the recompute: %s (%s: %s)",
+                _ids(prepared), type(error).__name__, error,
+            )
+            return None
+        finally:
+            RELEASE_PUBLISH_SECONDS.observe(time.perf_counter() - started)
+        if not applied:
+            RELEASE_PUBLISH_STALE.inc()
+            logger.warning(
+                "release found its in-flight entry gone (Redis restarted or the entry expired) and changed "
+                "no counter, Redis left high until the next reseed: %s", _ids(prepared),
+            )
+        return seq
+
+
+def release_publisher() -> ReleasePublisher:
+    """Chosen per call, so a settings change (tests, reload) takes effect at once."""
+    return RedisReleasePublisher() if settings.ACCOUNTING_REDIS_ENABLED else NoopReleasePublisher()

@@ -1,0 +1,38 @@
+"""What a release gave back, shared by the release path and its publishers (neither imports the other)."""
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Branch(StrEnum):
+    LOCAL = "local"
+    SCHEDULER = "scheduler"
+    CUEBOT = "cuebot"
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one release gave back. Cores in both units: PG's centicores and Redis's cores.
+
+    folder_id, dept_id and point_show_id come from the proc's job: None when the job row is
+    gone. The point is (the job's department, the job's show), as Cuebot counts it.
+    """
+
+    proc_id: str
+    host_id: str
+    show_id: str
+    alloc_id: str
+    folder_id: str | None
+    job_id: str
+    layer_id: str
+    dept_id: str | None
+    point_show_id: str | None
+    cores_centicores: int
+    cores: int
+    gpus: int
+    memory: int  # KB
+    gpu_memory: int  # KB
+    branch: Branch
+
+    @property
+    def job_gone(self) -> bool:
+        return self.folder_id is None

@@ -1,0 +1,344 @@
+"""The release path: a proc given back, written as Cuebot writes it, told to the scheduler after commit."""
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+import psycopg
+from django.db import connection, transaction
+
+from accounting.live.units import cores_from_centicores
+from accounting.reconcile.recompute import (
+    TABLE_RECOMPUTES,
+    recompute_table,
+    report_row_failures,
+)
+from accounting.release.publish import release_publisher
+from accounting.release.types import Branch, Release
+from cuebot_acct import metrics
+from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASES
+from cuebot_acct.transactions import retry_transient
+from shows.selectors import ownership
+
+logger = logging.getLogger(__name__)
+
+# --- Release path (Cuebot's ProcDaoJdbc.unbookProc) -----------------------------------
+#
+# One transaction per call, whatever the batch size, writing what Cuebot writes:
+# 1. one DELETE ... RETURNING, by pk_proc alone (proc has no foreign key to job: a proc
+#    whose job row is gone is released too), takes each proc's reserved amounts as they
+#    are at delete time, with the ids of its keys: alloc via the host; folder, department
+#    and the point's show via the job, when the job row still exists. Row locks make
+#    concurrent releases of one proc release it once: the loser's DELETE finds it gone.
+# 2. one host UPDATE gives the idle resources back (summed per host), in the same statement.
+# 3. the branch, per proc:
+#    - local (b_local): layer_resource, job_resource int_local_* and the job's host_local
+#      reservation on that host (idle amounts back), whatever the show's flag;
+#    - scheduler-managed show: no accounting-table writes; registered in flight before
+#      the block ends, published to Redis after commit (accounting.release.publish);
+#    - Cuebot-managed show: subscription, layer_resource, job_resource, folder_resource
+#      (the job's folder) and point (the job's department and show) decremented in
+#      centicores in the same transaction.
+# Local and Cuebot-managed procs share one set-based statement per table (lock order below).
+# What a proc whose job is gone cannot resolve (its folder, its point) is logged and counted.
+
+
+# Lock order. Concurrent releases, and Cuebot's own releases beside them, lock the same
+# rows; two transactions that lock an overlapping set in different orders deadlock, and
+# PostgreSQL aborts one (40P01). Cuebot's release locks the proc, its host, then
+# subscription, layer_resource, job_resource, folder_resource, point (a local one: host,
+# layer_resource, job_resource, host_local). Every release here takes the same table order:
+# proc rows, host rows, subscription, layer_resource, job_resource, host_local,
+# folder_resource, point (one statement per table; the recompute uses the same order),
+# so it waits for Cuebot, or Cuebot for it, and neither deadlocks. Within a table, rows
+# are locked in primary-key order: a MATERIALIZED CTE with ORDER BY ... FOR [NO KEY]
+# UPDATE locks row by row in sorted order (the order a plan visits rows in is not stable,
+# and the data-modifying CTEs of one statement run in an unspecified order), and the
+# statement then only writes rows that CTE returned, i.e. rows this transaction holds.
+# A release's proc and host rows are locked by one statement: its host rows are locked
+# from the sums over every deleted proc (per_host reads all of the DELETE's output), so
+# after all of its proc rows, whatever order the statement's parts otherwise run in.
+# Writers outside this order (an operator's SQL) can still deadlock with a release: that
+# is what the rerun in cuebot_acct.transactions is for.
+RELEASE_MANY = """
+WITH doomed AS MATERIALIZED (
+     SELECT p.pk_proc, j.pk_folder, j.pk_dept, j.pk_show AS point_show
+       FROM proc p LEFT JOIN job j ON j.pk_job = p.pk_job
+      WHERE p.pk_proc = ANY(%(ids)s) ORDER BY p.pk_proc FOR UPDATE OF p
+), gone AS (
+     DELETE FROM proc p
+      USING doomed d, host h
+      WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host
+     RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
+               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+), per_host AS (
+     SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem, SUM(int_gpus_reserved) AS gpus,
+            SUM(int_gpu_mem_reserved) AS gpu_mem
+       FROM gone GROUP BY pk_host
+), locked AS MATERIALIZED (
+     SELECT h.pk_host, t.cores, t.mem, t.gpus, t.gpu_mem FROM host h JOIN per_host t ON t.pk_host = h.pk_host
+      ORDER BY h.pk_host FOR NO KEY UPDATE OF h
+), given_back AS (
+     UPDATE host h
+        SET int_cores_idle = h.int_cores_idle + l.cores, int_mem_idle = h.int_mem_idle + l.mem,
+            int_gpus_idle = h.int_gpus_idle + l.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + l.gpu_mem
+       FROM locked l
+      WHERE h.pk_host = l.pk_host
+)
+SELECT * FROM gone
+"""
+
+# One proc, the common call: one proc row and one host row, so no ordering CTE is needed.
+# The host UPDATE reads the DELETE's output, so it runs after the proc row is locked and
+# deleted: proc, then host, Cuebot's order. One statement, one round trip, and a shape
+# PostgreSQL plans once per connection (a generic plan after the first executions).
+RELEASE_ONE = """
+WITH gone AS (
+     DELETE FROM proc p USING host h
+      WHERE p.pk_proc = %(id)s AND h.pk_host = p.pk_host
+     RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, p.pk_job, p.pk_layer,
+               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+), given_back AS (
+     UPDATE host h
+        SET int_cores_idle = h.int_cores_idle + g.int_cores_reserved, int_mem_idle = h.int_mem_idle + g.int_mem_reserved,
+            int_gpus_idle = h.int_gpus_idle + g.int_gpus_reserved, int_gpu_mem_idle = h.int_gpu_mem_idle + g.int_gpu_mem_reserved
+       FROM gone g
+      WHERE h.pk_host = g.pk_host
+)
+SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_layer, j.pk_dept, j.pk_show,
+       g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
+  FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
+"""
+
+@dataclass(frozen=True)
+class _Adjustment:
+    """UPDATE table SET amount = amount - delta (or + delta, to give back) for the rows
+    matched on keys, locked in pk order.
+
+    Parameters: one text[] per key column and one bigint[] per amount column, named after
+    the column, one element per row (the caller sums per key, so each row matches once).
+    """
+
+    table: str
+    pk: str
+    keys: tuple[str, ...]
+    amounts: tuple[str, ...]
+    sign: str = "-"
+
+    @property
+    def one_row_sql(self) -> str:
+        """The same for one row, by its key (unique in each of these tables): a single row
+        needs no ordering, and the plain UPDATE is the cheapest statement to run."""
+        match = " AND ".join(f"{k} = %({k})s" for k in self.keys)
+        return f"UPDATE {self.table} SET {', '.join(f'{a} = {a} {self.sign} %({a})s' for a in self.amounts)} WHERE {match}"
+
+    @property
+    def sql(self) -> str:
+        arrays = ", ".join([f"%({k})s::text[]" for k in self.keys] + [f"%({a})s::bigint[]" for a in self.amounts])
+        match = " AND ".join(f"t.{k} = d.{k}" for k in self.keys)
+        return f"""
+WITH d AS (
+     SELECT * FROM unnest({arrays}) AS d({", ".join(self.keys + self.amounts)})
+), locked AS MATERIALIZED (
+     SELECT t.{self.pk}, {", ".join(f"d.{a}" for a in self.amounts)} FROM {self.table} t JOIN d ON {match}
+      ORDER BY t.{self.pk} FOR NO KEY UPDATE OF t
+)
+UPDATE {self.table} t SET {", ".join(f"{a} = t.{a} {self.sign} l.{a}" for a in self.amounts)}
+  FROM locked l
+ WHERE t.{self.pk} = l.{self.pk}
+"""
+
+
+_CORES_GPUS = ("int_cores", "int_gpus")
+# The order of this tuple is the lock order across the accounting tables (Cuebot's).
+ADJUSTMENTS = (
+    _Adjustment(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
+    _Adjustment(table="layer_resource", pk="pk_layer_resource", keys=("pk_layer",), amounts=_CORES_GPUS),
+    _Adjustment(table="job_resource", pk="pk_job_resource", keys=("pk_job",),
+                amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus")),
+    _Adjustment(table="host_local", pk="pk_host_local", keys=("pk_host", "pk_job"),
+                amounts=("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"), sign="+"),
+    _Adjustment(table="folder_resource", pk="pk_folder_resource", keys=("pk_folder",), amounts=_CORES_GPUS),
+    _Adjustment(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
+)
+ADJUSTMENT_SQL = {a.table: a.sql for a in ADJUSTMENTS}
+ONE_ROW_ADJUSTMENT_SQL = {a.table: a.one_row_sql for a in ADJUSTMENTS}
+
+
+class _PreparedStatementCursor(psycopg.Cursor):
+    """Server-side binding, each statement prepared on its connection at first use.
+
+    The release statements are few and run at a high rate: parsing and planning them anew
+    each time was most of their PostgreSQL cost. psycopg prepares only on a connection
+    whose prepare_threshold is not None (Django's default is None): settings set it.
+    Django's own cursors bind client-side and never prepare; a deployment behind a
+    transaction-mode pooler must route this service to PostgreSQL directly.
+    """
+
+    def execute(self, query, params=None, **kwargs):
+        return super().execute(query, params, prepare=True)
+
+
+def _release_cursor():
+    """A Django cursor wrapper (execute_wrappers, broken-transaction checks) over the above."""
+    connection.ensure_connection()
+    raw = _PreparedStatementCursor(connection.connection)
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
+@contextmanager
+def _one_round_trip() -> Iterator[None]:
+    """The statements run in the block go to PostgreSQL in one round trip (psycopg's
+    pipeline mode), still one by one through the Django cursor wrapper.
+
+    The server runs pipelined statements one after the other in the order sent, so the
+    lock order above holds; each statement is sent (and runs) as it is executed, only its
+    result is awaited at the end. A failure of a statement whose result arrives at the
+    end (the common case: a deadlock is found while the client has sent everything) is
+    raised by the pipeline's exit, outside the cursor wrapper: converting it here makes it
+    the Django error a failed execute raises (40P01 as its cause, so retry_transient
+    reruns the release), and the atomic block rolls the transaction back as usual.
+    """
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
+
+
+def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
+    (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id, point_show_id,
+     centicores, gpus, mem, gpu_mem, local) = row
+    if local:
+        branch = Branch.LOCAL
+    elif managed[show_id]:
+        branch = Branch.SCHEDULER
+    else:
+        branch = Branch.CUEBOT
+    return Release(
+        proc_id=proc_id, host_id=host_id, show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
+        layer_id=layer_id, dept_id=dept_id, point_show_id=point_show_id, cores_centicores=centicores,
+        cores=cores_from_centicores(centicores), gpus=gpus, memory=mem, gpu_memory=gpu_mem, branch=branch,
+    )
+
+
+def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequence[str] = ()) -> None:
+    """Local and Cuebot-managed procs: one ordered statement per table with rows to change
+    (a plain one-row UPDATE where a single row changes).
+
+    A show settling after its switch back to Cuebot (accounting.ownership.switching) may hold procs
+    its rows never counted (bookings made on the old flag): decrementing would take them
+    below the truth. Its rows are recomputed from SUM(proc) instead, table by table in
+    the same lock order.
+    """
+    sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
+
+    def add(table: str, key: tuple, *amounts: int, offset: int = 0) -> None:
+        totals = sums[table][key]
+        for i, amount in enumerate(amounts):
+            totals[offset + i] += amount
+
+    for r in releases:
+        if r.branch is Branch.LOCAL:
+            add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
+            # Counting rules of accounting.reconcile.recompute: local procs only in their layer and in
+            # the job's int_local_*; their amounts go back to the job's reservation too.
+            add("job_resource", (r.job_id,), r.cores_centicores, r.gpus, offset=2)
+            add("host_local", (r.host_id, r.job_id), r.cores_centicores, r.memory, r.gpus, r.gpu_memory)
+            continue
+        if r.show_id in settling:
+            continue
+        add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
+        add("job_resource", (r.job_id,), r.cores_centicores, r.gpus)
+        add("subscription", (r.show_id, r.alloc_id), r.cores_centicores, r.gpus)
+        if not r.job_gone:
+            add("folder_resource", (r.folder_id,), r.cores_centicores, r.gpus)
+            add("point", (r.dept_id, r.point_show_id), r.cores_centicores, r.gpus)
+    failures = []
+    for a in ADJUSTMENTS:
+        rows = sums[a.table]
+        if len(rows) == 1:
+            ((key, totals),) = rows.items()
+            params = dict(zip(a.keys, key)) | dict(zip(a.amounts, totals))
+            cursor.execute(ONE_ROW_ADJUSTMENT_SQL[a.table], params)
+        elif rows:
+            row_keys = sorted(rows)
+            params = {k: [key[i] for key in row_keys] for i, k in enumerate(a.keys)}
+            params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(a.amounts)}
+            cursor.execute(ADJUSTMENT_SQL[a.table], params)
+        if settling and a.table in TABLE_RECOMPUTES:
+            failures += recompute_table(cursor=cursor, table=TABLE_RECOMPUTES[a.table], show_ids=list(settling))
+    report_row_failures(failures, operation="release of a settling show")
+
+
+def _report_jobs_gone(releases: Sequence[Release]) -> None:
+    """A proc whose job row is gone was released, but its folder and point are unknown."""
+    for r in releases:
+        if r.job_gone and r.branch is not Branch.LOCAL:
+            metrics.RELEASE_UNRESOLVED.labels(branch=r.branch.value).inc()
+            logger.warning(
+                "proc %s released although its job %s is gone: host given back, subscription, job and layer "
+                "taken off; its folder and point cannot be resolved and keep counting it until the next recompute",
+                r.proc_id, r.job_id,
+            )
+
+
+def _count_at_commit(releases: Sequence[Release]) -> None:
+    for branch in Branch:
+        n = sum(1 for r in releases if r.branch is branch)
+        if n:
+            RELEASES.labels(branch=branch.value).inc(n)
+    _report_jobs_gone(releases)
+
+
+def _release(proc_ids: list[str]) -> dict[str, Release]:
+    # A deadlock victim is rerun whole when this is the outermost transaction (why that is
+    # safe: cuebot_acct.transactions); inside a caller's transaction the error propagates.
+    return retry_transient(lambda: _release_once(proc_ids), operation="release")
+
+
+def _release_once(proc_ids: list[str]) -> dict[str, Release]:
+    with transaction.atomic(), _release_cursor() as cursor:
+        # The procs deleted and their hosts given back in one statement.
+        if len(proc_ids) == 1:
+            cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
+        else:
+            cursor.execute(RELEASE_MANY, {"ids": proc_ids})
+        rows = cursor.fetchall()
+        if not rows:
+            return {}
+        # The flag is read once per show, and only for shows with non-local procs.
+        owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[13]}}
+        managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
+        releases = [_release_from_row(row, managed=managed) for row in rows]
+        in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
+        settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
+        # The decrements need nothing back: one round trip for up to six statements. A
+        # settling show's recompute reads results back, so it goes statement by statement.
+        if in_pg:
+            with _one_round_trip() if not settling else nullcontext():
+                _adjust_pg_accounting(cursor, in_pg, settling=settling)
+        to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
+        if to_redis:
+            publisher = release_publisher()
+            prepared = publisher.prepare(releases=to_redis)
+            if prepared is not None:
+                transaction.on_commit(lambda: publisher.publish(prepared=prepared))
+        transaction.on_commit(lambda: _count_at_commit(releases))
+    return {r.proc_id: r for r in releases}
+
+
+def unbook_proc(*, proc_id: str) -> Release | None:
+    """Release one proc; None if it does not exist (already released included)."""
+    RELEASE_BATCH_SIZE.observe(1)
+    return _release([proc_id]).get(proc_id)
+
+
+def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
+    """Release many procs in one transaction; one result per id, in order (None: not found)."""
+    ids = list(proc_ids)
+    if len(set(ids)) != len(ids):
+        raise ValueError("proc_ids must not repeat")
+    RELEASE_BATCH_SIZE.observe(len(ids))
+    if not ids:
+        return []
+    released = _release(ids)
+    return [released.get(proc_id) for proc_id in ids]

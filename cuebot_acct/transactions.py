@@ -1,0 +1,62 @@
+"""Rerun a whole transaction that PostgreSQL rolled back as a deadlock victim (40P01) or a
+serialization failure (40001).
+
+Why a rerun is safe here, and only here: PostgreSQL aborted the transaction whole, so the
+attempt had no effect in PostgreSQL, and nothing reached Redis, because every Redis write
+of a transaction runs in `transaction.on_commit`, which only the attempt that commits
+fires (Django drops the callbacks of a rolled-back block). The only trace an aborted
+release can leave is its `acct:inflight` entry, written before the block ends: it adds the
+released amounts to a reseed while it lives and then expires (Redis high for at most the
+TTL, the safe direction). A rerun is a fresh transaction that reads everything again (a
+proc released meanwhile is simply not found), so it is not a resend of a release whose
+outcome is unknown, which stays forbidden.
+
+This holds only when the function opens the outermost transaction. Inside a caller's
+transaction the abort took the caller's earlier work with it, and only the caller can
+redo that: the error propagates unchanged.
+"""
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import OperationalError, connection
+
+from cuebot_acct import metrics
+
+logger = logging.getLogger(__name__)
+
+TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
+ATTEMPTS = 3
+# Full jitter on a doubling cap: 0-20 ms, then 0-40 ms. Enough to let the winner of a
+# deadlock commit; short, because a caller (Cuebot's dispatcher) is waiting.
+BACKOFF_SECONDS = 0.02
+
+T = TypeVar("T")
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a Django database error (Django keeps psycopg's error as the cause)."""
+    return getattr(error.__cause__, "sqlstate", None)
+
+
+def retry_transient(fn: Callable[[], T], *, operation: str) -> T:
+    """Run fn (which opens its own transaction.atomic()); rerun it on 40P01/40001, at most
+    ATTEMPTS times in all, when it is the outermost transaction. Reruns are counted in
+    cuebot_acct_transaction_retries_total{operation, sqlstate}; the last error propagates."""
+    if connection.in_atomic_block:
+        return fn()
+    attempt = 1
+    while True:
+        try:
+            return fn()
+        except OperationalError as error:
+            state = sqlstate(error)
+            if state not in TRANSIENT_SQLSTATES or attempt == ATTEMPTS:
+                raise
+            metrics.TRANSACTION_RETRIES.labels(operation=operation, sqlstate=state).inc()
+            logger.info("%s rolled back by PostgreSQL (%s), attempt %d of %d; running it again",
+                        operation, state, attempt, ATTEMPTS)
+            time.sleep(random.uniform(0, BACKOFF_SECONDS * 2 ** (attempt - 1)))
+            attempt += 1

@@ -1,0 +1,193 @@
+"""Attaching to a site's Cuebot database: what must be there, and what `migrate` may do.
+
+With OPENCUE_TABLES=existing the tables belong to Cuebot. Before anything runs, the
+project verifies every table and column its models name (the columns it reads or
+writes), their type family, the privileges its role needs and the Cuebot functions it
+calls, and names precisely what is missing (system checks accounting.E001-E005, also run
+at start-up).
+
+With OPENCUE_TABLES=create, `migrate` refuses a database that already holds Cuebot's
+tables it did not create: running the project's DDL there would fail half-way, or worse.
+"""
+from dataclasses import dataclass
+
+from django.apps import apps
+from django.conf import settings
+from django.core.management import CommandError
+from django.db import connection, models
+from django.db.migrations.recorder import MigrationRecorder
+
+from cuebot_acct.startup import CuebotSchemaIncomplete
+from shows.models import CuebotTable
+
+CUEBOT_TABLES_MIGRATION = ("shows", "0001_cuebot_tables")
+
+INTEGERS = frozenset({"smallint", "integer", "bigint"})
+TYPE_FAMILIES = {
+    "CharField": frozenset({"character varying", "text", "character"}),
+    "SmallIntegerField": INTEGERS,
+    "IntegerField": INTEGERS,
+    "BigIntegerField": INTEGERS,
+    "BooleanField": frozenset({"boolean"}),
+    "DecimalField": frozenset({"numeric"}),
+    "DateTimeField": frozenset({"timestamp with time zone", "timestamp without time zone"}),
+}
+
+# Why a column can be missing on a real Cuebot database, where that is known.
+COLUMN_ORIGINS = {
+    ("show", "b_scheduler_managed"): "Cuebot's migration V45 (show ownership for the Rust scheduler) is not applied",
+}
+UNKNOWN_ORIGIN = "this Cuebot schema differs from the one the project supports (docs/cuebot-schema.md)"
+
+# What the service's role does to each table: releases delete procs and give hosts and
+# local reservations back; limits, recomputes and the ownership toggle update the
+# accounting tables and show. The demo and the simulator insert, but never on a site.
+WRITES = {
+    "proc": ("SELECT", "DELETE"),
+    "host": ("SELECT", "UPDATE"),
+    "host_local": ("SELECT", "UPDATE"),
+    "show": ("SELECT", "UPDATE"),
+    "subscription": ("SELECT", "UPDATE"),
+    "folder_resource": ("SELECT", "UPDATE"),
+    "job_resource": ("SELECT", "UPDATE"),
+    "layer_resource": ("SELECT", "UPDATE"),
+    "point": ("SELECT", "UPDATE"),
+}
+
+
+# Cuebot's SQL functions the project calls, and what for.
+FUNCTIONS = {
+    "tier(numeric, numeric)": "recalculate_subs reads a subscription's tier with it to find rows never recomputed",
+}
+
+
+@dataclass(frozen=True)
+class SchemaProblem:
+    id: str
+    message: str
+    hint: str
+
+
+def cuebot_models() -> list[type[models.Model]]:
+    return [model for model in apps.get_models() if issubclass(model, CuebotTable)]
+
+
+def expected_columns() -> dict[str, dict[str, str]]:
+    """table -> column -> Django internal type, for every column a Cuebot model names."""
+    tables: dict[str, dict[str, str]] = {}
+    for model in cuebot_models():
+        columns = tables.setdefault(model._meta.db_table, {})
+        for field in model._meta.concrete_fields:
+            kind = field.target_field.get_internal_type() if field.is_relation else field.get_internal_type()
+            columns[field.column] = kind
+    return tables
+
+
+def schema_problems() -> list[SchemaProblem]:
+    """What a site's database lacks for this project, read from the catalogue (read-only)."""
+    expected = expected_columns()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.name, a.attname, format_type(a.atttypid, NULL) FROM unnest(%s::text[]) AS t(name) "
+            "JOIN pg_attribute a ON a.attrelid = to_regclass(t.name) AND a.attnum > 0 AND NOT a.attisdropped",
+            [list(expected)],
+        )
+        found: dict[str, dict[str, str]] = {}
+        for table, column, kind in cursor.fetchall():
+            found.setdefault(table, {})[column] = kind
+        needed = [(table, privilege) for table in expected for privilege in WRITES.get(table, ("SELECT",))]
+        cursor.execute(
+            "SELECT t.name, t.privilege FROM unnest(%s::text[], %s::text[]) AS t(name, privilege) "
+            "WHERE to_regclass(t.name) IS NOT NULL AND NOT has_table_privilege(t.name, t.privilege)",
+            [[table for table, _ in needed], [privilege for _, privilege in needed]],
+        )
+        denied = set(cursor.fetchall())
+        cursor.execute("SELECT f FROM unnest(%s::text[]) AS f WHERE to_regprocedure(f) IS NULL", [list(FUNCTIONS)])
+        missing_functions = [f for (f,) in cursor.fetchall()]
+
+    problems = []
+    for table, columns in sorted(expected.items()):
+        if table not in found:
+            problems.append(SchemaProblem(
+                "accounting.E001", f"Cuebot table '{table}' is missing (searched: {search_path()})",
+                "Point DATABASE_URL at the Cuebot database, or CUEBOT_SCHEMA at the schema that holds its tables.",
+            ))
+            continue
+        for column, kind in sorted(columns.items()):
+            actual = found[table].get(column)
+            if actual is None:
+                why = COLUMN_ORIGINS.get((table, column), UNKNOWN_ORIGIN)
+                problems.append(SchemaProblem(
+                    "accounting.E002", f"column {table}.{column} is missing: {why}",
+                    "Bring the Cuebot database up to date with Cuebot's own migrations; this project never alters it.",
+                ))
+            elif actual not in TYPE_FAMILIES[kind]:
+                problems.append(SchemaProblem(
+                    "accounting.E003",
+                    f"column {table}.{column} is {actual}; the project reads and writes it as one of "
+                    f"{', '.join(sorted(TYPE_FAMILIES[kind]))}",
+                    UNKNOWN_ORIGIN,
+                ))
+    for function in missing_functions:
+        problems.append(SchemaProblem(
+            "accounting.E005", f"Cuebot's function {function} is missing: {FUNCTIONS[function]}", UNKNOWN_ORIGIN,
+        ))
+    for table, privilege in sorted(denied):
+        problems.append(SchemaProblem(
+            "accounting.E004", f"the database role may not {privilege} on {table}",
+            f"GRANT {', '.join(WRITES.get(table, ('SELECT',)))} ON {table} TO the service's role (see docs/attaching.md).",
+        ))
+    return problems
+
+
+def search_path() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW search_path")
+        return cursor.fetchone()[0]
+
+
+def ensure_own_schema() -> None:
+    """Create OWN_TABLES_SCHEMA if it is set and absent (a DBA may have made it already)."""
+    schema = settings.OWN_TABLES_SCHEMA
+    if not schema:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
+        if cursor.fetchone() is None:
+            cursor.execute(f'CREATE SCHEMA "{schema}"')
+
+
+def refuse_foreign_cuebot_tables(*, plan: list) -> None:
+    """In `create` mode, stop before a migration would run Cuebot's DDL over existing tables."""
+    if settings.OPENCUE_TABLES != "create":
+        return
+    creates_tables = any(
+        (migration.app_label, migration.name) == CUEBOT_TABLES_MIGRATION and not backwards for migration, backwards in plan
+    )
+    if not creates_tables:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('show') IS NOT NULL")
+        if not cursor.fetchone()[0]:
+            return
+    if ("shows", "0001_initial") in MigrationRecorder(connection).applied_migrations():
+        raise CommandError(
+            "this database was built by an earlier cuebot-acct, whose tables were not shaped like Cuebot's; "
+            "a demo database cannot be upgraded in place: drop it (dropdb) and migrate again (nothing was changed)"
+        )
+    raise CommandError(
+        "this database already holds Cuebot's tables (show, proc...) that cuebot-acct did not create; "
+        "set OPENCUE_TABLES=existing to attach to them (nothing was changed)"
+    )
+
+
+def check_cuebot_schema() -> None:
+    """Refuse to start (one line) on a site's database that lacks what the project uses."""
+    if settings.OPENCUE_TABLES != "existing":
+        return
+    problems = schema_problems()
+    if problems:
+        raise CuebotSchemaIncomplete(
+            "the Cuebot database does not have what cuebot-acct uses (OPENCUE_TABLES=existing): "
+            + "; ".join(problem.message for problem in problems)
+        )

@@ -1,0 +1,108 @@
+"""Token authentication without a database read or write per request (accounting.operators.auth)."""
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+import accounting.operators.auth
+from accounting.models import ApiToken
+from accounting.operators.auth import (
+    LAST_USED_RESOLUTION,
+    grant_permissions,
+    issue_token,
+    user_for_token,
+)
+from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The cache's clock, moved by the test."""
+    now = [1000.0]
+    monkeypatch.setattr(accounting.operators.auth, "_clock", lambda: now[0])
+    return now
+
+
+@pytest.fixture
+def raw(db) -> str:
+    return issue_token(user=get_user_model().objects.create_user(username="releaser"))
+
+
+def test_a_fresh_token_costs_no_query(raw, clock):
+    assert user_for_token(raw=raw).username == "releaser"
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(3):
+            assert user_for_token(raw=raw).username == "releaser"
+    assert queries.captured_queries == []
+
+
+def test_each_request_gets_its_own_user_object(raw, clock):
+    assert user_for_token(raw=raw) is not user_for_token(raw=raw)
+
+
+def test_a_revocation_takes_effect_within_the_cache_period(raw, clock, settings):
+    assert user_for_token(raw=raw) is not None
+    ApiToken.objects.update(revoked_at=timezone.now())
+    clock[0] += settings.AUTH_TOKEN_CACHE_SECONDS - 0.001
+    assert user_for_token(raw=raw) is not None  # still trusted: the documented bound
+    clock[0] += 0.001
+    assert user_for_token(raw=raw) is None
+    clock[0] -= 5  # and never trusted again from the old entry
+    assert user_for_token(raw=raw) is None
+
+
+def test_a_deactivated_user_is_refused_within_the_cache_period(raw, clock, settings):
+    assert user_for_token(raw=raw) is not None
+    get_user_model().objects.update(is_active=False)
+    clock[0] += settings.AUTH_TOKEN_CACHE_SECONDS
+    assert user_for_token(raw=raw) is None
+
+
+def test_unknown_tokens_are_never_kept(db, clock):
+    with CaptureQueriesContext(connection) as queries:
+        assert user_for_token(raw="not-a-token") is None
+        assert user_for_token(raw="not-a-token") is None
+    assert len(queries.captured_queries) == 2
+
+
+def test_last_used_is_written_at_most_once_per_resolution_period(raw, clock, settings):
+    def writes() -> int:
+        return sum(1 for q in queries.captured_queries if q["sql"].startswith("UPDATE"))
+
+    with CaptureQueriesContext(connection) as queries:
+        user_for_token(raw=raw)
+    assert writes() == 1
+    first = ApiToken.objects.get().last_used_at
+    clock[0] += settings.AUTH_TOKEN_CACHE_SECONDS  # read again from the database, but recently written
+    with CaptureQueriesContext(connection) as queries:
+        user_for_token(raw=raw)
+    assert writes() == 0
+    ApiToken.objects.update(last_used_at=first - LAST_USED_RESOLUTION)  # a minute has passed
+    clock[0] += settings.AUTH_TOKEN_CACHE_SECONDS
+    with CaptureQueriesContext(connection) as queries:
+        user_for_token(raw=raw)
+    assert writes() == 1
+    assert ApiToken.objects.get().last_used_at - first < timedelta(seconds=60)
+
+
+def test_a_fresh_tokens_permission_check_costs_no_query(raw, clock):
+    grant_permissions(user=get_user_model().objects.get(username="releaser"), permissions=[RELEASE_PROCS])
+    assert user_for_token(raw=raw).has_perm(RELEASE_PROCS)
+    with CaptureQueriesContext(connection) as queries:
+        user = user_for_token(raw=raw)
+        assert user.has_perm(RELEASE_PROCS) and not user.has_perm(CHANGE_LIMITS)
+    assert queries.captured_queries == []
+
+
+def test_a_withdrawn_permission_takes_effect_within_the_cache_period(raw, clock, settings):
+    releaser = get_user_model().objects.get(username="releaser")
+    grant_permissions(user=releaser, permissions=[RELEASE_PROCS])
+    assert user_for_token(raw=raw).has_perm(RELEASE_PROCS)
+    releaser.user_permissions.clear()
+    clock[0] += settings.AUTH_TOKEN_CACHE_SECONDS - 0.001
+    assert user_for_token(raw=raw).has_perm(RELEASE_PROCS)  # the documented bound
+    clock[0] += 0.001
+    assert not user_for_token(raw=raw).has_perm(RELEASE_PROCS)

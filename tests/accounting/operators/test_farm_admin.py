@@ -1,0 +1,118 @@
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from accounting.live import keys
+from accounting.ownership import switching
+from accounting.reconcile.drift_check import run_drift_check
+from accounting.reconcile.reseed import seed_show
+from shows.models import Show
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = reverse("admin:shows_show_changelist")
+
+
+@pytest.fixture(autouse=True)
+def no_real_seeding(monkeypatch):
+    monkeypatch.setattr(switching, "seed_show", lambda *, show_id: None)
+
+
+def flags(*shows) -> list[bool]:
+    return [Show.objects.get(pk=show.pk).b_scheduler_managed for show in shows]
+
+
+def test_the_list_shows_the_flag_with_a_filter(admin_client, farm, cuebot_farm):
+    page = admin_client.get(CHANGELIST, {"b_scheduler_managed__exact": "1"})
+    assert page.status_code == 200
+    assert farm.show.str_name in page.content.decode() and cuebot_farm.show.str_name not in page.content.decode()
+
+
+def test_move_to_scheduler_asks_first_and_changes_nothing_until_confirmed(admin_client, cuebot_farm):
+    page = admin_client.post(CHANGELIST, {"action": "move_to_scheduler", ACTION_CHECKBOX_NAME: [cuebot_farm.show.pk]})
+    assert page.status_code == 200
+    assert "Move 1 show(s) to the scheduler?" in page.content.decode()
+    assert cuebot_farm.show.str_name in page.content.decode()
+    assert flags(cuebot_farm.show) == [False]
+
+
+def test_move_to_scheduler_once_confirmed(admin_client, cuebot_farm, farm, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(CHANGELIST, {
+            "action": "move_to_scheduler", ACTION_CHECKBOX_NAME: [cuebot_farm.show.pk, farm.show.pk], "confirmed": "yes",
+        }, follow=True)
+    assert flags(cuebot_farm.show, farm.show) == [True, True]
+    messages = [str(m) for m in response.context["messages"]]
+    assert messages == [f"Moved 1 show(s) to the scheduler: {cuebot_farm.show.str_name}. 1 already there."]
+
+
+def test_move_back_to_cuebot_once_confirmed(admin_client, farm, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(CHANGELIST, {
+            "action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes",
+        }, follow=True)
+    assert flags(farm.show) == [False]
+    assert [str(m) for m in response.context["messages"]] == [f"Moved 1 show(s) to Cuebot: {farm.show.str_name}. 0 already there."]
+
+
+def test_a_user_without_change_permission_cannot_toggle(client, django_user_model, farm):
+    viewer = django_user_model.objects.create_user(username="viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(*Permission.objects.filter(codename="view_show"))
+    client.force_login(viewer)
+    client.post(CHANGELIST, {"action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes"})
+    assert flags(farm.show) == [True]
+
+
+def test_show_list_reads_like_an_operator_and_links_managed_shows_to_their_drift(admin_client, farm, cuebot_farm):
+    page = admin_client.get("/admin/shows/show/").content.decode()
+    assert "Scheduler managed" in page and "B scheduler managed" not in page
+    assert f"/admin/accounting/drift/{farm.show.id}/" in page
+    assert f"/admin/accounting/drift/{cuebot_farm.show.id}/" not in page
+    assert admin_client.get(f"/admin/accounting/drift/{farm.show.id}/").status_code == 200
+
+
+def staff_with(django_user_model, username: str, *codenames: str):
+    user = django_user_model.objects.create_user(username=username, password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return user
+
+
+def test_ownership_actions_need_change_ownership(client, django_user_model, farm, django_capture_on_commit_callbacks):
+    client.force_login(staff_with(django_user_model, "editor", "view_show", "change_show"))
+    listing = client.get(CHANGELIST)
+    assert "move_back_to_cuebot" not in listing.context["cl"].model_admin.get_actions(listing.wsgi_request)
+    client.post(CHANGELIST, {"action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes"})
+    assert flags(farm.show) == [True]
+
+    client.force_login(staff_with(django_user_model, "owner", "view_show", "change_ownership"))
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(CHANGELIST, {"action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes"})
+    assert flags(farm.show) == [False]
+
+
+def test_the_show_form_never_flips_ownership_and_takes_defaults_in_cores(admin_client, cuebot_farm):
+    url = reverse("admin:shows_show_change", args=[cuebot_farm.show.pk])
+    form = admin_client.get(url).context["adminform"].form
+    assert "b_scheduler_managed" not in form.fields
+    assert form["int_default_max_cores"].field.prepare_value(form["int_default_max_cores"].value()) == "100"
+    data = {"str_name": cuebot_farm.show.str_name, "int_default_min_cores": "1.5", "int_default_max_cores": "200",
+            "int_default_min_gpus": "100", "int_default_max_gpus": "100000", "b_active": "on", "b_booking_enabled": "on",
+            "b_dispatch_enabled": "on", "b_scheduler_managed": "on"}
+    assert admin_client.post(url, data).status_code == 302
+    show = Show.objects.get(pk=cuebot_farm.show.pk)
+    assert (show.int_default_min_cores, show.int_default_max_cores, show.b_scheduler_managed) == (150, 20000, False)
+
+
+def test_the_drift_column_says_what_the_last_check_found(admin_client, farm, seeded_redis):
+    assert "not checked yet" in admin_client.get(CHANGELIST).content.decode()
+    seed_show(show_id=farm.show.id)
+    seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 9)
+    run_drift_check()
+    assert "1 field(s) differ" in admin_client.get(CHANGELIST).content.decode()
+
+
+def test_forms_label_fields_without_opencues_prefixes_or_abbreviations(admin_client, farm):
+    page = admin_client.get(reverse("admin:accounting_subscription_change", args=[farm.subscription.pk])).content.decode()
+    assert "Allocation:" in page and "GPUs:" in page
+    assert "Alloc:" not in page and "Gpus:" not in page

@@ -1,0 +1,146 @@
+import logging
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from io import StringIO
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.utils import timezone
+from prometheus_client import REGISTRY
+
+from accounting import checks
+from accounting.models import Instance
+from accounting.ownership.fleet import STALE_AFTER
+from accounting.ownership.guardrail import MESSAGE, evaluate, run_guardrail
+from accounting.tasks import accounting_guardrail_task
+from tests.processes import closed_port
+
+pytestmark = pytest.mark.django_db
+ROOT = settings.BASE_DIR
+
+
+def gauge() -> float:
+    return REGISTRY.get_sample_value("cuebot_redis_publish_misconfigured")
+
+
+def instance(*, host: str, pid: int, publishes: bool, seen_ago: timedelta = timedelta(seconds=5), role: str = "web") -> Instance:
+    now = timezone.now()
+    return Instance.objects.create(host=host, pid=pid, role=role, publishes_to_redis=publishes, version="0.1.0",
+                                   started_at=now - timedelta(hours=1), last_seen=now - seen_ago)
+
+
+def test_no_managed_show_is_fine_even_without_publishing(cuebot_farm, settings):
+    settings.ACCOUNTING_REDIS_ENABLED = False
+    instance(host="web-a", pid=1, publishes=False)
+    assert run_guardrail().misconfigured is False
+    assert gauge() == 0
+    assert checks.publish_guardrail() == []
+
+
+def test_managed_show_with_publishing_disabled_here_warns_sets_the_gauge_and_the_check(farm, settings, caplog):
+    settings.ACCOUNTING_REDIS_ENABLED = False
+    with caplog.at_level(logging.WARNING, logger="accounting.ownership.guardrail"):
+        report = run_guardrail()
+    assert report.misconfigured and report.managed_shows == 1
+    assert gauge() == 1
+    assert any(MESSAGE in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    (warning,) = checks.publish_guardrail()
+    assert warning.id == "accounting.W001" and warning.msg == MESSAGE
+    assert f"pid {os.getpid()}" in warning.hint
+
+
+def test_managed_show_with_every_live_instance_publishing_is_fine(farm):
+    instance(host="web-a", pid=1, publishes=True)
+    instance(host="tasks-a", pid=2, publishes=True, role="tasks")
+    assert run_guardrail().misconfigured is False
+    assert gauge() == 0
+
+
+def test_fleet_wide_a_live_instance_elsewhere_that_does_not_publish_is_named(farm):
+    assert settings.ACCOUNTING_REDIS_ENABLED  # this process is fine; the fleet is not
+    instance(host="web-a", pid=1, publishes=True)
+    instance(host="old-cuebot", pid=4242, publishes=False, role="tasks")
+    report = run_guardrail()
+    assert report.misconfigured and gauge() == 1
+    assert [(i.host, i.pid) for i in report.offenders] == [("old-cuebot", 4242)]
+    assert report.culprits()[0].startswith("tasks old-cuebot pid 4242")
+
+
+def test_a_stale_instance_no_longer_counts_and_the_schedule_deletes_it(farm):
+    instance(host="gone", pid=7, publishes=False, seen_ago=STALE_AFTER + timedelta(seconds=1))
+    live = instance(host="here", pid=8, publishes=True)
+    assert evaluate().misconfigured is False
+    assert accounting_guardrail_task() is False
+    assert list(Instance.objects.all()) == [live]
+
+
+def test_staleness_follows_the_clock(farm):
+    instance(host="quiet", pid=9, publishes=False, seen_ago=timedelta(seconds=0))
+    assert evaluate().misconfigured is True
+    assert evaluate(now=timezone.now() + STALE_AFTER + timedelta(seconds=1)).misconfigured is False
+
+
+def test_command_exits_1_naming_every_live_offender(farm, capsys):
+    instance(host="cue-1", pid=11, publishes=False)
+    instance(host="cue-2", pid=12, publishes=False, role="tasks")
+    instance(host="cue-3", pid=13, publishes=False, seen_ago=timedelta(minutes=10))
+    with pytest.raises(SystemExit) as exit_:
+        call_command("accounting_guardrail")
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert MESSAGE in err and "web cue-1 pid 11" in err and "tasks cue-2 pid 12" in err
+    assert "cue-3" not in err
+
+
+def test_command_is_quiet_and_exits_0_when_fine(farm, capsys):
+    call_command("accounting_guardrail")
+    assert capsys.readouterr().out.startswith("ok: 1 scheduler-managed show(s)")
+
+
+def test_manage_py_check_shows_w001(farm, settings):
+    settings.ACCOUNTING_REDIS_ENABLED = False
+    err = StringIO()
+    call_command("check", stderr=err, stdout=StringIO())
+    assert "(accounting.W001) " + MESSAGE in err.getvalue()
+
+
+def run_check(database_url: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "DATABASE_URL": database_url,
+           "ACCOUNTING_REDIS_ENABLED": "false"}
+    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_check_does_not_crash_when_the_database_is_unreachable():
+    result = run_check(f"postgres://postgres@127.0.0.1:{closed_port()}/nothing")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "no issues" in result.stdout
+
+
+def test_check_does_not_crash_when_the_database_is_not_migrated():
+    base = settings.DATABASES["default"]
+    name = f"cuebot_acct_empty_{os.getpid()}"
+    admin = f"host={base['HOST']} port={base['PORT'] or 5432} user={base['USER']} dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        result = run_check(f"postgres://{base['USER']}@{base['HOST']}:{base['PORT'] or 5432}/{name}")
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def test_the_gauge_is_on_metrics(client, farm, settings):
+    settings.ACCOUNTING_REDIS_ENABLED = False
+    run_guardrail()
+    assert "cuebot_redis_publish_misconfigured 1.0" in client.get("/metrics").content.decode()
+    settings.ACCOUNTING_REDIS_ENABLED = True
+    run_guardrail()
+    assert "cuebot_redis_publish_misconfigured 0.0" in client.get("/metrics").content.decode()

@@ -1,0 +1,46 @@
+import pytest
+from django.core.management import CommandError, call_command
+
+from accounting.ownership import switching
+from shows.models import Show
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def no_real_seeding(monkeypatch):
+    monkeypatch.setattr(switching, "seed_show", lambda *, show_id: None)
+
+
+def flag(show) -> bool:
+    return Show.objects.get(pk=show.pk).b_scheduler_managed
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", "True"])
+def test_moves_a_show_to_the_scheduler_and_prints_old_and_new(cuebot_farm, value, capsys, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("set_scheduler_managed", cuebot_farm.show.str_name, value)
+    assert capsys.readouterr().out.strip() == f"{cuebot_farm.show.str_name}: b_scheduler_managed false -> true"
+    assert flag(cuebot_farm.show) is True
+
+
+def test_moves_a_show_back_to_cuebot(farm, capsys, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("set_scheduler_managed", farm.show.str_name, "false")
+    assert "b_scheduler_managed true -> false" in capsys.readouterr().out
+    assert flag(farm.show) is False
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "on", "", "truee"])
+def test_a_value_other_than_true_or_false_is_refused(cuebot_farm, value):
+    with pytest.raises(CommandError, match="value must be true or false") as error:
+        call_command("set_scheduler_managed", cuebot_farm.show.str_name, value)
+    assert error.value.returncode == 2
+    assert flag(cuebot_farm.show) is False
+
+
+def test_an_unknown_show_is_refused(cuebot_farm):
+    with pytest.raises(CommandError, match="no show named 'nope'") as error:
+        call_command("set_scheduler_managed", "nope", "true")
+    assert error.value.returncode == 2
+    assert not Show.objects.filter(b_scheduler_managed=True).exists()

@@ -1,0 +1,75 @@
+"""Switching a show back to Cuebot: the bookings a scheduler made on the old flag ("stragglers")."""
+import ast
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from django_q.models import Schedule
+
+from accounting.ownership import switching
+from accounting.ownership.toggle import set_scheduler_managed
+from accounting.release.types import Branch
+from accounting.release.unbook import unbook_proc
+from accounting.tasks import settle_recompute
+from shows.models import new_pk
+from tests.accounting.pg import accounting_mismatches
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the switch-back work runs at commit
+
+
+def straggler(farm, *, cores: int) -> str:
+    """A proc a scheduler booked on the old flag, committed after the switch-back recompute:
+    no PG accounting row counts it."""
+    proc_id, frame_id = new_pk(), new_pk()
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
+                       "VALUES (%s, %s, %s, %s, 'RUNNING', 7, 0)", [frame_id, farm.layer.id, farm.job.id, f"{frame_id}-late"])
+        cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
+                       "int_mem_reserved) VALUES (%s, %s, %s, %s, %s, %s, %s, 1024)",
+                       [proc_id, farm.host.id, farm.job.id, farm.show.id, farm.layer.id, frame_id, cores])
+        cursor.execute("UPDATE host SET int_cores_idle = int_cores_idle - %s WHERE pk_host = %s", [cores, farm.host.id])
+    return proc_id
+
+
+def test_a_switch_back_schedules_a_second_recompute_once_no_stale_booking_can_land(farm):
+    before = timezone.now()
+    set_scheduler_managed(show=farm.show, managed=False)
+
+    (schedule,) = Schedule.objects.filter(name=f"settle_recompute:{farm.show.id}")
+    window = settings.SHOW_FLAG_CACHE_SECONDS + settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
+    assert before + timedelta(seconds=window) <= schedule.next_run <= timezone.now() + timedelta(seconds=window)
+    assert (schedule.func, ast.literal_eval(schedule.kwargs), schedule.schedule_type) == (
+        "accounting.tasks.settle_recompute", {"show_id": farm.show.id}, Schedule.ONCE)
+
+
+def test_a_straggler_released_while_the_show_settles_leaves_no_row_below_the_truth(farm):
+    farm.add_proc(cores=100)
+    set_scheduler_managed(show=farm.show, managed=False)
+    late = straggler(farm, cores=300)
+
+    assert unbook_proc(proc_id=late).branch is Branch.CUEBOT
+
+    assert accounting_mismatches(show_id=farm.show.id) == []  # 100 everywhere: not -200
+
+
+def test_the_settling_recompute_counts_stragglers_still_running(farm):
+    set_scheduler_managed(show=farm.show, managed=False)
+    straggler(farm, cores=300)
+    assert accounting_mismatches(show_id=farm.show.id) != []
+
+    settle_recompute(show_id=farm.show.id)
+
+    assert accounting_mismatches(show_id=farm.show.id) == []
+
+
+def test_the_settling_recompute_of_a_show_gone_back_to_the_scheduler_writes_nothing(farm, monkeypatch):
+    set_scheduler_managed(show=farm.show, managed=False)
+    set_scheduler_managed(show=farm.show, managed=True)
+    recomputed = []
+    monkeypatch.setattr(switching, "recompute_pg_accounting", lambda *, show_ids: recomputed.append(show_ids))
+
+    settle_recompute(show_id=farm.show.id)
+
+    assert recomputed == []

@@ -1,0 +1,88 @@
+"""The real seeding when a show changes owner (lessons items 1 and 2), end to end.
+
+To the scheduler: Redis gets the show's limits and its booked counters from its procs
+at once. Back to Cuebot: the five PG accounting tables equal SUM(proc) at once.
+"""
+import pytest
+
+from accounting.live import keys
+from accounting.models import (
+    FolderResource,
+    JobResource,
+    LayerResource,
+    Point,
+    Subscription,
+)
+from accounting.ownership.toggle import set_scheduler_managed
+from accounting.reconcile.drift import drift_report
+from accounting.release.unbook import unbook_proc
+
+
+def switch(farm, *, managed: bool, capture) -> None:
+    with capture(execute=True):
+        set_scheduler_managed(show=farm.show, managed=managed)
+
+
+@pytest.fixture
+def busy_cuebot_farm(cuebot_farm):
+    """A Cuebot-managed show with running procs, a fractional one, a GPU one, a local one and a finished job."""
+    cuebot_farm.add_proc(cores=250)
+    cuebot_farm.add_proc(cores=100, gpus=1)
+    cuebot_farm.add_proc(cores=400, local=True)
+    finished_job, finished_layer = cuebot_farm.add_job(state="FINISHED")
+    cuebot_farm.add_proc(cores=300, layer=finished_layer)
+    cuebot_farm.finished_job = finished_job
+    FolderResource.objects.filter(folder=cuebot_farm.folder).update(int_max_cores=-1, int_min_cores=150, int_max_gpus=-1)
+    JobResource.objects.filter(job=cuebot_farm.job).update(int_max_cores=5050, int_max_gpus=3, int_priority=7)
+    Point.objects.filter(show=cuebot_farm.show).update(int_min_cores=250, int_min_gpus=1)
+    return cuebot_farm
+
+
+@pytest.mark.django_db
+def test_switch_to_scheduler_seeds_limits_and_booked_counters(busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks):
+    farm = busy_cuebot_farm
+    switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
+
+    sub = acct_redis.hgetall(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id))
+    # 250 + 100 centicores are 2 + 1 cores per proc; the local proc and the finished job's proc are left out.
+    assert sub == {"size": "100", "burst": "200", "int_cores": "3", "int_gpus": "1"}
+    folder = acct_redis.hgetall(keys.folder(folder_id=farm.folder.id))
+    assert (folder["int_max_cores"], folder["int_min_cores"], folder["int_max_gpus"]) == ("-1", "1", "-1")
+    assert (folder["int_cores"], folder["int_gpus"]) == ("3", "1")
+    job = acct_redis.hgetall(keys.job(job_id=farm.job.id))
+    assert (job["int_max_cores"], job["int_max_gpus"], job["int_priority"]) == ("50", "3", "7")
+    assert (job["int_cores"], job["int_gpus"]) == ("3", "1")
+    assert acct_redis.hgetall(keys.layer(layer_id=farm.layer.id)) == {"int_cores": "3", "int_gpus": "1"}
+    point = acct_redis.hgetall(keys.point(dept_id=farm.dept.id, show_id=farm.show.id))
+    assert (point["int_min_cores"], point["int_min_gpus"], point["int_cores"], point["int_gpus"]) == ("2", "1", "3", "1")
+    assert not acct_redis.exists(keys.job(job_id=farm.finished_job.id))
+    assert not drift_report(show_ids=[farm.show.id]).drifted
+
+
+@pytest.mark.django_db
+def test_a_release_right_after_the_switch_goes_to_redis_and_stays_consistent(busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks):
+    farm = busy_cuebot_farm
+    switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        release = unbook_proc(proc_id=farm.procs[0].id)
+    assert release.branch == "scheduler"
+    assert acct_redis.hget(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores") == "1"
+    assert not drift_report(show_ids=[farm.show.id]).drifted
+
+
+@pytest.mark.django_db
+def test_switch_back_to_cuebot_recomputes_the_pg_tables_from_procs(farm, django_capture_on_commit_callbacks):
+    farm.add_proc(cores=250, gpus=1)
+    farm.add_proc(cores=400, local=True)
+    # While the scheduler owned the show, its PG tables lagged (the recompute loop had not run).
+    for model in (Subscription, FolderResource, JobResource, LayerResource, Point):
+        model.objects.update(int_cores=0, int_gpus=0)
+    JobResource.objects.update(int_local_cores=0)
+
+    switch(farm, managed=False, capture=django_capture_on_commit_callbacks)
+
+    assert Subscription.objects.values_list("int_cores", "int_gpus").get(pk=farm.subscription.pk) == (250, 1)
+    assert FolderResource.objects.values_list("int_cores", "int_gpus").get(folder=farm.folder) == (250, 1)
+    assert JobResource.objects.values_list("int_cores", "int_gpus", "int_local_cores").get(job=farm.job) == (250, 1, 400)
+    assert LayerResource.objects.values_list("int_cores", "int_gpus").get(layer=farm.layer) == (650, 1)
+    assert Point.objects.values_list("int_cores", "int_gpus").get(show=farm.show) == (250, 1)

@@ -1,0 +1,139 @@
+"""Drift inspector: selectors, command, API and admin page, on the real services."""
+import json
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from accounting.live import keys
+from accounting.live.booking import book
+from accounting.reconcile.drift import DriftRow, drift_report
+from accounting.reconcile.reseed import reseed, seed_show
+from tests.farms import build_farm
+
+pytestmark = pytest.mark.django_db
+
+
+def sub_key(farm) -> str:
+    return keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+
+
+def test_no_drift_after_a_reseed(farm):
+    farm.add_proc(cores=250, gpus=1)
+    farm.add_proc(cores=50)  # 0 cores in Redis, converted per proc
+    seed_show(show_id=farm.show.id)
+    report = drift_report()
+    assert report.rows == [] and report.fields_checked > 0 and not report.drifted
+
+
+def test_tampering_shows_the_right_rows(farm, acct_redis):
+    farm.add_proc(cores=250)
+    seed_show(show_id=farm.show.id)
+    acct_redis.hset(sub_key(farm), "int_cores", 7)
+    acct_redis.hdel(sub_key(farm), "burst")
+    acct_redis.hset(keys.job(job_id=farm.job.id), "int_max_cores", 12)
+    rows = sorted(drift_report(show_ids=[farm.show.id]).rows, key=lambda row: (row.key, row.field))
+    assert rows == sorted([
+        DriftRow(key=sub_key(farm), field="int_cores", redis=7, pg=2, difference=5),
+        DriftRow(key=sub_key(farm), field="burst", redis=None, pg=200, difference=-200),
+        DriftRow(key=keys.job(job_id=farm.job.id), field="int_max_cores", redis=12, pg=100, difference=-88),
+    ], key=lambda row: (row.key, row.field))
+
+
+def test_in_flight_booking_is_not_drift(farm):
+    seed_show(show_id=farm.show.id)
+    ids = dict(show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id, job_id=farm.job.id,
+               layer_id=farm.layer.id, dept_id=farm.dept.id)
+    assert book(**ids, cores=300, gpus=0, op_id=uuid.uuid4().hex).ok  # proc not inserted yet
+    assert drift_report().rows == []
+    assert book(**ids, cores=300, gpus=0).ok  # an unregistered booking with no proc is drift
+    assert {(row.field, row.difference) for row in drift_report().rows} == {("int_cores", 3)}
+
+
+def test_cuebot_managed_shows_are_not_inspected(farm, cuebot_farm):
+    seed_show(show_id=farm.show.id)
+    assert drift_report().shows == [farm.show.id]
+
+
+def test_command_exit_codes_and_json(farm, acct_redis, capsys):
+    seed_show(show_id=farm.show.id)
+    call_command("acct_drift")  # returns: exit 0
+    assert "0 drifted" in capsys.readouterr().out
+    acct_redis.hset(sub_key(farm), "int_cores", 5)
+    with pytest.raises(SystemExit) as exited:
+        call_command("acct_drift", "--show", farm.show.str_name, "--json")
+    assert exited.value.code == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["fields_drifted"] == 1
+    assert data["rows"][0] == {"key": sub_key(farm), "field": "int_cores", "redis": 5, "pg": 0, "difference": 5, "cause": None}
+
+
+def test_api_drift(farm, acct_redis, client):
+    seed_show(show_id=farm.show.id)
+    acct_redis.hset(sub_key(farm), "int_gpus", 2)
+    body = client.get("/api/v1/accounting/drift", {"show": farm.show.str_name}).json()
+    assert [(row["field"], row["difference"]) for row in body["rows"]] == [("int_gpus", 2)]
+    missing = client.get("/api/v1/accounting/drift", {"show": "nosuchshow"})
+    assert missing.status_code == 404 and "nosuchshow" in missing.json()["detail"]
+
+
+def test_admin_page_shows_chart_and_rows(farm, acct_redis, client):
+    farm.add_proc(cores=5000)
+    seed_show(show_id=farm.show.id)
+    acct_redis.hset(sub_key(farm), "int_cores", 60)
+    admin = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(admin)
+    page = client.get(f"/admin/accounting/drift/{farm.show.id}/").content.decode()
+    assert "Redis 60, PostgreSQL 50 cores booked (size 100, burst 200 cores)" in page
+    assert "width: 30.0%" in page and "width: 25.0%" in page  # 60 and 50 of the 200-core burst
+    assert "1 of" in page and sub_key(farm) in page
+    assert farm.show.str_name in client.get("/admin/accounting/drift/").content.decode()
+
+
+def test_reseed_command(farm, seeded_redis, acct_redis, capsys):
+    farm.add_proc(cores=250)
+    other = build_farm(managed=True)
+    call_command("acct_reseed", "--show", farm.show.str_name)
+    out = capsys.readouterr().out
+    assert "booked:" in out and "limits:" in out
+    assert acct_redis.hget(sub_key(farm), "int_cores") == "2"
+    assert not acct_redis.exists(sub_key(other))
+    call_command("acct_reseed", "--limits")
+    assert acct_redis.hget(sub_key(other), "burst") == "200" and not acct_redis.hexists(sub_key(other), "int_cores")
+
+
+@pytest.mark.parametrize("args", [["--show", "nosuchshow"], ["--show", "{cuebot}"]])
+def test_reseed_command_bad_show_exits_2(farm, cuebot_farm, acct_redis, args):
+    with pytest.raises(CommandError) as error:
+        call_command("acct_reseed", *[a.format(cuebot=cuebot_farm.show.str_name) for a in args])
+    assert error.value.returncode == 2
+    assert acct_redis.keys("acct:*") == []
+
+
+def test_reseed_then_drift_across_the_farm(farm, cuebot_farm, seeded_redis):
+    farm.add_proc(cores=250)
+    cuebot_farm.add_proc(cores=100)
+    reseed()
+    assert drift_report().rows == []
+
+
+def test_a_key_the_schedulers_recompute_wrote_differs_by_rounding_only(farm, seeded_redis, capsys):
+    """Two 2.5-core procs: per proc 2 + 2 = 4 cores, the scheduler's recompute (sum, then
+    convert) writes 5. That is rounding, not drift; a 6 would be drift."""
+    farm.add_proc(cores=250)
+    farm.add_proc(cores=250)
+    seed_show(show_id=farm.show.id)
+    job_key = keys.job(job_id=farm.job.id)
+    sub_key = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+    seeded_redis.hset(job_key, "int_cores", 5)  # what the scheduler's recompute writes
+    seeded_redis.hset(sub_key, "int_cores", 6)  # real drift
+
+    report = drift_report(show_ids=[farm.show.id])
+
+    assert [(r.key, r.redis, r.pg) for r in report.rows] == [(sub_key, 6, 4)]
+    assert [(r.key, r.redis, r.pg, r.cause) for r in report.rounding_only] == [(job_key, 5, 4, "rounding")]
+    with pytest.raises(SystemExit):
+        call_command("acct_drift", "--show", farm.show.str_name)
+    assert "1 drifted, 1 differ only by the scheduler's sum-then-convert rounding (not drift)" in capsys.readouterr().out

@@ -1,0 +1,110 @@
+"""The simulator: its fault plan and, end to end, a short run with every fault (the CI run)."""
+import json
+import random
+from io import StringIO
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
+from accounting.live import keys
+from accounting.management.commands.simulate_farm import Command as SimulateFarm
+from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
+from accounting.simulation.faults import FAULT_KINDS, FaultPlan, parse_faults
+from shows.models import Show
+
+
+def test_parse_faults_all_none_and_lists():
+    assert parse_faults("all") == FAULT_KINDS
+    assert parse_faults("none") == ()
+    assert parse_faults("slow-commit, pg-rollback,slow-commit") == ("slow-commit", "pg-rollback")
+
+
+def test_parse_faults_names_unknown_kinds():
+    with pytest.raises(ValueError, match="unknown fault kind.*nope"):
+        parse_faults("slow-commit,nope")
+
+
+def test_fault_plan_is_fixed_by_the_seed_and_fires_each_kind_once_per_firing():
+    first = FaultPlan(kinds=FAULT_KINDS, seconds=20, rng=random.Random(7))
+    second = FaultPlan(kinds=FAULT_KINDS, seconds=20, rng=random.Random(7))
+    assert first._due == second._due
+    assert all(first.pending()[kind] >= 1 for kind in FAULT_KINDS)
+    first._due = {"slow-commit": [0.0]}
+    assert first.take("slow-commit") is True
+    assert first.take("slow-commit") is False
+    first.rearm("slow-commit")
+    assert first.take("slow-commit") is True
+
+
+@pytest.mark.django_db
+def test_bad_fault_name_exits_2_and_builds_nothing():
+    with pytest.raises(CommandError) as raised:
+        call_command("simulate_farm", "--faults", "meteor", stdout=StringIO(), stderr=StringIO())
+    assert raised.value.returncode == 2
+    assert sim_show_ids() == []
+
+
+def test_help_states_every_default():
+    text = SimulateFarm().create_parser("manage.py", "simulate_farm").format_help()
+    flat = " ".join(text.split())
+    for default in ("(default: 4)", "(default: 20)", "(default: 40)", "(default: 60)", "(default: 2)", "(default: 1)",
+                    "(default: none)"):
+        assert default in flat, default
+    assert "none by default" in flat and "--allow-flush-foreign-keys" in flat
+    assert "under injected faults" not in flat
+
+
+@pytest.fixture
+def foreign_key(db, acct_redis) -> str:
+    """A key of a show the simulator did not create (another service's, sharing this Redis)."""
+    key = keys.sub(show_id="another-sites-show", alloc_id="its-alloc")
+    acct_redis.hset(key, mapping={"int_cores": 7, "size": 10})
+    return key
+
+
+def test_foreign_keys_are_those_of_shows_not_given_as_own(farm, acct_redis):
+    own = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+    acct_redis.hset(own, mapping={"int_cores": 0})
+    acct_redis.set(keys.SEQ, 5)  # bookkeeping keys belong to no show
+    assert foreign_redis_keys(own_show_ids=[]) == [own]
+    assert foreign_redis_keys(own_show_ids=[farm.show.id]) == []
+
+
+def test_redis_restart_fault_refuses_to_flush_keys_of_shows_it_did_not_create(foreign_key, acct_redis):
+    with pytest.raises(CommandError) as raised:
+        call_command("simulate_farm", "--seconds", "1", "--faults", "redis-restart", stdout=StringIO(), stderr=StringIO())
+    assert raised.value.returncode == 2
+    assert "--allow-flush-foreign-keys" in str(raised.value) and foreign_key in str(raised.value)
+    assert acct_redis.hgetall(foreign_key) == {"int_cores": "7", "size": "10"}
+    assert sim_show_ids() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_redis_restart_fault_flushes_them_when_told_explicitly(foreign_key, acct_redis):
+    out = StringIO()
+    call_command("simulate_farm", "--seconds", "1", "--faults", "redis-restart", "--allow-flush-foreign-keys", "--json",
+                 stdout=out, stderr=StringIO())
+    assert json.loads(out.getvalue())["faults"]["redis-restart"] >= 1
+    assert not acct_redis.exists(foreign_key)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_short_run_with_every_fault_keeps_every_invariant():
+    assert settings.DATABASES["default"]["NAME"].startswith("test_")
+    assert settings.ACCOUNTING_REDIS_URL.endswith(f"/{settings.TEST_REDIS_DB}")
+    out = StringIO()
+    call_command("simulate_farm", "--seconds", "20", "--faults", "all", "--seed", "3", "--json", stdout=out, stderr=StringIO())
+    report = json.loads(out.getvalue())
+    assert report["invariants"] == {"over_cap": 0, "drift_after_reconcile": 0, "negative_counters": 0, "low_counters_sampled": 0,
+                                   "negative_pg_rows": 0, "pg_drift_after_reconcile": 0, "worker_errors": 0}
+    assert report["ok"] is True
+    assert report["bookings"] > 0 and report["releases"] > 0
+    assert set(report["rejections"]) >= {"subscription", "job"}
+    assert report["release_calls"]["single"] > 0 and report["release_calls"]["batch"] > 0
+    assert report["reseed"]["cycles_run"] > 0
+    # Every kind was injected at least once.
+    assert set(report["faults"]) == set(FAULT_KINDS), report["faults_not_injected"]
+    # The farm was the simulator's own: the sim- shows, fresh for this run.
+    assert Show.objects.filter(str_name__startswith="sim-").count() == 4
