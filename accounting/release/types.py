@@ -13,8 +13,9 @@ class Branch(StrEnum):
 class Release:
     """What one release gave back. Cores in both units: PG's centicores and Redis's cores.
 
-    folder_id, dept_id and point_show_id come from the proc's job: None when the job row is
-    gone. The point is (the job's department, the job's show), as Cuebot counts it.
+    folder_id, dept_id, point_show_id and job_state come from the proc's job, read in the
+    releasing statement: None when the job row is gone. The point is (the job's department,
+    the job's show), as Cuebot counts it. A killed job is FINISHED before its procs go.
     """
 
     proc_id: str
@@ -26,6 +27,7 @@ class Release:
     layer_id: str
     dept_id: str | None
     point_show_id: str | None
+    job_state: str | None  # the job's str_state at the release (FINISHED for a killed job)
     cores_centicores: int
     cores: int
     gpus: int
@@ -36,3 +38,7 @@ class Release:
     @property
     def job_gone(self) -> bool:
         return self.folder_id is None
+
+    @property
+    def job_finished(self) -> bool:
+        return self.job_state == "FINISHED"

@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 # is what the rerun in cuebot_acct.transactions is for.
 RELEASE_MANY = """
 WITH doomed AS MATERIALIZED (
-     SELECT p.pk_proc, j.pk_folder, j.pk_dept, j.pk_show AS point_show
+     SELECT p.pk_proc, j.pk_folder, j.pk_dept, j.pk_show AS point_show, j.str_state AS job_state
        FROM proc p LEFT JOIN job j ON j.pk_job = p.pk_job
       WHERE p.pk_proc = ANY(%(ids)s) ORDER BY p.pk_proc FOR UPDATE OF p
 ), gone AS (
@@ -71,7 +71,7 @@ WITH doomed AS MATERIALIZED (
       USING doomed d, host h
       WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host
      RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
-               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+               d.job_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
 ), per_host AS (
      SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem, SUM(int_gpus_reserved) AS gpus,
             SUM(int_gpu_mem_reserved) AS gpu_mem
@@ -107,7 +107,7 @@ WITH gone AS (
       WHERE h.pk_host = g.pk_host
 )
 SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_layer, j.pk_dept, j.pk_show,
-       g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
+       j.str_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
   FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
 """
 
@@ -205,7 +205,7 @@ def _one_round_trip() -> Iterator[None]:
 
 
 def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
-    (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id, point_show_id,
+    (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id, point_show_id, job_state,
      centicores, gpus, mem, gpu_mem, local) = row
     if local:
         branch = Branch.LOCAL
@@ -215,7 +215,7 @@ def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
         branch = Branch.CUEBOT
     return Release(
         proc_id=proc_id, host_id=host_id, show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
-        layer_id=layer_id, dept_id=dept_id, point_show_id=point_show_id, cores_centicores=centicores,
+        layer_id=layer_id, dept_id=dept_id, point_show_id=point_show_id, job_state=job_state, cores_centicores=centicores,
         cores=cores_from_centicores(centicores), gpus=gpus, memory=mem, gpu_memory=gpu_mem, branch=branch,
     )
 
@@ -306,7 +306,7 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         if not rows:
             return {}
         # The flag is read once per show, and only for shows with non-local procs.
-        owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[13]}}
+        owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
         managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
         releases = [_release_from_row(row, managed=managed) for row in rows]
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]

@@ -18,7 +18,7 @@ from accounting.models import (
 )
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
-from shows.models import Host
+from shows.models import Host, Job
 from tests.accounting.pg import accounting_mismatches
 from tests.farms import build_farm
 
@@ -80,9 +80,10 @@ def test_scheduler_managed_release_publishes_once_after_commit_and_leaves_pg_acc
 
     assert release == Release(
         proc_id=proc.id, host_id=farm.host.id, show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id,
-        job_id=farm.job.id, layer_id=farm.layer.id, dept_id=farm.dept.id, point_show_id=farm.show.id, cores_centicores=250, cores=2, gpus=1,
-        memory=2048, gpu_memory=0, branch=Branch.SCHEDULER,
+        job_id=farm.job.id, layer_id=farm.layer.id, dept_id=farm.dept.id, point_show_id=farm.show.id, job_state=farm.job.str_state,
+        cores_centicores=250, cores=2, gpus=1, memory=2048, gpu_memory=0, branch=Branch.SCHEDULER,
     )
+    assert not release.job_finished
     assert len(callbacks) == 2  # the publish and the metric
     assert not Proc.objects.filter(pk=proc.id).exists()
     assert Proc.objects.filter(pk=kept.id).exists()
@@ -445,3 +446,20 @@ def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cue
     # six UPDATEs together, the savepoint's release: four answers awaited, not ten.
     assert len(answers) == 4
     assert accounting_mismatches(show_id=cuebot_farm.show.id) == []
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_a_release_reports_the_job_state_a_killed_job_has_when_its_procs_go(farm, batch):
+    # OpenCue marks a killed job FINISHED before it releases the job's procs.
+    job, layer = farm.add_job()
+    procs = [farm.add_proc(layer=layer), farm.add_proc(layer=layer)]
+    Job.objects.filter(pk=job.pk).update(str_state="FINISHED", str_visible_name=None)
+    running = farm.add_proc()
+
+    if batch:
+        released = unbook_procs(proc_ids=[procs[0].id, procs[1].id, running.id])
+    else:
+        released = [unbook_proc(proc_id=procs[0].id), unbook_proc(proc_id=running.id)]
+
+    assert [r.job_finished for r in released] == ([True, True, False] if batch else [True, False])
+    assert released[0].job_state == "FINISHED"
