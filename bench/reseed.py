@@ -54,8 +54,8 @@ BARE_AGGREGATE = """
 SELECT p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept,
        GROUPING(h.pk_alloc), GROUPING(j.pk_folder), GROUPING(p.pk_job), GROUPING(p.pk_layer),
        SUM(p.int_cores_reserved / 100)::bigint, SUM(p.int_gpus_reserved)::bigint
-  FROM proc p JOIN host h ON h.pk_host = p.pk_host JOIN job j ON j.pk_job = p.pk_job
- WHERE NOT p.b_local AND j.str_state <> 'FINISHED' AND p.pk_show = ANY(%(shows)s)
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
+ WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
  GROUP BY GROUPING SETS ((p.pk_show, h.pk_alloc), (j.pk_folder), (p.pk_job), (p.pk_layer), (j.pk_dept, p.pk_show))
 """
 

@@ -50,6 +50,12 @@ RELEASE_PUBLISH_STALE = Counter(
     "Release publishes that found their in-flight entry gone or expired and changed no counter "
     "(Redis left high until the next reseed).",
 )
+RELEASE_WITHHELD = Counter(
+    "cuebot_acct_release_withheld_total",
+    "Releases of scheduler-managed procs committed but deliberately not published, because a "
+    "decrement could take a counter below SUM(proc) (Redis left high until the next reseed), by reason.",
+    ["reason"],
+)
 RELEASE_UNRESOLVED = Counter(
     "cuebot_acct_release_job_gone_total",
     "Procs released after their job row was gone: their folder and point could not be resolved "

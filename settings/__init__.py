@@ -104,6 +104,9 @@ ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
 ACCOUNTING_INFLIGHT_TTL_SECONDS = env.int("ACCOUNTING_INFLIGHT_TTL_SECONDS", default=60)
 # Scheduled reseeds, for a deployment that runs without the Rust scheduler's own loops.
 ACCOUNTING_RECONCILE_ENABLED = env.bool("ACCOUNTING_RECONCILE_ENABLED", default=False)
+# Whether the Rust scheduler runs its own booked reseed, which leaves out the procs of FINISHED
+# jobs: then the releases of such procs are not published (docs/redis-protocol.md).
+ACCOUNTING_SCHEDULER_RESEEDS = env.bool("ACCOUNTING_SCHEDULER_RESEEDS", default=True)
 # TTL of the b_scheduler_managed cache (ShowDao's ~30 s in Cuebot).
 SHOW_FLAG_CACHE_SECONDS = env.int("SHOW_FLAG_CACHE_SECONDS", default=30)
 

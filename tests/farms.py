@@ -68,6 +68,14 @@ class Farm:
         layer.save(force_insert=True)
         return job, layer
 
+    def delete_job_as_cuebot_does(self, *, job: Job) -> None:
+        """Cuebot's job deletion takes the job's frames, layers and resource rows with it; a
+        proc still running has its frame reference cleared first (proc.pk_frame is nullable)."""
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE proc SET pk_frame = NULL WHERE pk_job = %s", [job.id])
+            for table in ("frame", "layer_resource", "layer", "job_resource", "job"):
+                cursor.execute(f"DELETE FROM {table} WHERE pk_job = %s", [job.id])
+
     def add_proc(self, *, cores: int = 100, gpus: int = 0, mem: int = 4096, local: bool = False,
                  layer: Layer | None = None, host: Host | None = None) -> Proc:
         """Insert a running proc (centicores) and bring PG accounting, host idle and (local)

@@ -135,11 +135,36 @@ def seed_show(*, show_id: str) -> None:
     show books nothing rather than overbooks), if the CAS never wins; the next reseed heals.
 
     Its limits are written even on a Redis not seeded since a restart: until the switch the
-    scheduler booked nothing for this show, so none of its bookings can straddle the restart."""
+    scheduler booked nothing for this show, so none of its bookings can straddle the restart.
+    On such a Redis, when this is the only scheduler-managed show, its keys are all there is
+    to rebuild: Redis is then marked seeded, as the bootstrap marks it, so the next reseed
+    does not close the keys for an in-flight TTL believing Redis empty. With other managed
+    shows, their keys still need the bootstrap, and the marker waits for it."""
     with named_lock(name=f"{FARM_LOCK}:show:{show_id}"):
+        token = _claim_rebuild_if_only_show(show_id=show_id)
         if not reseed_booked(show_ids=[show_id], scope="show").written:
             raise ReseedSkipped(show_id)
         write_limits(show_ids=[show_id], guard=None)
+        if token is not None:
+            _finish_rebuild(token=token)
+
+
+def _claim_rebuild_if_only_show(*, show_id: str) -> str | None:
+    """On an unseeded Redis whose only scheduler-managed show is this one, take the rebuild's
+    token (as a bootstrap does), so a restart before the marker is written is noticed."""
+    if not redis_is_empty() or managed_show_ids() != [show_id]:
+        return None
+    token = uuid.uuid4().hex
+    accounting_redis().set(keys.BOOTSTRAPPING, token)
+    return token
+
+
+def _finish_rebuild(*, token: str) -> bool:
+    """Mark Redis seeded if the rebuild that holds `token` still owns it (bootstrap_finish.lua)."""
+    return bool(int(script("bootstrap_finish").run(
+        accounting_redis(), keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
+        args=[token, keys.SEEDED_VALUE],
+    )))
 
 
 @dataclass(frozen=True)
@@ -199,10 +224,7 @@ def _bootstrap(*, wait: Callable[[float], object] | None,
     if not outcome.written:
         return ReseedReport(shows=len(shows), booked=outcome, limit_fields=None, bootstrapped=False)
     fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), progress=progress)
-    done = fields is not None and int(script("bootstrap_finish").run(
-        client, keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
-        args=[token, keys.SEEDED_VALUE],
-    ))
+    done = fields is not None and _finish_rebuild(token=token)
     if done:
         log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))
         BOOTSTRAPS.inc()

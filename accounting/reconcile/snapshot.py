@@ -26,18 +26,25 @@ def chunked(rows: Iterable, size: int) -> Iterator[list]:
 # (`int_cores_reserved / 100` is integer division, i.e. cores_from_centicores for the
 # non-negative amounts a proc reserves), overlaid on a zero baseline of every
 # sub/folder/job/point key of the shows, enumerated from the limit tables. Layers have no
-# limit table and are not baselined. Local procs and FINISHED jobs are left out. The point
-# is the job's department and show, as Cuebot counts it. A fourth column gives the cores as
-# the scheduler's own recompute writes them, summed in centicores and converted once, for
-# the drift inspector to tell that rounding apart from drift.
+# limit table and are not baselined. The point is the job's department and show, as Cuebot
+# counts it. Counting rule (docs/redis-protocol.md, "What a proc counts for"): a proc that
+# exists is booked until it is released, whatever its job's state: a killed job is
+# FINISHED before its procs go, and a snapshot that left them out would be lowered by
+# their releases a second time. Only local procs are left out (they never count against
+# these keys); a proc whose job row is gone still counts for its subscription, job and
+# layer, which its release takes it off, and for no folder or point (unknown, and not
+# taken off either). A fourth column gives the cores as the scheduler's own recompute
+# writes them, summed in centicores and converted once, for the drift inspector to tell
+# that rounding apart from drift.
 BOOKED = """
 WITH booked AS (
     SELECT p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show AS point_show,
            p.int_cores_reserved / 100 AS cores, p.int_cores_reserved AS centicores, p.int_gpus_reserved AS gpus
       FROM proc p
       JOIN host h ON h.pk_host = p.pk_host
-      JOIN job j ON j.pk_job = p.pk_job
-     WHERE NOT p.b_local AND j.str_state <> 'FINISHED' AND p.pk_show = ANY(%(shows)s)
+      LEFT JOIN job j ON j.pk_job = p.pk_job
+     WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s)
+       AND (%(finished_jobs)s OR j.str_state IS DISTINCT FROM 'FINISHED')
 ), sums AS (
     SELECT CASE
              WHEN GROUPING(pk_alloc) = 0 THEN 'acct:sub:' || pk_show || ':' || pk_alloc
@@ -63,6 +70,8 @@ WITH booked AS (
 SELECT COALESCE(s.key, b.key), COALESCE(s.cores, 0)::bigint, COALESCE(s.gpus, 0)::bigint,
        COALESCE(s.summed_first, 0)::bigint
   FROM sums s FULL JOIN baseline b ON b.key = s.key
+ -- a group keyed on a NULL id (the folder and point of a proc whose job row is gone) has no key
+ WHERE COALESCE(s.key, b.key) IS NOT NULL
 """
 
 STREAM_ROWS = 5000
@@ -103,12 +112,16 @@ def managed_show_ids() -> list[str]:
     return list(Show.objects.filter(b_scheduler_managed=True).order_by("pk").values_list("pk", flat=True))
 
 
-def booked_rows(*, show_ids: Sequence[str]) -> Iterator[tuple[str, int, int, int]]:
-    """(key, int_cores, int_gpus, int_cores summed first) for every booked key of these shows, streamed."""
+def booked_rows(*, show_ids: Sequence[str], finished_jobs: bool = True) -> Iterator[tuple[str, int, int, int]]:
+    """(key, int_cores, int_gpus, int_cores summed first) for every booked key of these shows, streamed.
+
+    finished_jobs=False leaves out the procs of FINISHED jobs, as the Rust scheduler's own
+    reseed does: only for the simulator's model of that reseeder, never for a write here.
+    """
     with transaction.atomic():
         cursor = connection.chunked_cursor()
         try:
-            cursor.execute(BOOKED, {"shows": list(show_ids)})
+            cursor.execute(BOOKED, {"shows": list(show_ids), "finished_jobs": finished_jobs})
             while rows := cursor.fetchmany(STREAM_ROWS):
                 yield from rows
         finally:

@@ -6,6 +6,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import psycopg
+from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.live.units import cores_from_centicores
@@ -281,11 +282,30 @@ def _report_jobs_gone(releases: Sequence[Release]) -> None:
             )
 
 
-def _count_at_commit(releases: Sequence[Release]) -> None:
+def _publishable(releases: Sequence[Release]) -> tuple[list[Release], int]:
+    """The scheduler-managed releases whose decrement may reach Redis, and how many are withheld.
+
+    The Rust scheduler's own booked reseed (ACCOUNTING_SCHEDULER_RESEEDS) leaves out the procs
+    of FINISHED jobs while they still run: after such a reseed their counters no longer hold
+    them, and decrementing them again would read low. Their decrement is withheld, which
+    leaves Redis high by at most their amounts until the next reseed, which no longer sees
+    the deleted procs: safe. Where only this service reseeds, it counts them (a proc that
+    exists is booked until it is released) and every release is published exactly.
+    """
+    to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
+    if not settings.ACCOUNTING_SCHEDULER_RESEEDS:
+        return to_redis, 0
+    publishable = [r for r in to_redis if not r.job_finished]
+    return publishable, len(to_redis) - len(publishable)
+
+
+def _count_at_commit(releases: Sequence[Release], *, withheld: int) -> None:
     for branch in Branch:
         n = sum(1 for r in releases if r.branch is branch)
         if n:
             RELEASES.labels(branch=branch.value).inc(n)
+    if withheld:
+        metrics.RELEASE_WITHHELD.labels(reason="job_finished").inc(withheld)
     _report_jobs_gone(releases)
 
 
@@ -316,13 +336,13 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         if in_pg:
             with _one_round_trip() if not settling else nullcontext():
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
-        to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
+        to_redis, withheld = _publishable(releases)
         if to_redis:
             publisher = release_publisher()
             prepared = publisher.prepare(releases=to_redis)
             if prepared is not None:
                 transaction.on_commit(lambda: publisher.publish(prepared=prepared))
-        transaction.on_commit(lambda: _count_at_commit(releases))
+        transaction.on_commit(lambda: _count_at_commit(releases, withheld=withheld))
     return {r.proc_id: r for r in releases}
 
 

@@ -49,11 +49,12 @@ class SchedulerReseed:
 
 def reseed_like_scheduler(*, show_ids: list[str]) -> SchedulerReseed:
     """One booked reseed the way the reference design (the scheduler's own recompute) does
-    it: read acct:seq, SUM(proc), compare-and-swap; no in-flight overlay, no retry."""
+    it: read acct:seq, SUM(proc) without the procs of FINISHED jobs, compare-and-swap; no
+    in-flight overlay, no retry."""
     client = accounting_redis()
     seq_before = client.get(keys.SEQ) or b""
     exposed = 0
-    with closing(booked_rows(show_ids=show_ids)) as rows:
+    with closing(booked_rows(show_ids=show_ids, finished_jobs=False)) as rows:
         for chunk in chunked(rows, reseed.CHUNK_KEYS):
             args = [seq_before, *(part for key, cores, gpus, _ in chunk for part in (key, cores, gpus))]
             reply = script("reference_reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)

@@ -15,7 +15,9 @@ from accounting.models import (
 )
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile.drift import drift_report
+from accounting.reconcile.reseed import redis_is_empty
 from accounting.release.unbook import unbook_proc
+from tests.farms import build_farm
 
 
 def switch(farm, *, managed: bool, capture) -> None:
@@ -44,18 +46,20 @@ def test_switch_to_scheduler_seeds_limits_and_booked_counters(busy_cuebot_farm, 
     switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
 
     sub = acct_redis.hgetall(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id))
-    # 250 + 100 centicores are 2 + 1 cores per proc; the local proc and the finished job's proc are left out.
-    assert sub == {"size": "100", "burst": "200", "int_cores": "3", "int_gpus": "1"}
+    # 250 + 100 centicores are 2 + 1 cores per proc, and the finished job's proc still runs
+    # (3 cores: it counts until it is released); the local proc is left out.
+    assert sub == {"size": "100", "burst": "200", "int_cores": "6", "int_gpus": "1"}
     folder = acct_redis.hgetall(keys.folder(folder_id=farm.folder.id))
     assert (folder["int_max_cores"], folder["int_min_cores"], folder["int_max_gpus"]) == ("-1", "1", "-1")
-    assert (folder["int_cores"], folder["int_gpus"]) == ("3", "1")
+    assert (folder["int_cores"], folder["int_gpus"]) == ("6", "1")
     job = acct_redis.hgetall(keys.job(job_id=farm.job.id))
     assert (job["int_max_cores"], job["int_max_gpus"], job["int_priority"]) == ("50", "3", "7")
     assert (job["int_cores"], job["int_gpus"]) == ("3", "1")
     assert acct_redis.hgetall(keys.layer(layer_id=farm.layer.id)) == {"int_cores": "3", "int_gpus": "1"}
     point = acct_redis.hgetall(keys.point(dept_id=farm.dept.id, show_id=farm.show.id))
-    assert (point["int_min_cores"], point["int_min_gpus"], point["int_cores"], point["int_gpus"]) == ("2", "1", "3", "1")
-    assert not acct_redis.exists(keys.job(job_id=farm.finished_job.id))
+    assert (point["int_min_cores"], point["int_min_gpus"], point["int_cores"], point["int_gpus"]) == ("2", "1", "6", "1")
+    # No limits for a finished job (the scheduler books nothing for it), only its count.
+    assert acct_redis.hgetall(keys.job(job_id=farm.finished_job.id)) == {"int_cores": "3", "int_gpus": "0"}
     assert not drift_report(show_ids=[farm.show.id]).drifted
 
 
@@ -66,7 +70,8 @@ def test_a_release_right_after_the_switch_goes_to_redis_and_stays_consistent(bus
     with django_capture_on_commit_callbacks(execute=True):
         release = unbook_proc(proc_id=farm.procs[0].id)
     assert release.branch == "scheduler"
-    assert acct_redis.hget(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores") == "1"
+    # 6 seeded (the finished job's running proc included) less the 2 cores released.
+    assert acct_redis.hget(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores") == "4"
     assert not drift_report(show_ids=[farm.show.id]).drifted
 
 
@@ -86,3 +91,30 @@ def test_switch_back_to_cuebot_recomputes_the_pg_tables_from_procs(farm, django_
     assert JobResource.objects.values_list("int_cores", "int_gpus", "int_local_cores").get(job=farm.job) == (250, 1, 400)
     assert LayerResource.objects.values_list("int_cores", "int_gpus").get(layer=farm.layer) == (650, 1)
     assert Point.objects.values_list("int_cores", "int_gpus").get(show=farm.show) == (250, 1)
+
+
+@pytest.mark.django_db
+def test_a_switch_that_seeds_the_only_managed_show_of_an_empty_redis_marks_it_seeded(
+    busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks,
+):
+    farm = busy_cuebot_farm
+    assert redis_is_empty()  # a Redis that came up empty, before any scheduler-managed show
+    switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
+
+    # Its keys are all there is: the next reseed need not close them for an in-flight TTL.
+    assert not redis_is_empty()
+    assert not acct_redis.exists(keys.BOOTSTRAPPING)
+    assert not drift_report(show_ids=[farm.show.id]).drifted
+
+
+@pytest.mark.django_db
+def test_a_switch_on_an_empty_redis_leaves_the_marker_to_the_bootstrap_when_other_shows_are_managed(
+    busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks,
+):
+    other = build_farm(managed=True)  # its keys were lost with Redis: only the bootstrap rebuilds them
+    other.add_proc(cores=200)
+    switch(busy_cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
+
+    assert redis_is_empty()
+    assert acct_redis.hget(keys.sub(show_id=busy_cuebot_farm.show.id, alloc_id=busy_cuebot_farm.alloc.id), "burst")
+    assert not acct_redis.exists(keys.sub(show_id=other.show.id, alloc_id=other.alloc.id))

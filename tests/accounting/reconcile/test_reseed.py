@@ -43,15 +43,20 @@ def test_seed_show_writes_limits_and_booked_counters_converted_per_proc(farm, ac
     farm.add_proc(cores=800, layer=finished_layer)
     seed_show(show_id=farm.show.id)
 
-    # 2 + 2 cores (per proc), not 5; the local proc and the finished job's proc left out.
-    for key in (sub_key(farm), keys.folder(folder_id=farm.folder.id), keys.job(job_id=farm.job.id),
-                keys.layer(layer_id=farm.layer.id), keys.point(dept_id=farm.dept.id, show_id=farm.show.id)):
+    # 2 + 2 cores (per proc), not 5; the local proc left out. The finished job's proc still
+    # runs, so it counts (8 cores) until it is released, on its own job and layer too.
+    for key in (keys.job(job_id=farm.job.id), keys.layer(layer_id=farm.layer.id)):
         assert acct_redis.hmget(key, "int_cores", "int_gpus") == ["4", "1"], key
+    for key in (sub_key(farm), keys.folder(folder_id=farm.folder.id),
+                keys.point(dept_id=farm.dept.id, show_id=farm.show.id)):
+        assert acct_redis.hmget(key, "int_cores", "int_gpus") == ["12", "1"], key
+    assert acct_redis.hmget(keys.layer(layer_id=finished_layer.id), "int_cores", "int_gpus") == ["8", "0"]
     assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["100", "200"]
     assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores", "int_max_gpus") == ["0", "-1", "-1"]
     assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_max_gpus", "int_priority") == ["100", "100", "1"]
     assert acct_redis.hmget(keys.point(dept_id=farm.dept.id, show_id=farm.show.id), "int_min_cores", "int_min_gpus") == ["0", "0"]
-    assert not acct_redis.exists(keys.job(job_id=finished_job.id))
+    # A finished job gets no limits (the scheduler books nothing for it), only its count.
+    assert acct_redis.hgetall(keys.job(job_id=finished_job.id)) == {"int_cores": "8", "int_gpus": "0"}
 
 
 @pytest.mark.django_db

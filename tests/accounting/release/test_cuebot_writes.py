@@ -49,22 +49,13 @@ def test_a_local_release_gives_its_amounts_back_to_the_jobs_host_local_reservati
     assert booked(cuebot_farm)["job_local"] == (300, 1)
 
 
-def delete_job_as_cuebot_does(farm) -> None:
-    """Cuebot's job deletion takes the job's frames, layers and resource rows with it; a proc
-    still running has its frame reference cleared first (proc.pk_frame is nullable)."""
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE proc SET pk_frame = NULL WHERE pk_job = %s", [farm.job.id])
-        for table in ("frame", "layer_resource", "layer", "job_resource", "job"):
-            cursor.execute(f"DELETE FROM {table} WHERE pk_job = %s", [farm.job.id])
-
-
 def test_a_cuebot_managed_proc_whose_job_is_gone_is_released_and_what_can_be_resolved_taken_off(
     cuebot_farm, django_capture_on_commit_callbacks
 ):
     proc = cuebot_farm.add_proc(cores=400, gpus=1, mem=4096)
     idle = host_idle(cuebot_farm)
     folder_before = booked(cuebot_farm)["folder"]
-    delete_job_as_cuebot_does(cuebot_farm)
+    cuebot_farm.delete_job_as_cuebot_does(job=cuebot_farm.job)
     counted = jobs_gone("cuebot")
 
     with django_capture_on_commit_callbacks(execute=True):  # the count is taken at commit
@@ -83,7 +74,7 @@ def test_a_scheduler_managed_proc_whose_job_is_gone_is_taken_off_the_keys_it_can
                                                                                       django_capture_on_commit_callbacks):
     proc = farm.add_proc(cores=300, gpus=1)
     names = seed_keys(seeded_redis, farm, cores=3, gpus=1)
-    delete_job_as_cuebot_does(farm)
+    farm.delete_job_as_cuebot_does(job=farm.job)
 
     with django_capture_on_commit_callbacks(execute=True):
         release = unbook_proc(proc_id=proc.id)
