@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods
 
 from accounting.live.leases import LockBusy
 from accounting.operators.selectors import drift_status, farm_overview, key_labels
-from accounting.reconcile.drift import DriftReport, drift_report, subscription_bars
+from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, drift_report, subscription_bars
 from accounting.reconcile.reseed import redis_is_empty, reseed
 from cuebot_acct import permissions
 from shows.models import Show
@@ -51,7 +51,7 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     show = get_object_or_404(Show, pk=show_id)
     # Redis holds nothing for a Cuebot-managed show: every limit would read as missing.
     report = drift_report(show_ids=[show.id]) if show.b_scheduler_managed else DriftReport(shows=[], fields_checked=0, rows=[])
-    labels = key_labels(redis_keys={row.key for row in report.rows + report.rounding_only})
+    labels = key_labels(redis_keys={row.key for row in report.rows + report.explained})
     bars = []
     for bar in subscription_bars(show=show) if show.b_scheduler_managed else []:
         scale = max(bar.burst, bar.size, bar.booked_pg, bar.booked_redis or 0, 1)
@@ -67,6 +67,8 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "report": report, "bars": bars,
         "rows": [{"label": labels.get(row.key, row.key), "row": row} for row in report.rows],
         "rounding": [{"label": labels.get(row.key, row.key), "row": row} for row in report.rounding_only],
+        "in_flight": [{"label": labels.get(row.key, row.key), "row": row} for row in report.explained_by(IN_FLIGHT)],
+        "closed": report.explained_by(CLOSED),
         "can_reseed": request.user.has_perm(permissions.RESEED_REDIS),
     }
     return render(request, "admin/accounting/drift_show.html", context)

@@ -12,6 +12,15 @@ scheduler's own recompute sums centicores and converts once, and writes 5. A boo
 int_cores that differs from the per-proc value but equals the summed-first one is reported
 apart, as rounding only, so a site running the scheduler's recompute is not told that every
 fractional key drifted.
+
+Neither are two other states, each named as such and never counted as drift:
+- closed keys: a Redis not seeded since it came up (restart), being rebuilt, or owed a rebuild
+  after a failover has its keys closed to booking (no limit fields) until the rebuild writes
+  them; whatever they read then is not what the scheduler books against;
+- operations in flight: a booked value anywhere between SUM(proc) and SUM(proc) plus the live
+  in-flight amounts is right (a booking before its proc commits, a release before its
+  decrement lands, an aborted release whose entry has not expired yet); only a value outside
+  that range is drift.
 """
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -33,6 +42,16 @@ CHUNK = 2000
 
 
 ROUNDING = "rounding"
+IN_FLIGHT = "in flight"
+CLOSED = "closed"
+# Causes that explain a difference away: such a row is reported apart, never as drift.
+NOT_DRIFT = (ROUNDING, IN_FLIGHT, CLOSED)
+
+# The state of the accounting Redis as a whole, by its markers (accounting.reconcile.reseed).
+SEEDED = "seeded"
+NOT_SEEDED = "not seeded since it came up (keys closed until the rebuild)"
+REBUILDING = "rebuild in progress (keys closed until it ends)"
+REBUILD_OWED = "rebuild owed after a failover (keys closed until it ends)"
 # A limit change whose Redis write was refused (the key was closed on a Redis not rebuilt yet).
 LIMIT_WRITE_REFUSED = "limit write refused (Redis not rebuilt since it came up)"
 
@@ -44,8 +63,8 @@ class DriftRow:
     redis: int | None
     pg: int
     difference: int
-    # ROUNDING: the value is the scheduler's summed-first one (not drift); LIMIT_WRITE_REFUSED:
-    # drift whose cause is known; None: drift.
+    # ROUNDING, IN_FLIGHT, CLOSED: explained, not drift; LIMIT_WRITE_REFUSED: drift whose
+    # cause is known; None: drift.
     cause: str | None = None
 
 
@@ -54,17 +73,28 @@ class DriftReport:
     shows: list[str]
     fields_checked: int
     rows: list[DriftRow]
-    # Booked cores that equal the scheduler's summed-first value: rounding, not drift.
-    rounding_only: list[DriftRow] = field(default_factory=list)
+    # Differences explained away (rounding, in flight, closed keys): reported apart, not drift.
+    explained: list[DriftRow] = field(default_factory=list)
+    redis_state: str = SEEDED
 
     @property
     def drifted(self) -> bool:
         return bool(self.rows)
 
+    @property
+    def rounding_only(self) -> list[DriftRow]:
+        return self.explained_by(ROUNDING)
+
+    def explained_by(self, cause: str) -> list[DriftRow]:
+        return [row for row in self.explained if row.cause == cause]
+
     def as_dict(self) -> dict:
-        return {"shows": self.shows, "fields_checked": self.fields_checked, "fields_drifted": len(self.rows),
-                "rows": [asdict(row) for row in self.rows], "fields_rounding_only": len(self.rounding_only),
-                "rounding_only": [asdict(row) for row in self.rounding_only]}
+        return {"shows": self.shows, "redis_state": self.redis_state, "fields_checked": self.fields_checked,
+                "fields_drifted": len(self.rows), "rows": [asdict(row) for row in self.rows],
+                "fields_rounding_only": len(self.rounding_only),
+                "rounding_only": [asdict(row) for row in self.rounding_only],
+                "fields_explained": {cause: len(self.explained_by(cause)) for cause in NOT_DRIFT},
+                "explained": [asdict(row) for row in self.explained]}
 
 
 def live_inflight_amounts() -> dict[str, tuple[int, int]]:
@@ -105,10 +135,17 @@ def _booked_drift(*, show_ids: Sequence[str], inflight: dict[str, tuple[int, int
             add_cores, add_gpus = inflight.get(key, (0, 0))
             triples += [(key, "int_cores", cores + add_cores), (key, "int_gpus", gpus + add_gpus)]
             summed_first[key] = cores_summed_first + add_cores
-        yield len(triples), [
-            replace(row, cause=ROUNDING) if row.field == "int_cores" and row.redis == summed_first[row.key] else row
-            for row in _compare(mode="booked", triples=triples)
-        ]
+        yield len(triples), [_booked_cause(row, inflight=inflight, summed_first=summed_first)
+                             for row in _compare(mode="booked", triples=triples)]
+
+
+def _booked_cause(row: DriftRow, *, inflight: dict[str, tuple[int, int]], summed_first: dict[str, int]) -> DriftRow:
+    if row.field == "int_cores" and row.redis == summed_first[row.key]:
+        return replace(row, cause=ROUNDING)
+    in_flight = inflight.get(row.key, (0, 0))[0 if row.field == "int_cores" else 1]
+    if in_flight and row.pg - in_flight <= (row.redis or 0) <= row.pg:
+        return replace(row, cause=IN_FLIGHT)
+    return row
 
 
 def _limit_drift(*, show_ids: Sequence[str]) -> Iterator[tuple[int, list[DriftRow]]]:
@@ -119,17 +156,32 @@ def _limit_drift(*, show_ids: Sequence[str]) -> Iterator[tuple[int, list[DriftRo
                            for row in _compare(mode="limits", triples=chunk)]
 
 
+def redis_state() -> str:
+    """Whether the keys are open (seeded), or closed and why, read from Redis's markers."""
+    client = accounting_redis()
+    seeded, rebuilding, owed = (bool(n) for n in (client.exists(keys.SEEDED), client.exists(keys.BOOTSTRAPPING),
+                                                    client.exists(keys.REBUILD_OWED)))
+    if owed:
+        return REBUILD_OWED
+    if rebuilding:
+        return REBUILDING
+    return SEEDED if seeded else NOT_SEEDED
+
+
 def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
     """Every differing (key, field) of these shows (default: all scheduler-managed shows)."""
     shows = list(show_ids) if show_ids is not None else managed_show_ids()
+    state = redis_state()
     inflight = live_inflight_amounts()
     checked, found = 0, []
     for part in (_booked_drift(show_ids=shows, inflight=inflight), _limit_drift(show_ids=shows)):
         for count, rows in part:
             checked += count
             found += rows
-    return DriftReport(shows=shows, fields_checked=checked, rows=[r for r in found if r.cause != ROUNDING],
-                       rounding_only=[r for r in found if r.cause == ROUNDING])
+    if state != SEEDED:
+        found = [replace(row, cause=CLOSED) for row in found]
+    return DriftReport(shows=shows, fields_checked=checked, rows=[r for r in found if r.cause not in NOT_DRIFT],
+                       explained=[r for r in found if r.cause in NOT_DRIFT], redis_state=state)
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,23 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.reconcile.drift import drift_report
+from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, drift_report
 from shows.selectors import AmbiguousName, get_show_by_name
+
+EXPLANATIONS = {
+    ROUNDING: "differ only by the scheduler's sum-then-convert rounding",
+    IN_FLIGHT: "differ by operations in flight",
+    CLOSED: "differ on closed keys",
+}
 
 
 class Command(BaseCommand):
     help = (
         "Compare Redis with PostgreSQL for every key of the scheduler-managed shows: booked counters "
         "against SUM(proc) (per-proc conversion, in-flight operations included), limits against the "
-        "tables. One row per differing key and field; exit 1 if anything differs. A booked value that "
-        "equals the scheduler's own sum-then-convert rounding is counted apart, not as drift."
+        "tables. One row per differing key and field; exit 1 if anything drifted. Differences that are "
+        "not drift are counted apart: the scheduler's own sum-then-convert rounding, operations in "
+        "flight, and keys closed while Redis is not seeded, being rebuilt or owed a rebuild."
     )
 
     def add_arguments(self, parser) -> None:
@@ -35,10 +42,12 @@ class Command(BaseCommand):
             for row in report.rows:
                 cause = f"\tcause: {row.cause}" if row.cause else ""
                 self.stdout.write(f"{row.key}\t{row.field}\tredis={row.redis}\tpg={row.pg}\tdiff={row.difference:+d}{cause}")
-            rounding = (f", {len(report.rounding_only)} differ only by the scheduler's sum-then-convert rounding (not drift)"
-                        if report.rounding_only else "")
+            if report.redis_state != SEEDED:
+                self.stdout.write(f"the accounting Redis is {report.redis_state}: its keys are closed, nothing is drift")
+            explained = "".join(f", {len(rows)} {EXPLANATIONS[cause]} (not drift)"
+                                for cause in NOT_DRIFT if (rows := report.explained_by(cause)))
             self.stdout.write(
-                f"{len(report.shows)} show(s), {report.fields_checked} fields checked, {len(report.rows)} drifted{rounding}"
+                f"{len(report.shows)} show(s), {report.fields_checked} fields checked, {len(report.rows)} drifted{explained}"
             )
         if report.drifted:
             raise SystemExit(1)

@@ -6,11 +6,22 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import transaction
+from django.urls import reverse
 
 from accounting.live import keys
 from accounting.live.booking import book
-from accounting.reconcile.drift import DriftRow, drift_report
+from accounting.reconcile.drift import (
+    CLOSED,
+    IN_FLIGHT,
+    NOT_SEEDED,
+    REBUILD_OWED,
+    REBUILDING,
+    DriftRow,
+    drift_report,
+)
 from accounting.reconcile.reseed import reseed, seed_show
+from accounting.release.unbook import unbook_proc
 from tests.farms import build_farm
 
 pytestmark = pytest.mark.django_db
@@ -137,3 +148,48 @@ def test_a_key_the_schedulers_recompute_wrote_differs_by_rounding_only(farm, see
     with pytest.raises(SystemExit):
         call_command("acct_drift", "--show", farm.show.str_name)
     assert "1 drifted, 1 differ only by the scheduler's sum-then-convert rounding (not drift)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("markers, state", [
+    ({}, NOT_SEEDED),                                                         # came up empty
+    ({keys.BOOTSTRAPPING: "token"}, REBUILDING),                              # the rebuild is running
+    ({keys.SEEDED: keys.SEEDED_VALUE, keys.REBUILD_OWED: "1"}, REBUILD_OWED),  # promoted replica
+], ids=["not-seeded", "rebuilding", "rebuild-owed"])
+def test_closed_keys_are_named_closed_never_drift(farm, acct_redis, capsys, markers, state):
+    farm.add_proc(cores=250, gpus=1)
+    # What a Redis that came up empty holds once releases recreated a counter: no limit field.
+    acct_redis.hset(sub_key(farm), "int_cores", 0)
+    for key, value in markers.items():
+        acct_redis.set(key, value)
+
+    report = drift_report(show_ids=[farm.show.id])
+
+    assert report.redis_state == state and not report.drifted
+    assert {row.cause for row in report.explained} == {CLOSED}
+    assert len(report.explained) > 10  # every limit missing, every counter low: all closed
+    call_command("acct_drift", "--show", farm.show.str_name)  # exit 0: nothing drifted
+    out = capsys.readouterr().out
+    assert f"the accounting Redis is {state}" in out and "0 drifted" in out and "differ on closed keys (not drift)" in out
+
+
+def test_an_aborted_release_is_in_flight_until_its_entry_expires_and_a_low_key_is_still_drift(
+    farm, seeded_redis, client, admin_user,
+):
+    proc = farm.add_proc(cores=300, gpus=1)
+    seed_show(show_id=farm.show.id)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        unbook_proc(proc_id=proc.id)  # registers the release in flight, then the caller rolls back
+        raise RuntimeError("the caller's transaction fails")
+    assert seeded_redis.hlen(keys.INFLIGHT) == 1  # until ACCOUNTING_INFLIGHT_TTL_SECONDS
+    seeded_redis.hset(keys.folder(folder_id=farm.folder.id), "int_cores", 0)  # a lost booking: low
+
+    report = drift_report(show_ids=[farm.show.id])
+
+    assert [(row.key, row.field, row.redis, row.pg) for row in report.rows] == [
+        (keys.folder(folder_id=farm.folder.id), "int_cores", 0, 6)]  # SUM(proc) 3, with the entry 6
+    in_flight = report.explained_by(IN_FLIGHT)
+    assert len(in_flight) == 9  # the other four keys' cores and all five keys' GPUs
+    assert all(row.redis == row.pg - (3 if row.field == "int_cores" else 1) for row in in_flight)
+    client.force_login(admin_user)
+    page = client.get(reverse("acct-drift-show", args=[farm.show.id])).content.decode()
+    assert "In flight (not drift): 9 fields" in page and "1 of" in page
