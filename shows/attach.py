@@ -55,6 +55,31 @@ WRITES = {
 }
 
 
+# Tables whose rows the release locks in primary-key order (SELECT ... FOR UPDATE) before it
+# deletes them, so that concurrent batches never deadlock: PostgreSQL allows a row lock only
+# to a role with UPDATE on at least one column. The grant names one statistics column, which
+# the service never writes.
+ROW_LOCKS = {"proc": "int_virt_max_used"}
+
+
+def grant_statements(*, role: str, schema: str = "public") -> list[str]:
+    """The grants docs/attaching.md tells a DBA to give the service's role, from the lists the
+    checks (accounting.E004) verify: the one source of both, held to the page by a test."""
+    tables = sorted(expected_columns())
+    read_only = [table for table in tables if table not in WRITES]
+    statements = [f"GRANT USAGE ON SCHEMA {schema} TO {role};",
+                  f"GRANT SELECT ON {', '.join(read_only)} TO {role};"]
+    by_privileges: dict[tuple[str, ...], list[str]] = {}
+    for table in tables:
+        if table in WRITES:
+            by_privileges.setdefault(WRITES[table], []).append(table)
+    for privileges, granted in by_privileges.items():
+        statements.append(f"GRANT {', '.join(privileges)} ON {', '.join(granted)} TO {role};")
+    for table, column in sorted(ROW_LOCKS.items()):
+        statements.append(f"GRANT UPDATE ({column}) ON {table} TO {role};")
+    return statements
+
+
 # Cuebot's SQL functions the project calls, and what for.
 FUNCTIONS = {
     "tier(numeric, numeric)": "recalculate_subs reads a subscription's tier with it to find rows never recomputed",
@@ -102,6 +127,12 @@ def schema_problems() -> list[SchemaProblem]:
             [[table for table, _ in needed], [privilege for _, privilege in needed]],
         )
         denied = set(cursor.fetchall())
+        cursor.execute(
+            "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL "
+            "AND NOT has_any_column_privilege(t, 'UPDATE')",
+            [list(ROW_LOCKS)],
+        )
+        cannot_lock = [table for (table,) in cursor.fetchall()]
         cursor.execute("SELECT f FROM unnest(%s::text[]) AS f WHERE to_regprocedure(f) IS NULL", [list(FUNCTIONS)])
         missing_functions = [f for (f,) in cursor.fetchall()]
 
@@ -136,6 +167,13 @@ def schema_problems() -> list[SchemaProblem]:
         problems.append(SchemaProblem(
             "accounting.E004", f"the database role may not {privilege} on {table}",
             f"GRANT {', '.join(WRITES.get(table, ('SELECT',)))} ON {table} TO the service's role (see docs/attaching.md).",
+        ))
+    for table in cannot_lock:
+        problems.append(SchemaProblem(
+            "accounting.E004",
+            f"the database role may not lock rows of {table} (a batch release locks them in key order, "
+            "and a row lock needs UPDATE on one of its columns)",
+            f"GRANT UPDATE ({ROW_LOCKS[table]}) ON {table} TO the service's role (see docs/attaching.md).",
         ))
     return problems
 
