@@ -22,15 +22,57 @@ from shows.models import (
 )
 
 
+class CuebotWrittenAdmin(admin.ModelAdmin):
+    """Rows Cuebot writes and the accounting only reads or adjusts through its services:
+    viewable, never added, edited or deleted here."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class ChangedColumnsAdmin(admin.ModelAdmin):
+    """Cuebot's own edits change one column each. A save here writes only the columns the
+    operator changed, judged against the values the form was shown with (each field carries
+    its initial value as a hidden input), so a column another writer changed after the form
+    was read is never put back; nothing changed, nothing written."""
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        for field in form.base_fields.values():
+            field.show_hidden_initial = True
+        return form
+
+    def save_model(self, request, obj, form, change) -> None:
+        if not change:
+            return super().save_model(request, obj, form, change)
+        columns = {f.name for f in obj._meta.concrete_fields}
+        changed = [name for name in form.changed_data if name in columns]
+        if changed:
+            obj.save(update_fields=changed)
+        return None
+
+
+# The documented role may only read facilities, allocations, departments, folders, jobs,
+# layers and hosts' rows here (docs/attaching.md): they are Cuebot's, written by Cuebot and
+# RQD, and shown read-only. Limits are edited on the accounting rows (subscription,
+# folder_resource, job_resource, point) through accounting.limits.
+
+
 @admin.register(Facility)
-class FacilityAdmin(admin.ModelAdmin):
+class FacilityAdmin(CuebotWrittenAdmin):
     list_display = ["str_name"]
     search_fields = ["str_name"]
     ordering = ["str_name"]
 
 
 @admin.register(Alloc)
-class AllocAdmin(admin.ModelAdmin):
+class AllocAdmin(CuebotWrittenAdmin):
     list_display = ["str_name", "facility", "str_tag", "b_default", "b_enabled"]
     list_filter = ["facility", "b_enabled"]
     search_fields = ["str_name"]
@@ -38,16 +80,17 @@ class AllocAdmin(admin.ModelAdmin):
 
 
 @admin.register(Show)
-class ShowAdmin(CoresFormMixin, admin.ModelAdmin):
+class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
     """Ownership changes only through the actions (accounting.ownership.toggle.set_scheduler_managed, with
     CHANGE_OWNERSHIP): the flag is read-only in the form, since a plain save would skip the
-    seeding and settling a switch needs."""
+    seeding and settling a switch needs. Shows are created, renamed and deleted by Cuebot
+    (cueadmin), never here; a save writes only the columns changed."""
 
     list_display = ["str_name", "b_scheduler_managed", "b_active", "b_paused", "default_min", "default_max", "drift"]
     list_filter = ["b_scheduler_managed", "b_active"]
     search_fields = ["str_name"]
     ordering = ["str_name"]
-    readonly_fields = ["b_scheduler_managed"]
+    readonly_fields = ["str_name", "b_scheduler_managed"]
     cores_fields = {"int_default_min_cores": False, "int_default_max_cores": False}
     default_min = cores_column("int_default_min_cores", "default min")
     default_max = cores_column("int_default_max_cores", "default max")
@@ -61,6 +104,12 @@ class ShowAdmin(CoresFormMixin, admin.ModelAdmin):
         found = drift_status().shows.get(show.pk)
         text = "not checked yet" if found is None else f"{found.fields} field(s) differ" if found.fields else "none"
         return format_html('<a href="{}">{}</a>', reverse("acct-drift-show", args=[show.id]), text)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
     def has_change_ownership_permission(self, request) -> bool:
         return request.user.has_perm(permissions.CHANGE_OWNERSHIP)
@@ -98,14 +147,14 @@ class ShowAdmin(CoresFormMixin, admin.ModelAdmin):
 
 
 @admin.register(Dept)
-class DeptAdmin(admin.ModelAdmin):
+class DeptAdmin(CuebotWrittenAdmin):
     list_display = ["str_name", "b_default"]
     search_fields = ["str_name"]
     ordering = ["str_name"]
 
 
 @admin.register(Folder)
-class FolderAdmin(admin.ModelAdmin):
+class FolderAdmin(CuebotWrittenAdmin):
     list_display = ["str_name", "show", "dept", "int_priority"]
     list_filter = ["show", "dept"]
     list_select_related = ["show", "dept"]
@@ -119,7 +168,7 @@ class FolderAdmin(admin.ModelAdmin):
 
 
 @admin.register(Job)
-class JobAdmin(CoresFormMixin, admin.ModelAdmin):
+class JobAdmin(CoresFormMixin, CuebotWrittenAdmin):
     list_display = ["str_name", "show", "folder", "str_state", "min_cores", "max_cores"]
     list_filter = ["show", "str_state"]
     list_select_related = ["show", "folder"]
@@ -131,7 +180,7 @@ class JobAdmin(CoresFormMixin, admin.ModelAdmin):
 
 
 @admin.register(Layer)
-class LayerAdmin(CoresFormMixin, admin.ModelAdmin):
+class LayerAdmin(CoresFormMixin, CuebotWrittenAdmin):
     list_display = ["str_name", "job", "show", "str_type", "cores_min"]
     list_filter = ["job__show", "str_type"]
     list_select_related = ["job__show"]
@@ -146,8 +195,9 @@ class LayerAdmin(CoresFormMixin, admin.ModelAdmin):
 
 
 @admin.register(Host)
-class HostAdmin(CoresFormMixin, admin.ModelAdmin):
-    """Idle amounts are what bookings and releases leave: read-only here."""
+class HostAdmin(CoresFormMixin, CuebotWrittenAdmin):
+    """A host's size is what RQD reports and its idle amounts what bookings and releases
+    leave: read-only here."""
 
     list_display = ["str_name", "alloc", "str_lock_state", "cores", "cores_idle", "int_gpus", "int_gpus_idle"]
     list_filter = ["alloc", "str_lock_state"]
@@ -158,20 +208,6 @@ class HostAdmin(CoresFormMixin, admin.ModelAdmin):
     exclude = ["int_cores_idle"]
     cores = cores_column("int_cores")
     cores_idle = cores_column("int_cores_idle", "idle cores")
-
-
-class CuebotWrittenAdmin(admin.ModelAdmin):
-    """Rows Cuebot writes and the accounting only reads or adjusts through its services:
-    viewable, never added, edited or deleted here."""
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Frame)

@@ -1,6 +1,8 @@
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from accounting.live import keys
@@ -116,3 +118,41 @@ def test_forms_label_fields_without_opencues_prefixes_or_abbreviations(admin_cli
     page = admin_client.get(reverse("admin:accounting_subscription_change", args=[farm.subscription.pk])).content.decode()
     assert "Allocation:" in page and "GPUs:" in page
     assert "Alloc:" not in page and "Gpus:" not in page
+
+
+def test_a_show_save_writes_only_the_columns_the_operator_changed(admin_client, cuebot_farm):
+    url = reverse("admin:shows_show_change", args=[cuebot_farm.show.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {name: form[name].field.prepare_value(form[name].value()) for name in form.fields}
+    data = {name: value for name, value in data.items() if value not in (False, None)}
+    data = {name: ("on" if value is True else value) for name, value in data.items()}
+    data |= {f"initial-{name}": value for name, value in data.items()}  # as the page renders them
+    data["int_default_max_cores"] = "250"
+    # Another writer (cueadmin pausing the show) commits between the form's GET and its POST.
+    Show.objects.filter(pk=cuebot_farm.show.pk).update(b_paused=True)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.post(url, data).status_code == 302
+
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('UPDATE "show"')]
+    assert len(updates) == 1 and updates[0].startswith('UPDATE "show" SET "int_default_max_cores" = ')
+    show = Show.objects.get(pk=cuebot_farm.show.pk)
+    assert (show.int_default_max_cores, show.b_paused) == (25000, True)
+
+
+def test_shows_are_neither_added_nor_deleted_nor_renamed_here(admin_client, cuebot_farm):
+    assert admin_client.get(reverse("admin:shows_show_add")).status_code == 403
+    assert admin_client.get(reverse("admin:shows_show_delete", args=[cuebot_farm.show.pk])).status_code == 403
+    form = admin_client.get(reverse("admin:shows_show_change", args=[cuebot_farm.show.pk])).context["adminform"].form
+    assert "str_name" not in form.fields
+
+
+@pytest.mark.parametrize("model", ["host", "job", "layer", "folder", "alloc", "dept", "facility"])
+def test_cuebots_other_farm_rows_are_shown_read_only(admin_client, cuebot_farm, model):
+    row = {"host": cuebot_farm.host, "job": cuebot_farm.job, "layer": cuebot_farm.layer, "folder": cuebot_farm.folder,
+           "alloc": cuebot_farm.alloc, "dept": cuebot_farm.dept, "facility": cuebot_farm.alloc.facility}[model]
+    url = reverse(f"admin:shows_{model}_change", args=[row.pk])
+    page = admin_client.get(url)
+    assert page.status_code == 200 and page.context["has_change_permission"] is False
+    assert admin_client.post(url, {}).status_code == 403
+    assert admin_client.get(reverse(f"admin:shows_{model}_add")).status_code == 403
