@@ -43,6 +43,13 @@ class InvalidLimit(ValueError):
 UNLIMITED_ALLOWED = {(FolderResource, "int_max_cores"), (FolderResource, "int_max_gpus")}
 
 
+# Cuebot's folder DAO (GroupDaoJdbc.updateMaxCores) refuses a folder max below one core that
+# is not -1: a stored 0 means "book nothing" to Cuebot's dispatcher and "unlimited" to the
+# scheduler, whose cap checks skip a cap that is not above 0.
+WHOLE_CORE_OR_UNLIMITED = {(FolderResource, "int_max_cores")}
+ONE_CORE = 100
+
+
 # Cuebot's tier trigger stores -int_size in subscription.float_tier, NUMERIC(16, 2), while
 # nothing is booked: a larger size fails there although the bigint column would hold it.
 TIER_BOUND = {(Subscription, "int_size"): 10**14 - 1}
@@ -54,12 +61,17 @@ def column_max(*, model: type, column: str) -> int:
     return min(top, TIER_BOUND.get((model, column), top))
 
 
-def _check(model: type, name: str, value: int | None) -> None:
+def check_limit(*, model: type, name: str, value: int | None) -> None:
+    """Raise InvalidLimit unless the column may hold `value` (PG units) as Cuebot would write it."""
     if value is None:
         return
     top = column_max(model=model, column=name)
     if value > top:
         raise InvalidLimit(f"{name} must be at most {top} (what the column holds), got {value}")
+    if (model, name) in WHOLE_CORE_OR_UNLIMITED and 0 <= value < ONE_CORE:
+        raise InvalidLimit(f"{name}: a folder's max cores must be one core or more, or unlimited (-1), as Cuebot's "
+                           f"folder DAO requires (0 would mean 'book nothing' to Cuebot, 'no cap' to the scheduler); "
+                           f"got {value} centicores")
     if value >= 0:
         return
     if value == UNLIMITED and (model, name) in UNLIMITED_ALLOWED:
@@ -114,7 +126,7 @@ def publish_limits_on_commit(*, instance: LimitInstance) -> None:
 
 def _apply(instance: LimitInstance, changes: dict[str, int | None]) -> LimitInstance:
     for name, value in changes.items():
-        _check(type(instance), name, value)
+        check_limit(model=type(instance), name=name, value=value)
     with transaction.atomic():
         instance = type(instance).objects.select_for_update().get(pk=instance.pk)
         updates = {name: value for name, value in changes.items() if value is not None}

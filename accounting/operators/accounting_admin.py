@@ -12,6 +12,8 @@ from django.contrib import admin
 from django.utils import timezone
 
 from accounting.limits.changes import (
+    InvalidLimit,
+    check_limit,
     set_folder_limits,
     set_job_limits,
     set_point_limits,
@@ -74,6 +76,25 @@ class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
 
     def has_view_permission(self, request, obj=None) -> bool:
         return super().has_view_permission(request, obj) or self.has_change_permission(request, obj)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        """The form refuses what the service would (accounting.limits.changes.check_limit), as a
+        form error on the field rather than a failed save."""
+        form = super().get_form(request, obj, change=change, **kwargs)
+        model, limits = self.model, list(self.limit_keywords)
+
+        class LimitForm(form):
+            def _post_clean(self):
+                super()._post_clean()  # the fields' and the model's own validation first
+                for name in limits:
+                    if name in self.errors:
+                        continue
+                    try:
+                        check_limit(model=model, name=name, value=self.cleaned_data.get(name))
+                    except InvalidLimit as error:
+                        self.add_error(name, str(error))
+
+        return LimitForm
 
     def save_model(self, request, obj, form, change) -> None:
         """The service re-reads the row under a lock, checks, saves and publishes after commit."""

@@ -22,6 +22,7 @@ Neither are two other states, each named as such and never counted as drift:
   decrement lands, an aborted release whose entry has not expired yet); only a value outside
   that range is drift.
 """
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
@@ -52,6 +53,9 @@ SEEDED = "seeded"
 NOT_SEEDED = "not seeded since it came up (keys closed until the rebuild)"
 REBUILDING = "rebuild in progress (keys closed until it ends)"
 REBUILD_OWED = "rebuild owed after a failover (keys closed until it ends)"
+
+BOOKED_FIELDS = ("int_cores", "int_gpus")
+LAYER_KEY_PREFIX = keys.layer(layer_id="")
 # A limit change whose Redis write was refused (the key was closed on a Redis not rebuilt yet).
 LIMIT_WRITE_REFUSED = "limit write refused (Redis not rebuilt since it came up)"
 
@@ -148,12 +152,27 @@ def _booked_cause(row: DriftRow, *, inflight: dict[str, tuple[int, int]], summed
     return row
 
 
-def _limit_drift(*, show_ids: Sequence[str]) -> Iterator[tuple[int, list[DriftRow]]]:
+def _limit_drift(*, show_ids: Sequence[str], fields_per_key: Counter) -> Iterator[tuple[int, list[DriftRow]]]:
     refused = {key.decode() for key in accounting_redis().hkeys(keys.LIMITS_REFUSED)}
     numeric = ((key, name, value) for key, name, value in limit_rows(show_ids=show_ids) if name != "show_id")
     for chunk in chunked(numeric, 2 * CHUNK):
+        fields_per_key.update(key for key, _, _ in chunk)
         yield len(chunk), [replace(row, cause=LIMIT_WRITE_REFUSED) if row.key in refused else row
                            for row in _compare(mode="limits", triples=chunk)]
+
+
+def _closed_explained(rows: list[DriftRow], *, fields_per_key: Counter) -> list[DriftRow]:
+    """On a Redis whose markers say it is not rebuilt, a key without any of its limit fields
+    is closed (the booking script refuses it); a layer key (it has no limit fields) is closed
+    when every key with limits is. A key that carries limit fields was opened by some rebuild
+    (the scheduler's own bootstrap sets no marker) and is compared as usual; a row whose
+    cause is known already keeps it."""
+    missing = Counter(row.key for row in rows if row.redis is None and row.field not in BOOKED_FIELDS)
+    closed = {key for key, count in fields_per_key.items() if missing[key] == count}
+    all_closed = closed == set(fields_per_key)
+    return [replace(row, cause=CLOSED)
+            if row.cause is None and (row.key in closed or (all_closed and row.key.startswith(LAYER_KEY_PREFIX)))
+            else row for row in rows]
 
 
 def redis_state() -> str:
@@ -173,13 +192,14 @@ def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
     shows = list(show_ids) if show_ids is not None else managed_show_ids()
     state = redis_state()
     inflight = live_inflight_amounts()
-    checked, found = 0, []
-    for part in (_booked_drift(show_ids=shows, inflight=inflight), _limit_drift(show_ids=shows)):
+    checked, found, fields_per_key = 0, [], Counter()
+    for part in (_booked_drift(show_ids=shows, inflight=inflight),
+                 _limit_drift(show_ids=shows, fields_per_key=fields_per_key)):
         for count, rows in part:
             checked += count
             found += rows
     if state != SEEDED:
-        found = [replace(row, cause=CLOSED) for row in found]
+        found = _closed_explained(found, fields_per_key=fields_per_key)
     return DriftReport(shows=shows, fields_checked=checked, rows=[r for r in found if r.cause not in NOT_DRIFT],
                        explained=[r for r in found if r.cause in NOT_DRIFT], redis_state=state)
 

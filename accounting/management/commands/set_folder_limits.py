@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.limits.changes import set_folder_limits
+from accounting.limits.changes import InvalidLimit, set_folder_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import FolderResource
@@ -32,7 +32,10 @@ class Command(BaseCommand):
             raise CommandError(str(error), returncode=2) from None
         if not resource:
             raise CommandError(f"no folder {folder!r} in show {show!r}", returncode=2)
-        resource = set_folder_limits(folder_resource=resource, **values)
+        try:
+            resource = set_folder_limits(folder_resource=resource, **values)
+        except InvalidLimit as error:
+            raise CommandError(f"{error}; nothing changed", returncode=2) from None
         self.stdout.write(
             f"{show}/{folder}: cores {format_cores(resource.int_min_cores)}..{format_cores(resource.int_max_cores)}, "
             f"gpus {resource.int_min_gpus}..{resource.int_max_gpus}"

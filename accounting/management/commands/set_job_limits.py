@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.limits.changes import set_job_limits
+from accounting.limits.changes import InvalidLimit, set_job_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import JobResource
@@ -29,7 +29,10 @@ class Command(BaseCommand):
         resource = JobResource.objects.filter(job=found).first() if found else None
         if resource is None:
             raise CommandError(f"no live job named {job!r} (a finished job keeps its name but is not live)", returncode=2)
-        resource = set_job_limits(job_resource=resource, **values)
+        try:
+            resource = set_job_limits(job_resource=resource, **values)
+        except InvalidLimit as error:
+            raise CommandError(f"{error}; nothing changed", returncode=2) from None
         self.stdout.write(
             f"{job}: max cores {format_cores(resource.int_max_cores)}, max gpus {resource.int_max_gpus}, "
             f"priority {resource.int_priority}"

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.limits.changes import set_subscription_limits
+from accounting.limits.changes import InvalidLimit, set_subscription_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import Subscription
@@ -28,7 +28,10 @@ class Command(BaseCommand):
         subscription = Subscription.objects.filter(show=found, alloc__str_name=alloc).first() if found else None
         if subscription is None:
             raise CommandError(f"no subscription of show {show!r} on allocation {alloc!r}", returncode=2)
-        subscription = set_subscription_limits(subscription=subscription, **values)
+        try:
+            subscription = set_subscription_limits(subscription=subscription, **values)
+        except InvalidLimit as error:
+            raise CommandError(f"{error}; nothing changed", returncode=2) from None
         self.stdout.write(
             f"{show}/{alloc}: size {format_cores(subscription.int_size)}, burst {format_cores(subscription.int_burst)}"
         )

@@ -5,6 +5,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.urls import reverse
 from prometheus_client import REGISTRY
 
 from accounting.limits import changes as limits
@@ -18,6 +19,7 @@ from accounting.limits.changes import (
 from accounting.live import keys
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES
+from cuebot_acct.permissions import CHANGE_LIMITS
 from tests.processes import manage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
@@ -250,3 +252,34 @@ def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(farm, a
     assert message in response.content.decode()
     assert model_to_dict(type(instance).objects.get(pk=instance.pk)) == before
     assert acct_redis.get(keys.SEQ) == seq_before
+
+
+@pytest.mark.parametrize("max_cores", [0, 50, 99])
+def test_a_folder_max_below_one_core_is_refused_on_every_path_as_cuebots_folder_dao_refuses_it(
+    farm, max_cores, client, token_with, admin_client,
+):
+    token = token_with(CHANGE_LIMITS)
+    # GroupDaoJdbc.updateMaxCores: "must be a whole core or greater" unless -1. A stored 0 is
+    # "book nothing" to Cuebot's dispatcher and "no cap" to the scheduler (cap > 0 checks).
+    with pytest.raises(InvalidLimit, match="one core or more"):
+        set_folder_limits(folder_resource=farm.folder_resource, max_cores=max_cores)
+
+    cores = f"{max_cores / 100:g}"
+    if max_cores == 0:  # the command and the API take whole cores
+        with pytest.raises(CommandError, match="one core or more"):
+            call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", cores)
+        answer = client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", {"max_cores": 0},
+                              content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert answer.status_code == 422 and "one core or more" in answer.json()["detail"]
+
+    url = reverse("admin:accounting_folderresource_change", args=[farm.folder_resource.pk])
+    refused = admin_client.post(url, {"int_min_cores": "0", "int_max_cores": cores, "int_min_gpus": "0",
+                                      "int_max_gpus": "-1"})
+    assert "one core or more" in str(refused.context["adminform"].form.errors["int_max_cores"])
+
+    assert FolderResource.objects.get(pk=farm.folder_resource.pk).int_max_cores == -1  # unchanged
+
+
+def test_a_folder_max_of_one_core_or_unlimited_is_taken(farm):
+    assert set_folder_limits(folder_resource=farm.folder_resource, max_cores=100).int_max_cores == 100
+    assert set_folder_limits(folder_resource=farm.folder_resource, max_cores=-1).int_max_cores == -1

@@ -193,3 +193,17 @@ def test_an_aborted_release_is_in_flight_until_its_entry_expires_and_a_low_key_i
     client.force_login(admin_user)
     page = client.get(reverse("acct-drift-show", args=[farm.show.id])).content.decode()
     assert "In flight (not drift): 9 fields" in page and "1 of" in page
+
+
+def test_keys_a_rebuild_without_our_marker_opened_are_still_compared(farm, acct_redis):
+    # The scheduler's own bootstrap writes counters and limits but never acct:seeded.
+    farm.add_proc(cores=250)
+    seed_show(show_id=farm.show.id)
+    acct_redis.delete(keys.SEEDED)
+    acct_redis.hset(sub_key(farm), "int_cores", 9)
+
+    report = drift_report(show_ids=[farm.show.id])
+
+    assert report.redis_state == NOT_SEEDED
+    assert [(row.key, row.field, row.redis, row.pg) for row in report.rows] == [(sub_key(farm), "int_cores", 9, 2)]
+    assert report.explained_by(CLOSED) == []
