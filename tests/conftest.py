@@ -70,6 +70,16 @@ def token_with(db, django_user_model):
 
 
 @pytest.fixture
+def reader_client(token_with):
+    """A test client that sends a token holding only the read right, as a dashboard would."""
+    from django.test import Client
+
+    from cuebot_acct.permissions import VIEW_ACCOUNTING
+
+    return Client(HTTP_AUTHORIZATION=f"Bearer {token_with(VIEW_ACCOUNTING)}")
+
+
+@pytest.fixture
 def farm(db):
     return build_farm(managed=True)
 

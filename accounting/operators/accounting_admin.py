@@ -230,17 +230,21 @@ class ProcAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
+    """A token acts with its user's permissions: its user is fixed when it is issued (a token
+    moved to another user would carry that user's rights), so a change can rename or revoke
+    it, never reassign it; revoke and issue a new one instead."""
+
     list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["user__username", "name", "prefix"]
-    readonly_fields = ["prefix", "created_at", "last_used_at"]
+    readonly_fields = ["user", "prefix", "created_at", "last_used_at"]
     ordering = ["user__username", "-created_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request) -> bool:
         return False  # raw values are shown once, by `manage.py create_api_token`
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request, queryset) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")

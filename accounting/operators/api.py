@@ -40,7 +40,7 @@ from cuebot_acct.api_types import (
     json_int,
     storable,
 )
-from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS
+from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS, VIEW_ACCOUNTING
 from shows.selectors import AmbiguousName, get_show_by_name
 
 router = Router(tags=["accounting"])
@@ -128,8 +128,10 @@ def unbook_one(request: HttpRequest, proc_id: DbText):
 # Reconciliation: drift, locks, limit changes.
 
 
-@router.get("/accounting/drift", response={200: dict[str, Any], 409: ErrorOut, **LOOKUP_ERRORS},
-            summary="Redis against PostgreSQL for scheduler-managed shows")
+@router.get("/accounting/drift", auth=BearerToken(VIEW_ACCOUNTING),
+            response={200: dict[str, Any], 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+            summary="Redis against PostgreSQL for scheduler-managed shows",
+            description=f"Needs the permission {VIEW_ACCOUNTING}.")
 def accounting_drift(request, show: DbText | None = None):
     show_ids = None
     if show is not None:
@@ -143,7 +145,8 @@ def accounting_drift(request, show: DbText | None = None):
     return drift_report(show_ids=show_ids).as_dict()
 
 
-@router.get("/locks", summary="Named locks currently held")
+@router.get("/locks", auth=BearerToken(VIEW_ACCOUNTING), response={200: list[dict[str, Any]], **AUTH_ERRORS},
+            summary="Named locks currently held", description=f"Needs the permission {VIEW_ACCOUNTING}.")
 def locks(request):
     return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in held_locks()]
 

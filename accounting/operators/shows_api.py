@@ -7,7 +7,7 @@ from pydantic import ConfigDict, StrictBool
 from accounting.operators.auth import BearerToken
 from accounting.ownership.toggle import set_scheduler_managed
 from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
-from cuebot_acct.permissions import CHANGE_OWNERSHIP
+from cuebot_acct.permissions import CHANGE_OWNERSHIP, VIEW_ACCOUNTING
 from shows.models import Show
 from shows.selectors import AmbiguousName, get_show_by_name, list_shows
 
@@ -46,12 +46,14 @@ def show_or_404(name: str) -> Show:
     return show
 
 
-@router.get("", response=list[ShowOut], summary="Shows with their ownership flag")
+@router.get("", auth=BearerToken(VIEW_ACCOUNTING), response={200: list[ShowOut], **AUTH_ERRORS},
+            summary="Shows with their ownership flag", description=f"Needs the permission {VIEW_ACCOUNTING}.")
 def shows(request: HttpRequest):
     return [ShowOut.of(show) for show in list_shows()]
 
 
-@router.get("/{name}", response={200: ShowOut, 409: ErrorOut, **LOOKUP_ERRORS}, summary="One show with its ownership flag")
+@router.get("/{name}", auth=BearerToken(VIEW_ACCOUNTING), response={200: ShowOut, 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+            summary="One show with its ownership flag", description=f"Needs the permission {VIEW_ACCOUNTING}.")
 def show(request: HttpRequest, name: DbText):
     return ShowOut.of(show_or_404(name))
 

@@ -5,8 +5,9 @@ from django.core.management.base import CommandError
 
 from accounting.live import keys
 from accounting.models import JobResource, Subscription
-from accounting.operators.auth import issue_token
+from accounting.operators.auth import grant_permissions, issue_token
 from accounting.reconcile.reseed import reseed
+from cuebot_acct.permissions import VIEW_ACCOUNTING
 from shows.models import Job, Show
 from tests.farms import build_farm
 
@@ -59,7 +60,9 @@ def test_a_show_name_two_shows_carry_is_refused_not_guessed(command, seeded_redi
 def test_the_api_answers_409_for_a_show_name_two_shows_carry(client, django_user_model):
     first, second = build_farm(managed=False), build_farm(managed=False)
     Show.objects.filter(pk=second.show.pk).update(str_name=first.show.str_name)
-    token = issue_token(user=django_user_model.objects.create_user(username="op", is_staff=True))
+    user = django_user_model.objects.create_user(username="op", is_staff=True)
+    grant_permissions(user=user, permissions=[VIEW_ACCOUNTING])
+    token = issue_token(user=user)
 
     response = client.get(f"/api/v1/shows/{first.show.str_name}", HTTP_AUTHORIZATION=f"Bearer {token}")
 

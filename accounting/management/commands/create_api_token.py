@@ -1,8 +1,17 @@
+import argparse
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.operators.auth import grant_permissions, issue_token
 from cuebot_acct.permissions import DECLARED
+
+
+def _permission(text: str) -> str:
+    codename = text.removeprefix("accounting.")
+    if codename not in {c for c, _ in DECLARED}:
+        raise argparse.ArgumentTypeError(f"unknown permission {text!r}; one of: " + ", ".join(c for c, _ in DECLARED))
+    return f"accounting.{codename}"
 
 
 class Command(BaseCommand):
@@ -15,15 +24,16 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--name", default="", help="A label to tell this token apart in the admin.")
         parser.add_argument(
-            "--grant", action="append", default=[], choices=[codename for codename, _ in DECLARED], metavar="PERMISSION",
-            help="Give the user this permission first; repeatable. One of: " + ", ".join(c for c, _ in DECLARED) + ".",
+            "--grant", action="append", default=[], type=_permission, metavar="PERMISSION",
+            help="Give the user this permission first; repeatable. One of: " + ", ".join(c for c, _ in DECLARED)
+            + " (with or without the app label, as a 403 answer spells it: accounting.release_proc).",
         )
 
     def handle(self, *args, username: str, name: str, grant: list[str], **options) -> None:
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user named {username!r}; create one with `manage.py createsuperuser`", returncode=2)
-        grant_permissions(user=user, permissions=[f"accounting.{codename}" for codename in grant])
+        grant_permissions(user=user, permissions=grant)
         raw = issue_token(user=user, name=name)
         self.stdout.write(f"Token for {username} (shown once; only its hash is stored):")
         self.stdout.write(raw)

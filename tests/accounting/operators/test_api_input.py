@@ -8,14 +8,14 @@ import pytest
 from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
 from accounting.operators import api as accounting_api
 from cuebot_acct.api import bad_request, server_error
-from cuebot_acct.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, RELEASE_PROCS
+from cuebot_acct.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, RELEASE_PROCS, VIEW_ACCOUNTING
 
 NUL = "%00"
 
 
 @pytest.fixture
 def staff_token(token_with) -> str:
-    return token_with(RELEASE_PROCS, CHANGE_LIMITS, CHANGE_OWNERSHIP)
+    return token_with(RELEASE_PROCS, CHANGE_LIMITS, CHANGE_OWNERSHIP, VIEW_ACCOUNTING)
 
 
 @pytest.mark.django_db

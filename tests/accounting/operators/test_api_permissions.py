@@ -13,10 +13,11 @@ from cuebot_acct.permissions import (
     CHANGE_OWNERSHIP,
     RELEASE_PROCS,
     RESEED_REDIS,
+    VIEW_ACCOUNTING,
 )
 from shows.models import Show
 
-ALL = (RELEASE_PROCS, CHANGE_LIMITS, CHANGE_OWNERSHIP, RESEED_REDIS)
+ALL = (RELEASE_PROCS, CHANGE_LIMITS, CHANGE_OWNERSHIP, RESEED_REDIS, VIEW_ACCOUNTING)
 
 # (method, url, body, the permission it needs); {placeholders} name rows of the farm.
 ENDPOINTS = [
@@ -27,6 +28,10 @@ ENDPOINTS = [
     ("patch", "/api/v1/accounting/jobs/{job}/limits", {"max_cores": 5}, CHANGE_LIMITS),
     ("patch", "/api/v1/accounting/points/{point}/limits", {"min_cores": 5}, CHANGE_LIMITS),
     ("put", "/api/v1/shows/{show}/scheduler-managed", {"managed": False}, CHANGE_OWNERSHIP),
+    ("get", "/api/v1/shows", None, VIEW_ACCOUNTING),
+    ("get", "/api/v1/shows/{show}", None, VIEW_ACCOUNTING),
+    ("get", "/api/v1/accounting/drift", None, VIEW_ACCOUNTING),
+    ("get", "/api/v1/locks", None, VIEW_ACCOUNTING),
 ]
 
 

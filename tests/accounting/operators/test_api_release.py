@@ -4,6 +4,7 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 import accounting.operators.auth
@@ -185,3 +186,17 @@ def test_malformed_json_is_422_with_a_detail(db, post):
     response = post("/api/v1/procs/unbook", raw="{")
     assert response.status_code == 422
     assert response.json()["detail"].startswith("malformed JSON body")
+
+
+@pytest.mark.parametrize("spelling", ["view_accounting", "accounting.view_accounting"])
+def test_create_api_token_grants_a_permission_spelled_as_the_403_spells_it(db, spelling):
+    user = get_user_model().objects.create_user(username="dashboard")
+    call_command("create_api_token", "dashboard", "--grant", spelling)
+    assert get_user_model().objects.get(pk=user.pk).has_perm("accounting.view_accounting")
+
+
+def test_create_api_token_refuses_an_unknown_permission_and_issues_nothing(db):
+    get_user_model().objects.create_user(username="dashboard")
+    with pytest.raises(CommandError, match="unknown permission 'accounting.everything'"):
+        call_command("create_api_token", "dashboard", "--grant", "accounting.everything")
+    assert not ApiToken.objects.exists()

@@ -40,7 +40,8 @@ def flag(show) -> bool:
     return Show.objects.get(pk=show.pk).b_scheduler_managed
 
 
-def test_list_and_detail_carry_the_flag(client, farm, cuebot_farm):
+def test_list_and_detail_carry_the_flag(reader_client, farm, cuebot_farm):
+    client = reader_client
     listed = client.get("/api/v1/shows").json()
     assert {s["name"]: s["scheduler_managed"] for s in listed} == {farm.show.str_name: True, cuebot_farm.show.str_name: False}
     detail = client.get(f"/api/v1/shows/{farm.show.str_name}")
@@ -48,12 +49,13 @@ def test_list_and_detail_carry_the_flag(client, farm, cuebot_farm):
     assert detail.json() == {"id": farm.show.id, "name": farm.show.str_name, "scheduler_managed": True, "active": True}
 
 
-def test_detail_of_an_unknown_show_is_404(client, db):
-    response = client.get("/api/v1/shows/nope")
+def test_detail_of_an_unknown_show_is_404(reader_client, db):
+    response = reader_client.get("/api/v1/shows/nope")
     assert response.status_code == 404 and "nope" in response.json()["detail"]
 
 
-def test_staff_token_moves_a_show_and_gets_old_and_new(client, cuebot_farm, staff_token, django_capture_on_commit_callbacks):
+def test_staff_token_moves_a_show_and_gets_old_and_new(reader_client, cuebot_farm, staff_token, django_capture_on_commit_callbacks):
+    client = reader_client
     with django_capture_on_commit_callbacks(execute=True):
         response = put(client, cuebot_farm.show.str_name, {"managed": True}, staff_token)
     assert response.status_code == 200

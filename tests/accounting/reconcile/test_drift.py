@@ -81,7 +81,8 @@ def test_command_exit_codes_and_json(farm, acct_redis, capsys):
     assert data["rows"][0] == {"key": sub_key(farm), "field": "int_cores", "redis": 5, "pg": 0, "difference": 5, "cause": None}
 
 
-def test_api_drift(farm, acct_redis, client):
+def test_api_drift(farm, acct_redis, reader_client):
+    client = reader_client
     seed_show(show_id=farm.show.id)
     acct_redis.hset(sub_key(farm), "int_gpus", 2)
     body = client.get("/api/v1/accounting/drift", {"show": farm.show.str_name}).json()

@@ -44,9 +44,9 @@ def test_lock_released_on_error(acct_redis):
     assert not acct_redis.exists(PREFIX + FARM_LOCK)
 
 
-def test_locks_endpoint(client):
+def test_locks_endpoint(reader_client):
     assert acquire(name=FARM_LOCK, ttl_seconds=30, owner="worker-1")
-    body = client.get("/api/v1/locks").json()
+    body = reader_client.get("/api/v1/locks").json()
     assert [(lock["name"], lock["owner"]) for lock in body] == [(FARM_LOCK, "worker-1")]
     assert 0 < body[0]["ttl_ms"] <= 30_000
 
