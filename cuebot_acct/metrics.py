@@ -201,3 +201,24 @@ DRIFT_LAST_CHECK = Gauge(
     "Unix time of the last drift check that completed.",
     multiprocess_mode="mostrecent",
 )
+
+
+# The NOTIFY era (accounting.notify): what the scheduler is sent, counted at commit.
+
+NOTIFICATIONS = Counter(
+    "cuebot_acct_notifications_total",
+    "pg_notify notifications sent from committed transactions, by channel (acct_release, acct_limit_change).",
+    ["channel"],
+)
+NOTIFY_WITHHELD = Counter(
+    "cuebot_acct_notify_withheld_total",
+    "Releases of scheduler-managed procs committed without an acct_release notification, because the "
+    "scheduler's recompute leaves such procs out and a decrement could take its store below SUM(proc), by reason.",
+    ["reason"],
+)
+# Upstream documents this name for the same condition (OpenCue's scheduler-accounting guide).
+NOTIFY_DISABLED = Gauge(
+    "cuebot_accounting_notify_disabled",
+    "1 while scheduler-managed shows exist and this instance sends no NOTIFY and publishes nothing to Redis.",
+    multiprocess_mode="mostrecent",
+)

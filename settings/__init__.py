@@ -93,8 +93,15 @@ DATABASE_ROUTERS = ["cuebot_acct.db_router.CuebotTablesRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Replaces accounting.redis.enabled: false wires the no-op publisher.
+# Which OpenCue scheduler hears this service's releases and cap changes (docs/notify.md):
+# each on or off on its own, both on while a site moves from one scheduler generation to
+# the other. The Redis era (OpenCue main, June to mid-July 2026: accounting.redis.enabled):
+# after commit, a Lua script in the Redis the scheduler books against; false wires the
+# no-op publisher.
 ACCOUNTING_REDIS_ENABLED = env.bool("ACCOUNTING_REDIS_ENABLED", default=True)
+# The NOTIFY era (OpenCue since its PR #2472: accounting.notify.enabled, default true there):
+# pg_notify on acct_release and acct_limit_change inside the writing transaction.
+ACCOUNTING_NOTIFY_ENABLED = env.bool("ACCOUNTING_NOTIFY_ENABLED", default=False)
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
 sentinel_target(ACCOUNTING_REDIS_URL)  # a malformed Sentinel URL stops the process here, named

@@ -21,6 +21,8 @@ CACHES = {
     "broker": django_cache(url=TASK_BROKER_REDIS_URL, options=CACHES["broker"]["OPTIONS"]),
 }
 ACCOUNTING_REDIS_ENABLED = True
+# The NOTIFY era's tests turn it on (tests/accounting/notify/), alone or beside Redis.
+ACCOUNTING_NOTIFY_ENABLED = False
 ACCOUNTING_REDIS_TIMEOUT = 1.0
 
 Q_CLUSTER = {**Q_CLUSTER, "sync": True}

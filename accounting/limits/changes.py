@@ -12,18 +12,31 @@ never sets acct:seeded), and is written. A refused write is loud: WARN, a metric
 `acct_drift` names it as the cause of the drifted fields. All amounts here are PG units (centicores); commands and the
 API convert operator input in cores with `centicores_from_cores`.
 
+The NOTIFY era (ACCOUNTING_NOTIFY_ENABLED) hears five caps live, as Cuebot's DAOs send them:
+a subscription's burst, a folder's and a job's max cores and max GPUs, one acct_limit_change
+per changed field, queued in the transaction of the UPDATE (delivered iff it commits). Sizes,
+minimums, priorities and points are left to the scheduler's limit reseed (300 s), as in Cuebot.
+
 The managed flag is read from PostgreSQL inside the transaction, not from the 30 s cache:
 limit changes are rare and must follow the flag as committed.
 """
 import logging
 
 import redis
+from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.live import keys
 from accounting.live.scripts import script
 from accounting.live.units import UNLIMITED
 from accounting.models import FolderResource, JobResource, Point, Subscription
+from accounting.notify import send as notify_send
+from accounting.notify.payloads import (
+    LIMIT_CHANGE,
+    max_cores_payload,
+    max_gpus_payload,
+    subscription_burst_payload,
+)
 from accounting.reconcile.snapshot import redis_limits
 from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
 from cuebot_acct.redis_factory import accounting_redis
@@ -116,12 +129,42 @@ def publish_limits_on_commit(*, instance: LimitInstance) -> None:
 
     Call inside the transaction that saved `instance` (the admin does, through save_model).
     """
+    if not settings.ACCOUNTING_REDIS_ENABLED:
+        return  # no Redis era here: nothing reads acct:* keys
     show_id, key, fields = limit_fields(instance=instance)
     if isinstance(instance, JobResource) and instance.job.str_state == "FINISHED":
         return  # reseeds leave finished jobs out; the scheduler never books them
     if not Show.objects.filter(pk=show_id, b_scheduler_managed=True).exists():
         return
     transaction.on_commit(lambda: write_limit_fields(key=key, fields=fields))
+
+
+def limit_change_payloads(*, instance: LimitInstance, changed: list[str]) -> list[str]:
+    """The acct_limit_change payloads for the changed columns of `instance` the scheduler
+    enforces live, in the order given; none for the others."""
+    payloads = []
+    for name in changed:
+        value = getattr(instance, name)
+        if isinstance(instance, Subscription) and name == "int_burst":
+            payloads.append(subscription_burst_payload(show_id=instance.show_id, alloc_id=instance.alloc_id,
+                                                       burst_centicores=value))
+        elif isinstance(instance, FolderResource | JobResource) and name in ("int_max_cores", "int_max_gpus"):
+            vertex, id = ("folder", instance.folder_id) if isinstance(instance, FolderResource) else ("job", instance.job_id)
+            payloads.append(max_cores_payload(vertex=vertex, id=id, max_centicores=value) if name == "int_max_cores"
+                            else max_gpus_payload(vertex=vertex, id=id, max_gpus=value))
+    return payloads
+
+
+def notify_limit_changes(*, instance: LimitInstance, changed: list[str]) -> None:
+    """NOTIFY era: queue the changed caps on this transaction, if the show is scheduler-managed."""
+    if not notify_send.enabled():
+        return
+    payloads = limit_change_payloads(instance=instance, changed=changed)
+    show_id = limit_fields(instance=instance)[0]
+    if not payloads or not Show.objects.filter(pk=show_id, b_scheduler_managed=True).exists():
+        return
+    with connection.cursor() as cursor:
+        notify_send.notify(cursor=cursor, channel=LIMIT_CHANGE, payloads=payloads)
 
 
 def _apply(instance: LimitInstance, changes: dict[str, int | None]) -> LimitInstance:
@@ -134,6 +177,7 @@ def _apply(instance: LimitInstance, changes: dict[str, int | None]) -> LimitInst
             setattr(instance, name, value)
         if updates:
             instance.save(update_fields=list(updates))
+            notify_limit_changes(instance=instance, changed=list(updates))
             publish_limits_on_commit(instance=instance)
     return instance
 

@@ -1,6 +1,6 @@
 """The release path: a proc given back, written as Cuebot writes it, told to the scheduler after commit."""
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.live.units import cores_from_centicores
+from accounting.notify import send as notify_send
+from accounting.notify.payloads import RELEASE, ReleasedAmount, release_payloads
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
     recompute_table,
@@ -36,8 +38,10 @@ logger = logging.getLogger(__name__)
 # 3. the branch, per proc:
 #    - local (b_local): layer_resource, job_resource int_local_* and the job's host_local
 #      reservation on that host (idle amounts back), whatever the show's flag;
-#    - scheduler-managed show: no accounting-table writes; registered in flight before
-#      the block ends, published to Redis after commit (accounting.release.publish);
+#    - scheduler-managed show: no accounting-table writes; with ACCOUNTING_NOTIFY_ENABLED,
+#      an acct_release NOTIFY in the transaction (accounting.notify); with
+#      ACCOUNTING_REDIS_ENABLED, registered in flight before the block ends and published
+#      to Redis after commit (accounting.release.publish);
 #    - Cuebot-managed show: subscription, layer_resource, job_resource, folder_resource
 #      (the job's folder) and point (the job's department and show) decremented in
 #      centicores in the same transaction.
@@ -299,6 +303,30 @@ def _publishable(releases: Sequence[Release]) -> tuple[list[Release], int]:
     return publishable, len(to_redis) - len(publishable)
 
 
+def _notify_releases(cursor, releases: Sequence[Release]) -> None:
+    """NOTIFY era: acct_release for each scheduler-managed release, in this transaction.
+
+    The scheduler's recompute (every 15 s) leaves out the procs of FINISHED jobs (a killed job
+    is FINISHED before its procs go) and of jobs whose row is gone: once it has run, a
+    decrement for such a proc takes its store below SUM(proc). Those releases are not sent
+    (Cuebot sends them), which leaves the store high until the next recompute at worst: the
+    safe direction. A release whose job row is gone could not name its folder anyway.
+    """
+    heard, withheld = [], Counter()
+    for r in releases:
+        if r.branch is not Branch.SCHEDULER:
+            continue
+        if r.job_gone or r.job_finished:
+            withheld["job_gone" if r.job_gone else "job_finished"] += 1
+            continue
+        heard.append(ReleasedAmount(show_id=r.show_id, alloc_id=r.alloc_id, folder_id=r.folder_id, job_id=r.job_id,
+                                    layer_id=r.layer_id, dept_id=r.dept_id, cores=r.cores, gpus=r.gpus))
+    notify_send.notify(cursor=cursor, channel=RELEASE, payloads=release_payloads(released=heard))
+    if withheld:
+        transaction.on_commit(lambda: [metrics.NOTIFY_WITHHELD.labels(reason=reason).inc(n)
+                                       for reason, n in withheld.items()])
+
+
 def _count_at_commit(releases: Sequence[Release], *, withheld: int) -> None:
     for branch in Branch:
         n = sum(1 for r in releases if r.branch is branch)
@@ -336,6 +364,8 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         if in_pg:
             with _one_round_trip() if not settling else nullcontext():
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
+        if notify_send.enabled():
+            _notify_releases(cursor, releases)
         to_redis, withheld = _publishable(releases)
         if to_redis:
             publisher = release_publisher()
