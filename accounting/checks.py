@@ -31,7 +31,6 @@ def publish_guardrail(app_configs=None, **kwargs) -> list[Warning]:
         return []
     return [Warning(
         MESSAGE,
-        hint=(f"{report.managed_shows} show(s) are scheduler-managed. Set ACCOUNTING_REDIS_ENABLED=true on: "
-              + "; ".join(report.culprits())),
+        hint=report.hint,
         id="accounting.W001",
     )]

@@ -241,6 +241,7 @@ class Instance(models.Model):
     pid = models.IntegerField()
     role = models.CharField(max_length=8, choices=Role.choices)
     publishes_to_redis = models.BooleanField()
+    publishes_notify = models.BooleanField(default=False)
     version = models.CharField(max_length=40)
     started_at = models.DateTimeField()
     last_seen = models.DateTimeField(db_index=True)
@@ -251,3 +252,8 @@ class Instance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role} {self.host}:{self.pid}"
+
+    @property
+    def eras(self) -> frozenset[str]:
+        """How this process tells the scheduler of releases: "redis", "notify", both or neither."""
+        return frozenset(era for era, on in (("redis", self.publishes_to_redis), ("notify", self.publishes_notify)) if on)

@@ -105,22 +105,33 @@ class ScheduleSpec:
     func: str
     minutes: int
     reconcile: bool = False  # only when ACCOUNTING_RECONCILE_ENABLED
+    redis_era: bool = False  # only when ACCOUNTING_REDIS_ENABLED: it reads or writes the acct:* keys
+
+    def unwanted_because(self) -> str | None:
+        if self.redis_era and not settings.ACCOUNTING_REDIS_ENABLED:
+            return "ACCOUNTING_REDIS_ENABLED is false"
+        if self.reconcile and not settings.ACCOUNTING_RECONCILE_ENABLED:
+            return "ACCOUNTING_RECONCILE_ENABLED is false"
+        return None
 
 
 SCHEDULES = (
     ScheduleSpec(name="recalculate_subs", func="accounting.tasks.recalculate_subs_task", minutes=120),
     ScheduleSpec(name="accounting_guardrail", func="accounting.tasks.accounting_guardrail_task", minutes=1),
-    # Not gated: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check).
-    ScheduleSpec(name="acct-drift-check", func="accounting.tasks.drift_check_task", minutes=2),
-    ScheduleSpec(name="acct-reconcile-booked", func="accounting.tasks.reconcile_booked", minutes=2, reconcile=True),
-    ScheduleSpec(name="acct-reconcile-limits", func="accounting.tasks.reconcile_limits", minutes=5, reconcile=True),
+    # Not gated on reconciling: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check).
+    ScheduleSpec(name="acct-drift-check", func="accounting.tasks.drift_check_task", minutes=2, redis_era=True),
+    ScheduleSpec(name="acct-reconcile-booked", func="accounting.tasks.reconcile_booked", minutes=2, reconcile=True,
+                 redis_era=True),
+    ScheduleSpec(name="acct-reconcile-limits", func="accounting.tasks.reconcile_limits", minutes=5, reconcile=True,
+                 redis_era=True),
     # django-q2 schedules are minute-granular; the task checks six times, 10 s apart.
-    ScheduleSpec(name="acct-empty-redis-watch", func="accounting.tasks.watch_empty_redis", minutes=1, reconcile=True),
+    ScheduleSpec(name="acct-empty-redis-watch", func="accounting.tasks.watch_empty_redis", minutes=1, reconcile=True,
+                 redis_era=True),
 )
 
 
 def wanted_schedules() -> list[ScheduleSpec]:
-    return [spec for spec in SCHEDULES if settings.ACCOUNTING_RECONCILE_ENABLED or not spec.reconcile]
+    return [spec for spec in SCHEDULES if spec.unwanted_because() is None]
 
 
 def apply_schedules() -> list[tuple[str, str]]:
@@ -142,8 +153,8 @@ def apply_schedules() -> list[tuple[str, str]]:
                 setattr(current, key, value)
             current.save()
         done.append((spec.name, "updated" if changed else "unchanged"))
-    wanted_names = {spec.name for spec in wanted}
     for spec in SCHEDULES:
-        if spec.name not in wanted_names and Schedule.objects.filter(name=spec.name).delete()[0]:
-            done.append((spec.name, "removed (ACCOUNTING_RECONCILE_ENABLED is false)"))
+        reason = spec.unwanted_because()
+        if reason and Schedule.objects.filter(name=spec.name).delete()[0]:
+            done.append((spec.name, f"removed ({reason})"))
     return done

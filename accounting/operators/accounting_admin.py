@@ -254,8 +254,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
 class InstanceAdmin(admin.ModelAdmin):
     """The fleet register, read-only: processes write their own rows."""
 
-    list_display = ["host", "pid", "role", "publishes_to_redis", "version", "started_at", "last_seen", "live"]
-    list_filter = ["role", "publishes_to_redis"]
+    list_display = ["host", "pid", "role", "publishes_to_redis", "publishes_notify", "version", "started_at", "last_seen",
+                    "live"]
+    list_filter = ["role", "publishes_to_redis", "publishes_notify"]
     search_fields = ["host"]
     ordering = ["role", "host", "pid"]
 

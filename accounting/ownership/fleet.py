@@ -31,6 +31,7 @@ def record_instance(*, role: str, started_at: datetime, now: datetime | None = N
         host=socket.gethostname(), pid=os.getpid(), role=role,
         defaults={
             "publishes_to_redis": settings.ACCOUNTING_REDIS_ENABLED,
+            "publishes_notify": settings.ACCOUNTING_NOTIFY_ENABLED,
             "version": cuebot_acct.__version__,
             "started_at": started_at,
             "last_seen": now or timezone.now(),

@@ -1,8 +1,10 @@
 """What happens after a show's ownership switch commits (called from accounting.ownership.toggle).
 
-To the scheduler (lessons 1 and 2): the show's Redis limits and booked counters are
-seeded at once, so it neither rejects everything for lack of limits nor starts at zero
-booked with procs running. A failure never undoes the switch: it is logged, counted and
+To the scheduler (lessons 1 and 2): in the Redis era (ACCOUNTING_REDIS_ENABLED) the show's
+Redis limits and booked counters are seeded at once, so it neither rejects everything for
+lack of limits nor starts at zero booked with procs running. The NOTIFY-era scheduler seeds
+itself: it reads the flag and recomputes the show from SUM(proc) and its limits from the
+tables on its own intervals, so there is nothing to send it at a switch. A failure never undoes the switch: it is logged, counted and
 retried in the task cluster, and until then the periodic reseed is the safety net.
 
 Back to Cuebot: the show's five PG accounting tables are recomputed from `proc`, so
@@ -37,6 +39,8 @@ FIRST_BACKOFF_SECONDS = 20
 
 
 def after_switch_to_scheduler(*, show_id: str) -> None:
+    if not settings.ACCOUNTING_REDIS_ENABLED:
+        return
     try:
         seed_show(show_id=show_id)
     except Exception:

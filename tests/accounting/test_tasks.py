@@ -49,6 +49,16 @@ def test_reconcile_schedules_follow_the_setting(settings, monkeypatch):
     assert set(ours()) == {"accounting_guardrail", "acct-drift-check", "recalculate_subs"}
 
 
+def test_a_notify_era_instance_runs_no_schedule_that_reads_or_writes_redis(settings, capsys):
+    settings.ACCOUNTING_RECONCILE_ENABLED = True
+    call_command("setup_schedules")
+    assert "acct-reconcile-booked" in ours() and "acct-drift-check" in ours()
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    call_command("setup_schedules")
+    assert set(ours()) == {"accounting_guardrail", "recalculate_subs"}
+    assert "acct-drift-check: removed (ACCOUNTING_REDIS_ENABLED is false)" in capsys.readouterr().out
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_scheduled_functions_run_in_the_task_cluster(cuebot_farm):
     from accounting.models import Subscription

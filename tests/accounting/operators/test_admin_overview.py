@@ -49,7 +49,7 @@ def test_the_admin_index_is_the_overview(admin_client, acct_redis):
     assert f"{managed.show.str_name} Scheduler Redis (live) {managed.alloc.str_name}: 75 / 160 (320) cores" in text
     assert f"{cuebot.show.str_name} Cuebot PostgreSQL {cuebot.alloc.str_name}: 2.5 / 10 (20.5) cores" in text
     assert "1 field differs" in text and "Drift last checked" in text
-    assert "OK: every live instance publishes" in text
+    assert "OK: every live instance tells the scheduler of its releases on Redis" in text
     assert "render-web-1" in text and "Subscriptions" in text  # the fleet, and the usual table list below
     assert managed.show.pk not in text and managed.alloc.pk not in text
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 import cuebot_acct
 from accounting.apps import task_worker_started
 from accounting.models import Instance
+from accounting.ownership.guardrail import MESSAGE
 from accounting.ownership import fleet as instances
 from accounting.ownership.fleet import (
     Heartbeat,
@@ -113,7 +114,7 @@ def test_a_web_process_registers_itself_and_warns_at_start(cuebot_farm):
     assert done.returncode == 0, done.stderr
     row = Instance.objects.get(pid=int(done.stdout.strip()))
     assert (row.role, row.publishes_to_redis) == ("web", False)
-    assert "scheduler-managed shows exist but Redis publishing is disabled" in done.stderr
+    assert MESSAGE in done.stderr
 
 
 @pytest.mark.django_db

@@ -27,10 +27,15 @@ def gauge() -> float:
     return REGISTRY.get_sample_value("cuebot_redis_publish_misconfigured")
 
 
-def instance(*, host: str, pid: int, publishes: bool, seen_ago: timedelta = timedelta(seconds=5), role: str = "web") -> Instance:
+def instance(*, host: str, pid: int, publishes: bool, seen_ago: timedelta = timedelta(seconds=5), role: str = "web",
+             notify: bool = False) -> Instance:
     now = timezone.now()
-    return Instance.objects.create(host=host, pid=pid, role=role, publishes_to_redis=publishes, version="0.1.0",
-                                   started_at=now - timedelta(hours=1), last_seen=now - seen_ago)
+    return Instance.objects.create(host=host, pid=pid, role=role, publishes_to_redis=publishes, publishes_notify=notify,
+                                   version="0.1.0", started_at=now - timedelta(hours=1), last_seen=now - seen_ago)
+
+
+def notify_gauge() -> float:
+    return REGISTRY.get_sample_value("cuebot_accounting_notify_disabled")
 
 
 def test_no_managed_show_is_fine_even_without_publishing(cuebot_farm, settings):
@@ -144,3 +149,51 @@ def test_the_gauge_is_on_metrics(client, farm, settings):
     settings.ACCOUNTING_REDIS_ENABLED = True
     run_guardrail()
     assert "cuebot_redis_publish_misconfigured 0.0" in client.get("/metrics").content.decode()
+
+
+# Per era: the fleet's eras are those any live instance publishes on.
+
+
+def test_a_notify_era_fleet_is_fine_without_redis(farm, settings):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    instance(host="web-a", pid=1, publishes=False, notify=True)
+    report = run_guardrail()
+    assert report.misconfigured is False and report.fleet == {"notify"}
+    assert gauge() == 0 and notify_gauge() == 0
+    assert checks.publish_guardrail() == []
+
+
+def test_an_instance_that_misses_one_of_the_fleets_eras_is_named(farm, settings):
+    """A site moving between eras runs both; an instance with only one leaves the other scheduler high."""
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = True, True
+    instance(host="web-a", pid=1, publishes=True, notify=True)
+    instance(host="old-web", pid=2, publishes=True, notify=False)
+    report = run_guardrail()
+    assert report.misconfigured and [i.host for i in report.offenders] == ["old-web"]
+    assert "publishes Redis)" in report.culprits()[0]
+    (warning,) = checks.publish_guardrail()
+    assert "ACCOUNTING_NOTIFY_ENABLED=true and ACCOUNTING_REDIS_ENABLED=true" in warning.hint
+    assert "old-web pid 2" in warning.hint
+
+
+def test_this_process_missing_an_era_the_fleet_uses_is_named(farm, settings):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = True, False
+    instance(host="web-a", pid=1, publishes=False, notify=True)
+    report = run_guardrail()
+    assert report.misconfigured and report.fleet == {"redis", "notify"}
+    assert report.culprits()[0].startswith("this process") and report.culprits()[0].endswith("publishes Redis)")
+
+
+def test_sending_nothing_with_managed_shows_sets_upstreams_metric_and_warns(farm, settings, caplog):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    with caplog.at_level(logging.WARNING, logger="accounting.ownership.guardrail"):
+        run_guardrail()
+    assert notify_gauge() == 1
+    assert any("ACCOUNTING_NOTIFY_ENABLED=false and ACCOUNTING_REDIS_ENABLED=false" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_the_command_says_which_eras_the_fleet_publishes_on(farm, settings, capsys):
+    settings.ACCOUNTING_NOTIFY_ENABLED = True
+    call_command("accounting_guardrail")
+    assert capsys.readouterr().out.strip() == "ok: 1 scheduler-managed show(s); every live instance publishes on NOTIFY, Redis"

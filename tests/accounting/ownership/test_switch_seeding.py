@@ -118,3 +118,11 @@ def test_a_switch_on_an_empty_redis_leaves_the_marker_to_the_bootstrap_when_othe
     assert redis_is_empty()
     assert acct_redis.hget(keys.sub(show_id=busy_cuebot_farm.show.id, alloc_id=busy_cuebot_farm.alloc.id), "burst")
     assert not acct_redis.exists(keys.sub(show_id=other.show.id, alloc_id=other.alloc.id))
+
+
+@pytest.mark.django_db
+def test_a_notify_era_switch_writes_no_redis_the_scheduler_seeds_itself(busy_cuebot_farm, acct_redis, settings,
+                                                                       django_capture_on_commit_callbacks):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    switch(busy_cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
+    assert acct_redis.keys("*") == []
