@@ -86,9 +86,12 @@ SWITCH_SEED_FAILURES = Counter(
     "Seedings of a show's Redis keys after a switch to the scheduler that failed (each is retried).",
 )
 # Every process evaluates the same fleet-wide check, so the most recent value is the truth.
+# The one name without the cuebot_acct_ prefix: Cuebot's own (its Redis-era guardrail),
+# kept so dashboards and alerts written for Cuebot read this service too.
 PUBLISH_MISCONFIGURED = Gauge(
     "cuebot_redis_publish_misconfigured",
-    "1 while scheduler-managed shows exist and some live instance does not publish releases to Redis.",
+    "1 while scheduler-managed shows exist and some live instance does not tell the scheduler of its "
+    "releases on every era the fleet uses (Redis, NOTIFY).",
     multiprocess_mode="mostrecent",
 )
 RECALCULATE_SUBS_ROWS = Counter(
