@@ -17,6 +17,12 @@ printed as the median with the spread. Then POST /api/v1/procs/{id}/unbook again
 gunicorn command scripts/server.py deploys, at 1 client against in-process unbook_proc
 and at 4 clients against 4 in-process releasers (the machine's capacity), with p99.
 Measured, never asserted: the targets are printed beside the ratios.
+
+The NOTIFY era (--skip notify leaves it out) has a floor of its own, as plain: DELETE ...
+RETURNING, host UPDATE, one pg_notify per proc with its payload formatted in place, COMMIT
+(a batch: one SELECT pg_notify over unnest). Then 1, 4 and 8 forked processes releasing at
+once with notify on against the same with both eras off: PostgreSQL serialises the commits
+of transactions that notified, so the throughput ratio and p99 are printed per count.
 """
 import argparse
 import http.client
@@ -558,15 +564,133 @@ def cuebot_phase(n: int) -> None:
     print(count_line("per unbook_procs of 100", hundred))
 
 
+# The NOTIFY era's floor: the release and its notification, written plainly.
+FLOOR_NOTIFY = "SELECT pg_notify('acct_release', %s)"
+FLOOR_NOTIFY_MANY = "SELECT pg_notify('acct_release', p) FROM unnest(%s::text[]) AS p"
+
+
+def _floor_payload(row: tuple) -> str:
+    (_, show, alloc, folder, job, layer, dept, _, cores, gpus, *_) = row
+    return (f'{{"show":"{show}","alloc":"{alloc}","folder":"{folder}","job":"{job}","layer":"{layer}",'
+            f'"dept":"{dept}","cores":{-(cores // 100)},"gpus":{-gpus}}}')
+
+
+class NotifyFloor(Floor):
+    def single(self, proc_ids: list[str]) -> float:
+        started = time.perf_counter()
+        for proc_id in proc_ids:
+            with self.pg.cursor() as cursor:
+                cursor.execute(FLOOR_DELETE, (proc_id,))
+                row = cursor.fetchone()
+                cursor.execute(FLOOR_HOST, (row[8], row[10], row[9], row[11], row[0]))
+                cursor.execute(FLOOR_NOTIFY, (_floor_payload(row),))
+            self.pg.commit()
+        return len(proc_ids) / (time.perf_counter() - started)
+
+    def batched(self, proc_ids: list[str], size: int = 100) -> float:
+        started = time.perf_counter()
+        for i in range(0, len(proc_ids), size):
+            with self.pg.cursor() as cursor:
+                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i:i + size],))
+                rows = cursor.fetchall()
+                per_host: dict[str, list[int]] = {}
+                for row in rows:
+                    total = per_host.setdefault(row[0], [0, 0, 0, 0])
+                    for j, column in enumerate((8, 10, 9, 11)):
+                        total[j] += row[column]
+                hosts = list(per_host)
+                cursor.execute(FLOOR_HOSTS, (hosts, *([per_host[h][j] for h in hosts] for j in range(4))))
+                cursor.execute(FLOOR_NOTIFY_MANY, ([_floor_payload(row) for row in rows],))
+            self.pg.commit()
+        return len(proc_ids) / (time.perf_counter() - started)
+
+
+def _timed_worker(proc_ids: list[str], barrier, done) -> None:
+    barrier.wait()
+    latencies = []
+    for proc_id in proc_ids:
+        sent = time.perf_counter()
+        unbook_proc(proc_id=proc_id)
+        latencies.append(time.perf_counter() - sent)
+    done.put(latencies)
+
+
+def concurrent_releases(proc_ids: list[str], processes: int) -> tuple[float, list[float]]:
+    """Releases/s and latencies of `processes` forked copies releasing at once."""
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    barrier, done = context.Barrier(processes + 1), context.Queue()
+    workers = [context.Process(target=_timed_worker, args=(proc_ids[i::processes], barrier, done))
+               for i in range(processes)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    started = time.perf_counter()
+    latencies = [latency for _ in workers for latency in done.get()]
+    elapsed = time.perf_counter() - started
+    for worker in workers:
+        worker.join()
+    return len(proc_ids) / elapsed, latencies
+
+
+@contextmanager
+def eras(*, redis_on: bool, notify_on: bool):
+    saved = settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = redis_on, notify_on
+    try:
+        yield
+    finally:
+        settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = saved
+
+
+def notify_phase(n: int) -> None:
+    """The NOTIFY era: the release against its own floor, then the cost of notifying under concurrency."""
+    farm, floor = BenchFarm(), NotifyFloor()
+    try:
+        with eras(redis_on=False, notify_on=True):
+            warm(farm, floor)
+            rates = interleaved_rates(farm, n, {"floor": floor.single, "batch_floor": floor.batched, **LIBRARY_PATHS})
+        concurrency = {}
+        for clients in (1, 4, 8):
+            for label, notify_on in (("off", False), ("notify", True)):
+                with eras(redis_on=False, notify_on=notify_on):
+                    results = [concurrent_releases(farm.add_procs(n), clients) for _ in range(ROUNDS)]
+                concurrency[(clients, label)] = results
+    finally:
+        floor.close()
+        farm.remove()
+    print()
+    print(f"NOTIFY era (ACCOUNTING_NOTIFY_ENABLED, Redis off), scheduler-managed show: {n} releases per path and "
+          f"round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds")
+    print_rates(rates, [
+        ("floor: DELETE, host UPDATE, pg_notify, COMMIT", "floor", "floor", ""),
+        ("batch floor: the same per 100, one pg_notify per proc", "batch_floor", "batch_floor", ""),
+        ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
+        ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
+    ])
+    print(f"{'processes releasing at once':30s} {'both eras off':>14s} {'notify on':>10s}  "
+          f"{'ratio, median (spread)':>24s}  {'p99 off':>8s} {'p99 notify':>10s}")
+    for clients in (1, 4, 8):
+        off, on = concurrency[(clients, "off")], concurrency[(clients, "notify")]
+        ratios = sorted(a[0] / b[0] for a, b in zip(on, off))
+        p99s = [p99([lat for _, lats in results for lat in lats]) for results in (off, on)]
+        print(f"{clients:<30d} {statistics.median(r for r, _ in off):14.0f} {statistics.median(r for r, _ in on):10.0f}  "
+              f"{statistics.median(ratios):5.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f}){'':9s}  "
+              f"{p99s[0]:6.1f} ms {p99s[1]:7.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, default=1000, help="releases per path and round (batches 5x)")
     parser.add_argument("--http-procs", type=int, default=600, help="releases per HTTP path and round")
-    parser.add_argument("--skip", choices=["http", "cuebot"], action="append", default=[])
+    parser.add_argument("--skip", choices=["http", "cuebot", "notify", "redis"], action="append", default=[])
     options = parser.parse_args()
-    scheduler_phase(options.procs, options.http_procs, with_http="http" not in options.skip)
+    if "redis" not in options.skip:
+        scheduler_phase(options.procs, options.http_procs, with_http="http" not in options.skip)
     if "cuebot" not in options.skip:
         cuebot_phase(options.procs)
+    if "notify" not in options.skip:
+        notify_phase(options.procs)
 
 
 if __name__ == "__main__":

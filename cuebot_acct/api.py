@@ -12,12 +12,24 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from ninja import NinjaAPI, Swagger
 from ninja.errors import HttpError
+from ninja.parser import Parser
 
-from cuebot_acct.api_types import MissingPermission
+from cuebot_acct.api_types import MissingPermission, NotJson
 
 log = logging.getLogger(__name__)
 
+class JsonOnly(Parser):
+    """A body is read only when it says it is JSON: a form or text/plain is refused (415), not
+    guessed at."""
+
+    def parse_body(self, request: HttpRequest):
+        if request.content_type != "application/json":
+            raise NotJson(request.content_type)
+        return super().parse_body(request)
+
+
 api = NinjaAPI(
+    parser=JsonOnly(),
     title="cuebot-acct",
     version="1",
     description="Cuebot-side accounting for OpenCue's Redis-backed scheduler.",
@@ -31,10 +43,14 @@ api = NinjaAPI(
 def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     # django-ninja answers a body it cannot parse (not JSON, not UTF-8) with 400; for this
     # API malformed input is unprocessable like any other invalid body: 422 with a JSON detail.
+    if exc.status_code == 400 and isinstance(exc.__cause__, NotJson):
+        return api.create_response(request, {"detail": str(exc.__cause__)}, status=415)
     if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
         return api.create_response(request, {"detail": f"the body is not UTF-8: {exc.__cause__}"}, status=422)
     if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
         return api.create_response(request, {"detail": f"malformed JSON body: {exc.__cause__}"}, status=422)
+    if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+        return api.create_response(request, {"detail": "malformed JSON body: nested too deeply"}, status=422)
     body = {"detail": str(exc)}
     if isinstance(exc, MissingPermission):
         body["permission"] = exc.permission
@@ -55,6 +71,27 @@ def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 def _under_api(request: HttpRequest) -> bool:
     return request.path.startswith("/api/")
+
+
+class JsonErrorsUnderApi:
+    """Middleware: an error answered under /api/ by Django itself rather than an endpoint
+    (405 for a method the path does not take, a 400 from request parsing) is JSON with a
+    `detail`, like every other answer there. Errors the server in front answers (gunicorn's
+    431 for oversized headers) never reach Django."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (_under_api(request) and response.status_code >= 400
+                and not response.get("Content-Type", "").startswith("application/json")):
+            detail = f"method {request.method} not allowed here" if response.status_code == 405 else response.reason_phrase
+            json_response = JsonResponse({"detail": detail}, status=response.status_code)
+            if response.has_header("Allow"):
+                json_response["Allow"] = response["Allow"]
+            return json_response
+        return response
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

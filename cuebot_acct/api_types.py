@@ -24,9 +24,10 @@ DbText = Annotated[str, AfterValidator(storable), WithJsonSchema({"type": "strin
 
 
 def whole_number(value: object) -> object:
-    """JSON integers only: true/false and "5" are refused (pydantic would read them as 1/0 and 5)."""
-    if isinstance(value, bool | str):
-        raise ValueError("must be a JSON integer")
+    """JSON integers only: true/false, "5", 1.0 and 1e3 are refused (pydantic would read them
+    as 1/0, 5, 1 and 1000)."""
+    if isinstance(value, bool | str | float):
+        raise ValueError("must be a JSON integer (digits only: not 1.0, 1e3, true or \"5\")")
     return value
 
 
@@ -53,6 +54,13 @@ class InvalidOut(Schema):
 # The error answers of an endpoint, for its `response=` (cuebot_acct.api makes them JSON).
 LOOKUP_ERRORS = {404: ErrorOut, 422: InvalidOut}
 AUTH_ERRORS = {401: ErrorOut, 403: MissingPermissionOut}
+
+
+class NotJson(Exception):
+    """A body sent with a content type other than application/json."""
+
+    def __init__(self, content_type: str) -> None:
+        super().__init__(f"the body must be application/json, not {content_type or 'no content type'}")
 
 
 class MissingPermission(HttpError):

@@ -32,6 +32,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "cuebot_acct.api.JsonErrorsUnderApi",  # outermost: every error under /api/ leaves as JSON
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -107,6 +108,9 @@ ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.
 sentinel_target(ACCOUNTING_REDIS_URL)  # a malformed Sentinel URL stops the process here, named
 # Seconds before a Redis call from the release path gives up. It is never retried.
 ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
+# After a release's Redis call timed out or could not connect, seconds during which this
+# process's releases skip Redis at once (leaving it high) instead of waiting on it again.
+ACCOUNTING_REDIS_BREAKER_SECONDS = env.float("ACCOUNTING_REDIS_BREAKER_SECONDS", default=2.0)
 # How long an in-flight booking or release counts as booked if its holder never settles it.
 ACCOUNTING_INFLIGHT_TTL_SECONDS = env.int("ACCOUNTING_INFLIGHT_TTL_SECONDS", default=60)
 # Scheduled reseeds, for a deployment that runs without the Rust scheduler's own loops.

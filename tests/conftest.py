@@ -27,6 +27,17 @@ def clean_redis():
         client.close()
 
 
+@pytest.fixture(autouse=True)
+def closed_breaker():
+    """The release publisher's breaker is per process: a test that trips it must not skip
+    Redis for the next one."""
+    from accounting.release.publish import breaker
+
+    breaker.close()
+    yield
+    breaker.close()
+
+
 @pytest.fixture
 def fresh_accounting_client():
     """The accounting client is built once per process: rebuilt around a test that changes

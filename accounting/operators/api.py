@@ -68,6 +68,8 @@ class ReleaseOut(Schema):
 
 
 class UnbookBatchIn(Schema):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not ignored
+
     proc_ids: Annotated[
         list[Annotated[StrictStr, Field(min_length=1, max_length=36, json_schema_extra=NO_NUL), AfterValidator(storable)]],
         Field(min_length=1, max_length=MAX_BATCH, json_schema_extra={"uniqueItems": True}),

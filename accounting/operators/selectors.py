@@ -14,7 +14,7 @@ from accounting.ownership.fleet import live_instances
 from accounting.ownership.guardrail import GuardrailReport, evaluate
 from accounting.reconcile.drift_check import STATUS_KEY
 from cuebot_acct.redis_factory import accounting_redis
-from shows.models import Dept, Folder, Job, Layer, Show
+from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 
 # --- Redis keys by name ---------------------------------------------------------------
 
@@ -24,10 +24,10 @@ def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
     for key in redis_keys:
         _, kind, *ids = key.split(":")
         by_kind.setdefault(kind, []).append(ids)
-    shows = dict(Show.objects.filter(pk__in={ids[-1] for kind in ("sub", "point") for ids in by_kind.get(kind, [])})
-                 .values_list("pk", "str_name"))
-    allocs = dict(Subscription.objects.filter(alloc_id__in={ids[1] for ids in by_kind.get("sub", [])})
-                  .values_list("alloc_id", "alloc__str_name"))
+    # acct:sub:<show>:<alloc> names its show first, acct:point:<dept>:<show> last.
+    show_ids = {ids[0] for ids in by_kind.get("sub", [])} | {ids[1] for ids in by_kind.get("point", [])}
+    shows = dict(Show.objects.filter(pk__in=show_ids).values_list("pk", "str_name"))
+    allocs = dict(Alloc.objects.filter(pk__in={ids[1] for ids in by_kind.get("sub", [])}).values_list("pk", "str_name"))
     depts = dict(Dept.objects.filter(pk__in={ids[0] for ids in by_kind.get("point", [])}).values_list("pk", "str_name"))
     folders = {pk: f"{show} / {name}" for pk, show, name in Folder.objects.filter(
         pk__in={ids[0] for ids in by_kind.get("folder", [])}).values_list("pk", "show__str_name", "str_name")}

@@ -1,11 +1,18 @@
 """Publishes committed releases of scheduler-managed procs to the Redis live view.
 
 Two steps per release (or per batch, which is one operation):
-- `prepare`, inside the release transaction just before it ends: registers the released
-  amounts in the in-flight hash (release_prepare.lua), so a reseed that reads SUM(proc)
-  after the DELETE commits still counts them until Redis is decremented.
+- `prepare`, before the release transaction takes its first row lock: registers the
+  amounts about to be released in the in-flight hash (release_prepare.lua), so a reseed
+  that reads SUM(proc) after the DELETE commits still counts them until Redis is
+  decremented. A reseed that reads before the DELETE counts them twice: high, safe.
 - `publish`, in `transaction.on_commit`: one release.lua call that decrements the five
-  keys per release (deltas summed per key), settles the in-flight entry and bumps acct:seq.
+  keys per release actually made (deltas summed per key), settles the in-flight entry and
+  bumps acct:seq. No PostgreSQL lock is held while either waits on Redis.
+
+A Redis call that times out or cannot connect opens a breaker for this process for
+ACCOUNTING_REDIS_BREAKER_SECONDS: until then releases skip Redis at once (counted as
+`breaker` failures), so a stalled Redis costs one release at most one timeout per step,
+and the others nothing; they leave Redis high, as any failure does.
 
 Every failure leaves Redis counting high and is swallowed with a WARN and a metric: the
 PG commit stands and the recompute heals Redis. Nothing is ever resent after a timeout or
@@ -14,12 +21,14 @@ A prepare that fails schedules no publish: without its entry a decrement could l
 after a reseed already counted the proc gone, and push the key low.
 """
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+import redis
 from django.conf import settings
 
 from accounting.live import keys
@@ -95,6 +104,28 @@ class NoopReleasePublisher:
         return None
 
 
+class _Breaker:
+    """Open for a while after a Redis call timed out or could not connect (this process only)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open_until = 0.0
+
+    def is_open(self) -> bool:
+        return time.monotonic() < self._open_until
+
+    def trip(self) -> None:
+        with self._lock:
+            self._open_until = time.monotonic() + settings.ACCOUNTING_REDIS_BREAKER_SECONDS
+
+    def close(self) -> None:
+        self._open_until = 0.0
+
+
+breaker = _Breaker()
+_UNREACHABLE = (redis.TimeoutError, redis.ConnectionError, TimeoutError, ConnectionError)
+
+
 def _ids(prepared: PreparedRelease) -> str:
     return f"procs={','.join(prepared.proc_ids)} shows={','.join(prepared.show_ids)}"
 
@@ -107,6 +138,9 @@ class RedisReleasePublisher:
             proc_ids=tuple(r.proc_id for r in releases),
             show_ids=tuple(sorted({r.show_id for r in releases})),
         )
+        if breaker.is_open():
+            RELEASE_PUBLISH_FAILURES.labels(stage="breaker").inc()
+            return None
         payload = "|".join(f"{key}|{cores}|{gpus}" for key, (cores, gpus) in prepared.deltas.items())
         ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
         try:
@@ -114,6 +148,8 @@ class RedisReleasePublisher:
                 accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload]
             )
         except Exception as error:  # noqa: BLE001 - the release commits whatever Redis does
+            if isinstance(error, _UNREACHABLE):
+                breaker.trip()
             RELEASE_PUBLISH_FAILURES.labels(stage="prepare").inc()
             logger.warning(
                 "release in-flight registration failed, Redis left high until the recompute: %s (%s: %s)",
@@ -132,6 +168,8 @@ class RedisReleasePublisher:
                 accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
             )
         except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
+            if isinstance(error, _UNREACHABLE):
+                breaker.trip()
             RELEASE_PUBLISH_FAILURES.labels(stage="publish").inc()
             logger.warning(
                 "release publish failed and is not retried, Redis left high until the recompute: %s (%s: %s)",
@@ -147,6 +185,14 @@ class RedisReleasePublisher:
                 "no counter, Redis left high until the next reseed: %s", _ids(prepared),
             )
         return seq
+
+
+def made(*, prepared: PreparedRelease, releases: Sequence[Release]) -> PreparedRelease:
+    """The registered operation narrowed to the releases the transaction actually made (a proc
+    released meanwhile by someone else is not decremented twice); with none, its publish only
+    settles the entry."""
+    return replace(prepared, deltas=summed_deltas(releases), proc_ids=tuple(r.proc_id for r in releases),
+                   show_ids=tuple(sorted({r.show_id for r in releases})))
 
 
 def release_publisher() -> ReleasePublisher:

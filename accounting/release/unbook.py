@@ -17,7 +17,7 @@ from accounting.reconcile.recompute import (
     recompute_table,
     report_row_failures,
 )
-from accounting.release.publish import release_publisher
+from accounting.release.publish import PreparedRelease, made, release_publisher
 from accounting.release.types import Branch, Release
 from cuebot_acct import metrics
 from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASES
@@ -40,8 +40,8 @@ logger = logging.getLogger(__name__)
 #      reservation on that host (idle amounts back), whatever the show's flag;
 #    - scheduler-managed show: no accounting-table writes; with ACCOUNTING_NOTIFY_ENABLED,
 #      an acct_release NOTIFY in the transaction (accounting.notify); with
-#      ACCOUNTING_REDIS_ENABLED, registered in flight before the block ends and published
-#      to Redis after commit (accounting.release.publish);
+#      ACCOUNTING_REDIS_ENABLED, registered in flight before the transaction (below) and
+#      published to Redis after commit (accounting.release.publish);
 #    - Cuebot-managed show: subscription, layer_resource, job_resource, folder_resource
 #      (the job's folder) and point (the job's department and show) decremented in
 #      centicores in the same transaction.
@@ -115,6 +115,18 @@ SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_
        j.str_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
   FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
 """
+
+# The Redis era registers a release in flight before its transaction locks anything, so no
+# row lock is held while Redis is waited on (a stalled Redis would otherwise stall every
+# release of the host, Cuebot-managed ones included). What is registered is read here,
+# without a lock, in the shape the releasing statements return.
+PRE_READ = """
+SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
+       j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
+ WHERE p.pk_proc = ANY(%(ids)s)
+"""
+
 
 @dataclass(frozen=True)
 class _Adjustment:
@@ -327,14 +339,52 @@ def _notify_releases(cursor, releases: Sequence[Release]) -> None:
                                        for reason, n in withheld.items()])
 
 
-def _count_at_commit(releases: Sequence[Release], *, withheld: int) -> None:
+def _publish_on_commit(registered: "_Registered", covered: Sequence[Release]) -> None:
+    publisher, prepared = release_publisher(), made(prepared=registered.prepared, releases=covered)
+    transaction.on_commit(lambda: publisher.publish(prepared=prepared))
+
+
+def _count_at_commit(releases: Sequence[Release], *, withheld: int, changed: int = 0) -> None:
     for branch in Branch:
         n = sum(1 for r in releases if r.branch is branch)
         if n:
             RELEASES.labels(branch=branch.value).inc(n)
     if withheld:
         metrics.RELEASE_WITHHELD.labels(reason="job_finished").inc(withheld)
+    if changed:
+        metrics.RELEASE_WITHHELD.labels(reason="changed_since_registered").inc(changed)
     _report_jobs_gone(releases)
+
+
+@dataclass(frozen=True)
+class _Registered:
+    """What was registered in flight before the transaction, per proc."""
+
+    prepared: PreparedRelease
+    releases: dict[str, Release]
+
+    def covering(self, releases: Sequence[Release]) -> tuple[list[Release], int]:
+        """The releases made exactly as registered, and how many were not: a proc whose amounts,
+        keys or owner changed between the read and the DELETE is not published, or a reseed
+        between could take its counters below SUM(proc)."""
+        covered = [r for r in releases if self.releases.get(r.proc_id) == r]
+        return covered, len(releases) - len(covered)
+
+
+def _register_before_locking(proc_ids: list[str]) -> _Registered | None:
+    """Redis era: register the scheduler-managed releases in flight before any row is locked."""
+    if not settings.ACCOUNTING_REDIS_ENABLED:
+        return None
+    with _release_cursor() as cursor:
+        cursor.execute(PRE_READ, {"ids": proc_ids})
+        rows = cursor.fetchall()
+    owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
+    managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
+    candidates, _ = _publishable([_release_from_row(row, managed=managed) for row in rows])
+    if not candidates:
+        return None
+    prepared = release_publisher().prepare(releases=candidates)
+    return None if prepared is None else _Registered(prepared=prepared, releases={r.proc_id: r for r in candidates})
 
 
 def _release(proc_ids: list[str]) -> dict[str, Release]:
@@ -344,6 +394,18 @@ def _release(proc_ids: list[str]) -> dict[str, Release]:
 
 
 def _release_once(proc_ids: list[str]) -> dict[str, Release]:
+    registered = _register_before_locking(proc_ids)
+    try:
+        return _release_registered(proc_ids, registered)
+    except BaseException:
+        # This block rolled back: nothing it deleted is gone, so the entry is settled at once
+        # (a rerun registers its own). A settle that fails leaves the entry to expire: high.
+        if registered is not None:
+            release_publisher().publish(prepared=made(prepared=registered.prepared, releases=[]))
+        raise
+
+
+def _release_registered(proc_ids: list[str], registered: "_Registered | None") -> dict[str, Release]:
     with transaction.atomic(), _release_cursor() as cursor:
         # The procs deleted and their hosts given back in one statement.
         if len(proc_ids) == 1:
@@ -352,6 +414,8 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
             cursor.execute(RELEASE_MANY, {"ids": proc_ids})
         rows = cursor.fetchall()
         if not rows:
+            if registered is not None:  # released meanwhile by someone else: only settle the entry
+                _publish_on_commit(registered, [])
             return {}
         # The flag is read once per show, and only for shows with non-local procs.
         owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
@@ -367,12 +431,11 @@ def _release_once(proc_ids: list[str]) -> dict[str, Release]:
         if notify_send.enabled():
             _notify_releases(cursor, releases)
         to_redis, withheld = _publishable(releases)
-        if to_redis:
-            publisher = release_publisher()
-            prepared = publisher.prepare(releases=to_redis)
-            if prepared is not None:
-                transaction.on_commit(lambda: publisher.publish(prepared=prepared))
-        transaction.on_commit(lambda: _count_at_commit(releases, withheld=withheld))
+        changed = 0
+        if registered is not None:
+            covered, changed = registered.covering(to_redis)
+            _publish_on_commit(registered, covered)
+        transaction.on_commit(lambda: _count_at_commit(releases, withheld=withheld, changed=changed))
     return {r.proc_id: r for r in releases}
 
 

@@ -10,7 +10,6 @@ from django.utils import timezone
 import cuebot_acct
 from accounting.apps import task_worker_started
 from accounting.models import Instance
-from accounting.ownership.guardrail import MESSAGE
 from accounting.ownership import fleet as instances
 from accounting.ownership.fleet import (
     Heartbeat,
@@ -18,6 +17,7 @@ from accounting.ownership.fleet import (
     live_instances,
     record_instance,
 )
+from accounting.ownership.guardrail import MESSAGE
 
 
 @pytest.mark.django_db

@@ -342,7 +342,10 @@ def test_threads_releasing_one_proc_release_it_once(acct_redis):
     assert sum(r is not None for r in results) == 1
     assert host_idle(farm)[0] == idle_before[0] + 300
     assert hashes(acct_redis, names) == {role: {"int_cores": "6", "int_gpus": "2"} for role in names}
-    assert acct_redis.get(keys.SEQ) == "2"
+    # Each thread registered its release in flight before locking (a bump of acct:seq) and
+    # settled it after commit (another); the five that found the proc gone took nothing off.
+    assert acct_redis.get(keys.SEQ) == str(2 * workers)
+    assert acct_redis.hgetall(keys.INFLIGHT) == {}
 
 
 def statements(queries) -> list[str]:
@@ -385,16 +388,17 @@ def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag(farm, monke
                             _sent.append(args[0]) or _original(*args, **kw))
 
     with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
-        # The savepoint (the test's transaction holds the outer one), the one statement, its release.
-        assert pg_answers(lambda: unbook_proc(proc_id=procs[3].id)) == 3
-    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == ["WITH"]
+        # The read before any lock (what is registered in flight), then the savepoint (the
+        # test's transaction holds the outer one), the one statement, its release.
+        assert pg_answers(lambda: unbook_proc(proc_id=procs[3].id)) == 4
+    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == ["SELECT", "WITH"]
     assert sent == {"accounting": ["EVALSHA", "EVALSHA"], "cache": []}  # in-flight registration, then the release
 
     sent["accounting"].clear()
     batch = [procs[4].id, farm.add_proc(cores=100).id]
     with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
-        assert pg_answers(lambda: unbook_procs(proc_ids=batch)) == 3
-    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == ["WITH"]
+        assert pg_answers(lambda: unbook_procs(proc_ids=batch)) == 4
+    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == ["SELECT", "WITH"]
     assert sent == {"accounting": ["EVALSHA", "EVALSHA"], "cache": []}
 
     # Prepared on the service's own connection, and planned once (generic plans) after the first runs.
@@ -435,16 +439,17 @@ def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cue
         trace.seek(0)
         answers = [line for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line]
 
-    # Each statement still goes through the cursor wrapper, in Cuebot's lock order: the procs
+    # Each statement still goes through the cursor wrapper, in Cuebot's lock order: the read
+    # before any lock (the Redis era's, whoever owns the show: it is what tells), the procs
     # and their hosts (one statement), then the accounting tables.
-    assert statements(queries) == ["SELECT", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE"]
-    first = queries.captured_queries[1]["sql"]
+    assert statements(queries) == ["SELECT", "SELECT", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE", "UPDATE"]
+    first = queries.captured_queries[2]["sql"]
     assert first.index("DELETE FROM proc") < first.index("UPDATE host")
     tables = [m.group(1) for q in queries.captured_queries if (m := re.search(r"^UPDATE (\w+)", q["sql"], re.M))]
     assert tables == ["subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point"]
-    # The savepoint (the test's transaction holds the outer one), the procs and hosts, the
-    # six UPDATEs together, the savepoint's release: four answers awaited, not ten.
-    assert len(answers) == 4
+    # The read, the savepoint (the test's transaction holds the outer one), the procs and
+    # hosts, the six UPDATEs together, the savepoint's release: five answers awaited, not eleven.
+    assert len(answers) == 5
     assert accounting_mismatches(show_id=cuebot_farm.show.id) == []
 
 
