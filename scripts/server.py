@@ -13,6 +13,7 @@ import argparse
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,7 +90,21 @@ def gunicorn_command(bind: str) -> list[str]:
     return [str(BIN / "gunicorn"), "cuebot_acct.wsgi", "--bind", bind, "--workers", "2", "--threads", "4"]
 
 
+def port_taken(bind: str) -> bool:
+    """Whether something else already listens on `bind` (host:port): gunicorn would die on it
+    a few seconds after start, while the URL kept answering with that other program."""
+    host, _, port = bind.rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as probe:
+        try:
+            probe.bind((host.strip("[]"), int(port)))
+        except OSError:
+            return True
+    return False
+
+
 def start(state: Path, bind: str) -> None:
+    if not running(state, "gunicorn") and port_taken(bind):
+        sys.exit(f"server: {bind} is already in use by another program; stop it, or run `make run BIND=127.0.0.1:<free port>`")
     (state / "log").mkdir(parents=True, exist_ok=True)
     metrics_dir = Path(os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(state / "metrics")))
     if not any(running(state, name) for name in PROCESSES):

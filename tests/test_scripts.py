@@ -2,6 +2,7 @@
 operator runs them: real processes, real PostgreSQL and Redis."""
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -111,3 +112,15 @@ def test_services_up_for_the_tests_creates_no_database(db):
     assert "creating database" not in done.stdout
     with psycopg.connect(f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/postgres") as admin:
         assert admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None
+
+
+def test_start_refuses_in_one_line_a_port_another_program_listens_on(tmp_path):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        bind = f"127.0.0.1:{other.getsockname()[1]}"
+        started = script("scripts/server.py", "start", "--bind", bind, "--state-dir", str(tmp_path), env={})
+    assert started.returncode == 1
+    assert started.stderr.strip() == (f"server: {bind} is already in use by another program; stop it, or run "
+                                      "`make run BIND=127.0.0.1:<free port>`")
+    assert not (tmp_path / "gunicorn.pid").exists()

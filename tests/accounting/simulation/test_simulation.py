@@ -81,6 +81,16 @@ def test_redis_restart_fault_refuses_to_flush_keys_of_shows_it_did_not_create(fo
 
 
 @pytest.mark.django_db(transaction=True)
+def test_all_faults_beside_keys_it_did_not_create_leave_out_only_the_flush_and_say_so(foreign_key, acct_redis):
+    """README's `simulate_farm --faults all`, run as written beside the demo farm."""
+    out, err = StringIO(), StringIO()
+    call_command("simulate_farm", "--seconds", "1", "--faults", "all", "--json", stdout=out, stderr=err)
+    assert "redis-restart left out" in err.getvalue() and "--allow-flush-foreign-keys" in err.getvalue()
+    assert "redis-restart" not in json.loads(out.getvalue())["faults"]
+    assert acct_redis.hgetall(foreign_key) == {"int_cores": "7", "size": "10"}
+
+
+@pytest.mark.django_db(transaction=True)
 def test_redis_restart_fault_flushes_them_when_told_explicitly(foreign_key, acct_redis):
     out = StringIO()
     call_command("simulate_farm", "--seconds", "1", "--faults", "redis-restart", "--allow-flush-foreign-keys", "--json",
