@@ -46,4 +46,5 @@ bench: services
 	$(PY) manage.py migrate --noinput
 	$(PY) bench/release.py
 	$(PY) bench/reseed.py
+	$(PY) bench/rebuild.py
 	$(PY) bench/recalculate_subs.py

@@ -2,7 +2,9 @@
 
 Booked counters: read acct:seq, run ONE streamed SQL query (accounting.reconcile.snapshot.BOOKED),
 write it back in chunks, each a compare-and-swap on acct:seq (reseed_write.lua) that also
-adds the amounts of in-flight operations. A chunk written is right as of its write, since
+adds the amounts of in-flight operations. The rebuild of an empty or promoted Redis writes
+without the compare-and-swap: its keys are closed to booking, so only releases write them
+meanwhile, and those cannot take the write low; it finishes at any release rate. A chunk written is right as of its write, since
 no mutation happened since the sequence was read; the first chunk that misses ends the
 attempt and the whole cycle restarts after a jittered backoff, up to a bound, after which
 the cycle is skipped, logged and counted (lessons item 3). Limits are configuration and are
@@ -70,19 +72,21 @@ def backoff_seconds(*, attempt: int) -> float:
     return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt))
 
 
-def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None]) -> int | None:
-    """One cycle; the number of keys written, or None when the CAS missed."""
+def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None], closed_token: str | None) -> int | None:
+    """One cycle; the number of keys written, or None when the write was refused (the CAS
+    missed, or the closed keys' rebuild no longer owns Redis)."""
     client = accounting_redis()
-    seq_before = client.get(keys.SEQ) or b""
+    mode = ["cas", client.get(keys.SEQ) or b""] if closed_token is None else ["closed", closed_token]
     written = 0
-    # closing(): a missed CAS leaves the loop early; end the snapshot's transaction and
+    # closing(): a refused write leaves the loop early; end the snapshot's transaction and
     # server-side cursor then, not whenever the generator is collected.
     with closing(booked_rows(show_ids=show_ids)) as rows:
         for chunk in chunked(rows, CHUNK_KEYS):
-            args = [seq_before]
+            args = list(mode)
             for key, cores, gpus, _ in chunk:
                 args += [key, cores, gpus]
-            ok, count = script("reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
+            ok, count, *_ = script("reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING],
+                                                       args=args)
             if not int(ok):
                 return None
             written += int(count)
@@ -91,12 +95,14 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None])
 
 
 def reseed_booked(*, show_ids: Sequence[str], scope: str = "farm", max_attempts: int = MAX_ATTEMPTS,
-                  progress: Callable[[int], None] = lambda n: None) -> BookedOutcome:
-    """Write int_cores/int_gpus of every key of these shows from SUM(proc), under the CAS."""
+                  progress: Callable[[int], None] = lambda n: None, closed_token: str | None = None) -> BookedOutcome:
+    """Write int_cores/int_gpus of every key of these shows from SUM(proc), under the CAS; or,
+    with `closed_token`, the rebuild of keys closed to booking that holds that token, which
+    needs no CAS (reseed_write.lua says why) and so finishes whatever the release rate."""
     started = time.monotonic()
     try:
         for attempt in range(1, max_attempts + 1):
-            written = _attempt_booked(show_ids=show_ids, progress=progress)
+            written = _attempt_booked(show_ids=show_ids, progress=progress, closed_token=closed_token)
             if written is not None:
                 return BookedOutcome(written=True, keys=written, attempts=attempt)
             RESEED_CAS_MISSES.inc()
@@ -220,7 +226,7 @@ def _bootstrap(*, wait: Callable[[float], object] | None,
     log.warning("accounting Redis is empty: keys stay closed to booking for %s s (the in-flight TTL), then rebuild", ttl)
     (wait or inflight_wait)(ttl)
     shows = managed_show_ids()
-    outcome = reseed_booked(show_ids=shows, scope="bootstrap", progress=progress)
+    outcome = reseed_booked(show_ids=shows, scope="bootstrap", progress=progress, closed_token=token)
     if not outcome.written:
         return ReseedReport(shows=len(shows), booked=outcome, limit_fields=None, bootstrapped=False)
     fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), progress=progress)

@@ -126,6 +126,12 @@ breaker = _Breaker()
 _UNREACHABLE = (redis.TimeoutError, redis.ConnectionError, TimeoutError, ConnectionError)
 
 
+def _bump() -> str:
+    """Whether releases bump acct:seq: only for a reseeder that does not read acct:inflight
+    (release_prepare.lua says why)."""
+    return "1" if settings.ACCOUNTING_SCHEDULER_RESEEDS else "0"
+
+
 def _ids(prepared: PreparedRelease) -> str:
     return f"procs={','.join(prepared.proc_ids)} shows={','.join(prepared.show_ids)}"
 
@@ -145,7 +151,7 @@ class RedisReleasePublisher:
         ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
         try:
             script("release_prepare").run(
-                accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload]
+                accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload, _bump()]
             )
         except Exception as error:  # noqa: BLE001 - the release commits whatever Redis does
             if isinstance(error, _UNREACHABLE):
@@ -159,7 +165,7 @@ class RedisReleasePublisher:
         return prepared
 
     def publish(self, *, prepared: PreparedRelease) -> int | None:
-        args: list = [prepared.op_id]
+        args: list = [prepared.op_id, _bump()]
         for cores, gpus in prepared.deltas.values():
             args += [cores, gpus]
         started = time.perf_counter()

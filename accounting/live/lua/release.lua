@@ -3,9 +3,10 @@
 -- KEYS[1]: acct:inflight  KEYS[2]: acct:seq
 -- KEYS[3..n]: accounting hashes (acct:sub/folder/job/layer/point), each listed once
 -- ARGV[1]: operation id registered by release_prepare.lua
--- ARGV[2*(i-2)], ARGV[2*(i-2)+1]: cores (in cores) and gpus to take off KEYS[i], both >= 0
+-- ARGV[2]: "1" to bump acct:seq, "0" not to (release_prepare.lua says when)
+-- ARGV[2*(i-2)+1], ARGV[2*(i-2)+2]: cores (in cores) and gpus to take off KEYS[i], both >= 0
 -- Returns {applied, seq}: applied is 1 when the decrements were applied, 0 when the entry
--- was gone or expired; seq is the new acct:seq (bumped either way).
+-- was gone or expired; seq is acct:seq (bumped or not: 0 when it does not exist).
 --
 -- The decrements apply only while the release's in-flight entry is live. Once it is gone
 -- (a Redis restart flushed it) or expired, a reseed may already have written SUM(proc)
@@ -16,15 +17,22 @@
 -- counter, and the bootstrap reseed writes the key.
 -- A counter is never taken below 0: if Redis already counted lower than this release,
 -- keep the higher value (0) and let the recompute settle it.
+local function seq()
+  if ARGV[2] == '1' then
+    return redis.call('INCR', KEYS[2])
+  end
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+
 local entry = redis.call('HGET', KEYS[1], ARGV[1])
 if not entry then
-  return {0, redis.call('INCR', KEYS[2])}
+  return {0, seq()}
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(string.match(entry, '^(%d+)')) <= now then
-  return {0, redis.call('INCR', KEYS[2])}
+  return {0, seq()}
 end
 
 local function take(key, field, amount)
@@ -35,8 +43,8 @@ end
 
 for i = 3, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
-    take(KEYS[i], 'int_cores', tonumber(ARGV[2 * (i - 2)]))
-    take(KEYS[i], 'int_gpus', tonumber(ARGV[2 * (i - 2) + 1]))
+    take(KEYS[i], 'int_cores', tonumber(ARGV[2 * (i - 2) + 1]))
+    take(KEYS[i], 'int_gpus', tonumber(ARGV[2 * (i - 2) + 2]))
   end
 end
-return {1, redis.call('INCR', KEYS[2])}
+return {1, seq()}

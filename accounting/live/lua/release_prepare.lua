@@ -4,8 +4,18 @@
 -- ARGV[1]: operation id (uuid4 hex)
 -- ARGV[2]: time to live in milliseconds (a holder that dies lets the entry expire)
 -- ARGV[3]: "<key>|<cores>|<gpus>|<key>|<cores>|<gpus>|..." released amounts, cores in cores
--- Returns the new acct:seq.
+-- ARGV[4]: "1" to bump acct:seq, "0" not to (below)
+-- Returns acct:seq (bumped or not; 0 when it does not exist).
+--
+-- The bump is for a reseeder that does not read acct:inflight (the Rust scheduler's own,
+-- ACCOUNTING_SCHEDULER_RESEEDS): its compare-and-swap then retries when a release lands in
+-- its window. This project's reseeds add the in-flight entries, for which a release never
+-- takes a write low: without such a reseeder, releases leave acct:seq alone, so a reseed
+-- finishes however fast procs are released.
 local now = redis.call('TIME')
 local expiry_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', expiry_ms) .. '|' .. ARGV[3])
-return redis.call('INCR', KEYS[2])
+if ARGV[4] == '1' then
+  return redis.call('INCR', KEYS[2])
+end
+return tonumber(redis.call('GET', KEYS[2]) or '0')
