@@ -40,12 +40,13 @@ COLUMN_ORIGINS = {
 UNKNOWN_ORIGIN = "this Cuebot schema differs from the one the project supports (docs/cuebot-schema.md)"
 
 # What the service's role does to each table: releases delete procs and give hosts and
-# local reservations back; limits, recomputes and the ownership toggle update the
-# accounting tables and show. The demo and the simulator insert, but never on a site.
+# local reservations back (and delete a finished job's reservation, as Cuebot does); limits,
+# recomputes and the ownership toggle update the accounting tables and show. The demo and
+# the simulator insert, but never on a site.
 WRITES = {
     "proc": ("SELECT", "DELETE"),
     "host": ("SELECT", "UPDATE"),
-    "host_local": ("SELECT", "UPDATE"),
+    "host_local": ("SELECT", "UPDATE", "DELETE"),
     "show": ("SELECT", "UPDATE"),
     "subscription": ("SELECT", "UPDATE"),
     "folder_resource": ("SELECT", "UPDATE"),

@@ -37,7 +37,8 @@ logger = logging.getLogger(__name__)
 # 2. one host UPDATE gives the idle resources back (summed per host), in the same statement.
 # 3. the branch, per proc:
 #    - local (b_local): layer_resource, job_resource int_local_* and the job's host_local
-#      reservation on that host (idle amounts back), whatever the show's flag;
+#      reservation on that host (idle amounts back; deleted once the job is FINISHED or
+#      gone, as Cuebot removes it), whatever the show's flag;
 #    - scheduler-managed show: no accounting-table writes; with ACCOUNTING_NOTIFY_ENABLED,
 #      an acct_release NOTIFY in the transaction (accounting.notify); with
 #      ACCOUNTING_REDIS_ENABLED, registered in flight before the transaction (below) and
@@ -293,6 +294,24 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
         if settling and a.table in TABLE_RECOMPUTES:
             failures += recompute_table(cursor=cursor, table=TABLE_RECOMPUTES[a.table], show_ids=list(settling))
     report_row_failures(failures, operation="release of a settling show")
+    _remove_finished_local_reservations(cursor, releases)
+
+
+# Cuebot's DispatchSupportService.unbookProc, after a local proc goes: the job's local
+# reservation on that host is removed once the job is over (BookingManagerService.
+# removeInactiveLocalHostAssignment: FINISHED, or the job row gone). Its rows were locked by
+# the host_local UPDATE above, so this takes no new lock.
+REMOVE_LOCAL_RESERVATIONS = """
+DELETE FROM host_local hl
+ USING unnest(%(hosts)s::text[], %(jobs)s::text[]) AS d(pk_host, pk_job)
+ WHERE hl.pk_host = d.pk_host AND hl.pk_job = d.pk_job
+"""
+
+
+def _remove_finished_local_reservations(cursor, releases: Sequence[Release]) -> None:
+    over = sorted({(r.host_id, r.job_id) for r in releases if r.branch is Branch.LOCAL and (r.job_finished or r.job_gone)})
+    if over:
+        cursor.execute(REMOVE_LOCAL_RESERVATIONS, {"hosts": [h for h, _ in over], "jobs": [j for _, j in over]})
 
 
 def _report_jobs_gone(releases: Sequence[Release]) -> None:

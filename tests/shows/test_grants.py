@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from accounting.models import Proc
+from accounting.models import HostLocal, Proc
 from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.attach import ROW_LOCKS, grant_statements, schema_problems
+from shows.models import Job
 from tests.farms import build_farm
 
 pytestmark = pytest.mark.django_db
@@ -63,10 +64,12 @@ def test_the_checks_name_the_row_lock_when_its_grant_is_revoked():
 def test_single_batch_and_local_releases_work_under_the_documented_role(managed, django_capture_on_commit_callbacks):
     farm = build_farm(managed=managed)
     procs = [farm.add_proc(cores=150), farm.add_proc(cores=200, gpus=1), farm.add_proc(local=True), farm.add_proc()]
+    Job.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")  # its local reservation is deleted too
     with documented_role(), django_capture_on_commit_callbacks(execute=True):
         assert unbook_proc(proc_id=procs[0].id) is not None
         assert None not in unbook_procs(proc_ids=[p.id for p in procs[1:]])
     assert not Proc.objects.filter(pk__in=[p.id for p in procs]).exists()
+    assert not HostLocal.objects.filter(job=farm.job).exists()
 
 
 def test_a_batch_release_is_refused_without_the_row_lock_grant(farm):

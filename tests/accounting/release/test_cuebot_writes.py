@@ -16,8 +16,8 @@ from accounting.models import (
     Subscription,
 )
 from accounting.release.types import Branch
-from accounting.release.unbook import unbook_proc
-from shows.models import Alloc, Host, HostStat, Show
+from accounting.release.unbook import unbook_proc, unbook_procs
+from shows.models import Alloc, Host, HostStat, Job, Show
 from tests.accounting.release.test_unbook import (
     booked,
     hashes,
@@ -47,6 +47,34 @@ def test_a_local_release_gives_its_amounts_back_to_the_jobs_host_local_reservati
     assert (reservation.int_cores_idle, reservation.int_mem_idle, reservation.int_gpus_idle) == (
         reservation.int_cores_max - 300, reservation.int_mem_max - 2048, reservation.int_gpus_max - 1)
     assert booked(cuebot_farm)["job_local"] == (300, 1)
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["cuebot-managed", "scheduler-managed"])
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_a_finished_jobs_local_reservation_is_removed_when_one_of_its_local_procs_goes(managed, batch):
+    """BookingManagerService.removeInactiveLocalHostAssignment, run by Cuebot's unbookProc for a
+    local proc: once the job is FINISHED (or its row gone), its host_local row is deleted."""
+    farm = build_farm(managed=managed)
+    running_job, running_layer = farm.add_job()
+    finished = [farm.add_proc(cores=100, local=True), farm.add_proc(cores=200, local=True)]
+    running = farm.add_proc(cores=100, local=True, layer=running_layer)
+    Job.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
+
+    if batch:
+        unbook_procs(proc_ids=[finished[0].id, running.id])
+    else:
+        unbook_proc(proc_id=finished[0].id)
+        unbook_proc(proc_id=running.id)
+
+    assert not HostLocal.objects.filter(host=farm.host, job=farm.job).exists()
+    assert HostLocal.objects.filter(host=farm.host, job=running_job).exists()  # its job still runs
+    assert unbook_proc(proc_id=finished[1].id).branch is Branch.LOCAL  # the last one goes all the same
+
+
+def test_a_running_jobs_local_reservation_stays(cuebot_farm):
+    proc = cuebot_farm.add_proc(cores=100, local=True)
+    unbook_proc(proc_id=proc.id)
+    assert HostLocal.objects.filter(host=cuebot_farm.host, job=cuebot_farm.job).exists()
 
 
 def test_a_cuebot_managed_proc_whose_job_is_gone_is_released_and_what_can_be_resolved_taken_off(
