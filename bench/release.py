@@ -342,7 +342,7 @@ def gunicorn_server():
     port = free_port()
     metrics_dir = tempfile.TemporaryDirectory()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "LOG_LEVEL": "WARNING",
-           "PROMETHEUS_MULTIPROC_DIR": metrics_dir.name}
+           "PROMETHEUS_MULTIPROC_DIR": metrics_dir.name, "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or uuid.uuid4().hex * 2}
     process = subprocess.Popen(server.gunicorn_command(f"127.0.0.1:{port}") + ["--log-level", "warning"], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 30

@@ -44,6 +44,17 @@ def redis_problem(*, setting: str, url: str, error: Exception) -> ServiceUnreach
     )
 
 
+def check_secret_key() -> None:
+    """A serving process never signs sessions and CSRF tokens with the published development key."""
+    if not settings.DEBUG and settings.SECRET_KEY == settings.DEVELOPMENT_SECRET_KEY:
+        raise StartupRefused("DJANGO_SECRET_KEY is not set: refusing to serve with the development key while DEBUG is off; "
+                             "set a long random DJANGO_SECRET_KEY (`make run` keeps one in .local/secret_key)")
+
+
+# Commands that serve: refused at once, in one line, when they could not work.
+SERVING_COMMANDS = {"qcluster"}
+
+
 def check_postgres() -> None:
     try:
         connection.ensure_connection()
@@ -80,6 +91,12 @@ def run_with_clear_service_errors(argv: list[str]) -> None:
     from django.core.management import execute_from_command_line
 
     try:
+        if len(argv) > 1 and argv[1] in SERVING_COMMANDS:
+            import django
+
+            django.setup()
+            check_secret_key()
+            check_services()
         execute_from_command_line(argv)
     except StartupRefused as problem:
         sys.stderr.write(f"cuebot-acct: {problem}\n")

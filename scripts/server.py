@@ -11,6 +11,7 @@ pid file kept, and the exit status is 1.
 """
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -90,6 +91,16 @@ def gunicorn_command(bind: str) -> list[str]:
     return [str(BIN / "gunicorn"), "cuebot_acct.wsgi", "--bind", bind, "--workers", "2", "--threads", "4"]
 
 
+def demo_secret_key(state: Path) -> str:
+    """The demo's own secret key, made once and kept in the state directory (never the
+    published development key, which the served processes refuse)."""
+    path = state / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
 def port_taken(bind: str) -> bool:
     """Whether something else already listens on `bind` (host:port): gunicorn would die on it
     a few seconds after start, while the URL kept answering with that other program."""
@@ -106,6 +117,8 @@ def start(state: Path, bind: str) -> None:
     if not running(state, "gunicorn") and port_taken(bind):
         sys.exit(f"server: {bind} is already in use by another program; stop it, or run `make run BIND=127.0.0.1:<free port>`")
     (state / "log").mkdir(parents=True, exist_ok=True)
+    if not os.environ.get("DJANGO_SECRET_KEY"):
+        os.environ["DJANGO_SECRET_KEY"] = demo_secret_key(state)
     metrics_dir = Path(os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(state / "metrics")))
     if not any(running(state, name) for name in PROCESSES):
         shutil.rmtree(metrics_dir, ignore_errors=True)

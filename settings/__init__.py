@@ -14,8 +14,23 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="cuebot-acct-insecure-development-key")
+# The development key lets commands, the suite and DEBUG run without configuration; a process
+# that serves (gunicorn, the task cluster) refuses it while DEBUG is off (cuebot_acct.startup).
+DEVELOPMENT_SECRET_KEY = "cuebot-acct-insecure-development-key"
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
+# Served over HTTPS (TLS ended by a proxy that sets X-Forwarded-Proto): secure cookies, a
+# redirect from plain HTTP (but for /metrics and /healthz, scraped inside), HSTS.
+HTTPS = env.bool("DJANGO_HTTPS", default=False)
+if HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^metrics$", r"^healthz$"]
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=31536000)
+    # The preload directive only asks; a domain reaches browsers' list when its owner submits it.
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("DJANGO_HSTS_PRELOAD", default=True)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 
 INSTALLED_APPS = [

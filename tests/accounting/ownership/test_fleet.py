@@ -106,6 +106,7 @@ def test_a_web_process_registers_itself_and_warns_at_start(cuebot_farm):
     Show.objects.filter(pk=cuebot_farm.show.pk).update(b_scheduler_managed=True)
     db = live.DATABASES["default"]
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "ACCOUNTING_REDIS_ENABLED": "false",
+           "DJANGO_SECRET_KEY": "a-key-of-this-test-" + "x" * 40,
            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
            "CACHE_REDIS_URL": live.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": live.TASK_BROKER_REDIS_URL}
     code = "import os, cuebot_acct.wsgi; print(os.getpid())"
