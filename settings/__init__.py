@@ -2,6 +2,7 @@
 
 The README lists each variable, its default and the Cuebot property it replaces.
 """
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -44,6 +45,7 @@ INSTALLED_APPS = [
     "ninja",  # /api/v1/docs then uses Swagger UI from ninja's static files, not a CDN
     "shows",
     "accounting",
+    "axes",  # admin login throttling
 ]
 
 MIDDLEWARE = [
@@ -56,7 +58,18 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # answers a locked-out login with 429
 ]
+
+# Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one
+# username from one address, that pair is locked out for AXES_COOLOFF_MINUTES, the right
+# password included; a success resets the count. API tokens are not passwords and are not
+# throttled here (a wrong token costs a hash lookup, answered 401).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "cuebot_acct.urls"
 WSGI_APPLICATION = "cuebot_acct.wsgi.application"
