@@ -70,6 +70,7 @@ AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # no banner at every start: a refused start stays one line
 
 ROOT_URLCONF = "cuebot_acct.urls"
 WSGI_APPLICATION = "cuebot_acct.wsgi.application"
