@@ -1,4 +1,5 @@
 """Accounting endpoints under /api/v1/: release, drift, locks and limit changes."""
+import threading
 from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
@@ -27,6 +28,7 @@ from accounting.live.leases import held_locks
 from accounting.live.units import centicores_from_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.operators.auth import BearerToken
+from accounting.operators.selectors import drift_status
 from accounting.reconcile.drift import drift_report
 from accounting.release.types import Release
 from accounting.release.unbook import unbook_proc, unbook_procs
@@ -41,6 +43,7 @@ from cuebot_acct.api_types import (
     storable,
 )
 from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS, VIEW_ACCOUNTING
+from shows.models import Show
 from shows.selectors import AmbiguousName, get_show_by_name
 
 router = Router(tags=["accounting"])
@@ -130,21 +133,46 @@ def unbook_one(request: HttpRequest, proc_id: DbText):
 # Reconciliation: drift, locks, limit changes.
 
 
+# A live drift report reads every key of a show from Redis and SUM(proc) from PostgreSQL:
+# one show per request, one at a time per process, so readers cannot slow the release path
+# (eight loops on the farm-wide report took release p99 from 10 to 162 ms). The farm-wide
+# view is the periodic drift check's last result, computed once for every reader.
+_live_drift = threading.Lock()
+
+
 @router.get("/accounting/drift", auth=BearerToken(VIEW_ACCOUNTING),
-            response={200: dict[str, Any], 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
-            summary="Redis against PostgreSQL for scheduler-managed shows",
-            description=f"Needs the permission {VIEW_ACCOUNTING}.")
+            response={200: dict[str, Any], 409: ErrorOut, 429: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+            summary="Redis against PostgreSQL: one show live, or every show as of the last drift check",
+            description=f"Needs the permission {VIEW_ACCOUNTING}. With `show`, that show's keys and fields, read now "
+                        "(one such report at a time per process: 429 while another runs). Without, the periodic "
+                        "drift check's last result per scheduler-managed show (fields that differed, when it ran).")
 def accounting_drift(request, show: DbText | None = None):
-    show_ids = None
-    if show is not None:
-        try:
-            found = get_show_by_name(name=show)
-        except AmbiguousName as error:
-            raise HttpError(409, str(error)) from None
-        if found is None:
-            raise HttpError(404, f"unknown show {show!r}")
-        show_ids = [found.id]
-    return drift_report(show_ids=show_ids).as_dict()
+    if show is None:
+        return _last_check()
+    try:
+        found = get_show_by_name(name=show)
+    except AmbiguousName as error:
+        raise HttpError(409, str(error)) from None
+    if found is None:
+        raise HttpError(404, f"unknown show {show!r}")
+    if not _live_drift.acquire(blocking=False):
+        raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
+    try:
+        return drift_report(show_ids=[found.id]).as_dict()
+    finally:
+        _live_drift.release()
+
+
+def _last_check() -> dict[str, Any]:
+    status = drift_status()
+    names = dict(Show.objects.filter(pk__in=list(status.shows)).values_list("pk", "str_name"))
+    return {
+        "source": "the periodic drift check (acct-drift-check); ask ?show=NAME for one show now",
+        "checked_at": status.checked_at.isoformat() if status.checked_at else None,
+        "error": status.error,
+        "shows": [{"show": names.get(pk, pk), "show_id": pk, "fields_drifted": d.fields, "fields_checked": d.checked}
+                  for pk, d in sorted(status.shows.items(), key=lambda item: names.get(item[0], item[0]))],
+    }
 
 
 @router.get("/locks", auth=BearerToken(VIEW_ACCOUNTING), response={200: list[dict[str, Any]], **AUTH_ERRORS},

@@ -208,3 +208,25 @@ def test_keys_a_rebuild_without_our_marker_opened_are_still_compared(farm, acct_
     assert report.redis_state == NOT_SEEDED
     assert [(row.key, row.field, row.redis, row.pg) for row in report.rows] == [(sub_key(farm), "int_cores", 9, 2)]
     assert report.explained_by(CLOSED) == []
+
+
+def test_api_drift_without_a_show_answers_the_last_check_not_a_farm_wide_read(farm, acct_redis, reader_client):
+    from accounting.reconcile.drift_check import run_drift_check
+
+    seed_show(show_id=farm.show.id)
+    acct_redis.hset(sub_key(farm), "int_gpus", 2)
+    run_drift_check()
+    acct_redis.hset(sub_key(farm), "int_gpus", 5)  # after the check: not in its answer
+    body = reader_client.get("/api/v1/accounting/drift").json()
+    assert body["checked_at"] is not None and body["source"].startswith("the periodic drift check")
+    assert body["shows"] == [{"show": farm.show.str_name, "show_id": farm.show.id, "fields_drifted": 1,
+                              "fields_checked": body["shows"][0]["fields_checked"]}]
+
+
+def test_api_drift_computes_one_live_report_at_a_time_per_process(farm, reader_client):
+    from accounting.operators import api
+
+    with api._live_drift:  # another request's report is running
+        busy = reader_client.get("/api/v1/accounting/drift", {"show": farm.show.str_name})
+    assert busy.status_code == 429 and "retry" in busy.json()["detail"]
+    assert reader_client.get("/api/v1/accounting/drift", {"show": farm.show.str_name}).status_code == 200
