@@ -28,7 +28,7 @@ from accounting.live.leases import held_locks
 from accounting.live.units import centicores_from_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.operators.auth import BearerToken
-from accounting.operators.selectors import drift_status
+from accounting.operators.selectors import drift_status, labelled_drift, release_names
 from accounting.reconcile.drift import drift_report
 from accounting.release.types import Release
 from accounting.release.unbook import unbook_proc, unbook_procs
@@ -58,16 +58,19 @@ class ReleaseOut(Schema):
     host_id: str
     show_id: str
     alloc_id: str
-    folder_id: str
+    folder_id: str | None = Field(description="null when the proc's job row was gone at the release")
     job_id: str
     layer_id: str
-    dept_id: str
+    dept_id: str | None = Field(description="null when the proc's job row was gone at the release")
     cores_centicores: int = Field(description="Released cores as PostgreSQL stores them (1 core = 100).")
     cores: int = Field(description="Released cores as Redis counts them: per proc, truncated.")
     gpus: int
     memory: int = Field(description="KB")
     gpu_memory: int = Field(description="KB")
     branch: Literal["local", "scheduler", "cuebot"]
+    names: dict[str, str | None] = Field(
+        description="The names of show, alloc, folder, job, layer and dept (\"gone\" for a row that no longer exists; "
+                    "null where the id is unknown: folder and dept when the job row was gone).")
 
 
 class UnbookBatchIn(Schema):
@@ -98,8 +101,8 @@ class UnbookBatchOut(Schema):
     results: list[UnbookResult]
 
 
-def _release_out(release: Release) -> dict:
-    return {**release.__dict__, "branch": release.branch.value}
+def _release_out(release: Release, names: dict[str, str | None]) -> dict:
+    return {**release.__dict__, "branch": release.branch.value, "names": names}
 
 
 @router.post(
@@ -109,9 +112,10 @@ def _release_out(release: Release) -> dict:
 )
 def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
     releases = unbook_procs(proc_ids=payload.proc_ids)
+    names = release_names(releases=[r for r in releases if r is not None])
     return {
         "results": [
-            {"proc_id": proc_id, "status": "released", "release": _release_out(release)} if release
+            {"proc_id": proc_id, "status": "released", "release": _release_out(release, names[proc_id])} if release
             else {"proc_id": proc_id, "status": "not_found"}
             for proc_id, release in zip(payload.proc_ids, releases, strict=True)
         ]
@@ -127,7 +131,7 @@ def unbook_one(request: HttpRequest, proc_id: DbText):
     release = unbook_proc(proc_id=proc_id)
     if release is None:
         return Status(404, {"detail": f"no proc {proc_id}"})
-    return Status(200, _release_out(release))
+    return Status(200, _release_out(release, release_names(releases=[release])[release.proc_id]))
 
 
 # Reconciliation: drift, locks, limit changes.
@@ -158,7 +162,7 @@ def accounting_drift(request, show: DbText | None = None):
     if not _live_drift.acquire(blocking=False):
         raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
     try:
-        return drift_report(show_ids=[found.id]).as_dict()
+        return labelled_drift(report=drift_report(show_ids=[found.id]).as_dict())
     finally:
         _live_drift.release()
 

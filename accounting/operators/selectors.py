@@ -1,5 +1,6 @@
 """Reads for the operator's pages: the farm overview, the drift check's results, and names
 for Redis keys (`acct:folder:<uuid>` reads "demo01 / lighting")."""
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +48,50 @@ def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
                 found = {"folder": folders, "job": jobs, "layer": layers}.get(kind, {}).get(ids[0])
                 labels[key] = f"{kind} {found}" if found else f"{kind} gone ({ids[0][:8]}…)"
     return labels
+
+
+# --- Names beside ids in answers ------------------------------------------------------------
+
+# A release answer names what it released. Names change rarely and a release client releases
+# the procs of a few jobs over and over: each id's name is kept for a minute, so the release
+# path pays a query only for ids it has not seen lately.
+NAME_SECONDS = 60.0
+_names: dict[tuple[str, str], tuple[float, str]] = {}
+_NAMED = {"show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": Layer, "dept": Dept}
+
+
+def names_of(*, wanted: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str], str]:
+    """(kind, id) -> name for kinds show, alloc, folder, job, layer, dept; "gone" where no row."""
+    now = time.monotonic()
+    found, missing = {}, {}
+    for kind, id in wanted:
+        if id is None:
+            continue
+        hit = _names.get((kind, id))
+        if hit and hit[0] > now:
+            found[(kind, id)] = hit[1]
+        else:
+            missing.setdefault(kind, set()).add(id)
+    for kind, ids in missing.items():
+        rows = dict(_NAMED[kind].objects.filter(pk__in=ids).values_list("pk", "str_name"))
+        for id in ids:
+            found[(kind, id)] = name = rows.get(id, "gone")
+            _names[(kind, id)] = (now + NAME_SECONDS, name)
+    return found
+
+
+def release_names(*, releases: Iterable) -> dict[str, dict[str, str | None]]:
+    """proc id -> {show, alloc, folder, job, layer, dept: name} for these releases."""
+    releases = list(releases)
+    kinds = [(kind, f"{kind}_id") for kind in _NAMED]
+    known = names_of(wanted=[(kind, getattr(r, attr)) for r in releases for kind, attr in kinds])
+    return {r.proc_id: {kind: known.get((kind, getattr(r, attr))) for kind, attr in kinds} for r in releases}
+
+
+def labelled_drift(*, report: dict) -> dict:
+    """A drift report's dict with each row's key named (show / allocation, folder, job, ...)."""
+    labels = key_labels(redis_keys={row["key"] for row in report["rows"]})
+    return {**report, "rows": [{**row, "names": labels.get(row["key"])} for row in report["rows"]]}
 
 
 # --- The drift check's last results (accounting.reconcile.drift_check) -----------------------------

@@ -2,6 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from accounting.operators.selectors import key_labels, labelled_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, drift_report
 from shows.selectors import AmbiguousName, get_show_by_name
 
@@ -37,11 +38,13 @@ class Command(BaseCommand):
             show_ids = [found.id]
         report = drift_report(show_ids=show_ids)
         if options["json"]:
-            self.stdout.write(json.dumps(report.as_dict(), indent=2))
+            self.stdout.write(json.dumps(labelled_drift(report=report.as_dict()), indent=2))
         else:
+            labels = key_labels(redis_keys={row.key for row in report.rows})
             for row in report.rows:
                 cause = f"\tcause: {row.cause}" if row.cause else ""
-                self.stdout.write(f"{row.key}\t{row.field}\tredis={row.redis}\tpg={row.pg}\tdiff={row.difference:+d}{cause}")
+                self.stdout.write(f"{labels.get(row.key, row.key)}\t{row.field}\tredis={row.redis}\tpg={row.pg}"
+                                  f"\tdiff={row.difference:+d}{cause}\t{row.key}")
             if report.redis_state != SEEDED:
                 self.stdout.write(f"the accounting Redis is {report.redis_state}: its keys are closed, nothing is drift")
             explained = "".join(f", {len(rows)} {EXPLANATIONS[cause]} (not drift)"

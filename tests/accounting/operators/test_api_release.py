@@ -40,6 +40,8 @@ def test_unbook_one_returns_the_release_and_publishes(farm, acct_redis, post, dj
         "proc_id": proc.id, "host_id": farm.host.id, "show_id": farm.show.id, "alloc_id": farm.alloc.id,
         "folder_id": farm.folder.id, "job_id": farm.job.id, "layer_id": farm.layer.id, "dept_id": farm.dept.id,
         "cores_centicores": 250, "cores": 2, "gpus": 1, "memory": 512, "gpu_memory": 0, "branch": "scheduler",
+        "names": {"show": farm.show.str_name, "alloc": farm.alloc.str_name, "folder": "root",
+                  "job": farm.job.str_name, "layer": "render", "dept": farm.dept.str_name},
     }
     assert hashes(acct_redis, names) == {role: {"int_cores": "0", "int_gpus": "0"} for role in names}
 
@@ -200,3 +202,15 @@ def test_create_api_token_refuses_an_unknown_permission_and_issues_nothing(db):
     with pytest.raises(CommandError, match="unknown permission 'accounting.everything'"):
         call_command("create_api_token", "dashboard", "--grant", "accounting.everything")
     assert not ApiToken.objects.exists()
+
+
+def test_a_batch_answer_names_what_each_release_gave_back_and_a_gone_job_reads_so(farm, post):
+    kept_job, kept_layer = farm.add_job()
+    proc, gone = farm.add_proc(cores=100, layer=kept_layer), farm.add_proc(cores=100)
+    farm.delete_job_as_cuebot_does(job=farm.job)
+    body = post("/api/v1/procs/unbook", {"proc_ids": [proc.id, gone.id]}).json()
+    names = [result["release"]["names"] for result in body["results"]]
+    assert names[0] == {"show": farm.show.str_name, "alloc": farm.alloc.str_name, "folder": "root",
+                        "job": kept_job.str_name, "layer": "render", "dept": farm.dept.str_name}
+    assert names[1] == {"show": farm.show.str_name, "alloc": farm.alloc.str_name, "folder": None,
+                        "job": "gone", "layer": "gone", "dept": None}

@@ -78,7 +78,8 @@ def test_command_exit_codes_and_json(farm, acct_redis, capsys):
     assert exited.value.code == 1
     data = json.loads(capsys.readouterr().out)
     assert data["fields_drifted"] == 1
-    assert data["rows"][0] == {"key": sub_key(farm), "field": "int_cores", "redis": 5, "pg": 0, "difference": 5, "cause": None}
+    assert data["rows"][0] == {"key": sub_key(farm), "field": "int_cores", "redis": 5, "pg": 0, "difference": 5, "cause": None,
+                               "names": f"{farm.show.str_name} / {farm.alloc.str_name}"}
 
 
 def test_api_drift(farm, acct_redis, reader_client):
@@ -230,3 +231,19 @@ def test_api_drift_computes_one_live_report_at_a_time_per_process(farm, reader_c
         busy = reader_client.get("/api/v1/accounting/drift", {"show": farm.show.str_name})
     assert busy.status_code == 429 and "retry" in busy.json()["detail"]
     assert reader_client.get("/api/v1/accounting/drift", {"show": farm.show.str_name}).status_code == 200
+
+
+def test_the_command_names_each_key_and_keeps_it_for_scripts(farm, acct_redis, capsys):
+    seed_show(show_id=farm.show.id)
+    acct_redis.hset(sub_key(farm), "int_cores", 5)
+    with pytest.raises(SystemExit):
+        call_command("acct_drift", "--show", farm.show.str_name)
+    first = capsys.readouterr().out.splitlines()[0].split("\t")
+    assert first[0] == f"{farm.show.str_name} / {farm.alloc.str_name}" and first[-1] == sub_key(farm)
+
+
+def test_the_api_names_each_drifted_key(farm, acct_redis, reader_client):
+    seed_show(show_id=farm.show.id)
+    acct_redis.hset(keys.job(job_id=farm.job.id), "int_cores", 7)
+    body = reader_client.get("/api/v1/accounting/drift", {"show": farm.show.str_name}).json()
+    assert [row["names"] for row in body["rows"]] == [f"job {farm.show.str_name} / {farm.job.str_name}"]
