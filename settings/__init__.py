@@ -79,7 +79,8 @@ ASGI_APPLICATION = "cuebot_acct.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # Before the apps' templates: cuebot_acct/templates/admin/nav_sidebar.html adds the operator's pages.
+        "DIRS": [BASE_DIR / "cuebot_acct" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from accounting.operators.display import CoresFormMixin, cores_column
 from accounting.operators.selectors import drift_status
@@ -90,7 +90,7 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
     list_filter = ["b_scheduler_managed", "b_active"]
     search_fields = ["str_name"]
     ordering = ["str_name"]
-    readonly_fields = ["str_name", "b_scheduler_managed"]
+    readonly_fields = ["str_name", "b_scheduler_managed", "see_also"]
     cores_fields = {"int_default_min_cores": False, "int_default_max_cores": False}
     default_min = cores_column("int_default_min_cores", "default min")
     default_max = cores_column("int_default_max_cores", "default max")
@@ -104,6 +104,16 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
         found = drift_status().shows.get(show.pk)
         text = "not checked yet" if found is None else f"{found.fields} field(s) differ" if found.fields else "none"
         return format_html('<a href="{}">{}</a>', reverse("acct-drift-show", args=[show.id]), text)
+
+    @admin.display(description="See also")
+    def see_also(self, show: Show) -> str:
+        """From a show to what an operator looks at next: its subscriptions, folders, jobs, drift."""
+        links = [("subscriptions", reverse("admin:accounting_subscription_changelist") + f"?show__id__exact={show.id}"),
+                 ("folders", reverse("admin:accounting_folderresource_changelist") + f"?folder__show__id__exact={show.id}"),
+                 ("jobs", reverse("admin:shows_job_changelist") + f"?show__id__exact={show.id}")]
+        if show.b_scheduler_managed:
+            links.append(("Redis drift", reverse("acct-drift-show", args=[show.id])))
+        return format_html_join(" · ", '<a href="{}">{}</a>', ((url, text) for text, url in links))
 
     def has_add_permission(self, request) -> bool:
         return False

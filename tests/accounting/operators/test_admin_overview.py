@@ -178,3 +178,30 @@ def test_an_allocation_beyond_its_size_or_burst_is_marked(admin_client):
     assert f"{beyond_size.alloc.str_name}: 1.5 / 1 (2) cores beyond size" in text
     assert f"{beyond_burst.alloc.str_name}: 2.5 / 1 (2) cores beyond burst" in text
     assert "acct-over-size" in page and "acct-over-burst" in page
+
+
+def test_the_sidebar_offers_the_operator_pages_on_every_admin_page(admin_client):
+    build_farm(managed=True)
+    for url in (reverse("admin:accounting_subscription_changelist"), reverse("acct-drift")):
+        page = admin_client.get(url).content.decode()
+        assert f'<a href="{reverse("admin:index")}">Farm overview</a>' in page
+        assert f'href="{reverse("acct-drift")}"' in page and ">Accounting drift</a>" in page
+
+
+def test_breadcrumbs_start_at_home_on_every_operator_page(admin_client):
+    farm = build_farm(managed=True)
+    home = f'<a href="{reverse("admin:index")}">Home</a>'
+    for url, last in ((reverse("acct-drift"), "Accounting drift"),
+                      (reverse("acct-drift-show", args=[farm.show.id]), farm.show.str_name),
+                      (reverse("acct-drift-reseed", args=[farm.show.id]), "Reseed")):
+        crumbs = admin_client.get(url).content.decode().split('<div class="breadcrumbs">')[1].split("</div>")[0]
+        assert crumbs.startswith(home) and crumbs.rstrip().endswith(last), (url, crumbs)
+
+
+def test_a_shows_page_links_to_its_subscriptions_folders_jobs_and_drift(admin_client):
+    farm = build_farm(managed=True)
+    page = admin_client.get(reverse("admin:shows_show_change", args=[farm.show.id])).content.decode()
+    subscriptions = reverse("admin:accounting_subscription_changelist") + f"?show__id__exact={farm.show.id}"
+    assert f'href="{subscriptions}"' in page and f'href="{reverse("acct-drift-show", args=[farm.show.id])}"' in page
+    listed = admin_client.get(subscriptions)  # a filter the changelist takes: 200, not a redirect to ?e=1
+    assert listed.status_code == 200 and farm.alloc.str_name in listed.content.decode()
