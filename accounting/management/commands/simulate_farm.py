@@ -1,13 +1,16 @@
 import json
+import random
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.test.utils import override_settings
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
-from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
+from accounting.simulation.farm import build_sim_farm, foreign_redis_keys, sim_show_ids
 from accounting.simulation.farm_builder import FarmRefused
 from accounting.simulation.faults import FAULT_KINDS, parse_faults
+from accounting.simulation.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
 from accounting.simulation.runner import SimConfig, run_simulation
 from accounting.simulation.workers import RESEEDERS
 from cuebot_acct.startup import redact
@@ -50,11 +53,17 @@ class Command(BaseCommand):
         parser.add_argument("--allow-flush-foreign-keys", action="store_true",
                             help="let the redis-restart fault flush the accounting Redis even though it holds keys of "
                                  "shows the simulator did not create (they are lost)")
+        parser.add_argument("--era", choices=["redis", "notify"], default="redis",
+                            help="which OpenCue scheduler to play: the Redis era's (acct:* hashes) or the NOTIFY era's "
+                                 "(in-memory counters fed by LISTEN; faults: " + ", ".join(NOTIFY_FAULTS) + ") "
+                                 "(default: %(default)s)")
         parser.add_argument("--reseeder", choices=RESEEDERS, default="project",
                             help="who reseeds during the run: this project's reseed (in-flight overlay) or one like "
                                  "the scheduler's own recompute (compare-and-swap only) (default: %(default)s)")
 
     def handle(self, *args, faults: str, json: bool, allow_flush_foreign_keys: bool, **options) -> None:
+        if options["era"] == "notify":
+            return self._notify_era(faults=faults, as_json=json, **options)
         try:
             kinds = parse_faults(faults)
         except ValueError as error:
@@ -90,6 +99,30 @@ class Command(BaseCommand):
                 raise CommandError(str(refused), returncode=2) from None
         self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
         if not report.ok:
+            raise CommandError("an invariant does not hold", returncode=1)
+
+
+    def _notify_era(self, *, faults: str, as_json: bool, **options) -> None:
+        try:
+            kinds = parse_notify_faults(faults)
+        except ValueError as error:
+            raise CommandError(str(error), returncode=2) from None
+        if options["existing"]:
+            raise CommandError("--era notify builds its own farm; --existing is for the Redis era", returncode=2)
+        with override_settings(ACCOUNTING_NOTIFY_ENABLED=True, ACCOUNTING_REDIS_ENABLED=False):
+            try:
+                farm = build_sim_farm(shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"],
+                                      rng=random.Random(options["seed"]))
+            except (FarmRefused, ValueError) as refused:
+                raise CommandError(str(refused), returncode=2) from None
+            report = run_notify_simulation(farm=farm, seconds=options["seconds"], bookers=options["bookers"],
+                                           releasers=options["releasers"], faults=kinds, seed=options["seed"])
+        if as_json:
+            self.stdout.write(_json_dumps(report))
+        else:
+            for name, value in report.items():
+                self.stdout.write(f"{name:34s} {value}")
+        if not report["ok"]:
             raise CommandError("an invariant does not hold", returncode=1)
 
 

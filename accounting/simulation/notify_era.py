@@ -1,0 +1,568 @@
+"""`simulate_farm --era notify`: the NOTIFY era played end to end.
+
+A model of the current OpenCue scheduler keeps its counters in memory: it books against them
+(sub burst, folder and job caps, as booking.lua does), INSERTs the procs, hears releases and
+cap changes on its own LISTEN connection, and recomputes from SUM(proc) on its interval
+without erasing bookings its snapshot cannot see yet. Cuebot's side is this project's release
+path and limit services with ACCOUNTING_NOTIFY_ENABLED (Redis off). Faults: the listener's
+connection dropped (it reconnects; what was sent meanwhile is lost), every connection of the
+database terminated as a PostgreSQL restart would, and releases whose transaction rolls back.
+
+The recompute must not apply a release twice: a release committed before its snapshot is
+already out of SUM(proc). So the model takes its snapshot first, then commits a marker
+notification, drops every release heard before the marker (each is in the snapshot, or
+committed after it began and is dropped: the store stays high, never low), and applies what
+comes after the marker, which committed after the snapshot began and so is still counted in it.
+
+Invariants, checked on quiet samples (every worker between two operations, every
+notification heard up to a marker) and at the end: the store never below SUM(proc), GPUs as
+well as cores; with no connection lost, every committed release heard exactly once and
+nothing from a rolled-back one (cores heard == cores committed), and every cap change heard.
+"""
+import random
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import psycopg
+from django.db import InterfaceError as DjangoInterfaceError
+from django.db import OperationalError as DjangoOperationalError
+from django.db import connection, connections, transaction
+
+from accounting.limits.changes import set_folder_limits, set_job_limits, set_subscription_limits
+from accounting.live.units import cores_from_centicores
+from accounting.models import FolderResource, JobResource, Subscription
+from accounting.notify.listen import decode, open_listener
+from accounting.notify.payloads import LIMIT_CHANGE, RELEASE
+from accounting.release.unbook import unbook_proc, unbook_procs
+from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
+from accounting.simulation.farm_builder import PROC_CORES, insert_running_frame
+from accounting.simulation.workers import CLAIM_HOST, INSERT_PROC, PICK_PROCS, Gate, HostView
+from shows.models import Show
+
+NOTIFY_FAULTS = ("listener-drop", "pg-restart", "release-rollback")
+RECOMPUTE_SECONDS = 1.0
+SAMPLE_SECONDS = 1.5
+
+# The scheduler's recompute: per key, procs of managed shows that are not local, whose job is
+# not FINISHED (the upstream query's rule), each proc's cores truncated as a release sends them.
+SNAPSHOT = """
+SELECT 'sub', p.pk_show || ':' || h.pk_alloc, SUM(p.int_cores_reserved / 100), SUM(p.int_gpus_reserved)
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host JOIN job j ON j.pk_job = p.pk_job JOIN show s ON s.pk_show = p.pk_show
+ WHERE s.b_scheduler_managed AND NOT p.b_local AND j.str_state <> 'FINISHED' AND p.pk_show = ANY(%(shows)s)
+ GROUP BY 1, 2
+UNION ALL
+SELECT 'folder', j.pk_folder, SUM(p.int_cores_reserved / 100), SUM(p.int_gpus_reserved)
+  FROM proc p JOIN job j ON j.pk_job = p.pk_job JOIN show s ON s.pk_show = p.pk_show
+ WHERE s.b_scheduler_managed AND NOT p.b_local AND j.str_state <> 'FINISHED' AND p.pk_show = ANY(%(shows)s)
+ GROUP BY 1, 2
+UNION ALL
+SELECT 'job', p.pk_job, SUM(p.int_cores_reserved / 100), SUM(p.int_gpus_reserved)
+  FROM proc p JOIN job j ON j.pk_job = p.pk_job JOIN show s ON s.pk_show = p.pk_show
+ WHERE s.b_scheduler_managed AND NOT p.b_local AND j.str_state <> 'FINISHED' AND p.pk_show = ANY(%(shows)s)
+ GROUP BY 1, 2
+"""
+
+
+@dataclass
+class NotifyStats:
+    bookings: int = 0
+    rejections: Counter = field(default_factory=Counter)
+    releases: int = 0
+    committed_cores: int = 0  # released cores of committed scheduler-managed releases
+    committed_gpus: int = 0
+    heard_cores: int = 0  # released cores heard on acct_release, applied or dropped by a recompute
+    heard_gpus: int = 0
+    dropped_by_recompute: int = 0
+    cap_changes: int = 0
+    recomputes: int = 0
+    samples: int = 0
+    faults: Counter = field(default_factory=Counter)
+    transient_errors: Counter = field(default_factory=Counter)
+    low: list[tuple] = field(default_factory=list)  # (key, field, store, truth)
+    unparsable: int = 0
+
+
+class Store:
+    """The scheduler's counters (cores, GPUs) and caps, keyed ('sub', show:alloc), ('folder', id), ('job', id)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.booked: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        self.caps: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        self.pending: dict[str, tuple[list[tuple[str, str]], int, int, int | None]] = {}
+        self.epoch = 0
+
+    def try_book(self, *, keys: list[tuple[str, str]], cores: int, gpus: int) -> str | None:
+        sub, folder, job = keys
+        with self.lock:
+            burst = self.caps[sub].get("burst", 0)
+            if burst <= 0 or self.booked[sub][0] + cores > burst:
+                return None
+            for key in (folder, job):
+                caps = self.caps[key]
+                if caps.get("max_cores", 0) > 0 and self.booked[key][0] + cores > caps["max_cores"]:
+                    return None
+                if gpus and caps.get("max_gpus", 0) > 0 and self.booked[key][1] + gpus > caps["max_gpus"]:
+                    return None
+            for key in keys:
+                self.booked[key][0] += cores
+                self.booked[key][1] += gpus
+            op = uuid.uuid4().hex
+            self.pending[op] = (keys, cores, gpus, None)
+            return op
+
+    def committed(self, op: str) -> None:
+        with self.lock:
+            keys, cores, gpus, _ = self.pending[op]
+            self.pending[op] = (keys, cores, gpus, self.epoch)
+
+    def rolled_back(self, op: str) -> None:
+        with self.lock:
+            keys, cores, gpus, _ = self.pending.pop(op)
+            for key in keys:
+                self.booked[key][0] -= cores
+                self.booked[key][1] -= gpus
+
+    def release(self, fields: dict) -> None:
+        with self.lock:
+            for key in (("sub", f"{fields['show']}:{fields['alloc']}"), ("folder", fields["folder"]), ("job", fields["job"])):
+                if key in self.booked:
+                    self.booked[key][0] += fields["cores"]
+                    self.booked[key][1] += fields["gpus"]
+
+    def limit(self, fields: dict) -> None:
+        with self.lock:
+            if fields["vertex"] == "sub":
+                self.caps[("sub", f"{fields['show']}:{fields['alloc']}")]["burst"] = fields["burst"]
+            else:
+                for name in ("max_cores", "max_gpus"):
+                    if name in fields:
+                        self.caps[(fields["vertex"], fields["id"])][name] = fields[name]
+
+    def begin_recompute(self) -> int:
+        with self.lock:
+            self.epoch += 1
+            return self.epoch
+
+    def overwrite(self, *, snapshot: dict[tuple[str, str], tuple[int, int]], epoch: int) -> None:
+        """Counters = the snapshot plus the bookings it cannot contain (not committed, or
+        committed after this recompute began); bookings it does contain are forgotten."""
+        with self.lock:
+            fresh: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+            for key in self.booked:
+                fresh[key] = [0, 0]
+            for key, (cores, gpus) in snapshot.items():
+                fresh[key] = [cores, gpus]
+            for op, (keys, cores, gpus, committed_in) in list(self.pending.items()):
+                if committed_in is not None and committed_in < epoch:
+                    del self.pending[op]
+                    continue
+                for key in keys:
+                    fresh[key][0] += cores
+                    fresh[key][1] += gpus
+            self.booked = fresh
+
+    def counters(self) -> dict[tuple[str, str], tuple[int, int]]:
+        with self.lock:
+            return {key: (c, g) for key, (c, g) in self.booked.items()}
+
+
+def _snapshot(cursor, show_ids: list[str]) -> dict[tuple[str, str], tuple[int, int]]:
+    cursor.execute(SNAPSHOT, {"shows": show_ids})
+    return {(kind, key): (int(cores), int(gpus)) for kind, key, cores, gpus in cursor.fetchall()}
+
+
+class Scheduler:
+    """The LISTEN side and the recompute, on one thread, as the scheduler's event loop runs them."""
+
+    def __init__(self, *, farm: SimFarm, store: Store, stats: NotifyStats, stop: threading.Event) -> None:
+        self.farm, self.store, self.stats, self.stop = farm, store, stats, stop
+        self.listener = None
+        self.synced = threading.Condition()
+        self.sync_markers: dict[str, bool] = {}
+        self.lost_connection = False  # a notification may have been lost: exactness is not judged
+        self.connected = threading.Event()
+        self.recomputed = threading.Condition()
+        self.next_recompute = time.monotonic() + RECOMPUTE_SECONDS
+
+    def _connect(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.listener = open_listener()
+                self.connected.set()
+                return
+            except psycopg.OperationalError:
+                self.stop.wait(0.2)  # PostgreSQL restarting: reconnect, as the scheduler's listener does
+
+    def _marker(self, marker: str | None = None) -> str:
+        marker = marker or f"sim-marker-{uuid.uuid4().hex}"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [RELEASE, marker])
+        return marker
+
+    def _handle(self, channel: str, payload: str, *, drop_releases: bool) -> None:
+        if payload.startswith("sim-marker-"):
+            with self.synced:
+                if payload in self.sync_markers:
+                    self.sync_markers[payload] = True
+                    self.synced.notify_all()
+            return
+        heard = decode(channel=channel, payload=payload)
+        if heard.problem:
+            self.stats.unparsable += 1
+            return
+        if channel == LIMIT_CHANGE:
+            self.store.limit(heard.fields)
+            return
+        self.stats.heard_cores -= heard.fields["cores"]
+        self.stats.heard_gpus -= heard.fields["gpus"]
+        if drop_releases:
+            self.stats.dropped_by_recompute += 1
+        else:
+            self.store.release(heard.fields)
+
+    def _drain_until(self, marker: str, *, drop_releases: bool) -> bool:
+        for n in self.listener.notifies(timeout=10):
+            if n.payload == marker:
+                return True
+            self._handle(n.channel, n.payload, drop_releases=drop_releases)
+        return False
+
+    def _recompute(self) -> None:
+        epoch = self.store.begin_recompute()
+        with psycopg.connect(**_params()) as snap:
+            snap.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            with snap.cursor() as cursor:
+                snapshot = _snapshot(cursor, self.farm.show_ids)
+        marker = self._marker()
+        if self._drain_until(marker, drop_releases=True):
+            self.store.overwrite(snapshot=snapshot, epoch=epoch)
+            with self.recomputed:
+                self.stats.recomputes += 1
+                self.recomputed.notify_all()
+
+    def recompute_now(self) -> None:
+        """From another thread: return once a recompute that began after this call is done."""
+        with self.recomputed:
+            target = self.stats.recomputes + 2  # one may be under way with an older snapshot
+            self.next_recompute = 0
+            if not self.recomputed.wait_for(lambda: self.stats.recomputes >= target or self.stop.is_set(), timeout=30):
+                raise TimeoutError("the scheduler model did not recompute within 30 s")
+
+    def sync(self) -> None:
+        """From another thread: return once everything committed so far has been heard."""
+        marker = f"sim-marker-{uuid.uuid4().hex}"
+        with self.synced:
+            self.sync_markers[marker] = False  # registered before it is sent, so it cannot be missed
+        self._marker(marker)
+        with self.synced:
+            heard = self.synced.wait_for(lambda: self.sync_markers[marker] or self.stop.is_set(), timeout=15)
+            del self.sync_markers[marker]
+        if not heard:
+            raise TimeoutError("the scheduler model did not hear its marker within 15 s")
+
+    def disconnect(self) -> None:
+        self.lost_connection = True
+        try:
+            self.listener.close()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+    def run(self) -> None:
+        self._connect()
+        while not self.stop.is_set():
+            try:
+                for n in self.listener.notifies(timeout=0.05):
+                    self._handle(n.channel, n.payload, drop_releases=False)
+                if time.monotonic() >= self.next_recompute:
+                    self._recompute()
+                    self.next_recompute = time.monotonic() + RECOMPUTE_SECONDS
+            except (psycopg.OperationalError, psycopg.InterfaceError, DjangoOperationalError, DjangoInterfaceError):
+                # A restart ended this thread's connections: the scheduler reconnects and carries on.
+                self.lost_connection = True
+                self.stats.transient_errors["listener"] += 1
+                connections.close_all()
+                if self.listener is None or self.listener.closed or self.listener.broken:
+                    self._connect()
+        connections.close_all()
+
+
+def _params() -> dict:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return params
+
+
+def load_caps(store: Store, farm: SimFarm) -> None:
+    """The scheduler's limit reseed at start."""
+    with store.lock:
+        for sub in Subscription.objects.filter(show_id__in=farm.show_ids):
+            store.caps[("sub", f"{sub.show_id}:{sub.alloc_id}")]["burst"] = cores_from_centicores(sub.int_burst)
+        for fr in FolderResource.objects.filter(folder__show_id__in=farm.show_ids):
+            store.caps[("folder", fr.folder_id)].update(max_cores=-1 if fr.int_max_cores < 0 else fr.int_max_cores // 100,
+                                                        max_gpus=fr.int_max_gpus)
+        for jr in JobResource.objects.filter(job__show_id__in=farm.show_ids):
+            store.caps[("job", jr.job_id)].update(max_cores=-1 if jr.int_max_cores < 0 else jr.int_max_cores // 100,
+                                                  max_gpus=jr.int_max_gpus)
+
+
+@dataclass
+class NotifyRun:
+    farm: SimFarm
+    store: Store
+    stats: NotifyStats
+    scheduler: Scheduler
+    gate: Gate
+    stop: threading.Event
+    faults: tuple[str, ...]
+    rng: random.Random
+    caps_expected: dict[tuple[str, str], dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+
+    def managed_layers(self) -> list[LayerRef]:
+        return [layer for show in self.farm.show_ids for layer in self.farm.layers_by_show.get(show, [])]
+
+
+def _transient(run: NotifyRun, where: str, error: Exception) -> None:
+    run.stats.transient_errors[where] += 1
+    connections.close_all()  # a terminated connection is replaced on the next query
+
+
+def booker(run: NotifyRun, seed: int) -> None:
+    rng, hosts = random.Random(seed), HostView(run.farm)
+    layers = run.managed_layers()
+    while not run.stop.is_set():
+        with run.gate.operation():
+            try:
+                _book_one(run, rng=rng, hosts=hosts, layer=rng.choice(layers))
+            except (psycopg.Error, Exception) as error:  # noqa: BLE001 - a restart mid-booking
+                _transient(run, "booker", error)
+    connections.close_all()
+
+
+def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: LayerRef) -> None:
+    centicores = rng.choice(PROC_CORES)
+    host = hosts.pick(rng=rng, cores=centicores)
+    if host is None:
+        return
+    host_id, alloc_id, gpus_idle = host
+    gpus = 1 if gpus_idle > 0 and rng.random() < 0.3 else 0
+    keys = [("sub", f"{layer.show_id}:{alloc_id}"), ("folder", layer.folder_id), ("job", layer.job_id)]
+    op = run.store.try_book(keys=keys, cores=cores_from_centicores(centicores), gpus=gpus)
+    if op is None:
+        run.stats.rejections["store"] += 1
+        run.stop.wait(0.002)  # a full farm: the scheduler waits for capacity rather than spinning
+        return
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(CLAIM_HOST, {"host": host_id, "cores": centicores, "mem": PROC_MEM_KB, "gpus": gpus})
+            if cursor.rowcount != 1:
+                raise _HostFull(host_id)
+            frame_id = str(uuid.uuid4())
+            insert_running_frame(cursor=cursor, frame_id=frame_id, layer_id=layer.layer_id, host_id=host_id, cores=centicores)
+            cursor.execute(INSERT_PROC, {"proc": str(uuid.uuid4()), "host": host_id, "job": layer.job_id,
+                                         "show": layer.show_id, "layer": layer.layer_id, "frame": frame_id,
+                                         "cores": centicores, "gpus": gpus, "mem": PROC_MEM_KB})
+    except _HostFull:
+        run.store.rolled_back(op)  # the host filled up since the scheduler's view was read
+        run.stats.rejections["host full"] += 1
+        return
+    except Exception:
+        # Not committed (or unknown, after a restart: then the store stays high until the recompute).
+        run.store.rolled_back(op)
+        raise
+    run.store.committed(op)
+    run.stats.bookings += 1
+
+
+class _RolledBack(Exception):
+    pass
+
+
+class _HostFull(Exception):
+    pass
+
+
+def releaser(run: NotifyRun, seed: int) -> None:
+    rng = random.Random(seed)
+    while not run.stop.is_set():
+        with run.gate.operation():
+            try:
+                _release_some(run, rng=rng)
+            except (psycopg.Error, Exception) as error:  # noqa: BLE001 - a restart mid-release
+                _transient(run, "releaser", error)
+    connections.close_all()
+
+
+def _release_some(run: NotifyRun, *, rng: random.Random) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(PICK_PROCS, {"shows": run.farm.show_ids, "n": rng.randint(1, 6)})
+        ids = [row[0] for row in cursor.fetchall()]
+    if not ids:
+        return
+    if "release-rollback" in run.faults and rng.random() < 0.1:
+        try:
+            with transaction.atomic():
+                unbook_procs(proc_ids=ids)
+                raise _RolledBack
+        except _RolledBack:
+            run.stats.faults["release-rollback"] += 1
+        return
+    released = [unbook_proc(proc_id=ids[0])] if len(ids) == 1 else unbook_procs(proc_ids=ids)
+    for r in released:
+        if r is None:
+            continue
+        run.stats.releases += 1
+        if r.branch.value == "scheduler" and not (r.job_finished or r.job_gone):
+            run.stats.committed_cores += r.cores
+            run.stats.committed_gpus += r.gpus
+
+
+def operator(run: NotifyRun, seed: int) -> None:
+    """Cap changes through the services, the five caps the scheduler hears live."""
+    rng = random.Random(seed)
+    while not run.stop.wait(0.3):
+        with run.gate.operation():
+            try:
+                _change_a_cap(run, rng=rng)
+            except (psycopg.Error, Exception) as error:  # noqa: BLE001 - a restart mid-change
+                _transient(run, "operator", error)
+    connections.close_all()
+
+
+def _change_a_cap(run: NotifyRun, *, rng: random.Random) -> None:
+    """A cap of a scheduler-managed show (Cuebot-managed shows' caps are not sent)."""
+    shows = list(Show.objects.filter(pk__in=run.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+    kind = rng.choice(["sub", "folder", "job"])
+    if kind == "sub":
+        sub = rng.choice(list(Subscription.objects.filter(show_id__in=shows)))
+        burst = rng.randint(20, 400)
+        set_subscription_limits(subscription=sub, burst=burst * 100)
+        run.caps_expected[("sub", f"{sub.show_id}:{sub.alloc_id}")]["burst"] = burst
+    elif kind == "folder":
+        fr = rng.choice(list(FolderResource.objects.filter(folder__show_id__in=shows)))
+        cores, gpus = rng.choice([-1, rng.randint(5, 200)]), rng.choice([-1, rng.randint(1, 8)])
+        set_folder_limits(folder_resource=fr, max_cores=cores if cores < 0 else cores * 100, max_gpus=gpus)
+        run.caps_expected[("folder", fr.folder_id)].update(max_cores=cores, max_gpus=gpus)
+    else:
+        jr = rng.choice(list(JobResource.objects.filter(job__show_id__in=shows, job__str_state="PENDING")))
+        cores, gpus = rng.randint(2, 100), rng.randint(0, 4)
+        set_job_limits(job_resource=jr, max_cores=cores * 100, max_gpus=gpus)
+        run.caps_expected[("job", jr.job_id)].update(max_cores=cores, max_gpus=gpus)
+    run.stats.cap_changes += 1
+
+
+def parse_notify_faults(text: str) -> tuple[str, ...]:
+    if text == "all":
+        return NOTIFY_FAULTS
+    if text == "none":
+        return ()
+    kinds = tuple(kind.strip() for kind in text.split(",") if kind.strip())
+    unknown = [kind for kind in kinds if kind not in NOTIFY_FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault(s) for --era notify: {', '.join(unknown)}; one of {', '.join(NOTIFY_FAULTS)}")
+    return kinds
+
+
+def quiet_sample(run: NotifyRun) -> None:
+    """Workers held between operations, every committed notification heard: the store may not
+    read below SUM(proc) anywhere."""
+    with run.gate.quiet():
+        run.scheduler.sync()
+        store = run.store.counters()
+        with connection.cursor() as cursor:
+            truth = _snapshot(cursor, run.farm.show_ids)
+    run.stats.samples += 1
+    for key, (cores, gpus) in truth.items():
+        have = store.get(key, (0, 0))
+        for name, mine, real in (("cores", have[0], cores), ("gpus", have[1], gpus)):
+            if mine < real:
+                run.stats.low.append((key, name, mine, real))
+
+
+def inject(run: NotifyRun, kind: str) -> None:
+    if kind == "listener-drop":
+        run.scheduler.disconnect()
+    elif kind == "pg-restart":
+        run.scheduler.lost_connection = True
+        with connection.cursor() as cursor:  # every other session of this database, as a restart ends them
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    run.stats.faults[kind] += 1
+
+
+
+FAULT_PERIOD_SECONDS = {"listener-drop": 4.0, "pg-restart": 6.0}
+
+
+def run_notify_simulation(*, farm: SimFarm, seconds: float, bookers: int, releasers: int, faults: tuple[str, ...],
+                          seed: int) -> dict:
+    """Run the workers for `seconds` on `farm` (built by the caller) and return the report.
+    The caller holds ACCOUNTING_NOTIFY_ENABLED on and ACCOUNTING_REDIS_ENABLED off."""
+    stats, store, stop, scheduler_stop = NotifyStats(), Store(), threading.Event(), threading.Event()
+    scheduler = Scheduler(farm=farm, store=store, stats=stats, stop=scheduler_stop)
+    run = NotifyRun(farm=farm, store=store, stats=stats, scheduler=scheduler, gate=Gate(), stop=stop, faults=faults,
+                    rng=random.Random(seed))
+    load_caps(store, farm)
+    listening = threading.Thread(target=scheduler.run, name="sim-scheduler")
+    listening.start()
+    scheduler.connected.wait(10)  # listening before anything is released
+    scheduler.recompute_now()  # the first recompute seeds the counters
+    workers = ([threading.Thread(target=booker, args=(run, seed * 100 + i)) for i in range(bookers)]
+               + [threading.Thread(target=releaser, args=(run, seed * 200 + i)) for i in range(releasers)]
+               + [threading.Thread(target=operator, args=(run, seed * 300))])
+    for worker in workers:
+        worker.start()
+    started = time.monotonic()
+    # Each selected kind fires at least once, in the first half of the run.
+    due = {kind: started + run.rng.uniform(0.2, min(FAULT_PERIOD_SECONDS[kind], seconds / 2))
+           for kind in faults if kind in FAULT_PERIOD_SECONDS}
+    next_sample = started + SAMPLE_SECONDS
+    try:
+        while time.monotonic() - started < seconds:
+            now = time.monotonic()
+            for kind, when in due.items():
+                if now >= when:
+                    inject(run, kind)
+                    due[kind] = now + FAULT_PERIOD_SECONDS[kind]
+            if now >= next_sample:
+                quiet_sample(run)
+                next_sample = time.monotonic() + SAMPLE_SECONDS
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+    quiet_sample(run)  # the scheduler keeps listening for the final checks
+    scheduler.recompute_now()
+    final_store = store.counters()
+    with connection.cursor() as cursor:
+        truth = _snapshot(cursor, farm.show_ids)
+    scheduler_stop.set()
+    listening.join()
+    exact = scheduler.lost_connection is False
+    caps_missing = [] if not exact else [
+        (key, name, store.caps[key].get(name), value)
+        for key, caps in run.caps_expected.items() for name, value in caps.items() if store.caps[key].get(name) != value]
+    invariants = {
+        "store_below_sum_proc": len(stats.low),
+        "store_differs_after_final_recompute": sum(1 for key, value in truth.items() if final_store.get(key, (0, 0)) != value),
+        "releases_not_heard_exactly_once": 0 if not exact else int((stats.heard_cores, stats.heard_gpus)
+                                                                   != (stats.committed_cores, stats.committed_gpus)),
+        "cap_changes_not_heard": len(caps_missing),
+        "unparsable_payloads": stats.unparsable,
+    }
+    return {
+        "era": "notify", "seconds": seconds, "faults": dict(stats.faults), "bookings": stats.bookings,
+        "rejections": dict(stats.rejections), "releases": stats.releases, "cap_changes": stats.cap_changes,
+        "recomputes": stats.recomputes, "quiet_samples": stats.samples,
+        "released_cores": {"committed": stats.committed_cores, "heard": stats.heard_cores},
+        "released_gpus": {"committed": stats.committed_gpus, "heard": stats.heard_gpus},
+        "releases_dropped_by_recompute": stats.dropped_by_recompute,
+        "exactness_judged": exact, "transient_errors": dict(stats.transient_errors),
+        "low_samples": [list(map(str, low)) for low in stats.low[:10]], "caps_missing": [list(map(str, c)) for c in caps_missing[:10]],
+        "invariants": invariants, "ok": not any(invariants.values()),
+    }
