@@ -218,6 +218,17 @@ def _floor_keys(row: tuple) -> tuple[str, ...]:
                         point_show_id=point_show)
 
 
+def _per_host(rows: list[tuple]) -> tuple:
+    """The batch floor's host UPDATE parameters: cores, memory, GPUs, GPU memory summed per host."""
+    per_host: dict[str, list[int]] = {}
+    for row in rows:
+        total = per_host.setdefault(row[0], [0, 0, 0, 0])
+        for j, column in enumerate((8, 10, 9, 11)):
+            total[j] += row[column]
+    hosts = list(per_host)
+    return (hosts, *([per_host[h][j] for h in hosts] for j in range(4)))
+
+
 class Floor:
     """Bare psycopg and redis-py, connected once per bench like the service's pools."""
 
@@ -256,13 +267,7 @@ class Floor:
             with self.pg.cursor() as cursor:
                 cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i:i + size],))
                 rows = cursor.fetchall()
-                per_host: dict[str, list[int]] = {}
-                for row in rows:
-                    total = per_host.setdefault(row[0], [0, 0, 0, 0])
-                    for j, column in enumerate((8, 10, 9, 11)):
-                        total[j] += row[column]
-                hosts = list(per_host)
-                cursor.execute(FLOOR_HOSTS, (hosts, *([per_host[h][j] for h in hosts] for j in range(4))))
+                cursor.execute(FLOOR_HOSTS, _per_host(rows))
             self.pg.commit()
             self.publish(rows)
         return len(proc_ids) / (time.perf_counter() - started)
@@ -593,13 +598,7 @@ class NotifyFloor(Floor):
             with self.pg.cursor() as cursor:
                 cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i:i + size],))
                 rows = cursor.fetchall()
-                per_host: dict[str, list[int]] = {}
-                for row in rows:
-                    total = per_host.setdefault(row[0], [0, 0, 0, 0])
-                    for j, column in enumerate((8, 10, 9, 11)):
-                        total[j] += row[column]
-                hosts = list(per_host)
-                cursor.execute(FLOOR_HOSTS, (hosts, *([per_host[h][j] for h in hosts] for j in range(4))))
+                cursor.execute(FLOOR_HOSTS, _per_host(rows))
                 cursor.execute(FLOOR_NOTIFY_MANY, ([_floor_payload(row) for row in rows],))
             self.pg.commit()
         return len(proc_ids) / (time.perf_counter() - started)

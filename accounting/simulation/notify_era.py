@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -37,9 +38,9 @@ from accounting.models import FolderResource, JobResource, Subscription
 from accounting.notify.listen import decode, open_listener
 from accounting.notify.payloads import LIMIT_CHANGE, RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
-from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
-from accounting.simulation.farm_builder import PROC_CORES, insert_running_frame
-from accounting.simulation.workers import CLAIM_HOST, INSERT_PROC, PICK_PROCS, Gate, HostView
+from accounting.simulation.farm import LayerRef, SimFarm
+from accounting.simulation.farm_builder import PROC_CORES
+from accounting.simulation.workers import PICK_PROCS, Gate, HostFull, HostView, insert_booked_proc
 from shows.models import Show
 
 NOTIFY_FAULTS = ("listener-drop", "pg-restart", "release-rollback")
@@ -331,16 +332,21 @@ def _transient(run: NotifyRun, where: str, error: Exception) -> None:
     connections.close_all()  # a terminated connection is replaced on the next query
 
 
-def booker(run: NotifyRun, seed: int) -> None:
-    rng, hosts = random.Random(seed), HostView(run.farm)
-    layers = run.managed_layers()
-    while not run.stop.is_set():
+def _work(run: NotifyRun, *, where: str, step: Callable[[], None], pause: float = 0.0) -> None:
+    """Repeat `step` until the run stops, never inside a quiet sample; an error (a restart
+    ended the connection mid-step) is counted and the connection replaced."""
+    while not run.stop.wait(pause):
         with run.gate.operation():
             try:
-                _book_one(run, rng=rng, hosts=hosts, layer=rng.choice(layers))
-            except (psycopg.Error, Exception) as error:  # noqa: BLE001 - a restart mid-booking
-                _transient(run, "booker", error)
+                step()
+            except Exception as error:  # noqa: BLE001 - counted; the worker carries on
+                _transient(run, where, error)
     connections.close_all()
+
+
+def booker(run: NotifyRun, seed: int) -> None:
+    rng, hosts, layers = random.Random(seed), HostView(run.farm), run.managed_layers()
+    _work(run, where="booker", step=lambda: _book_one(run, rng=rng, hosts=hosts, layer=rng.choice(layers)))
 
 
 def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: LayerRef) -> None:
@@ -358,15 +364,8 @@ def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: Lay
         return
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(CLAIM_HOST, {"host": host_id, "cores": centicores, "mem": PROC_MEM_KB, "gpus": gpus})
-            if cursor.rowcount != 1:
-                raise _HostFull(host_id)
-            frame_id = str(uuid.uuid4())
-            insert_running_frame(cursor=cursor, frame_id=frame_id, layer_id=layer.layer_id, host_id=host_id, cores=centicores)
-            cursor.execute(INSERT_PROC, {"proc": str(uuid.uuid4()), "host": host_id, "job": layer.job_id,
-                                         "show": layer.show_id, "layer": layer.layer_id, "frame": frame_id,
-                                         "cores": centicores, "gpus": gpus, "mem": PROC_MEM_KB})
-    except _HostFull:
+            insert_booked_proc(cursor=cursor, layer=layer, host_id=host_id, centicores=centicores, gpus=gpus)
+    except HostFull:
         run.store.rolled_back(op)  # the host filled up since the scheduler's view was read
         run.stats.rejections["host full"] += 1
         return
@@ -382,19 +381,9 @@ class _RolledBack(Exception):
     pass
 
 
-class _HostFull(Exception):
-    pass
-
-
 def releaser(run: NotifyRun, seed: int) -> None:
     rng = random.Random(seed)
-    while not run.stop.is_set():
-        with run.gate.operation():
-            try:
-                _release_some(run, rng=rng)
-            except (psycopg.Error, Exception) as error:  # noqa: BLE001 - a restart mid-release
-                _transient(run, "releaser", error)
-    connections.close_all()
+    _work(run, where="releaser", step=lambda: _release_some(run, rng=rng))
 
 
 def _release_some(run: NotifyRun, *, rng: random.Random) -> None:
@@ -424,13 +413,7 @@ def _release_some(run: NotifyRun, *, rng: random.Random) -> None:
 def operator(run: NotifyRun, seed: int) -> None:
     """Cap changes through the services, the five caps the scheduler hears live."""
     rng = random.Random(seed)
-    while not run.stop.wait(0.3):
-        with run.gate.operation():
-            try:
-                _change_a_cap(run, rng=rng)
-            except (psycopg.Error, Exception) as error:  # noqa: BLE001 - a restart mid-change
-                _transient(run, "operator", error)
-    connections.close_all()
+    _work(run, where="operator", step=lambda: _change_a_cap(run, rng=rng), pause=0.3)
 
 
 def _change_a_cap(run: NotifyRun, *, rng: random.Random) -> None:

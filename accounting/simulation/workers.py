@@ -137,6 +137,19 @@ VALUES (%(proc)s, %(host)s, %(job)s, %(show)s, %(layer)s, %(frame)s, %(cores)s, 
 """
 
 
+def insert_booked_proc(*, cursor, layer: LayerRef, host_id: str, centicores: int, gpus: int) -> None:
+    """What a booking writes in PostgreSQL, as the scheduler does: the host's idle resources
+    claimed (HostFull if they are gone), a running frame and the proc."""
+    cursor.execute(CLAIM_HOST, {"host": host_id, "cores": centicores, "mem": PROC_MEM_KB, "gpus": gpus})
+    if cursor.rowcount != 1:
+        raise HostFull(host_id)
+    frame_id = str(uuid.uuid4())
+    insert_running_frame(cursor=cursor, frame_id=frame_id, layer_id=layer.layer_id, host_id=host_id, cores=centicores)
+    cursor.execute(INSERT_PROC, {"proc": str(uuid.uuid4()), "host": host_id, "job": layer.job_id, "show": layer.show_id,
+                                 "layer": layer.layer_id, "frame": frame_id, "cores": centicores, "gpus": gpus,
+                                 "mem": PROC_MEM_KB})
+
+
 class HostView:
     """The scheduler's view of hosts with idle cores: refreshed every fraction of a second,
     so it lags, and a booking on a host that filled up meanwhile fails at the INSERT (the
@@ -219,14 +232,7 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
     slow = ctx.plan.take("slow-commit")
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(CLAIM_HOST, {"host": host_id, "cores": cores, "mem": PROC_MEM_KB, "gpus": gpus})
-            if cursor.rowcount != 1:
-                raise HostFull(host_id)
-            frame_id = str(uuid.uuid4())
-            insert_running_frame(cursor=cursor, frame_id=frame_id, layer_id=layer.layer_id, host_id=host_id, cores=cores)
-            cursor.execute(INSERT_PROC, {"proc": str(uuid.uuid4()), "host": host_id, "job": layer.job_id, "show": layer.show_id,
-                                         "layer": layer.layer_id, "frame": frame_id, "cores": cores, "gpus": gpus,
-                                         "mem": PROC_MEM_KB})
+            insert_booked_proc(cursor=cursor, layer=layer, host_id=host_id, centicores=cores, gpus=gpus)
             if slow:
                 # The straddle window of lessons item 4, held open: acct:seq already
                 # moved, the proc is not yet visible to a reseed's SUM(proc).
