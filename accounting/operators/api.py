@@ -235,14 +235,28 @@ class PointLimitsIn(LimitsIn):
     min_gpus: _limit(Point, "int_min_gpus", cores=False) = None
 
 
+LIMITS_IN_CORES = Field(description="The limits as they are now, in the units they are set in: cores (a number, "
+                                    "2.5 for a fractional one; -1 unlimited), GPUs and priorities as counts. The int_* "
+                                    "fields beside are the columns as PostgreSQL stores them (centicores).")
+
+
+def _cores_number(centicores: int) -> int | float:
+    """A stored centicore value as a JSON number of cores: whole when it is whole, -1 verbatim."""
+    if centicores == -1 or centicores % 100 == 0:
+        return -1 if centicores == -1 else centicores // 100
+    return centicores / 100
+
+
 class SubscriptionLimitsOut(Schema):
     id: str
+    limits: dict[str, int | float] = LIMITS_IN_CORES
     int_size: int = Field(description="centicores")
     int_burst: int = Field(description="centicores")
 
 
 class FolderLimitsOut(Schema):
     folder_id: str
+    limits: dict[str, int | float] = LIMITS_IN_CORES
     int_min_cores: int = Field(description="centicores")
     int_max_cores: int = Field(description="centicores, -1 unlimited")
     int_min_gpus: int
@@ -251,6 +265,7 @@ class FolderLimitsOut(Schema):
 
 class JobLimitsOut(Schema):
     job_id: str
+    limits: dict[str, int | float] = LIMITS_IN_CORES
     int_max_cores: int = Field(description="centicores")
     int_max_gpus: int
     int_priority: int
@@ -258,6 +273,7 @@ class JobLimitsOut(Schema):
 
 class PointLimitsOut(Schema):
     id: str
+    limits: dict[str, int | float] = LIMITS_IN_CORES
     int_min_cores: int = Field(description="centicores")
     int_min_gpus: int
 
@@ -291,7 +307,8 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
     subscription = get_object_or_404(Subscription, pk=subscription_id)
     values = _centicores(payload, ("size", "burst"))
     sub = _limited(lambda: set_subscription_limits(subscription=subscription, **values))
-    return {"id": sub.id, "int_size": sub.int_size, "int_burst": sub.int_burst}
+    return {"id": sub.id, "int_size": sub.int_size, "int_burst": sub.int_burst,
+            "limits": {"size": _cores_number(sub.int_size), "burst": _cores_number(sub.int_burst)}}
 
 
 @router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(CHANGE_LIMITS),
@@ -302,7 +319,9 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
     values = _centicores(payload, ("min_cores", "max_cores"))
     folder = _limited(lambda: set_folder_limits(folder_resource=resource, **values))
     return {"folder_id": folder.folder_id, "int_min_cores": folder.int_min_cores, "int_max_cores": folder.int_max_cores,
-            "int_min_gpus": folder.int_min_gpus, "int_max_gpus": folder.int_max_gpus}
+            "int_min_gpus": folder.int_min_gpus, "int_max_gpus": folder.int_max_gpus,
+            "limits": {"min_cores": _cores_number(folder.int_min_cores), "max_cores": _cores_number(folder.int_max_cores),
+                       "min_gpus": folder.int_min_gpus, "max_gpus": folder.int_max_gpus}}
 
 
 @router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(CHANGE_LIMITS),
@@ -312,7 +331,9 @@ def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     resource = get_object_or_404(JobResource, job_id=job_id)
     values = _centicores(payload, ("max_cores",))
     job = _limited(lambda: set_job_limits(job_resource=resource, **values))
-    return {"job_id": job.job_id, "int_max_cores": job.int_max_cores, "int_max_gpus": job.int_max_gpus, "int_priority": job.int_priority}
+    return {"job_id": job.job_id, "int_max_cores": job.int_max_cores, "int_max_gpus": job.int_max_gpus,
+            "int_priority": job.int_priority,
+            "limits": {"max_cores": _cores_number(job.int_max_cores), "max_gpus": job.int_max_gpus, "priority": job.int_priority}}
 
 
 @router.patch("/accounting/points/{point_id}/limits", auth=BearerToken(CHANGE_LIMITS),
@@ -322,4 +343,5 @@ def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
     point = get_object_or_404(Point, pk=point_id)
     values = _centicores(payload, ("min_cores",))
     point = _limited(lambda: set_point_limits(point=point, **values))
-    return {"id": point.id, "int_min_cores": point.int_min_cores, "int_min_gpus": point.int_min_gpus}
+    return {"id": point.id, "int_min_cores": point.int_min_cores, "int_min_gpus": point.int_min_gpus,
+            "limits": {"min_cores": _cores_number(point.int_min_cores), "min_gpus": point.int_min_gpus}}

@@ -163,3 +163,17 @@ def test_djangos_error_pages_are_json_under_the_api_only(rf, handler, status):
     assert api_answer.status_code == status and "detail" in json.loads(api_answer.content)
     page = handler(rf.get("/admin/"), *arguments)
     assert page.status_code == status and page["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.django_db
+def test_a_limit_answer_speaks_the_units_it_was_set_in(client, farm, staff_token):
+    """`{"size": 160}` answers `"size": 160` (cores), not only the 16000 centicores stored."""
+    FolderResource.objects.filter(folder=farm.folder).update(int_min_cores=250)
+    answers = {
+        "sub": client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", data=json.dumps({"size": 160}),
+                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
+        "folder": client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", data=json.dumps({"max_cores": -1}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
+    }
+    assert answers["sub"]["limits"] == {"size": 160, "burst": 200} and answers["sub"]["int_size"] == 16000
+    assert answers["folder"]["limits"]["max_cores"] == -1 and answers["folder"]["limits"]["min_cores"] == 2.5
