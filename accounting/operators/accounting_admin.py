@@ -30,7 +30,7 @@ from accounting.models import (
     Proc,
     Subscription,
 )
-from accounting.operators.display import CoresFormMixin, cores_column
+from accounting.operators.display import CoresFormMixin, cores_column, memory_column
 from accounting.operators.farm_admin import CuebotWrittenAdmin
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import unbook_proc, unbook_procs
@@ -205,9 +205,11 @@ class ProcAdmin(admin.ModelAdmin):
     search_fields = ["id", "host__str_name", "job__str_name", "show__str_name"]
     list_select_related = ["show", "job", "layer", "host"]
     ordering = ["show__str_name", "host__str_name", "ts_booked"]
-    fields = ["show", "job", "layer", "frame", "host", "cores", "int_gpus_reserved", "int_mem_reserved",
-              "int_gpu_mem_reserved", "b_local", "ts_booked", "ts_ping"]
+    fields = ["show", "job", "layer", "frame", "host", "cores", "int_gpus_reserved", "memory", "gpu_memory",
+              "b_local", "ts_booked", "ts_ping"]
     cores = cores_column("int_cores_reserved", "reserved")
+    memory = memory_column("int_mem_reserved", "memory reserved")
+    gpu_memory = memory_column("int_gpu_mem_reserved", "GPU memory reserved")
 
     def has_add_permission(self, request) -> bool:
         return False

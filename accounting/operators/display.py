@@ -1,7 +1,8 @@
 """Cores as a person reads and types them in the admin: columns, form fields, read-only values.
 
 PostgreSQL stores centicores; the admin shows and takes cores (accounting.live.units converts,
-exactly, both ways), so an operator who types 200 gets 200 cores, never 2.
+exactly, both ways), so an operator who types 200 gets 200 cores, never 2. Memory, which
+Cuebot stores in KB, reads in binary units (4194304 KB is "4 GiB").
 """
 from django import forms
 from django.contrib import admin
@@ -15,6 +16,22 @@ def cores_column(field: str, label: str | None = None):
     # Assigned as a ModelAdmin attribute, so the admin calls it as a method: (model_admin, obj).
     def column(_model_admin, obj) -> str:
         return format_cores(getattr(obj, field))
+
+    return column
+
+
+def format_kb(kb: int) -> str:
+    """Cuebot's KB as a person reads them: '4 GiB', '512 MiB', '1.5 GiB'."""
+    for unit, size in (("TiB", 1024**3), ("GiB", 1024**2), ("MiB", 1024)):
+        if kb >= size:
+            return f"{kb / size:.4g} {unit}"
+    return f"{kb} KiB"
+
+
+def memory_column(field: str, label: str):
+    @admin.display(description=label, ordering=field)
+    def column(_model_admin, obj) -> str:
+        return format_kb(getattr(obj, field))
 
     return column
 

@@ -86,3 +86,14 @@ def test_release_procs_alone_lets_an_operator_release(client, django_user_model,
     with django_capture_on_commit_callbacks(execute=True):
         assert client.post(delete_url(proc), {"post": "yes"}).status_code == 302
     assert not Proc.objects.exists()
+
+
+def test_a_procs_page_reads_its_memory_in_binary_units(admin_client, farm):
+    from django.urls import reverse
+
+    from accounting.operators.display import format_kb
+
+    proc = farm.add_proc(cores=250, mem=4 * 1024 * 1024)
+    page = admin_client.get(reverse("admin:accounting_proc_change", args=[proc.id])).content.decode()
+    assert "4 GiB" in page and "4194304" not in page and "2.5 cores" in page
+    assert [format_kb(kb) for kb in (512, 1536, 3 * 1024 * 1024 // 2)] == ["512 KiB", "1.5 MiB", "1.5 GiB"]
