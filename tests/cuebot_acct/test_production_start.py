@@ -59,5 +59,7 @@ def test_gunicorn_itself_exits_non_zero_when_its_workers_cannot_boot():
     done = subprocess.run(server.gunicorn_command(f"127.0.0.1:{closed_port()}"), cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env={**BASE_ENV, "DJANGO_SETTINGS_MODULE": "settings", "DJANGO_SECRET_KEY": "k" * 50,
                                            "DATABASE_URL": url})
-    assert done.returncode == 3
+    # 3 when the arbiter halts from its main loop; 1 when the boot error reaches it while it is
+    # still starting (gunicorn then raises HaltServer): non-zero either way, which is what systemd sees.
+    assert done.returncode in (1, 3)
     assert f"cuebot-acct: cannot reach PostgreSQL at {url}" in done.stderr and "Worker failed to boot" in done.stderr
