@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 
 # --- Release path (Cuebot's ProcDaoJdbc.unbookProc) -----------------------------------
 #
-# One transaction per call, whatever the batch size, writing what Cuebot writes:
+# One transaction per call, whatever the batch size, writing what Cuebot writes (a lone
+# scheduler-managed proc outside any caller's transaction: one statement, its own transaction):
 # 1. one DELETE ... RETURNING, by pk_proc alone (proc has no foreign key to job: a proc
 #    whose job row is gone is released too), takes each proc's reserved amounts as they
 #    are at delete time, with the ids of its keys: alloc via the host; folder, department
@@ -399,24 +400,39 @@ class _Registered:
         return covered, len(releases) - len(covered)
 
 
-def _register_before_locking(cursor, proc_ids: list[str]) -> _Registered | None:
-    """Redis era: register the scheduler-managed releases in flight before any row is locked.
+@dataclass(frozen=True)
+class _PreRead:
+    """The procs about to go, read before any lock, as the releasing statements return them."""
 
-    Run first in the release transaction: the read takes no row lock, and it goes to
-    PostgreSQL in the same round trip as the transaction's BEGIN, so the Redis wait that
-    follows costs no lock and the read no extra round trip.
-    """
-    if not settings.ACCOUNTING_REDIS_ENABLED:
-        return None
-    with _one_round_trip():
+    releases: list[Release]
+    settling: frozenset[str]  # shows settling after a switch back to Cuebot
+
+    def alone_in_one_statement(self, proc_ids: list[str]) -> bool:
+        """One scheduler-managed proc, nothing to write in PostgreSQL but the DELETE and the host,
+        nothing to send in the transaction, and no caller's transaction around: its releasing
+        statement is a transaction on its own (no BEGIN and COMMIT round trips)."""
+        return (len(proc_ids) == 1 and len(self.releases) == 1 and self.releases[0].branch is Branch.SCHEDULER
+                and not notify_send.enabled() and not connection.in_atomic_block)
+
+
+def _pre_read(proc_ids: list[str]) -> _PreRead:
+    """Redis era: what is registered in flight before the release locks anything (a plain
+    SELECT, in the caller's transaction if there is one)."""
+    with _release_cursor() as cursor:
         if len(proc_ids) == 1:
             cursor.execute(PRE_READ_ONE, {"id": proc_ids[0]})
         else:
             cursor.execute(PRE_READ_MANY, {"ids": proc_ids})
-    rows = cursor.fetchall()
+        rows = cursor.fetchall()
     owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
     managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
-    candidates, _ = _publishable([_release_from_row(row, managed=managed) for row in rows])
+    return _PreRead(releases=[_release_from_row(row, managed=managed) for row in rows],
+                    settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling))
+
+
+def _register(pre: _PreRead) -> _Registered | None:
+    """Register the scheduler-managed releases in flight; no PostgreSQL lock is held."""
+    candidates, _ = _publishable(pre.releases)
     if not candidates:
         return None
     prepared = release_publisher().prepare(releases=candidates)
@@ -432,20 +448,47 @@ def _release(proc_ids: list[str]) -> dict[str, Release]:
 def _release_once(proc_ids: list[str]) -> dict[str, Release]:
     registered: list[_Registered] = []
     try:
-        return _release_in_transaction(proc_ids, registered)
+        return _release_registered(proc_ids, registered)
     except BaseException:
-        # The block rolled back: nothing it deleted is gone, so the entry is settled at once
+        # The release rolled back: nothing it deleted is gone, so the entry is settled at once
         # (a rerun registers its own). A settle that fails leaves the entry to expire: high.
         for entry in registered:
             release_publisher().publish(prepared=made(prepared=entry.prepared, releases=[]))
         raise
 
 
-def _release_in_transaction(proc_ids: list[str], registered_out: list["_Registered"]) -> dict[str, Release]:
+def _release_registered(proc_ids: list[str], registered_out: list["_Registered"]) -> dict[str, Release]:
+    pre = _pre_read(proc_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
+    registered = _register(pre) if pre is not None else None
+    if registered is not None:
+        registered_out.append(registered)
+    if pre is not None and pre.alone_in_one_statement(proc_ids):
+        return _release_in_one_statement(proc_ids[0], pre=pre, registered=registered)
+    return _release_in_transaction(proc_ids, registered)
+
+
+def _release_in_one_statement(proc_id: str, *, pre: _PreRead, registered: "_Registered | None") -> dict[str, Release]:
+    """RELEASE_ONE on an autocommit connection: the DELETE and the host UPDATE are one
+    statement, so one implicit transaction, committed when it returns. What follows a commit
+    in the transactional path (publish, metrics) follows it here at once."""
+    with _release_cursor() as cursor:
+        cursor.execute(RELEASE_ONE, {"id": proc_id})
+        rows = cursor.fetchall()
+    # The owner as the read found it (a proc's show and b_local do not change; a flag that
+    # flipped since is the next release's business, as it would be a moment later).
+    managed = {r.show_id: True for r in pre.releases}
+    releases = [_release_from_row(row, managed=managed) for row in rows]
+    to_redis, withheld = _publishable(releases)
+    changed = 0
+    if registered is not None:
+        covered, changed = registered.covering(to_redis)
+        release_publisher().publish(prepared=made(prepared=registered.prepared, releases=covered))
+    _count_at_commit(releases, withheld=withheld, changed=changed)
+    return {r.proc_id: r for r in releases}
+
+
+def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None") -> dict[str, Release]:
     with transaction.atomic(), _release_cursor() as cursor:
-        registered = _register_before_locking(cursor, proc_ids)
-        if registered is not None:
-            registered_out.append(registered)
         # The procs deleted and their hosts given back in one statement.
         if len(proc_ids) == 1:
             cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})

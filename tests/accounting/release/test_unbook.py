@@ -468,3 +468,17 @@ def test_a_release_reports_the_job_state_a_killed_job_has_when_its_procs_go(farm
 
     assert [r.job_finished for r in released] == ([True, True, False] if batch else [True, False])
     assert released[0].job_state == "FINISHED"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lone_scheduler_managed_release_outside_a_transaction_is_one_statement(acct_redis):
+    """No BEGIN, no COMMIT: the DELETE and the host UPDATE are one statement, its own
+    transaction; the read before it, the registration and the publish around it."""
+    farm = build_farm(managed=True)
+    procs = [farm.add_proc(cores=200) for _ in range(3)]
+    names = seed_keys(acct_redis, farm, cores=6)
+    unbook_proc(proc_id=procs[0].id)  # warm: the flag is kept, the statements prepared
+    assert pg_answers(lambda: unbook_proc(proc_id=procs[1].id)) == 2
+    assert not Proc.objects.filter(pk=procs[1].id).exists()
+    assert hashes(acct_redis, names) == {role: {"int_cores": "2", "int_gpus": "0"} for role in names}
+    assert acct_redis.hgetall(keys.INFLIGHT) == {}
