@@ -7,7 +7,7 @@ from django.test.utils import override_settings
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
-from accounting.simulation.farm import build_sim_farm, foreign_redis_keys, sim_show_ids
+from accounting.simulation.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
 from accounting.simulation.farm_builder import FarmRefused
 from accounting.simulation.faults import FAULT_KINDS, parse_faults
 from accounting.simulation.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
@@ -50,6 +50,9 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=ascii_int, default=1, help="seed of every random choice (default: %(default)s)")
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--existing", action="store_true", help="play on the farm already in the database")
+        parser.add_argument("--keep-farm", action="store_true",
+                            help="keep the simulator's own farm (sim-* shows) after the run; by default it is removed, so "
+                                 "it does not linger on the farm overview")
         parser.add_argument("--allow-flush-foreign-keys", action="store_true",
                             help="let the redis-restart fault flush the accounting Redis even though it holds keys of "
                                  "shows the simulator did not create (they are lost)")
@@ -98,6 +101,8 @@ class Command(BaseCommand):
             except (FarmRefused, ValueError) as refused:
                 raise CommandError(str(refused), returncode=2) from None
         self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
+        if not options["existing"]:
+            self._remove_farm(keep=options["keep_farm"])
         if not report.ok:
             raise CommandError("an invariant does not hold", returncode=1)
 
@@ -117,6 +122,7 @@ class Command(BaseCommand):
                 raise CommandError(str(refused), returncode=2) from None
             report = run_notify_simulation(farm=farm, seconds=options["seconds"], bookers=options["bookers"],
                                            releasers=options["releasers"], faults=kinds, seed=options["seed"])
+        self._remove_farm(keep=options["keep_farm"])
         if as_json:
             self.stdout.write(_json_dumps(report))
         else:
@@ -124,6 +130,13 @@ class Command(BaseCommand):
                 self.stdout.write(f"{name:34s} {value}")
         if not report["ok"]:
             raise CommandError("an invariant does not hold", returncode=1)
+
+
+    def _remove_farm(self, *, keep: bool) -> None:
+        if keep:
+            self.stderr.write("the simulated farm (sim-* shows) is kept: the next run, or seed_demo_farm's checks, see it")
+            return
+        remove_sim_farm()
 
 
 def _json_dumps(data: dict) -> str:

@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounting.notify import payloads
+from shows.models import Show
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,6 +28,7 @@ def test_a_run_without_faults_hears_every_committed_release_exactly_once():
     assert report["ok"] is True and report["exactness_judged"] is True
     assert report["releases"] > 0 and report["bookings"] > 0 and report["recomputes"] > 0
     assert report["released_cores"]["heard"] == report["released_cores"]["committed"] > 0
+    assert not Show.objects.filter(str_name__startswith="sim-").exists()  # removed: not left on the overview
 
 
 def test_every_fault_keeps_every_invariant():

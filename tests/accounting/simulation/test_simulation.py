@@ -105,7 +105,8 @@ def test_short_run_with_every_fault_keeps_every_invariant():
     assert settings.DATABASES["default"]["NAME"].startswith("test_")
     assert settings.ACCOUNTING_REDIS_URL.endswith(f"/{settings.TEST_REDIS_DB}")
     out = StringIO()
-    call_command("simulate_farm", "--seconds", "20", "--faults", "all", "--seed", "3", "--json", stdout=out, stderr=StringIO())
+    call_command("simulate_farm", "--seconds", "20", "--faults", "all", "--seed", "3", "--json", "--keep-farm", stdout=out,
+                 stderr=StringIO())
     report = json.loads(out.getvalue())
     assert report["invariants"] == {"over_cap": 0, "drift_after_reconcile": 0, "negative_counters": 0, "low_counters_sampled": 0,
                                    "negative_pg_rows": 0, "pg_drift_after_reconcile": 0, "worker_errors": 0}
