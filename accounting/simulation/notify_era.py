@@ -84,6 +84,18 @@ class NotifyStats:
     transient_errors: Counter = field(default_factory=Counter)
     low: list[tuple] = field(default_factory=list)  # (key, field, store, truth)
     unparsable: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **amounts: int) -> None:
+        """For counts that several worker threads move: `+=` on an attribute is a read and a
+        write, and two releasers interleaving there lose a release from the exactness check."""
+        with self.lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+    def count(self, counter: str, key: str) -> None:
+        with self.lock:
+            getattr(self, counter)[key] += 1
 
 
 class Store:
@@ -328,7 +340,7 @@ class NotifyRun:
 
 
 def _transient(run: NotifyRun, where: str, error: Exception) -> None:
-    run.stats.transient_errors[where] += 1
+    run.stats.count("transient_errors", where)
     connections.close_all()  # a terminated connection is replaced on the next query
 
 
@@ -359,7 +371,7 @@ def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: Lay
     keys = [("sub", f"{layer.show_id}:{alloc_id}"), ("folder", layer.folder_id), ("job", layer.job_id)]
     op = run.store.try_book(keys=keys, cores=cores_from_centicores(centicores), gpus=gpus)
     if op is None:
-        run.stats.rejections["store"] += 1
+        run.stats.count("rejections", "store")
         run.stop.wait(0.002)  # a full farm: the scheduler waits for capacity rather than spinning
         return
     try:
@@ -367,14 +379,14 @@ def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: Lay
             insert_booked_proc(cursor=cursor, layer=layer, host_id=host_id, centicores=centicores, gpus=gpus)
     except HostFull:
         run.store.rolled_back(op)  # the host filled up since the scheduler's view was read
-        run.stats.rejections["host full"] += 1
+        run.stats.count("rejections", "host full")
         return
     except Exception:
         # Not committed (or unknown, after a restart: then the store stays high until the recompute).
         run.store.rolled_back(op)
         raise
     run.store.committed(op)
-    run.stats.bookings += 1
+    run.stats.add(bookings=1)
 
 
 class _RolledBack(Exception):
@@ -398,16 +410,15 @@ def _release_some(run: NotifyRun, *, rng: random.Random) -> None:
                 unbook_procs(proc_ids=ids)
                 raise _RolledBack
         except _RolledBack:
-            run.stats.faults["release-rollback"] += 1
+            run.stats.count("faults", "release-rollback")
         return
     released = [unbook_proc(proc_id=ids[0])] if len(ids) == 1 else unbook_procs(proc_ids=ids)
     for r in released:
         if r is None:
             continue
-        run.stats.releases += 1
+        run.stats.add(releases=1)
         if r.branch.value == "scheduler" and not (r.job_finished or r.job_gone):
-            run.stats.committed_cores += r.cores
-            run.stats.committed_gpus += r.gpus
+            run.stats.add(committed_cores=r.cores, committed_gpus=r.gpus)
 
 
 def operator(run: NotifyRun, seed: int) -> None:
@@ -474,7 +485,7 @@ def inject(run: NotifyRun, kind: str) -> None:
         with connection.cursor() as cursor:  # every other session of this database, as a restart ends them
             cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-    run.stats.faults[kind] += 1
+    run.stats.count("faults", kind)
 
 
 
