@@ -238,11 +238,18 @@ class Scheduler:
             self.store.release(heard.fields)
 
     def _drain_until(self, marker: str, *, drop_releases: bool) -> bool:
-        for n in self.listener.notifies(timeout=10):
-            if n.payload == marker:
-                return True
-            self._handle(n.channel, n.payload, drop_releases=drop_releases)
-        return False
+        """Handle what arrives up to `marker` (dropping releases if asked) and whatever came
+        in the same packet after it (applied). psycopg reads a packet's notifications at once
+        and loses the rest of them if its generator is left mid-packet, so it is never left:
+        stop_after ends it at a packet's end."""
+        found, deadline = False, time.monotonic() + 10
+        while not found and (remaining := deadline - time.monotonic()) > 0:
+            for n in self.listener.notifies(timeout=remaining, stop_after=1):
+                if n.payload == marker:
+                    found = True
+                else:
+                    self._handle(n.channel, n.payload, drop_releases=drop_releases and not found)
+        return found
 
     def _recompute(self) -> None:
         epoch = self.store.begin_recompute()

@@ -1,13 +1,18 @@
 """`simulate_farm --era notify`: the NOTIFY-era scheduler model against this project's release
 path and limit services, its invariants held, and shown able to fail."""
 import json
+import threading
+import uuid
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection, transaction
 
 from accounting.notify import payloads
+from accounting.notify.listen import open_listener
+from accounting.simulation.notify_era import NotifyStats, Scheduler, Store
 from shows.models import Show
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,3 +55,25 @@ def test_a_release_decremented_twice_is_caught(monkeypatch):
 def test_unknown_faults_are_refused():
     with pytest.raises(CommandError, match="unknown fault"):
         call_command("simulate_farm", "--era", "notify", "--faults", "redis-restart", stdout=StringIO(), stderr=StringIO())
+
+
+def test_a_release_in_the_recompute_markers_packet_is_applied_not_lost():
+    """The marker and a release committed together arrive in one packet: the recompute drops
+    what came before its marker and applies what came after, none of it lost on the way."""
+    stats, store = NotifyStats(), Store()
+    scheduler = Scheduler(farm=None, store=store, stats=stats, stop=threading.Event())
+    scheduler.listener = open_listener()
+    ids = [str(uuid.uuid4()) for _ in range(4)]
+    job = ("job", ids[3])
+    store.booked[job] = [10, 1]
+    marker = f"sim-marker-{uuid.uuid4().hex}"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [payloads.RELEASE, payloads.release_payload(key=(*ids, ids[0], ids[0]), cores=1, gpus=0)])
+        cursor.execute("SELECT pg_notify(%s, %s)", [payloads.RELEASE, marker])
+        cursor.execute("SELECT pg_notify(%s, %s)", [payloads.RELEASE, payloads.release_payload(key=(*ids, ids[1], ids[1]), cores=2, gpus=1)])
+    try:
+        assert scheduler._drain_until(marker, drop_releases=True)
+    finally:
+        scheduler.listener.close()
+    assert (stats.heard_cores, stats.dropped_by_recompute) == (3, 1)
+    assert store.booked[job] == [8, 0]  # the one after the marker applied
