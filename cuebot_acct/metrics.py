@@ -45,6 +45,12 @@ RELEASE_PUBLISH_SECONDS = Histogram(
     "Time of one release script call to Redis, failed calls included.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+RELEASE_CLAMPED = Counter(
+    "cuebot_acct_release_clamped_total",
+    "Counters a release found below the amount it took off, kept at 0 by release.lua: Redis "
+    "counted low before that release (a lost booking increment, a reseed that missed a proc); "
+    "the next reseed heals it. Should stay at 0.",
+)
 RELEASE_PUBLISH_STALE = Counter(
     "cuebot_acct_release_publish_stale_total",
     "Release publishes that found their in-flight entry gone or expired and changed no counter "

@@ -35,6 +35,7 @@ from accounting.live import keys
 from accounting.live.scripts import script
 from accounting.release.types import Release
 from cuebot_acct.metrics import (
+    RELEASE_CLAMPED,
     RELEASE_PUBLISH_FAILURES,
     RELEASE_PUBLISH_SECONDS,
     RELEASE_PUBLISH_STALE,
@@ -170,7 +171,7 @@ class RedisReleasePublisher:
             args += [cores, gpus]
         started = time.perf_counter()
         try:
-            applied, seq = script("release").run(
+            applied, seq, clamped = script("release").run(
                 accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
             )
         except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
@@ -184,6 +185,12 @@ class RedisReleasePublisher:
             return None
         finally:
             RELEASE_PUBLISH_SECONDS.observe(time.perf_counter() - started)
+        if clamped:
+            RELEASE_CLAMPED.inc(clamped)
+            logger.warning(
+                "release found %d counter(s) below what it took off, kept at 0: Redis counted low before it, "
+                "until the next reseed: %s", clamped, _ids(prepared),
+            )
         if not applied:
             RELEASE_PUBLISH_STALE.inc()
             logger.warning(

@@ -136,8 +136,10 @@ def test_redis_hanging_times_out_once_and_the_late_script_applies_once(
     blocker = redis.Redis.from_url(django_settings.ACCOUNTING_REDIS_URL)
     busy = threading.Thread(target=lambda: blocker.eval(BUSY_SCRIPT, 0, 1_500_000))
     busy.start()
-    probe = redis.Redis.from_url(django_settings.ACCOUNTING_REDIS_URL, socket_timeout=0.05)
-    for _ in range(200):  # until a PING goes unanswered: the busy script is running
+    # 0.3 s unanswered: the busy script is running (a loaded machine delays a PING by far
+    # less), with 1.2 s of it left for the release's 0.2 s timeout.
+    probe = redis.Redis.from_url(django_settings.ACCOUNTING_REDIS_URL, socket_timeout=0.3)
+    for _ in range(200):  # until a PING goes unanswered
         try:
             probe.ping()
         except redis.TimeoutError:
@@ -246,3 +248,25 @@ def test_a_release_with_a_live_entry_is_applied_and_not_counted_stale(farm, acct
         unbook_proc(proc_id=proc.id)
     assert hashes(acct_redis, names)["sub"]["int_cores"] == "0"
     assert stale() == stale_before
+
+
+def clamped() -> float:
+    return REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0.0
+
+
+def test_a_release_that_finds_a_counter_below_it_keeps_it_at_0_and_says_so(
+    farm, acct_redis, django_capture_on_commit_callbacks, caplog
+):
+    """Redis held less than a proc that still existed (low before the release): kept at 0,
+    counted per counter and logged, never silent (the simulator's invariant reads it)."""
+    proc = farm.add_proc(cores=300, gpus=1)
+    names = seed_keys(acct_redis, farm, cores=3, gpus=1)
+    acct_redis.hset(names["folder"], mapping={"int_cores": 1, "int_gpus": 0})  # low: 2 cores and a GPU short
+    before = clamped()
+    with caplog.at_level(logging.WARNING, logger="accounting.release.publish"), \
+            django_capture_on_commit_callbacks(execute=True):
+        unbook_proc(proc_id=proc.id)
+    assert hashes(acct_redis, names)["folder"] == {"int_cores": "0", "int_gpus": "0"}
+    assert hashes(acct_redis, names)["sub"] == {"int_cores": "0", "int_gpus": "0"}  # exact: not counted
+    assert clamped() == before + 2  # the folder's int_cores (1 - 3) and int_gpus (0 - 1)
+    assert any("below what it took off" in r.getMessage() and proc.id in r.getMessage() for r in caplog.records)
