@@ -135,6 +135,11 @@ class BenchFarm:
         grant_permissions(user=self.user, permissions=[RELEASE_PROCS])
         self.token = issue_token(user=self.user, name="bench/release.py")
 
+    def key_ids(self) -> dict[str, str]:
+        """The ids booking.book names the farm's five keys by."""
+        return dict(show_id=self.show.id, alloc_id=self.alloc.id, folder_id=self.folder.id, job_id=self.job.id,
+                    layer_id=self.layer.id, dept_id=self.dept.id)
+
     def add_procs(self, n: int) -> list[str]:
         ids = []
         while len(ids) < n:  # frame numbers are unique per layer: skip an id whose number is taken

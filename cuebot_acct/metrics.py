@@ -114,12 +114,13 @@ RECALCULATE_SUBS_SKIPPED = Counter(
 
 RESEED_SKIPPED = Counter(
     "cuebot_acct_reseed_skipped_total",
-    "Booked-counter reseed cycles given up after the acct:seq compare-and-swap kept missing.",
+    "Booked-counter reseed cycles given up after their write was refused on every attempt.",
     ["scope"],
 )
-RESEED_CAS_MISSES = Counter(
-    "cuebot_acct_reseed_cas_misses_total",
-    "Booked-counter reseed attempts whose compare-and-swap found acct:seq changed.",
+RESEED_WRITES_REFUSED = Counter(
+    "cuebot_acct_reseed_writes_refused_total",
+    "Booked-counter reseed attempts whose write was refused: Redis restarted or failed over since "
+    "the reseed began, its settle journal no longer reached back that far, or a rebuild lost Redis.",
 )
 RESEED_SECONDS = Histogram(
     "cuebot_acct_reseed_seconds",

@@ -52,6 +52,7 @@ def await_true(check: Callable[[], object], *, timeout: float, what: str, interv
 class RedisProcess:
     port: int
     process: subprocess.Popen
+    directory: Path | None = None
 
     def client(self, **options) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2, **options)
@@ -71,12 +72,17 @@ class RedisProcess:
             self.process.kill()
         self.process.wait(10)
 
+    def restart(self) -> None:
+        """kill -9, then a new, empty server on the same port (it runs without persistence)."""
+        self.kill()
+        self.process = _start(_data_args(self.port, self.directory), port=self.port, directory=self.directory).process
+
 
 def _start(args: list[str], *, port: int, directory: Path) -> RedisProcess:
     log = open(directory / f"redis-{port}.log", "ab")
     process = subprocess.Popen(["redis-server", *args], stdout=log, stderr=subprocess.STDOUT, cwd=directory)
     log.close()
-    server = RedisProcess(port=port, process=process)
+    server = RedisProcess(port=port, process=process, directory=directory)
     try:
         with server.client() as client:
             await_true(client.ping, timeout=10, what=f"redis-server on port {port}")

@@ -69,8 +69,10 @@ def book(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: 
 
 
 def settle(*, op_id: str) -> None:
-    """The booking's proc INSERT has committed: drop its in-flight entry (and bump acct:seq)."""
-    script("booking_settle").run(accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ], args=[op_id])
+    """The booking's proc INSERT has committed: its in-flight entry moves to the settle journal
+    (for a reseed under way), and acct:seq is bumped."""
+    script("booking_settle").run(accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ, keys.SETTLED_SEQ, keys.SETTLED],
+                                 args=[op_id])
 
 
 def rollback(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,

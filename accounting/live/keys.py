@@ -41,6 +41,10 @@ def of_proc(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_i
 # Operations whose Redis and PG halves have not both landed; see accounting/inflight docs
 # in docs/redis-protocol.md ("The in-flight registry").
 INFLIGHT = "acct:inflight"
+# The settle journal (booking_settle.lua): how many bookings were ever settled, and the
+# newest of their in-flight entries, for a reseed under way to add (reseed_write.lua).
+SETTLED_SEQ = "acct:settled:seq"
+SETTLED = "acct:settled"
 
 # Set when Redis has been fully seeded (booked counters, then limits) since it last came up
 # empty; no hot-path script writes it, so its absence means "restarted, not rebuilt yet"

@@ -1,14 +1,17 @@
 """Rebuild the Redis live view from PostgreSQL: booked counters, limits, bootstrap.
 
-Booked counters: read acct:seq, run ONE streamed SQL query (accounting.reconcile.snapshot.BOOKED),
-write it back in chunks, each a compare-and-swap on acct:seq (reseed_write.lua) that also
-adds the amounts of in-flight operations. The rebuild of an empty or promoted Redis writes
-without the compare-and-swap: its keys are closed to booking, so only releases write them
-meanwhile, and those cannot take the write low; it finishes at any release rate. A chunk written is right as of its write, since
-no mutation happened since the sequence was read; the first chunk that misses ends the
-attempt and the whole cycle restarts after a jittered backoff, up to a bound, after which
-the cycle is skipped, logged and counted (lessons item 3). Limits are configuration and are
-written unconditionally (limit_write.lua, which bumps acct:seq).
+Booked counters: note where the settle journal stands (reseed_begin.lua), run ONE streamed
+SQL query (accounting.reconcile.snapshot.BOOKED), write it back in chunks (reseed_write.lua),
+each adding the amounts of in-flight operations and of the bookings settled since the reseed
+began, whose procs the snapshot may have missed. No booking or release can take such a write
+low (reseed_write.lua says why), so the reseed finishes under any load, where a
+compare-and-swap on acct:seq missed as long as bookings kept landing. The rebuild of an
+empty or promoted Redis writes closed keys instead (no journal needed: nothing books them).
+A write is refused only when Redis restarted or failed over since the reseed began, or its
+journal was trimmed past the beginning (a reseed slower than 20,000 settles); the cycle then
+restarts after a jittered backoff, up to a bound, after which it is skipped, logged and
+counted (lessons item 3). Limits are configuration and are written unconditionally
+(limit_write.lua, which bumps acct:seq).
 
 Order: booked counters before limits. A key whose limits exist is open for booking, so it
 must never be open with counters that read low (lessons items 1 and 2).
@@ -40,9 +43,9 @@ from accounting.reconcile.snapshot import (
 from cuebot_acct.metrics import (
     BOOTSTRAPS,
     REBUILDS,
-    RESEED_CAS_MISSES,
     RESEED_SECONDS,
     RESEED_SKIPPED,
+    RESEED_WRITES_REFUSED,
 )
 from cuebot_acct.redis_factory import accounting_redis
 
@@ -56,7 +59,7 @@ FARM_LOCK = "acct-reseed"
 
 
 class ReseedSkipped(Exception):
-    """The booked-counter compare-and-swap missed on every attempt."""
+    """The booked-counter write was refused on every attempt."""
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,14 @@ def backoff_seconds(*, attempt: int) -> float:
 
 
 def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None], closed_token: str | None) -> int | None:
-    """One cycle; the number of keys written, or None when the write was refused (the CAS
-    missed, or the closed keys' rebuild no longer owns Redis)."""
+    """One cycle; the number of keys written, or None when the write was refused (Redis
+    restarted or failed over, the journal was trimmed, or the closed keys' rebuild no longer
+    owns Redis)."""
     client = accounting_redis()
-    mode = ["cas", client.get(keys.SEQ) or b""] if closed_token is None else ["closed", closed_token]
+    if closed_token is None:
+        mode = ["journal", script("reseed_begin").run(client, keys=[keys.SETTLED_SEQ], args=[])]
+    else:
+        mode = ["closed", closed_token]
     written = 0
     # closing(): a refused write leaves the loop early; end the snapshot's transaction and
     # server-side cursor then, not whenever the generator is collected.
@@ -85,9 +92,10 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None],
             args = list(mode)
             for key, cores, gpus, _ in chunk:
                 args += [key, cores, gpus]
-            ok, count, *_ = script("reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING],
-                                                       args=args)
+            ok, count, *_ = script("reseed_write").run(
+                client, keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING, keys.SETTLED_SEQ, keys.SETTLED], args=args)
             if not int(ok):
+                log.info("booked reseed write refused: %s", count.decode() if isinstance(count, bytes) else count)
                 return None
             written += int(count)
             progress(int(count))
@@ -96,20 +104,21 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None],
 
 def reseed_booked(*, show_ids: Sequence[str], scope: str = "farm", max_attempts: int = MAX_ATTEMPTS,
                   progress: Callable[[int], None] = lambda n: None, closed_token: str | None = None) -> BookedOutcome:
-    """Write int_cores/int_gpus of every key of these shows from SUM(proc), under the CAS; or,
-    with `closed_token`, the rebuild of keys closed to booking that holds that token, which
-    needs no CAS (reseed_write.lua says why) and so finishes whatever the release rate."""
+    """Write int_cores/int_gpus of every key of these shows from SUM(proc) plus what is in
+    flight or settled since the reseed began; or, with `closed_token`, the rebuild of keys
+    closed to booking that holds that token. Both finish whatever the booking and release
+    rates (reseed_write.lua says why)."""
     started = time.monotonic()
     try:
         for attempt in range(1, max_attempts + 1):
             written = _attempt_booked(show_ids=show_ids, progress=progress, closed_token=closed_token)
             if written is not None:
                 return BookedOutcome(written=True, keys=written, attempts=attempt)
-            RESEED_CAS_MISSES.inc()
+            RESEED_WRITES_REFUSED.inc()
             if attempt < max_attempts:
                 time.sleep(backoff_seconds(attempt=attempt))
         RESEED_SKIPPED.labels(scope=scope).inc()
-        log.warning("booked reseed (%s) skipped: acct:seq changed during each of %d attempts", scope, max_attempts)
+        log.warning("booked reseed (%s) skipped: its write was refused on each of %d attempts", scope, max_attempts)
         return BookedOutcome(written=False, keys=0, attempts=max_attempts)
     finally:
         RESEED_SECONDS.labels(kind="booked").observe(time.monotonic() - started)

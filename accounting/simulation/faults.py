@@ -17,6 +17,7 @@ FAULT_KINDS = (
     "flag-flip",        # an operator switches a show between Cuebot and the scheduler
     "limit-change",     # an operator changes a burst, folder cap or job cap
     "slow-commit",      # a booking holds its INSERT transaction open before committing
+    "job-kill",         # a job is killed: FINISHED first, its procs released up to 2 s later
 )
 
 # Faults that need a topology the run does not build: named one by one, never part of "all".
@@ -33,6 +34,7 @@ PERIOD_SECONDS = {
     "flag-flip": 8.0,
     "limit-change": 2.0,
     "slow-commit": 0.5,
+    "job-kill": 4.0,
     "failover": 30.0,
 }
 

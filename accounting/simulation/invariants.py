@@ -1,4 +1,13 @@
-"""What must hold: no booking above a cap, no drift after reconciling, no negative counter."""
+"""What must hold, checked from PostgreSQL's rows and Redis's hashes directly, never through the
+code under test: no booking above a cap in force (cores and GPUs), no managed counter below
+SUM(proc), no drift after reconciling, no negative counter.
+
+The truth here (`TRUTH`) is written apart from the reseed's snapshot on purpose: a snapshot
+that leaves procs out (the upstream scheduler's FINISHED-job rule, say) must be caught by the
+invariants, not copied into them.
+"""
+import time
+
 from django.db import connection
 
 from accounting.live import keys
@@ -7,7 +16,7 @@ from accounting.simulation.report import OverCap
 from cuebot_acct.redis_factory import accounting_redis
 
 # Booked cores per proc, truncated like accounting.live.units (PG's integer division of a
-# non-negative bigint truncates), summed per key; and the cap in force right now.
+# non-negative bigint truncates), summed per key; GPUs as well; and the caps in force now.
 BOOKED_AND_CAPS = """
 SELECT (SELECT COALESCE(SUM(p.int_cores_reserved / 100), 0) FROM proc p JOIN host h ON h.pk_host = p.pk_host
          WHERE p.pk_show = %(show)s AND h.pk_alloc = %(alloc)s AND NOT p.b_local),
@@ -15,28 +24,94 @@ SELECT (SELECT COALESCE(SUM(p.int_cores_reserved / 100), 0) FROM proc p JOIN hos
        (SELECT COALESCE(SUM(p.int_cores_reserved / 100), 0) FROM proc p JOIN job j ON j.pk_job = p.pk_job
          WHERE j.pk_folder = %(folder)s AND NOT p.b_local),
        (SELECT int_max_cores FROM folder_resource WHERE pk_folder = %(folder)s),
+       (SELECT COALESCE(SUM(p.int_gpus_reserved), 0) FROM proc p JOIN job j ON j.pk_job = p.pk_job
+         WHERE j.pk_folder = %(folder)s AND NOT p.b_local),
+       (SELECT int_max_gpus FROM folder_resource WHERE pk_folder = %(folder)s),
        (SELECT COALESCE(SUM(int_cores_reserved / 100), 0) FROM proc WHERE pk_job = %(job)s AND NOT b_local),
-       (SELECT int_max_cores FROM job_resource WHERE pk_job = %(job)s)
+       (SELECT int_max_cores FROM job_resource WHERE pk_job = %(job)s),
+       (SELECT COALESCE(SUM(int_gpus_reserved), 0) FROM proc WHERE pk_job = %(job)s AND NOT b_local),
+       (SELECT int_max_gpus FROM job_resource WHERE pk_job = %(job)s)
+"""
+
+# SUM(proc) per key, every non-local proc whatever its job's state (a proc that exists is
+# booked until it is released: docs/redis-protocol.md), one plain query per kind of key.
+TRUTH = """
+SELECT 'acct:sub:' || p.pk_show || ':' || h.pk_alloc, SUM(p.int_cores_reserved / 100), SUM(p.int_gpus_reserved)
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s) GROUP BY 1
+UNION ALL
+SELECT 'acct:folder:' || j.pk_folder, SUM(p.int_cores_reserved / 100), SUM(p.int_gpus_reserved)
+  FROM proc p JOIN job j ON j.pk_job = p.pk_job WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s) GROUP BY 1
+UNION ALL
+SELECT 'acct:job:' || p.pk_job, SUM(p.int_cores_reserved / 100), SUM(p.int_gpus_reserved)
+  FROM proc p WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s) GROUP BY 1
+UNION ALL
+SELECT 'acct:layer:' || p.pk_layer, SUM(p.int_cores_reserved / 100), SUM(p.int_gpus_reserved)
+  FROM proc p WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s) GROUP BY 1
+UNION ALL
+SELECT 'acct:point:' || j.pk_dept || ':' || j.pk_show, SUM(p.int_cores_reserved / 100), SUM(p.int_gpus_reserved)
+  FROM proc p JOIN job j ON j.pk_job = p.pk_job WHERE NOT p.b_local AND p.pk_show = ANY(%(shows)s) GROUP BY 1
 """
 
 
-def over_cap_after_booking(*, show_id: str, alloc_id: str, folder_id: str, job_id: str) -> list[OverCap]:
-    """Keys of a just-committed booking whose SUM(proc) in cores exceeds the cap in force.
+def truth_per_key(*, show_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """{key: (cores, GPUs)} that SUM(proc) books now, for the keys with procs."""
+    with connection.cursor() as cursor:
+        cursor.execute(TRUTH, {"shows": show_ids})
+        return {key: (int(cores), int(gpus)) for key, cores, gpus in cursor.fetchall()}
+
+
+def against_truth(*, show_ids: list[str]) -> tuple[list[tuple], list[tuple]]:
+    """(low, high): (key, field, Redis, SUM(proc)) of every counter of these shows' keys that
+    reads below, or above, what their procs book. A key missing from Redis reads 0."""
+    truth = truth_per_key(show_ids=show_ids)
+    every_key = sorted(set(truth) | set(farm_keys(show_ids=show_ids)))
+    client = accounting_redis()
+    with client.pipeline(transaction=False) as pipe:
+        for key in every_key:
+            pipe.hmget(key, "int_cores", "int_gpus")
+        in_redis = pipe.execute()
+    low, high = [], []
+    for key, values in zip(every_key, in_redis):
+        for name, expected, actual in zip(("int_cores", "int_gpus"), truth.get(key, (0, 0)), values):
+            actual = int(actual or 0)
+            if actual < expected:
+                low.append((key, name, actual, expected))
+            elif actual > expected:
+                high.append((key, name, actual, expected))
+    return low, high
+
+
+def _over(found: list, table: str, key: str, show_id: str, booked: int, cap: int | None, *, unit: str,
+          started: float, centicores: bool) -> None:
+    """A max cap not above 0 is no cap (booking.lua skips it); the caller passes a burst as a
+    cap of at least 0 (a burst below 0 admits nothing, as one of 0)."""
+    if cap is None or (cap <= 0 and table != "subscription"):
+        return
+    limit = cores_from_centicores(max(cap, 0)) if centicores else cap
+    if booked > limit:
+        found.append(OverCap(table, key, show_id, booked, limit, unit=unit, started=started, checked=time.monotonic()))
+
+
+def over_cap_after_booking(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, started: float) -> list[OverCap]:
+    """Keys of a just-committed booking whose SUM(proc) exceeds the cap in force: cores
+    against the burst and the folder's and job's max cores, GPUs against their max GPUs.
 
     The booking script admits `booked + delta <= cap` (burst always; folder and job caps
     only when > 0), so with Redis counting at least SUM(proc) this is never above.
+    `started` is when the booking began (time.monotonic()): with the check's own time it
+    bounds the window in which a cap lowered or a show switched may excuse it.
     """
     with connection.cursor() as cursor:
         cursor.execute(BOOKED_AND_CAPS, {"show": show_id, "alloc": alloc_id, "folder": folder_id, "job": job_id})
-        sub_booked, burst, folder_booked, folder_max, job_booked, job_max = cursor.fetchone()
-    sub_booked, folder_booked, job_booked = int(sub_booked), int(folder_booked), int(job_booked)
-    found = []
-    if burst is not None and sub_booked > cores_from_centicores(burst):
-        found.append(OverCap("subscription", keys.sub(show_id=show_id, alloc_id=alloc_id), show_id, sub_booked, cores_from_centicores(burst)))
-    if folder_max is not None and folder_max > 0 and folder_booked > cores_from_centicores(folder_max):
-        found.append(OverCap("folder", keys.folder(folder_id=folder_id), show_id, folder_booked, cores_from_centicores(folder_max)))
-    if job_max is not None and job_max > 0 and job_booked > cores_from_centicores(job_max):
-        found.append(OverCap("job", keys.job(job_id=job_id), show_id, job_booked, cores_from_centicores(job_max)))
+        (sub_cores, burst, folder_cores, folder_max, folder_gpus, folder_max_gpus,
+         job_cores, job_max, job_gpus, job_max_gpus) = (None if v is None else int(v) for v in cursor.fetchone())
+    found: list[OverCap] = []
+    sub, folder, job = keys.sub(show_id=show_id, alloc_id=alloc_id), keys.folder(folder_id=folder_id), keys.job(job_id=job_id)
+    _over(found, "subscription", sub, show_id, sub_cores, burst, unit="cores", started=started, centicores=True)
+    _over(found, "folder", folder, show_id, folder_cores, folder_max, unit="cores", started=started, centicores=True)
+    _over(found, "job", job, show_id, job_cores, job_max, unit="cores", started=started, centicores=True)
+    _over(found, "folder", folder, show_id, folder_gpus, folder_max_gpus, unit="gpus", started=started, centicores=False)
+    _over(found, "job", job, show_id, job_gpus, job_max_gpus, unit="gpus", started=started, centicores=False)
     return found
 
 

@@ -6,13 +6,21 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class OverCap:
-    """A booking whose INSERT left a key's SUM(proc) above the cap in force."""
+    """A booking whose INSERT left a key's SUM(proc) above the cap in force, in cores or GPUs;
+    `started` and `checked` (time.monotonic()) bound the booking, from its script to the check."""
 
     table: str
     key: str
     show_id: str
-    booked_cores: int
-    cap_cores: int
+    booked: int
+    cap: int
+    unit: str = "cores"
+    started: float = 0.0
+    checked: float = 0.0
+
+
+def _overlaps(windows: list[tuple[str, float, float]], name: str, started: float, checked: float) -> bool:
+    return any(n == name and begin <= checked and started <= end for n, begin, end in windows)
 
 
 @dataclass
@@ -39,13 +47,16 @@ class Stats:
     # Rolled back whole by PostgreSQL (deadlock, serialization) and retried by the caller.
     transient_errors: Counter = field(default_factory=Counter)
     over_cap: list[OverCap] = field(default_factory=list)
-    # Managed keys' counters below SUM(proc) in a quiet sample (no operation under way).
+    # Managed keys' counters below SUM(proc) in a quiet sample (no operation under way), taken
+    # before each reseed (what releases and bookings left) and after it (what it wrote).
     low_counters: list[tuple] = field(default_factory=list)
     # PG accounting rows of Cuebot-managed shows seen below zero during the run.
     negative_pg_rows: list[tuple] = field(default_factory=list)
-    # Keys left out of over_cap: caps lowered and shows switched during the run.
-    lowered_keys: set[str] = field(default_factory=set)
-    switched_show_ids: set[str] = field(default_factory=set)
+    # When an operator lowered a key's cap, or switched a show's owner: (key or show id,
+    # began, ended), time.monotonic(). A booking over its cap is excused only if its own
+    # window overlaps one of these on its key or show: the cap or the owner of the moment.
+    cap_lowerings: list[tuple[str, float, float]] = field(default_factory=list)
+    switches: list[tuple[str, float, float]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **amounts: int) -> None:
@@ -66,7 +77,8 @@ class Stats:
         with self._lock:
             return [
                 v for v in self.over_cap
-                if v.key not in self.lowered_keys and v.show_id not in self.switched_show_ids
+                if not _overlaps(self.cap_lowerings, v.key, v.started, v.checked)
+                and not _overlaps(self.switches, v.show_id, v.started, v.checked)
             ]
 
 
@@ -81,6 +93,15 @@ class Report:
     faults_pending: dict[str, int]
     # Cuebot-managed shows' PG rows that differ from SUM(proc) after the final reconcile.
     pg_drift_rows: list = field(default_factory=list)
+    # Managed counters against SUM(proc) once the workers stopped and every in-flight entry
+    # settled, before the final reseed rewrites them: never low; exact when no fault of the
+    # run may leave Redis high (exactness_judged), which catches a release that was lost.
+    low_before_final_reseed: list = field(default_factory=list)
+    high_before_final_reseed: list = field(default_factory=list)
+    exactness_judged: bool = False
+    # Counters release.lua found below what a release took off (cuebot_acct_release_clamped_total
+    # over the run): each proves a counter was low before, wherever no sample fell.
+    releases_clamped: int = 0
 
     @property
     def invariants(self) -> dict[str, int]:
@@ -89,6 +110,9 @@ class Report:
             "drift_after_reconcile": len(self.drift_rows),
             "negative_counters": len(self.negative_counters),
             "low_counters_sampled": len(self.stats.low_counters),
+            "low_before_final_reseed": len(self.low_before_final_reseed),
+            "high_before_final_reseed": len(self.high_before_final_reseed) if self.exactness_judged else 0,
+            "releases_found_counter_low": self.releases_clamped,
             "negative_pg_rows": len(self.stats.negative_pg_rows),
             "pg_drift_after_reconcile": len(self.pg_drift_rows),
             "worker_errors": sum(self.stats.errors.values()),
@@ -117,7 +141,8 @@ class Report:
                        "cycles_failed": dict(s.reseed_cycles_failed), "keys_written_over_inflight": s.reseed_keys_over_inflight,
                        "failovers": s.failovers, "rebuilds_after_failover": s.rebuilds_after_failover},
             "redis_errors": dict(s.redis_errors),
-            "excluded": {"lowered_keys": len(s.lowered_keys), "switched_shows": len(s.switched_show_ids)},
+            "excluded": {"cap_lowerings": len(s.cap_lowerings), "switches": len(s.switches)},
+            "exactness_judged": self.exactness_judged,
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
             "invariants": self.invariants,
             "errors": dict(s.errors),
@@ -126,6 +151,8 @@ class Report:
             "drift_examples": [str(r) for r in self.drift_rows[:10]],
             "negative_examples": [list(n) for n in self.negative_counters[:10]],
             "low_examples": [list(n) for n in self.stats.low_counters[:10]],
+            "final_low_examples": [list(n) for n in self.low_before_final_reseed[:10]],
+            "final_high_examples": [list(n) for n in self.high_before_final_reseed[:10]] if self.exactness_judged else [],
             "negative_pg_examples": [list(n) for n in self.stats.negative_pg_rows[:10]],
             "pg_drift_examples": [list(n) for n in self.pg_drift_rows[:10]],
             "ok": self.ok,
@@ -149,8 +176,9 @@ class Report:
             f"  failovers noticed     {d['reseed']['failovers']:>10}  rebuilt {d['reseed']['rebuilds_after_failover']} "
             f"(after {d['faults'].get('failover', 0)} failover faults; Redis errors {d['redis_errors']})",
             f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",
-            f"  left out of over_cap  {d['excluded']['lowered_keys']} lowered keys, {d['excluded']['switched_shows']} switched shows "
-            f"({d['over_cap_excluded']} bookings)",
+            f"  over cap, excused     {d['over_cap_excluded']:>10}  (booked while their cap was lowered ({d['excluded']['cap_lowerings']} "
+            f"lowerings) or their show switched ({d['excluded']['switches']} switches))",
+            f"  exactness judged      {'yes' if d['exactness_judged'] else 'no (a fault of this run may leave Redis high)':>10}",
             "",
             "invariants (all must be 0):",
         ]
@@ -159,6 +187,8 @@ class Report:
             lines.append(f"faults scheduled but not injected: {d['faults_not_injected']}")
         for title, rows in (("errors", d["errors"].items()), ("over cap", d["over_cap_examples"]),
                             ("drift", d["drift_examples"]), ("negative", d["negative_examples"]), ("low", d["low_examples"]),
+                            ("low before the final reseed", d["final_low_examples"]),
+                            ("high before the final reseed", d["final_high_examples"]),
                             ("negative PG", d["negative_pg_examples"]), ("PG drift", d["pg_drift_examples"])):
             for row in rows:
                 lines.append(f"  {title}: {row}")

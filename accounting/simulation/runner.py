@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from django.conf import settings
 from django.db import connections
 from django.test.utils import override_settings
+from prometheus_client import REGISTRY
 
 from accounting.live.leases import LEASE_SECONDS
 from accounting.reconcile import pg_truth as pg_accounting
@@ -18,7 +19,7 @@ from accounting.release import publish as publisher
 from accounting.simulation import reconcile
 from accounting.simulation.farm import SimFarm, build_sim_farm, load_existing_farm
 from accounting.simulation.faults import FaultPlan
-from accounting.simulation.invariants import farm_keys, negative_counters
+from accounting.simulation.invariants import against_truth, farm_keys, negative_counters
 from accounting.simulation.report import Report, Stats
 from accounting.simulation.workers import (
     PublishDrop,
@@ -29,6 +30,7 @@ from accounting.simulation.workers import (
     operator,
     reconcile_once,
     reconciler,
+    redis_open,
     releaser,
 )
 from cuebot_acct.redis_factory import sentinel_target
@@ -62,12 +64,21 @@ def seed_redis(*, farm: SimFarm) -> None:
         reseed.seed_show(show_id=show_id)
 
 
-def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
+# Faults after which Redis may legitimately count high until a reseed: the run's exactness
+# (nothing high before the final reseed) is judged only without them.
+LEAVE_REDIS_HIGH = ("publish-drop", "crash-after-lua", "redis-restart", "failover")
+
+
+def settle_inflight(*, ttl_seconds: int) -> None:
     """After the workers stopped: let in-flight entries of crashed or rolled-back operations
-    expire (their holders are gone), then reconcile until the booked cycle is written."""
+    expire (their holders are gone)."""
     deadline = time.monotonic() + ttl_seconds + 2
     while inflight_keys_pending() and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
+    """Reconcile until the booked cycle is written."""
     # No booking can land any more: every show switched back to Cuebot can be settled now.
     reconcile.run_due_settle_recomputes(all_pending=True)
     # A farm lock whose release a failover lost (sent to the demoted master) runs out within
@@ -94,6 +105,7 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
         plan = FaultPlan(kinds=config.faults, seconds=config.seconds, rng=random.Random(f"{config.seed}:faults"))
         ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval,
                          reseeder=config.reseeder)
+        clamped_before = REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0
         real_script = publisher.script
         if "publish-drop" in config.faults:
             ctx.publish_drop = PublishDrop(rng=ctx.rng("publish-drop"), stats=stats)
@@ -120,8 +132,12 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
             publisher.script = real_script
         seconds = time.monotonic() - started
         progress(seconds, stats)
-        final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds, reseeder=config.reseeder)
+        settle_inflight(ttl_seconds=config.inflight_ttl_seconds)
         managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+        low, high = against_truth(show_ids=managed) if redis_open() else ([], [])
+        judged = config.reseeder == "project" and not set(config.faults) & set(LEAVE_REDIS_HIGH) and redis_open()
+        clamped = (REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0) - clamped_before
+        final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds, reseeder=config.reseeder)
         drift = reconcile.drift_rows(show_ids=managed)
         negative = negative_counters(redis_keys=farm_keys(show_ids=farm.show_ids))
         for row in negative_pg_rows(farm=farm):
@@ -134,4 +150,6 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
         farm={**{k: v for k, v in asdict(config).items() if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing", "reseeder")},
               "faults": ",".join(config.faults) or "none"} if not config.existing else {"existing": True, "shows": len(farm.show_ids)},
         stats=stats, drift_rows=drift, negative_counters=negative, faults_pending=plan.pending(), pg_drift_rows=pg_drift,
+        low_before_final_reseed=low, high_before_final_reseed=high, exactness_judged=judged,
+        releases_clamped=0 if "failover" in config.faults else int(clamped),
     )

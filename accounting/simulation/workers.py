@@ -24,13 +24,12 @@ from accounting.live import booking, keys
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile import failover
 from accounting.reconcile import pg_truth as pg_accounting
-from accounting.reconcile.snapshot import booked_rows
 from accounting.release.unbook import unbook_proc, unbook_procs
 from accounting.simulation import reconcile
 from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
 from accounting.simulation.farm_builder import PROC_CORES, insert_running_frame
 from accounting.simulation.faults import FaultPlan
-from accounting.simulation.invariants import over_cap_after_booking
+from accounting.simulation.invariants import against_truth, over_cap_after_booking
 from accounting.simulation.report import Stats
 from cuebot_acct.redis_factory import (
     accounting_redis,
@@ -100,6 +99,8 @@ class SimContext:
     publish_drop: "PublishDrop | None" = None
     reseeder: str = "project"
     gate: Gate = field(default_factory=Gate)
+    # Jobs the job-kill fault marked FINISHED: the scheduler books no more frames of them.
+    killed_jobs: set[str] = field(default_factory=set)
 
     def rng(self, role: str, index: int = 0) -> random.Random:
         return random.Random(f"{self.seed}:{role}:{index}")
@@ -198,6 +199,8 @@ def booker(ctx: SimContext, index: int) -> None:
             ctx.stop.wait(0.05)
             continue
         layer = rng.choice(ctx.farm.layers_by_show[rng.choice(shows)])
+        if layer.job_id in ctx.killed_jobs:
+            continue
         cores = rng.choice(PROC_CORES)
         host = hosts.pick(rng=rng, cores=cores)
         if host is None:
@@ -215,6 +218,7 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
                layer_id=layer.layer_id, dept_id=layer.dept_id)
     op_id = uuid.uuid4().hex
     result = None
+    started = time.monotonic()
     # No master right now (a failover): nothing booked, or, if the reply was lost after the
     # script ran, its in-flight entry expires and Redis stays high until a reseed.
     with redis_errors_counted(ctx, "book"):
@@ -246,7 +250,8 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
     with redis_errors_counted(ctx, "settle"):  # unsettled: the entry expires, Redis high meanwhile
         booking.settle(op_id=op_id)
     ctx.stats.add(bookings=1)
-    for violation in over_cap_after_booking(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id):
+    for violation in over_cap_after_booking(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id,
+                                            job_id=layer.job_id, started=started):
         ctx.stats.record("over_cap", violation)
 
 
@@ -328,10 +333,14 @@ def reconciler(ctx: SimContext, index: int) -> None:
         for row in negative_pg_rows(farm=ctx.farm):
             ctx.stats.record("negative_pg_rows", row)
         try:
-            reconcile_once(ctx.stats, reseeder=ctx.reseeder)
-            with ctx.gate.quiet():
-                for low in low_counters(farm=ctx.farm):
-                    ctx.stats.record("low_counters", low)
+            # Before the reseed: what bookings and releases left (a reseed would rewrite the
+            # evidence); after it: what the reseed wrote.
+            for moment in ("before reseed", "after reseed"):
+                if moment == "after reseed":
+                    reconcile_once(ctx.stats, reseeder=ctx.reseeder)
+                with ctx.gate.quiet():
+                    for low in low_counters(farm=ctx.farm):
+                        ctx.stats.record("low_counters", (moment, *low))
         except redis.exceptions.RedisError as error:
             # A cycle cut short by Redis (a redis-restart fault between a script load and
             # its call, say) is what a scheduler's loop meets too: it logs and tries again
@@ -340,27 +349,23 @@ def reconciler(ctx: SimContext, index: int) -> None:
         close_old_connections()
 
 
+def redis_open() -> bool:
+    """False while the accounting Redis is closed by design: not rebuilt since it came up
+    empty, or a promoted replica not rebuilt yet (booking.lua refuses it). It may read low then."""
+    role, replid, (seeded, recorded) = replication_state(accounting_redis(), keys.SEEDED, keys.MASTER)
+    return role == "master" and seeded is not None and (recorded is None or recorded.decode() == replid)
+
+
 def low_counters(*, farm: SimFarm) -> list[tuple[str, str, int, int]]:
-    """(key, field, Redis, SUM(proc)) of every managed key's counter below what its procs
-    book, on a Redis that is open for booking (acct:seeded: a Redis not rebuilt since it came
+    """(key, field, Redis, SUM(proc)) of every counter of the shows managed now (the owner of
+    the moment) below what its procs book, on a Redis that is open for booking (acct:seeded: a Redis not rebuilt since it came
     up is closed, and reads low by design) and is the master recorded (a promoted replica can
     miss writes until its check closes and rebuilds it). Call it with the gate quiet."""
-    client = accounting_redis()
-    role, replid, (seeded, recorded) = replication_state(client, keys.SEEDED, keys.MASTER)
-    if role != "master" or seeded is None or (recorded is not None and recorded.decode() != replid):
-        return []  # closed, or a promoted replica not rebuilt yet (booking.lua refuses it)
+    if not redis_open():
+        return []
     managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
-    booked = [(key, cores, gpus) for key, cores, gpus, _ in booked_rows(show_ids=managed)]
-    with client.pipeline(transaction=False) as pipe:
-        for key, _, _ in booked:
-            pipe.hmget(key, "int_cores", "int_gpus")
-        in_redis = pipe.execute()
-    found = []
-    for (key, cores, gpus), (redis_cores, redis_gpus) in zip(booked, in_redis):
-        for name, expected, actual in (("int_cores", cores, redis_cores), ("int_gpus", gpus, redis_gpus)):
-            if int(actual or 0) < expected:
-                found.append((key, name, int(actual or 0), expected))
-    return found
+    low, _ = against_truth(show_ids=managed)
+    return low
 
 
 def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:
@@ -396,16 +401,31 @@ def reconcile_once(stats: Stats, *, reseeder: str = "project") -> None:
 @worker("operator")
 def operator(ctx: SimContext, index: int) -> None:
     rng = ctx.rng("operator", index)
+    kills: list[tuple[float, str]] = []  # (when its procs go, job id)
     while not ctx.stop.wait(0.1):
         if ctx.plan.take("flag-flip"):
             with ctx.gate.operation(), transient(ctx, "flag-flip"):
                 flip_a_show(ctx, rng=rng)
         if ctx.plan.take("limit-change"):
             with ctx.gate.operation(), transient(ctx, "limit-change"):
+                began = time.monotonic()
                 change = reconcile.change_random_limit(rng=rng, show_ids=ctx.farm.show_ids)
                 if change.lowered:
-                    ctx.stats.record("lowered_keys", change.key)
+                    ctx.stats.record("cap_lowerings", (change.key, began, time.monotonic()))
                 ctx.stats.count("faults", "limit-change")
+        if ctx.plan.take("job-kill"):
+            with ctx.gate.operation(), transient(ctx, "job-kill"):
+                job_id = kill_a_job(ctx, rng=rng)
+            if job_id is None:
+                ctx.plan.rearm("job-kill")
+            else:
+                # Cuebot releases a killed job's procs as their hosts report back: later, with
+                # reseeds free to run in between.
+                kills.append((time.monotonic() + rng.uniform(0.2, 2.0), job_id))
+        for due in [k for k in kills if k[0] <= time.monotonic()]:
+            kills.remove(due)
+            with ctx.gate.operation(), transient(ctx, "job-kill release"):
+                release_a_killed_job(ctx, job_id=due[1])
         if ctx.plan.take("failover"):
             with redis_errors_counted(ctx, "failover"):
                 promote_a_replica()
@@ -426,16 +446,48 @@ def promote_a_replica() -> None:
         sentinel.execute_command("SENTINEL", "FAILOVER", target.master_name)
 
 
+KILLABLE = """
+SELECT j.pk_job FROM job j WHERE j.pk_show = ANY(%(shows)s) AND j.str_state <> 'FINISHED'
+   AND EXISTS (SELECT 1 FROM proc p WHERE p.pk_job = j.pk_job) ORDER BY j.pk_job
+"""
+
+
+def kill_a_job(ctx: SimContext, *, rng: random.Random) -> str | None:
+    """What OpenCue does first when a job is killed: the job FINISHED (its name freed), its
+    procs still running. None when no job with procs is left to kill."""
+    with connection.cursor() as cursor:
+        cursor.execute(KILLABLE, {"shows": ctx.farm.show_ids})
+        candidates = [row[0] for row in cursor.fetchall()]
+        if not candidates:
+            return None
+        job_id = rng.choice(candidates)
+        cursor.execute("UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL, ts_stopped = now() "
+                       "WHERE pk_job = %s", [job_id])
+    ctx.killed_jobs.add(job_id)
+    ctx.stats.count("faults", "job-kill")
+    return job_id
+
+
+def release_a_killed_job(ctx: SimContext, *, job_id: str) -> None:
+    """The killed job's procs go, one call each, as their frames stop."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pk_proc FROM proc WHERE pk_job = %s", [job_id])
+        proc_ids = [row[0] for row in cursor.fetchall()]
+    released = [unbook_proc(proc_id=proc_id) for proc_id in proc_ids]
+    ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
+
+
 def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:
     """Switch a random show, but never the last scheduler-managed one away: a farm with no
     managed show gives the bookers nothing to do for the rest of the run."""
     managed = set(Show.objects.filter(pk__in=ctx.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
     candidates = [s for s in ctx.farm.show_ids if s not in managed or len(managed) > 1]
     show = Show.objects.get(pk=rng.choice(candidates))
-    # Recorded before the switch: a booking checked a moment after the switch is
-    # already one the issue leaves out.
-    ctx.stats.record("switched_show_ids", show.pk)
+    began = time.monotonic()
     set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
+    # The bookers' view of the owners lags by up to MANAGED_SHOWS_REFRESH_SECONDS: a booking
+    # begun that long after the switch may still be one of the old owner's.
+    ctx.stats.record("switches", (show.pk, began, time.monotonic() + MANAGED_SHOWS_REFRESH_SECONDS))
     ctx.stats.count("faults", "flag-flip")
 
 

@@ -1,26 +1,55 @@
 -- The booked-counter reseed's write. Does not bump acct:seq.
 -- KEYS[1] acct:seq   KEYS[2] acct:inflight   KEYS[3] acct:bootstrapping
--- ARGV[1] mode: "cas" (a reseed of open keys) or "closed" (a rebuild of keys closed to booking)
--- ARGV[2] "cas": the acct:seq value read before the SQL snapshot ("" when it did not exist);
+-- KEYS[4] acct:settled:seq   KEYS[5] acct:settled (the settle journal: booking_settle.lua)
+-- ARGV[1] mode: "journal" (a reseed of open keys) or "closed" (a rebuild of keys closed to booking)
+-- ARGV[2] "journal": what reseed_begin.lua returned before the SQL snapshot;
 --         "closed": the rebuild's token in acct:bootstrapping
 -- ARGV[3..] triples: key, int_cores (cores), int_gpus, from the snapshot
--- Returns {1, keys written, keys skipped}, or {0, why} and nothing written: "cas" when acct:seq
--- moved since it was read, "closed" when the rebuild no longer owns Redis (it restarted or
--- failed over again). Each written key gets its snapshot value plus the amounts of live
--- in-flight operations on it (an operation counts as booked until it settles); expired
--- entries are purged first.
+-- Returns {1, keys written, keys skipped}, or {0, why} and nothing written: "restarted" when
+-- this is not the server the reseed began on (restarted or promoted since), "journal" when the
+-- journal no longer reaches back to the reseed's beginning, "closed" when the rebuild no longer
+-- owns Redis (it restarted or failed over again). Each written key gets its snapshot value
+-- plus the amounts of live in-flight operations on it (an operation counts as booked until it
+-- settles; expired entries are purged first) and, in "journal" mode, of the bookings settled
+-- since the reseed began: their procs committed before they settled, after or before the
+-- snapshot began. After: only the journal counts them. Before: the snapshot holds them too,
+-- and the key is written high by them, the safe side, until the next reseed. Releases need
+-- no such care: one registered before its DELETE can only leave a write high
+-- (docs/redis-protocol.md), so a reseed finishes whatever the booking and release rates.
 --
--- Why "closed" needs no compare-and-swap: a key without limit fields books nothing
--- (booking.lua rejects a core booking without a burst), so while a rebuild holds the keys
--- closed the only writers are releases, and a release registered in flight before its
--- DELETE never takes a write below SUM(proc) (docs/redis-protocol.md). A key that carries a
--- limit field was opened by someone else (a show switched meanwhile, seeded by its own
--- compare-and-swap) and is skipped.
+-- Why "closed" needs no journal: a key without limit fields books nothing (booking.lua
+-- rejects a core booking without a burst), so while a rebuild holds the keys closed the only
+-- writers are releases. A key that carries a limit field was opened by someone else (a show
+-- switched meanwhile, seeded by its own journal write) and is skipped.
 local mode = ARGV[1]
-if mode == 'cas' then
-  local seq = redis.call('GET', KEYS[1]) or ''
-  if seq ~= ARGV[2] then
-    return {0, 'cas'}
+local extra = {}
+local function add(parts, from)
+  for j = from, #parts - 2, 3 do
+    local amounts = extra[parts[j]] or {0, 0}
+    amounts[1] = amounts[1] + tonumber(parts[j + 1])
+    amounts[2] = amounts[2] + tonumber(parts[j + 2])
+    extra[parts[j]] = amounts
+  end
+end
+local function split(text)
+  local parts = {}
+  for part in string.gmatch(text, '[^|]+') do
+    parts[#parts + 1] = part
+  end
+  return parts
+end
+
+if mode == 'journal' then
+  local since, replid = string.match(ARGV[2], '^(%d+)|(%w+)$')
+  if replid ~= string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') then
+    return {0, 'restarted'}
+  end
+  local first = tonumber(redis.call('GET', KEYS[4]) or '0') - redis.call('LLEN', KEYS[5])
+  if tonumber(since) < first then
+    return {0, 'journal'}
+  end
+  for _, settled in ipairs(redis.call('LRANGE', KEYS[5], tonumber(since) - first, -1)) do
+    add(split(settled), 1)
   end
 elseif redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return {0, 'closed'}
@@ -28,22 +57,13 @@ end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local extra = {}
 local entries = redis.call('HGETALL', KEYS[2])
 for i = 1, #entries, 2 do
-  local parts = {}
-  for part in string.gmatch(entries[i + 1], '[^|]+') do
-    parts[#parts + 1] = part
-  end
+  local parts = split(entries[i + 1])
   if tonumber(parts[1]) <= now then
     redis.call('HDEL', KEYS[2], entries[i])
   else
-    for j = 2, #parts - 2, 3 do
-      local add = extra[parts[j]] or {0, 0}
-      add[1] = add[1] + tonumber(parts[j + 1])
-      add[2] = add[2] + tonumber(parts[j + 2])
-      extra[parts[j]] = add
-    end
+    add(parts, 2)
   end
 end
 
@@ -63,8 +83,8 @@ for i = 3, #ARGV, 3 do
   if mode == 'closed' and open(key) then
     skipped = skipped + 1
   else
-    local add = extra[key] or {0, 0}
-    redis.call('HSET', key, 'int_cores', tonumber(ARGV[i + 1]) + add[1], 'int_gpus', tonumber(ARGV[i + 2]) + add[2])
+    local amounts = extra[key] or {0, 0}
+    redis.call('HSET', key, 'int_cores', tonumber(ARGV[i + 1]) + amounts[1], 'int_gpus', tonumber(ARGV[i + 2]) + amounts[2])
     written = written + 1
   end
 end

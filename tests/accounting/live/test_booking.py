@@ -103,6 +103,27 @@ def test_in_flight_booking_settles_and_bumps_seq(farm, acct_redis):
     settle(op_id=op)
     assert acct_redis.hget(keys.INFLIGHT, op) is None
     assert int(acct_redis.get(keys.SEQ)) == result.seq + 1
+    # Journalled for a reseed under way (reseed_write.lua), without its expiry.
+    assert acct_redis.lrange(keys.SETTLED, 0, -1) == ["|".join(entry[1:])]
+    assert acct_redis.get(keys.SETTLED_SEQ) == "1"
+
+
+def test_the_settle_journal_keeps_the_newest_20000_entries(farm, acct_redis):
+    seed_show(show_id=farm.show.id)
+    acct_redis.rpush(keys.SETTLED, *[f"old-{n}" for n in range(20000)])
+    acct_redis.set(keys.SETTLED_SEQ, 20000)
+    op = uuid.uuid4().hex
+    book(**ids(farm), cores=100, gpus=0, op_id=op)
+    settle(op_id=op)
+    assert acct_redis.llen(keys.SETTLED) == 20000
+    assert acct_redis.lindex(keys.SETTLED, 0) == "old-1" and acct_redis.lindex(keys.SETTLED, -1).startswith("acct:sub:")
+    assert acct_redis.get(keys.SETTLED_SEQ) == "20001"  # counts every entry, kept or trimmed
+
+
+def test_settling_an_entry_that_is_gone_journals_nothing(farm, acct_redis):
+    seed_show(show_id=farm.show.id)
+    settle(op_id=uuid.uuid4().hex)  # expired and purged, or rolled back: not booked
+    assert acct_redis.llen(keys.SETTLED) == 0 and acct_redis.get(keys.SETTLED_SEQ) is None
 
 
 def test_rollback_undoes_a_live_booking_and_removes_its_entry(farm, acct_redis):

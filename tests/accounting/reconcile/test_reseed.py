@@ -1,5 +1,4 @@
-"""Reseeds against the real PostgreSQL and Redis: values, the CAS, the in-flight registry."""
-import threading
+"""Reseeds against the real PostgreSQL and Redis: values, refused writes, the in-flight registry and the settle journal."""
 import uuid
 
 import pytest
@@ -17,8 +16,10 @@ from accounting.reconcile.reseed import (
     seed_show,
 )
 from accounting.release.unbook import unbook_proc
-from cuebot_acct.metrics import RESEED_SKIPPED
+from cuebot_acct.metrics import RESEED_SKIPPED, RESEED_WRITES_REFUSED
+from cuebot_acct.redis_factory import accounting_redis
 from tests.farms import build_farm
+from tests.redis_topology import redis_server
 
 
 def ids(farm) -> dict:
@@ -90,22 +91,57 @@ def test_only_the_given_shows_are_touched(farm, acct_redis):
 
 
 @pytest.mark.django_db
-def test_cycle_skipped_when_every_cas_misses(farm, acct_redis, monkeypatch):
+def test_cycle_skipped_when_every_write_is_refused(farm, acct_redis, monkeypatch):
+    """The journal no longer reaches back to the reseed's beginning (trimmed, as after 20,000
+    settles), on every attempt: nothing is written, the cycle is skipped and counted."""
     seed_show(show_id=farm.show.id)
     acct_redis.hset(sub_key(farm), "int_cores", 37)
     real_rows = reseed_module.booked_rows
 
-    def rows_with_a_concurrent_booking(*, show_ids):
-        book(**ids(farm), cores=100, gpus=0, force=True)  # a hot-path mutation inside the window
+    def rows_after_the_journal_was_trimmed(*, show_ids):
+        settled = int(acct_redis.get(keys.SETTLED_SEQ) or 0)
+        acct_redis.set(keys.SETTLED_SEQ, settled + 30000)  # 30,000 settles since the reseed began...
+        acct_redis.delete(keys.SETTLED)  # ...and the journal keeps none of those it needs
         yield from real_rows(show_ids=show_ids)
 
-    monkeypatch.setattr(reseed_module, "booked_rows", rows_with_a_concurrent_booking)
+    monkeypatch.setattr(reseed_module, "booked_rows", rows_after_the_journal_was_trimmed)
     monkeypatch.setattr(reseed_module, "backoff_seconds", lambda *, attempt: 0)
     before = RESEED_SKIPPED.labels(scope="farm")._value.get()
+    refused = RESEED_WRITES_REFUSED._value.get()
     outcome = reseed_booked(show_ids=[farm.show.id], max_attempts=3)
     assert (outcome.written, outcome.attempts) == (False, 3)
     assert RESEED_SKIPPED.labels(scope="farm")._value.get() == before + 1
-    assert cores(acct_redis, sub_key(farm)) == 37 + 3  # nothing overwritten, every booking kept
+    assert RESEED_WRITES_REFUSED._value.get() == refused + 3
+    assert cores(acct_redis, sub_key(farm)) == 37  # nothing overwritten
+
+
+@pytest.mark.django_db
+def test_a_redis_restarted_since_the_reseed_began_refuses_its_write(settings, fresh_accounting_client, monkeypatch):
+    """kill -9 and an empty server on the same port between the reseed's beginning and its
+    write: the write is refused (another replication id), the next attempt writes."""
+    farm = build_farm(managed=True)
+    farm.add_proc(cores=500)
+    with redis_server() as server:
+        settings.ACCOUNTING_REDIS_URL = server.url()
+        accounting_redis.cache_clear()
+        real_rows = reseed_module.booked_rows
+        restarts = []
+
+        def rows_across_a_restart(*, show_ids):
+            if not restarts:
+                server.restart()
+                accounting_redis.cache_clear()
+                restarts.append(1)
+            yield from real_rows(show_ids=show_ids)
+
+        monkeypatch.setattr(reseed_module, "booked_rows", rows_across_a_restart)
+        monkeypatch.setattr(reseed_module, "backoff_seconds", lambda *, attempt: 0)
+        refused = RESEED_WRITES_REFUSED._value.get()
+        outcome = reseed_booked(show_ids=[farm.show.id])
+        assert (outcome.written, outcome.attempts) == (True, 2)
+        assert RESEED_WRITES_REFUSED._value.get() == refused + 1
+        with server.client(decode_responses=True) as client:
+            assert client.hget(sub_key(farm), "int_cores") == "5"
 
 
 def new_pg_connection():
@@ -121,39 +157,38 @@ def insert_proc_sql(farm, *, centicores: int) -> tuple[str, dict]:
     )
 
 
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_booking_makes_the_cas_miss_and_survives(acct_redis):
-    """The reference trace: a booking lands between the reseed's seq read and its CAS. The
-    reseed is held inside its SQL query by a table lock taken in another session, so the
-    booking happens exactly in the window; the CAS misses, the retry sees the new proc."""
-    farm = build_farm(managed=True)
+def test_a_booking_settled_during_the_reseed_is_added_from_the_journal(farm, acct_redis, monkeypatch):
+    """The reference trace: a booking runs its script, commits its proc and settles after the
+    reseed's snapshot was read and before its write. Neither the snapshot nor the in-flight
+    registry holds it any more; the settle journal does, and the first attempt writes it.
+    (Without the journal the key would read 5: low by the running 3-core proc.)"""
     farm.add_proc(cores=500)
     seed_show(show_id=farm.show.id)
-    blocker = new_pg_connection()
-    blocker.execute("LOCK TABLE proc IN ACCESS EXCLUSIVE MODE")
-    outcome = {}
-    reseeding = threading.Thread(target=lambda: outcome.update(result=reseed_booked(show_ids=[farm.show.id])))
-    reseeding.start()
-    try:
-        # Wait (on PostgreSQL's own view, not a sleep) until the reseed is blocked in its query.
-        watcher = new_pg_connection()
-        watcher.autocommit = True
-        while not watcher.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%WITH booked AS%%'"
-        ).fetchone()[0]:
-            pass
-        watcher.close()
+    real_rows = reseed_module.booked_rows
+
+    def snapshot_then_a_booking(*, show_ids):
+        rows = list(real_rows(show_ids=show_ids))  # the snapshot is read: the proc below is not in it
         op = uuid.uuid4().hex
-        assert book(**ids(farm), cores=300, gpus=0, op_id=op, force=True).ok
-        sql, params = insert_proc_sql(farm, centicores=300)
-        blocker.execute(sql, params)
-        blocker.commit()
+        assert book(**ids(farm), cores=300, gpus=0, op_id=op).ok
+        farm.add_proc(cores=300)
         settle(op_id=op)
-    finally:
-        blocker.close()
-        reseeding.join()
-    assert outcome["result"].written and outcome["result"].attempts >= 2
-    assert cores(acct_redis, sub_key(farm)) == 8
+        yield from rows
+
+    monkeypatch.setattr(reseed_module, "booked_rows", snapshot_then_a_booking)
+    outcome = reseed_booked(show_ids=[farm.show.id])
+    assert (outcome.written, outcome.attempts) == (True, 1)
+    assert cores(acct_redis, sub_key(farm)) == 8  # 5 from the snapshot, 3 from the journal
+    assert acct_redis.llen(keys.SETTLED) == 1
+
+
+def test_a_booking_settled_before_the_reseed_began_is_not_added_again(farm, acct_redis):
+    op = uuid.uuid4().hex
+    seed_show(show_id=farm.show.id)
+    assert book(**ids(farm), cores=300, gpus=0, op_id=op).ok
+    farm.add_proc(cores=300)
+    settle(op_id=op)
+    assert reseed_booked(show_ids=[farm.show.id]).written
+    assert cores(acct_redis, sub_key(farm)) == 3  # the snapshot's; the journal adds only what settled since
 
 
 @pytest.mark.django_db(transaction=True)
@@ -311,11 +346,12 @@ def test_limits_are_written_even_when_the_booked_cycle_is_skipped(farm, acct_red
     monkeypatch.setattr(reseed_module, "backoff_seconds", lambda *, attempt: 0)
     real_rows = reseed_module.booked_rows
 
-    def rows_with_a_concurrent_booking(*, show_ids):
-        book(**ids(farm), cores=100, gpus=0, force=True)
+    def rows_after_the_journal_was_trimmed(*, show_ids):  # on every attempt
+        acct_redis.incrby(keys.SETTLED_SEQ, 30000)
+        acct_redis.delete(keys.SETTLED)
         yield from real_rows(show_ids=show_ids)
 
-    monkeypatch.setattr(reseed_module, "booked_rows", rows_with_a_concurrent_booking)
+    monkeypatch.setattr(reseed_module, "booked_rows", rows_after_the_journal_was_trimmed)
     report = reseed(show_ids=[farm.show.id])
     assert not report.booked.written and report.limit_fields > 0
     assert acct_redis.hget(sub_key(farm), "burst") == "200"

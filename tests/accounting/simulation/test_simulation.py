@@ -109,7 +109,9 @@ def test_short_run_with_every_fault_keeps_every_invariant():
                  stderr=StringIO())
     report = json.loads(out.getvalue())
     assert report["invariants"] == {"over_cap": 0, "drift_after_reconcile": 0, "negative_counters": 0, "low_counters_sampled": 0,
-                                   "negative_pg_rows": 0, "pg_drift_after_reconcile": 0, "worker_errors": 0}
+                                   "low_before_final_reseed": 0, "high_before_final_reseed": 0,
+                                   "releases_found_counter_low": 0, "negative_pg_rows": 0, "pg_drift_after_reconcile": 0,
+                                   "worker_errors": 0}
     assert report["ok"] is True
     assert report["bookings"] > 0 and report["releases"] > 0
     assert set(report["rejections"]) >= {"subscription", "job"}

@@ -1,0 +1,90 @@
+"""The simulator's invariants can fail: each deliberately broken variant of the protocol is run
+through `simulate_farm`'s engine and must be caught by the invariant named for it.
+
+Each variant changes one thing (a line of a Lua script, one step of the release path, the
+reseed's snapshot) for the length of one short run on a fresh farm, and the report must name
+its failure. The unbroken runs beside them (test_simulation.py, test_counting_rules.py) hold
+every invariant at 0, so a catch here is the variant's doing.
+"""
+from dataclasses import replace
+
+import pytest
+
+from accounting.live import booking
+from accounting.live.scripts import LuaScript
+from accounting.live.scripts import script as real_script
+from accounting.reconcile import reseed
+from accounting.release import publish, unbook
+from accounting.simulation.runner import SimConfig, run_simulation
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def booking_script_without(monkeypatch, check: str) -> None:
+    """booking.lua with one limit check turned off (the line must be there to turn off)."""
+    source = real_script("booking").source
+    assert check in source
+    broken = LuaScript(name="booking", source=source.replace(check, "if false then"))
+    monkeypatch.setattr(booking, "script", lambda name: broken if name == "booking" else real_script(name))
+
+
+def burst_not_enforced(monkeypatch):
+    booking_script_without(monkeypatch, "if burst == 0 or booked + cores > burst then")
+
+
+def caps_not_enforced(monkeypatch):
+    booking_script_without(monkeypatch, "if cap > 0 and current + cores > cap then")
+
+
+def publish_with(monkeypatch, deltas) -> None:
+    real = publish.RedisReleasePublisher.publish
+
+    def broken(self, *, prepared):
+        return real(self, prepared=replace(prepared, deltas=deltas(prepared.deltas)))
+
+    monkeypatch.setattr(publish.RedisReleasePublisher, "publish", broken)
+
+
+def double_decrement(monkeypatch):
+    publish_with(monkeypatch, lambda deltas: {key: (2 * c, 2 * g) for key, (c, g) in deltas.items()})
+
+
+def decrement_lost(monkeypatch):
+    publish_with(monkeypatch, lambda deltas: {})  # the entry settled, nothing taken off
+
+
+def finished_jobs_left_out_of_the_snapshot(monkeypatch):
+    """The upstream scheduler's reseed rule, in this project's reseed."""
+    real = reseed.booked_rows
+    monkeypatch.setattr(reseed, "booked_rows", lambda *, show_ids, finished_jobs=True: real(show_ids=show_ids, finished_jobs=False))
+
+
+def published_before_commit(monkeypatch):
+    """The decrement sent at once instead of from transaction.on_commit: a rolled-back
+    release still takes its procs off."""
+    def at_once(registered, covered):
+        publish.release_publisher().publish(prepared=publish.made(prepared=registered.prepared, releases=covered))
+
+    monkeypatch.setattr(unbook, "_publish_on_commit", at_once)
+
+
+VARIANTS = {
+    # variant: (faults it needs to show, invariant that must catch it)
+    burst_not_enforced: ((), "over_cap"),
+    caps_not_enforced: ((), "over_cap"),
+    double_decrement: ((), "low_counters_sampled"),
+    decrement_lost: ((), "high_before_final_reseed"),
+    finished_jobs_left_out_of_the_snapshot: (("job-kill",), "low_counters_sampled"),
+    published_before_commit: (("pg-rollback",), "low_counters_sampled"),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda variant: variant.__name__)
+def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
+    faults, invariant = VARIANTS[variant]
+    variant(monkeypatch)
+    # A small, busy farm: one releaser for four bookers, so caps and bursts are reached.
+    report = run_simulation(config=SimConfig(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7,
+                                             reconcile_interval=0.5))
+    assert report.invariants[invariant] > 0, report.as_table()
+    assert not report.ok
