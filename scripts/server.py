@@ -22,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT))
+from cuebot_acct.serving import gunicorn_args  # noqa: E402  (no Django: the command line only)
+
 PROCESSES = ("gunicorn", "qcluster")
 KILL_WAIT_SECONDS = 5
 
@@ -88,7 +91,7 @@ def spawn(state: Path, name: str, command: list[str]) -> None:
 
 def gunicorn_command(bind: str) -> list[str]:
     """The deployed web server; bench/release.py measures this very command."""
-    return [str(BIN / "gunicorn"), "cuebot_acct.wsgi", "--bind", bind, "--workers", "2", "--threads", "4"]
+    return [str(BIN / "gunicorn"), *gunicorn_args(bind=bind)]
 
 
 def demo_secret_key(state: Path) -> str:

@@ -18,6 +18,8 @@ FAULT_KINDS = (
     "limit-change",     # an operator changes a burst, folder cap or job cap
     "slow-commit",      # a booking holds its INSERT transaction open before committing
     "job-kill",         # a job is killed: FINISHED first, its procs released up to 2 s later
+    "redis-kill",       # the run's own accounting Redis is killed with SIGKILL and started again, empty
+    "http-release",     # a release goes through the HTTP API of the web server as deployed (gunicorn)
 )
 
 # Faults that need a topology the run does not build: named one by one, never part of "all".
@@ -35,6 +37,8 @@ PERIOD_SECONDS = {
     "limit-change": 2.0,
     "slow-commit": 0.5,
     "job-kill": 4.0,
+    "redis-kill": 30.0,
+    "http-release": 0.25,
     "failover": 30.0,
 }
 

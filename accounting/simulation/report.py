@@ -172,7 +172,8 @@ class Report:
             f"  reseed cycles skipped {d['reseed']['cycles_skipped']:>10}",
             f"  reseed cycles failed  {sum(d['reseed']['cycles_failed'].values()):>10}  {d['reseed']['cycles_failed']}",
             f"  keys reseeded over in-flight operations (no overlay) {d['reseed']['keys_written_over_inflight']}",
-            f"  empty-Redis bootstraps{d['reseed']['bootstraps']:>10}  (after {d['faults'].get('redis-restart', 0)} redis-restart faults)",
+            f"  empty-Redis bootstraps{d['reseed']['bootstraps']:>10}  (after {d['faults'].get('redis-restart', 0)} redis-restart "
+            f"and {d['faults'].get('redis-kill', 0)} redis-kill faults)",
             f"  failovers noticed     {d['reseed']['failovers']:>10}  rebuilt {d['reseed']['rebuilds_after_failover']} "
             f"(after {d['faults'].get('failover', 0)} failover faults; Redis errors {d['redis_errors']})",
             f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",

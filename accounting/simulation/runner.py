@@ -5,6 +5,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 
 from django.conf import settings
@@ -20,6 +21,7 @@ from accounting.simulation import reconcile
 from accounting.simulation.farm import SimFarm, build_sim_farm, load_existing_farm
 from accounting.simulation.faults import FaultPlan
 from accounting.simulation.invariants import against_truth, farm_keys, negative_counters
+from accounting.simulation.processes import PrivateRedis, WebServer, private_redis, web_server
 from accounting.simulation.report import Report, Stats
 from accounting.simulation.workers import (
     PublishDrop,
@@ -33,7 +35,7 @@ from accounting.simulation.workers import (
     redis_open,
     releaser,
 )
-from cuebot_acct.redis_factory import sentinel_target
+from cuebot_acct.redis_factory import accounting_redis, sentinel_target
 from shows.models import Show
 
 
@@ -55,6 +57,9 @@ class SimConfig:
     # Who reseeds during the run: "project" (accounting.reconcile.reseed) or "scheduler" (the
     # reference design's reseed, no in-flight overlay; see docs/redis-protocol.md).
     reseeder: str = "project"
+    # An API token allowed to release procs, for the http-release fault (the caller makes it:
+    # tokens belong to the operator faces, which the simulation does not import).
+    http_token: str | None = None
 
 
 def seed_redis(*, farm: SimFarm) -> None:
@@ -66,7 +71,7 @@ def seed_redis(*, farm: SimFarm) -> None:
 
 # Faults after which Redis may legitimately count high until a reseed: the run's exactness
 # (nothing high before the final reseed) is judged only without them.
-LEAVE_REDIS_HIGH = ("publish-drop", "crash-after-lua", "redis-restart", "failover")
+LEAVE_REDIS_HIGH = ("publish-drop", "crash-after-lua", "redis-restart", "redis-kill", "failover")
 
 
 def settle_inflight(*, ttl_seconds: int) -> None:
@@ -95,55 +100,75 @@ def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
 def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None] = lambda elapsed, stats: None) -> Report:
     if "failover" in config.faults and sentinel_target(settings.ACCOUNTING_REDIS_URL) is None:
         raise ValueError("the failover fault needs ACCOUNTING_REDIS_URL=redis+sentinel://host:port[,host:port...]/<master name>/<db>")
+    if "failover" in config.faults and "redis-kill" in config.faults:
+        raise ValueError("the redis-kill fault runs a Redis of its own; the failover fault needs the Sentinel topology: choose one")
+    if "http-release" in config.faults and not config.http_token:
+        raise ValueError("the http-release fault needs an API token allowed to release procs (SimConfig.http_token)")
+    with ExitStack() as processes:
+        redis_server = None
+        if "redis-kill" in config.faults:
+            # Its own server, so the kill never touches the configured Redis (nor another service's keys).
+            redis_server = processes.enter_context(private_redis())
+            processes.enter_context(override_settings(ACCOUNTING_REDIS_URL=redis_server.url))
+            accounting_redis.cache_clear()
+            processes.callback(accounting_redis.cache_clear)
+        processes.enter_context(override_settings(ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds))
+        web = processes.enter_context(web_server(token=config.http_token)) if "http-release" in config.faults else None
+        return _run(config=config, progress=progress, redis_server=redis_server, web=web)
+
+
+def _run(*, config: SimConfig, progress: Callable[[float, Stats], None], redis_server: PrivateRedis | None,
+         web: WebServer | None) -> Report:
     rng = random.Random(config.seed)
     stats = Stats()
-    with override_settings(ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds):
-        farm = load_existing_farm() if config.existing else build_sim_farm(
-            shows=config.shows, hosts=config.hosts, jobs=config.jobs, rng=rng,
-        )
-        seed_redis(farm=farm)
-        plan = FaultPlan(kinds=config.faults, seconds=config.seconds, rng=random.Random(f"{config.seed}:faults"))
-        ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval,
-                         reseeder=config.reseeder)
-        clamped_before = REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0
-        real_script = publisher.script
-        if "publish-drop" in config.faults:
-            ctx.publish_drop = PublishDrop(rng=ctx.rng("publish-drop"), stats=stats)
-            publisher.script = ctx.publish_drop.wrap(real_script)
-        roles = [(booker, config.bookers), (releaser, config.releasers), (reconciler, 1), (operator, 1)]
-        threads = [
-            threading.Thread(target=body, args=(ctx, i), name=f"sim-{body.__name__}-{i}", daemon=True)
-            for body, count in roles
-            for i in range(count)
-        ]
-        started = time.monotonic()
-        try:
-            plan.start()
-            for thread in threads:
-                thread.start()
-            while (elapsed := time.monotonic() - started) < config.seconds:
-                progress(elapsed, stats)
-                if ctx.stop.wait(min(1.0, config.seconds - elapsed)):
-                    break
-        finally:
-            ctx.stop.set()
-            for thread in threads:
-                thread.join()
-            publisher.script = real_script
-        seconds = time.monotonic() - started
-        progress(seconds, stats)
-        settle_inflight(ttl_seconds=config.inflight_ttl_seconds)
-        managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
-        low, high = against_truth(show_ids=managed) if redis_open() else ([], [])
-        judged = config.reseeder == "project" and not set(config.faults) & set(LEAVE_REDIS_HIGH) and redis_open()
-        clamped = (REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0) - clamped_before
-        final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds, reseeder=config.reseeder)
-        drift = reconcile.drift_rows(show_ids=managed)
-        negative = negative_counters(redis_keys=farm_keys(show_ids=farm.show_ids))
-        for row in negative_pg_rows(farm=farm):
-            stats.record("negative_pg_rows", row)
-        cuebot_managed = [s for s in farm.show_ids if s not in managed]
-        pg_drift = [row for show_id in cuebot_managed for row in pg_accounting.mismatches(show_id=show_id)]
+    farm = load_existing_farm() if config.existing else build_sim_farm(
+        shows=config.shows, hosts=config.hosts, jobs=config.jobs, rng=rng,
+    )
+    seed_redis(farm=farm)
+    plan = FaultPlan(kinds=config.faults, seconds=config.seconds, rng=random.Random(f"{config.seed}:faults"))
+    ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval,
+                     reseeder=config.reseeder, redis_server=redis_server, web=web)
+    clamped_before = REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0
+    real_script = publisher.script
+    if "publish-drop" in config.faults:
+        ctx.publish_drop = PublishDrop(rng=ctx.rng("publish-drop"), stats=stats)
+        publisher.script = ctx.publish_drop.wrap(real_script)
+    roles = [(booker, config.bookers), (releaser, config.releasers), (reconciler, 1), (operator, 1)]
+    threads = [
+        threading.Thread(target=body, args=(ctx, i), name=f"sim-{body.__name__}-{i}", daemon=True)
+        for body, count in roles
+        for i in range(count)
+    ]
+    started = time.monotonic()
+    try:
+        plan.start()
+        for thread in threads:
+            thread.start()
+        while (elapsed := time.monotonic() - started) < config.seconds:
+            progress(elapsed, stats)
+            if ctx.stop.wait(min(1.0, config.seconds - elapsed)):
+                break
+    finally:
+        ctx.stop.set()
+        for thread in threads:
+            thread.join()
+        publisher.script = real_script
+    seconds = time.monotonic() - started
+    progress(seconds, stats)
+    settle_inflight(ttl_seconds=config.inflight_ttl_seconds)
+    managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+    low, high = against_truth(show_ids=managed) if redis_open() else ([], [])
+    judged = config.reseeder == "project" and not set(config.faults) & set(LEAVE_REDIS_HIGH) and redis_open()
+    clamped = (REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0) - clamped_before
+    if web is not None:  # the web server's releases clamp in its own processes
+        clamped += web.counter("cuebot_acct_release_clamped_total")
+    final_reconcile(stats=stats, ttl_seconds=config.inflight_ttl_seconds, reseeder=config.reseeder)
+    drift = reconcile.drift_rows(show_ids=managed)
+    negative = negative_counters(redis_keys=farm_keys(show_ids=farm.show_ids))
+    for row in negative_pg_rows(farm=farm):
+        stats.record("negative_pg_rows", row)
+    cuebot_managed = [s for s in farm.show_ids if s not in managed]
+    pg_drift = [row for show_id in cuebot_managed for row in pg_accounting.mismatches(show_id=show_id)]
     connections.close_all()
     return Report(
         seed=config.seed, seconds=seconds,

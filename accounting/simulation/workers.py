@@ -30,6 +30,7 @@ from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
 from accounting.simulation.farm_builder import PROC_CORES, insert_running_frame
 from accounting.simulation.faults import FaultPlan
 from accounting.simulation.invariants import against_truth, over_cap_after_booking
+from accounting.simulation.processes import PrivateRedis, WebServer
 from accounting.simulation.report import Stats
 from cuebot_acct.redis_factory import (
     accounting_redis,
@@ -101,6 +102,9 @@ class SimContext:
     gate: Gate = field(default_factory=Gate)
     # Jobs the job-kill fault marked FINISHED: the scheduler books no more frames of them.
     killed_jobs: set[str] = field(default_factory=set)
+    # The run's own accounting Redis (redis-kill) and web server (http-release), when started.
+    redis_server: PrivateRedis | None = None
+    web: WebServer | None = None
 
     def rng(self, role: str, index: int = 0) -> random.Random:
         return random.Random(f"{self.seed}:{role}:{index}")
@@ -284,6 +288,13 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
         return
     if ctx.publish_drop is not None and ctx.plan.take("publish-drop"):
         ctx.publish_drop.arm()
+    if ctx.web is not None and ctx.plan.take("http-release"):
+        # Cuebot's call over HTTP, served by another process: its release is this service's all the same.
+        outcomes = ctx.web.release(proc_ids)
+        ctx.stats.count("faults", "http-release")
+        ctx.stats.count("release_calls", "http batch" if len(proc_ids) > 1 else "http single")
+        ctx.stats.add(releases=sum(outcomes), release_misses=len(outcomes) - sum(outcomes))
+        return
     released = release(proc_ids)
     ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
     ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
@@ -291,13 +302,14 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
 
 @contextmanager
 def redis_errors_counted(ctx: SimContext, label: str):
-    """A Redis call the scheduler makes fails (no master during a failover): counted, and the
-    caller goes on, as a scheduler would; every such failure leaves Redis high. Only in a
-    run with the failover fault: anywhere else a Redis error ends the worker (worker_errors)."""
+    """A Redis call the scheduler makes fails (no master during a failover, no server while a
+    killed one restarts): counted, and the caller goes on, as a scheduler would; every such
+    failure leaves Redis high. Only in a run with the failover or redis-kill fault: anywhere
+    else a Redis error ends the worker (worker_errors)."""
     try:
         yield
     except redis.exceptions.RedisError as error:
-        if "failover" not in ctx.plan.kinds:
+        if not set(ctx.plan.kinds) & {"failover", "redis-kill"}:
             raise
         ctx.stats.count("redis_errors", f"{label}: {type(error).__name__}")
 
@@ -404,7 +416,7 @@ def operator(ctx: SimContext, index: int) -> None:
     kills: list[tuple[float, str]] = []  # (when its procs go, job id)
     while not ctx.stop.wait(0.1):
         if ctx.plan.take("flag-flip"):
-            with ctx.gate.operation(), transient(ctx, "flag-flip"):
+            with ctx.gate.operation(), transient(ctx, "flag-flip"), redis_errors_counted(ctx, "flag-flip"):
                 flip_a_show(ctx, rng=rng)
         if ctx.plan.take("limit-change"):
             with ctx.gate.operation(), transient(ctx, "limit-change"):
@@ -430,6 +442,9 @@ def operator(ctx: SimContext, index: int) -> None:
             with redis_errors_counted(ctx, "failover"):
                 promote_a_replica()
                 ctx.stats.count("faults", "failover")
+        if ctx.plan.take("redis-kill"):
+            ctx.redis_server.restart()
+            ctx.stats.count("faults", "redis-kill")
         if ctx.plan.take("redis-restart"):
             # A restarted Redis without persistence: no keys, no scripts.
             client = accounting_redis()
@@ -484,10 +499,12 @@ def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:
     candidates = [s for s in ctx.farm.show_ids if s not in managed or len(managed) > 1]
     show = Show.objects.get(pk=rng.choice(candidates))
     began = time.monotonic()
-    set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
-    # The bookers' view of the owners lags by up to MANAGED_SHOWS_REFRESH_SECONDS: a booking
-    # begun that long after the switch may still be one of the old owner's.
-    ctx.stats.record("switches", (show.pk, began, time.monotonic() + MANAGED_SHOWS_REFRESH_SECONDS))
+    try:
+        set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
+    finally:
+        # The bookers' view of the owners lags by up to MANAGED_SHOWS_REFRESH_SECONDS: a booking
+        # begun that long after the switch (or a switch cut short by Redis) may still be the old owner's.
+        ctx.stats.record("switches", (show.pk, began, time.monotonic() + MANAGED_SHOWS_REFRESH_SECONDS))
     ctx.stats.count("faults", "flag-flip")
 
 

@@ -1,18 +1,25 @@
 import json
 import random
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.test.utils import override_settings
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
+from accounting.operators.auth import grant_permissions, issue_token
 from accounting.simulation.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
 from accounting.simulation.farm_builder import FarmRefused
 from accounting.simulation.faults import FAULT_KINDS, parse_faults
 from accounting.simulation.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
+from accounting.simulation.processes import ProcessRefused
 from accounting.simulation.runner import SimConfig, run_simulation
 from accounting.simulation.workers import RESEEDERS
+from cuebot_acct.permissions import RELEASE_PROCS
 from cuebot_acct.startup import redact
 
 
@@ -33,9 +40,12 @@ class Command(BaseCommand):
         "default); then reconcile and check the invariants (over cap, counters sampled low or "
         "negative, drift after the reconcile, in Redis and in Cuebot's tables; docs/simulator.md). "
         "Exit 0 only if all hold. It builds its own farm (names starting 'sim-', "
-        "rebuilt every run) unless --existing is given. The redis-restart fault empties the accounting "
-        "Redis (FLUSHDB): while that Redis holds keys of shows the simulator did not create it is refused "
-        "(left out of --faults all, with a line saying so), unless --allow-flush-foreign-keys."
+        "rebuilt every run) unless --existing is given. The redis-kill fault runs the whole run on a Redis "
+        "of its own (redis-server on a free loopback port), which it kills with SIGKILL and starts again "
+        "empty; http-release sends releases through the web server as deployed (gunicorn, started for the "
+        "run, with an API token removed afterwards). The redis-restart fault empties the accounting Redis "
+        "(FLUSHDB): without redis-kill, while that Redis holds keys of shows the simulator did not create "
+        "it is refused, unless --allow-flush-foreign-keys."
     )
 
     def add_arguments(self, parser) -> None:
@@ -71,25 +81,29 @@ class Command(BaseCommand):
             kinds = parse_faults(faults)
         except ValueError as error:
             raise CommandError(str(error), returncode=2) from None
-        if "redis-restart" in kinds and not allow_flush_foreign_keys:
+        # With redis-kill (part of "all") the run has a Redis of its own, which a redis-restart
+        # flushes harmlessly; named without it, the flush would hit the configured Redis.
+        if "redis-restart" in kinds and "redis-kill" not in kinds and not allow_flush_foreign_keys:
             foreign = foreign_redis_keys(own_show_ids=[] if options["existing"] else sim_show_ids())
-            if foreign and faults == "all":
-                # "all" means every fault that may run here: the others still do.
-                kinds = tuple(kind for kind in kinds if kind != "redis-restart")
-                self.stderr.write(
-                    f"redis-restart left out: it would flush {redact(settings.ACCOUNTING_REDIS_URL)}, which holds "
-                    f"{len(foreign)} key(s) of shows the simulator did not create (the demo farm's?); point "
-                    "ACCOUNTING_REDIS_URL at a scratch Redis, or pass --allow-flush-foreign-keys, to include it")
-            elif foreign:
+            if foreign:
                 raise CommandError(
                     f"refused: the redis-restart fault would flush {redact(settings.ACCOUNTING_REDIS_URL)}, which holds "
                     f"{len(foreign)} key(s) of shows the simulator did not create (e.g. {', '.join(foreign[:3])}); "
-                    "point ACCOUNTING_REDIS_URL at a scratch Redis, or pass --allow-flush-foreign-keys", returncode=2)
-        config = SimConfig(
-            shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], seconds=options["seconds"],
-            bookers=options["bookers"], releasers=options["releasers"], faults=kinds, seed=options["seed"],
-            existing=options["existing"], reseeder=options["reseeder"],
-        )
+                    "add redis-kill (the run then uses a Redis of its own), point ACCOUNTING_REDIS_URL at a scratch "
+                    "Redis, or pass --allow-flush-foreign-keys", returncode=2)
+        with http_release_token(wanted="http-release" in kinds) as token:
+            report = self._run(SimConfig(
+                shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], seconds=options["seconds"],
+                bookers=options["bookers"], releasers=options["releasers"], faults=kinds, seed=options["seed"],
+                existing=options["existing"], reseeder=options["reseeder"], http_token=token,
+            ))
+        self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
+        if not options["existing"]:
+            self._remove_farm(keep=options["keep_farm"])
+        if not report.ok:
+            raise CommandError("an invariant does not hold", returncode=1)
+
+    def _run(self, config: SimConfig):
         with tqdm(total=config.seconds, desc="simulating", unit="s", file=self.stderr, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s {postfix}") as bar:
             def progress(elapsed, stats) -> None:
                 bar.n = min(elapsed, config.seconds)
@@ -97,14 +111,9 @@ class Command(BaseCommand):
                                 faults=sum(stats.faults.values()), refresh=False)
                 bar.refresh()
             try:
-                report = run_simulation(config=config, progress=progress)
-            except (FarmRefused, ValueError) as refused:
+                return run_simulation(config=config, progress=progress)
+            except (FarmRefused, ProcessRefused, ValueError) as refused:
                 raise CommandError(str(refused), returncode=2) from None
-        self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
-        if not options["existing"]:
-            self._remove_farm(keep=options["keep_farm"])
-        if not report.ok:
-            raise CommandError("an invariant does not hold", returncode=1)
 
 
     def _notify_era(self, *, faults: str, as_json: bool, **options) -> None:
@@ -137,6 +146,21 @@ class Command(BaseCommand):
             self.stderr.write("the simulated farm (sim-* shows) is kept: the next run, or seed_demo_farm's checks, see it")
             return
         remove_sim_farm()
+
+
+@contextmanager
+def http_release_token(*, wanted: bool) -> Iterator[str | None]:
+    """For the http-release fault: a user that may release procs, and its token, for the length
+    of the run (removed afterwards, token included)."""
+    if not wanted:
+        yield None
+        return
+    user = get_user_model().objects.create_user(username=f"sim-http-{uuid.uuid4().hex[:8]}")
+    try:
+        grant_permissions(user=user, permissions=[RELEASE_PROCS])
+        yield issue_token(user=user, name="simulate_farm --faults http-release")
+    finally:
+        user.delete()
 
 
 def _json_dumps(data: dict) -> str:

@@ -81,13 +81,15 @@ def test_redis_restart_fault_refuses_to_flush_keys_of_shows_it_did_not_create(fo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_all_faults_beside_keys_it_did_not_create_leave_out_only_the_flush_and_say_so(foreign_key, acct_redis):
-    """README's `simulate_farm --faults all`, run as written beside the demo farm."""
+def test_all_faults_beside_keys_it_did_not_create_run_on_a_redis_of_their_own(foreign_key, acct_redis):
+    """README's `simulate_farm --faults all`, run as written beside the demo farm: redis-kill
+    gives the run its own Redis, so redis-restart flushes that one, never the configured one."""
     out, err = StringIO(), StringIO()
     call_command("simulate_farm", "--seconds", "1", "--faults", "all", "--json", stdout=out, stderr=err)
-    assert "redis-restart left out" in err.getvalue() and "--allow-flush-foreign-keys" in err.getvalue()
-    assert "redis-restart" not in json.loads(out.getvalue())["faults"]
+    assert "left out" not in err.getvalue()
+    assert {"redis-restart", "redis-kill"} <= set(json.loads(out.getvalue())["faults"])
     assert acct_redis.hgetall(foreign_key) == {"int_cores": "7", "size": "10"}
+    assert not acct_redis.keys("acct:sub:*sim*") and acct_redis.dbsize() == 1  # nothing of the run's here
 
 
 @pytest.mark.django_db(transaction=True)
@@ -116,7 +118,11 @@ def test_short_run_with_every_fault_keeps_every_invariant():
     assert report["bookings"] > 0 and report["releases"] > 0
     assert set(report["rejections"]) >= {"subscription", "job"}
     assert report["release_calls"]["single"] > 0 and report["release_calls"]["batch"] > 0
-    assert report["reseed"]["cycles_run"] > 0
+    # Through gunicorn too, single and batch, and counted released when the proc was there.
+    assert report["release_calls"]["http single"] > 0 and report["release_calls"]["http batch"] > 0
+    assert report["reseed"]["cycles_run"] > 0 and report["reseed"]["cycles_skipped"] == 0
+    # A FLUSHDB and a kill -9 each left an empty Redis, and each was rebuilt.
+    assert report["reseed"]["bootstraps"] >= 2
     # Every kind was injected at least once.
     assert set(report["faults"]) == set(FAULT_KINDS), report["faults_not_injected"]
     # The farm was the simulator's own: the sim- shows, fresh for this run.
