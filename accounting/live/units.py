@@ -57,7 +57,9 @@ def cores_text(centicores: int) -> str:
     """A stored centicore value as an operator types it: '2.5', '200', 'unlimited' (-1)."""
     if centicores == UNLIMITED:
         return UNLIMITED_WORD
-    # Integer arithmetic, not float: exact at any size (a float prints 10**14 as 1e+14).
+    # Integer arithmetic, not float: exact at any size (a float prints 10**14 as 1e+14). A
+    # PostgreSQL SUM arrives as a whole Decimal: int() of it is exact.
+    centicores = int(centicores)
     sign = "-" if centicores < 0 else ""
     whole, hundredths = divmod(abs(centicores), 100)
     return f"{sign}{whole}.{hundredths:02d}".rstrip("0") if hundredths else f"{sign}{whole}"
