@@ -5,6 +5,7 @@ no app. Every error the API answers is JSON `{"detail": ...}`: validation (422),
 oversized body (413) and an unexpected failure (500) included; paths under /api/ that
 match no endpoint answer a JSON 404 (cuebot_acct.urls).
 """
+import json
 import logging
 
 from django.core.exceptions import RequestDataTooBig
@@ -14,18 +15,19 @@ from ninja import NinjaAPI, Swagger
 from ninja.errors import HttpError
 from ninja.parser import Parser
 
-from cuebot_acct.api_types import MissingPermission, NotJson
+from cuebot_acct.api_types import JsonNumber, MissingPermission, NotJson
 
 log = logging.getLogger(__name__)
 
 class JsonOnly(Parser):
     """A body is read only when it says it is JSON: a form or text/plain is refused (415), not
-    guessed at."""
+    guessed at. A number with a fraction or an exponent is kept as written (JsonNumber), not
+    rounded into a float, so `2.675` cores is refused as too fine rather than read as 2.67."""
 
     def parse_body(self, request: HttpRequest):
         if request.content_type != "application/json":
             raise NotJson(request.content_type)
-        return super().parse_body(request)
+        return json.loads(request.body, parse_float=JsonNumber)
 
 
 api = NinjaAPI(

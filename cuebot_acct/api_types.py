@@ -23,10 +23,27 @@ NO_NUL = {"pattern": "^[^\\u0000]*$"}
 DbText = Annotated[str, AfterValidator(storable), WithJsonSchema({"type": "string", **NO_NUL})]
 
 
+class JsonNumber:
+    """A JSON number written with a fraction or an exponent (`2.5`, `1e3`), kept as its text.
+
+    The API's parser (cuebot_acct.api.JsonOnly) reads such numbers into this instead of a
+    float: a float cannot hold 0.1 or 2.675 exactly, and cores are stored in exact
+    hundredths, so a cores field reads the digits the client wrote. Every other field
+    refuses it, as it refused a float: a JSON integer (an int) is all a count takes."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
 def whole_number(value: object) -> object:
     """JSON integers only: true/false, "5", 1.0 and 1e3 are refused (pydantic would read them
     as 1/0, 5, 1 and 1000)."""
-    if isinstance(value, bool | str | float):
+    if isinstance(value, bool | str | float | JsonNumber):
         raise ValueError("must be a JSON integer (digits only: not 1.0, 1e3, true or \"5\")")
     return value
 

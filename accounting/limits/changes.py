@@ -9,8 +9,8 @@ limit field yet is not written (limit_write.lua's guard): limit fields would ope
 its counters are rebuilt, and the rebuild writes the committed value anyway. A key that
 already carries limit fields is open already, whoever rebuilt it (the scheduler's bootstrap
 never sets acct:seeded), and is written. A refused write is loud: WARN, a metric, and
-`acct_drift` names it as the cause of the drifted fields. All amounts here are PG units (centicores); commands and the
-API convert operator input in cores with `centicores_from_cores`.
+`acct_drift` names it as the cause of the drifted fields. All amounts here are PG units (centicores); the admin, the
+commands and the API read operator input in cores with `accounting.live.units.parse_cores` (one decimals policy).
 
 The NOTIFY era (ACCOUNTING_NOTIFY_ENABLED) hears five caps live, as Cuebot's DAOs send them:
 a subscription's burst, a folder's and a job's max cores and max GPUs, one acct_limit_change
@@ -28,7 +28,7 @@ from django.db import connection, transaction
 
 from accounting.live import keys
 from accounting.live.scripts import script
-from accounting.live.units import UNLIMITED
+from accounting.live.units import UNLIMITED, format_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.notify import send as notify_send
 from accounting.notify.payloads import (
@@ -58,8 +58,9 @@ UNLIMITED_ALLOWED = {(FolderResource, "int_max_cores"), (FolderResource, "int_ma
 
 # Cuebot's folder DAO (GroupDaoJdbc.updateMaxCores) refuses a folder max below one core that
 # is not -1: a stored 0 means "book nothing" to Cuebot's dispatcher and "unlimited" to the
-# scheduler, whose cap checks skip a cap that is not above 0.
-WHOLE_CORE_OR_UNLIMITED = {(FolderResource, "int_max_cores")}
+# scheduler, whose cap checks skip a cap that is not above 0. Its message says "a whole core
+# or greater", but its check is `value < ONE_CORE`: 1.5 cores is taken, 0.5 is not.
+ONE_CORE_OR_UNLIMITED = {(FolderResource, "int_max_cores")}
 ONE_CORE = 100
 
 
@@ -81,10 +82,10 @@ def check_limit(*, model: type, name: str, value: int | None) -> None:
     top = column_max(model=model, column=name)
     if value > top:
         raise InvalidLimit(f"{name} must be at most {top} (what the column holds), got {value}")
-    if (model, name) in WHOLE_CORE_OR_UNLIMITED and 0 <= value < ONE_CORE:
-        raise InvalidLimit(f"{name}: a folder's max cores must be one core or more, or unlimited (-1), as Cuebot's "
-                           f"folder DAO requires (0 would mean 'book nothing' to Cuebot, 'no cap' to the scheduler); "
-                           f"got {value} centicores")
+    if (model, name) in ONE_CORE_OR_UNLIMITED and 0 <= value < ONE_CORE:
+        raise InvalidLimit(f"{name}: a folder's max cores must be one core or more (1.5 is fine), or unlimited (-1), as "
+                           f"Cuebot's folder DAO requires (0 would mean 'book nothing' to Cuebot, 'no cap' to the "
+                           f"scheduler); got {format_cores(value)}")
     if value >= 0:
         return
     if value == UNLIMITED and (model, name) in UNLIMITED_ALLOWED:

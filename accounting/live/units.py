@@ -11,6 +11,11 @@ direction, by less than one core per fractional proc). The scheduler's own recom
 centicores and converts once, and writes 5: a key it wrote differs from this project's
 value by that rounding only, which the drift inspector reports apart from drift
 (accounting.reconcile.drift). GPUs are whole units and never pass through here.
+
+It is also where cores meet people: how a stored value reads (cores_text, format_cores,
+cores_number) and the one policy for cores a person types (parse_cores), which the admin,
+the commands and the API all call, so each accepts and refuses the same input with the
+same message.
 """
 
 import re
@@ -40,32 +45,73 @@ def centicores_from_cores(cores: int) -> int:
 
 
 def format_cores(centicores: int) -> str:
-    """Human display of a stored centicore value: '2.5 cores', 'unlimited'."""
+    """Human display of a stored centicore value: '2.5 cores', '1 core', 'unlimited'. Exact
+    whatever the size (never '1e+12 cores')."""
     if centicores == UNLIMITED:
-        return "unlimited"
-    cores = centicores / 100
-    return f"{cores:g} core" if cores == 1 else f"{cores:g} cores"
+        return UNLIMITED_WORD
+    text = cores_text(centicores)
+    return f"{text} core" if text == "1" else f"{text} cores"
 
 
 def cores_text(centicores: int) -> str:
     """A stored centicore value as an operator types it: '2.5', '200', 'unlimited' (-1)."""
     if centicores == UNLIMITED:
         return UNLIMITED_WORD
-    return f"{Decimal(centicores) / 100:f}".rstrip("0").rstrip(".") if centicores % 100 else str(centicores // 100)
+    # Integer arithmetic, not float: exact at any size (a float prints 10**14 as 1e+14). A
+    # PostgreSQL SUM arrives as a whole Decimal: int() of it is exact.
+    centicores = int(centicores)
+    sign = "-" if centicores < 0 else ""
+    whole, hundredths = divmod(abs(centicores), 100)
+    return f"{sign}{whole}.{hundredths:02d}".rstrip("0") if hundredths else f"{sign}{whole}"
 
 
-def parse_cores(text: str, *, unlimited: bool, maximum: int) -> int:
-    """Operator input in cores ('2.5', 'unlimited' where `unlimited`) to centicores, exactly:
-    ValueError, with a message for a person, for anything that is not a whole number of
-    centicores between 0 and `maximum` centicores (the column's range)."""
-    if unlimited and text.lower() in (UNLIMITED_WORD, "-1"):
-        return UNLIMITED
+def cores_number(centicores: int) -> int | float:
+    """A stored centicore value as a JSON number of cores: an integer when whole (exact at any
+    size), -1 verbatim, else a float, whose shortest form is the two-decimal value exactly
+    up to 15 significant digits (every integer column, and a size, fit)."""
+    if centicores == UNLIMITED or centicores % 100 == 0:
+        return UNLIMITED if centicores == UNLIMITED else centicores // 100
+    return float(cores_text(centicores))
+
+
+# --- What a person types: one policy for the admin, the commands and the API ------------
+#
+# A number of cores in ASCII digits with at most two decimals (PostgreSQL stores hundredths
+# of a core: 2.5 and 0.25 are exact, 2.125 is not and is refused rather than rounded), up to
+# what the column holds; -1 (or the word 'unlimited') only where Cuebot reads -1 as
+# unlimited. Every face calls parse_cores and shows its message unchanged, so an operator
+# reads the same sentence whichever face refused the value.
+
+
+class CoresRefused(ValueError):
+    """Input in cores that cannot be stored as typed; str() is the message for a person."""
+
+
+def not_a_number(*, unlimited: bool) -> CoresRefused:
+    """The refusal of anything that is not a number of cores (also for a face's non-text input,
+    such as a JSON string or boolean)."""
+    allowed = ", or -1 for unlimited" if unlimited else ""
+    return CoresRefused(f"Enter a number of cores such as 4, 2.5 or 0.25{allowed}.")
+
+
+TOO_FINE = "Cores are stored in hundredths: use at most two decimals (2.25, not 2.125)."
+NOT_UNLIMITED_HERE = "-1 is not unlimited here (Cuebot compares this limit as a number): enter 0 or more cores."
+
+
+def parse_cores(*, text: str, unlimited: bool, maximum: int) -> int:
+    """Operator input in cores to centicores, exactly, or CoresRefused.
+
+    `unlimited`: -1 and 'unlimited' are taken (and stored as -1); `maximum`: the column's
+    largest value, in centicores (accounting.limits.changes.column_max)."""
+    if text.lower() in (UNLIMITED_WORD, "-1"):
+        if unlimited:
+            return UNLIMITED
+        raise CoresRefused(NOT_UNLIMITED_HERE)
     if not _CORES_TEXT.fullmatch(text):
-        allowed = f" or '{UNLIMITED_WORD}'" if unlimited else ""
-        raise ValueError(f"Enter a number of cores such as 4 or 2.5{allowed}.")
+        raise not_a_number(unlimited=unlimited)
     centicores = Decimal(text) * 100
     if centicores != centicores.to_integral_value():
-        raise ValueError("Cores are stored in hundredths: use at most two decimals (2.25, not 2.125).")
+        raise CoresRefused(TOO_FINE)
     if centicores > maximum:
-        raise ValueError(f"At most {cores_text(maximum)} cores here.")
+        raise CoresRefused(f"At most {cores_text(maximum)} cores here.")
     return int(centicores)

@@ -9,7 +9,9 @@ to delete procs.
 from collections.abc import Callable
 
 from django.contrib import admin
+from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from accounting.limits.changes import (
     InvalidLimit,
@@ -19,6 +21,7 @@ from accounting.limits.changes import (
     set_point_limits,
     set_subscription_limits,
 )
+from accounting.live.units import format_cores
 from accounting.models import (
     ApiToken,
     FolderResource,
@@ -32,6 +35,7 @@ from accounting.models import (
 )
 from accounting.operators.display import CoresFormMixin, cores_column, memory_column
 from accounting.operators.farm_admin import CuebotWrittenAdmin
+from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct import permissions
@@ -104,21 +108,70 @@ class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
             type(self).limit_service(**{self.service_argument: obj}, **changes)
 
 
+def _sources(obj: Subscription) -> BookedSources:
+    """The subscription's booked cores by source: read for the whole page by the list
+    (SubscriptionAdmin.changelist_view), else once for this row (the change form)."""
+    if not hasattr(obj, "booked_sources"):
+        obj.booked_sources = booked_sources(subscriptions=[obj])[0][obj.pk]
+    return obj.booked_sources
+
+
 @admin.register(Subscription)
 class SubscriptionAdmin(LimitAdmin):
-    list_display = ["show", "alloc", "size", "burst", "cores", "int_gpus"]
+    """Booked cores show with their source: the PostgreSQL row, and for a scheduler-managed
+    show Redis live beside it, with why the two differ (accounting.operators.selectors.BookedSources)."""
+
+    list_display = ["show", "alloc", "size", "burst", "booked_redis", "cores", "booked_why", "int_gpus"]
     list_filter = ["show", "alloc"]
     list_select_related = ["show", "alloc"]
     search_fields = ["show__str_name", "alloc__str_name"]
     ordering = ["show__str_name", "alloc__str_name"]
-    fields = ["show", "alloc", "int_size", "int_burst", "cores", "int_gpus", "float_tier"]
+    fields = ["show", "alloc", "int_size", "int_burst", "booked_redis", "cores", "booked_why", "int_gpus", "float_tier"]
+    booked_fields = ("booked_redis", "cores", "booked_why", "int_gpus")
     cores_fields = {"int_size": False, "int_burst": False}
     limit_service = set_subscription_limits
     service_argument = "subscription"
     limit_keywords = {"int_size": "size", "int_burst": "burst"}
     size = cores_column("int_size")
     burst = cores_column("int_burst")
-    cores = cores_column("int_cores", "booked")
+
+    @admin.display(description=f"booked: {PG_ROW}", ordering="int_cores")
+    def cores(self, obj) -> str:
+        sources = _sources(obj)
+        note = "as of the last recompute" if sources.managed else "Cuebot's count"
+        return format_html('{} <span class="acct-quiet">({})</span>', format_cores(obj.int_cores), note)
+
+    @admin.display(description=f"booked: {REDIS_LIVE}")
+    def booked_redis(self, obj) -> str:
+        sources = _sources(obj)
+        if not sources.managed:
+            return "— (Cuebot-managed: not in Redis)"
+        return "missing or unreadable" if sources.redis is None else format_cores(sources.redis)
+
+    @admin.display(description="why they differ")
+    def booked_why(self, obj) -> str:
+        reasons = _sources(obj).reasons
+        if not reasons:
+            return "—"
+        return format_html_join("", "<div><strong>{}:</strong> {}</div>", ((r.kind, r.text) for r in reasons))
+
+    def changelist_view(self, request, extra_context=None):
+        """Read every source once for the page's rows (one Redis pipeline, one aggregate), not per row."""
+        response = super().changelist_view(request, extra_context)
+        changelist = getattr(response, "context_data", {}).get("cl")
+        if changelist is not None:
+            rows = list(changelist.result_list)
+            sources, _ = booked_sources(subscriptions=rows)
+            for row in rows:
+                row.booked_sources = sources[row.pk]
+        return response
+
+    def get_fieldsets(self, request, obj=None):
+        """The booked numbers apart, under the legend that says where each comes from."""
+        fields = self.get_fields(request, obj)
+        booked = [name for name in fields if name in self.booked_fields]
+        return [(None, {"fields": [name for name in fields if name not in booked]}),
+                ("Booked cores", {"fields": booked, "description": render_to_string("admin/accounting/_booked_sources.html")})]
 
 
 @admin.register(FolderResource)
@@ -136,7 +189,7 @@ class FolderResourceAdmin(LimitAdmin):
     limit_keywords = {"int_min_cores": "min_cores", "int_max_cores": "max_cores", "int_min_gpus": "min_gpus",
                       "int_max_gpus": "max_gpus"}
     show = show_column("folder__show")
-    cores = cores_column("int_cores", "booked")
+    cores = cores_column("int_cores", f"booked: {PG_ROW}")
     min_cores = cores_column("int_min_cores")
     max_cores = cores_column("int_max_cores")
 
@@ -159,10 +212,10 @@ class JobResourceAdmin(LimitAdmin):
     service_argument = "job_resource"
     limit_keywords = {"int_max_cores": "max_cores", "int_max_gpus": "max_gpus", "int_priority": "priority"}
     show = show_column("job__show")
-    cores = cores_column("int_cores", "booked")
+    cores = cores_column("int_cores", f"booked: {PG_ROW}")
     max_cores = cores_column("int_max_cores")
     min_cores = cores_column("int_min_cores")
-    local_cores = cores_column("int_local_cores", "booked locally")
+    local_cores = cores_column("int_local_cores", f"booked locally: {PG_ROW}")
 
 
 @admin.register(LayerResource)
@@ -175,7 +228,7 @@ class LayerResourceAdmin(CuebotWrittenAdmin):
     search_fields = ["layer__str_name", "job__str_name", "job__show__str_name"]
     ordering = ["job__show__str_name", "job__str_name", "layer__str_name"]
     show = show_column("job__show")
-    cores = cores_column("int_cores", "booked")
+    cores = cores_column("int_cores", f"booked: {PG_ROW}")
 
 
 @admin.register(Point)
@@ -190,7 +243,7 @@ class PointAdmin(LimitAdmin):
     limit_service = set_point_limits
     service_argument = "point"
     limit_keywords = {"int_min_cores": "min_cores", "int_min_gpus": "min_gpus"}
-    cores = cores_column("int_cores", "booked")
+    cores = cores_column("int_cores", f"booked: {PG_ROW}")
     min_cores = cores_column("int_min_cores")
 
 

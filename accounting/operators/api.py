@@ -10,10 +10,13 @@ from ninja.schema import DjangoGetter
 from pydantic import (
     AfterValidator,
     ConfigDict,
+    PlainValidator,
     StrictStr,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from accounting.limits.changes import (
     UNLIMITED_ALLOWED,
@@ -25,7 +28,7 @@ from accounting.limits.changes import (
     set_subscription_limits,
 )
 from accounting.live.leases import held_locks
-from accounting.live.units import centicores_from_cores
+from accounting.live.units import CoresRefused, cores_number, cores_text, not_a_number, parse_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.operators.auth import BearerToken
 from accounting.operators.selectors import drift_status, labelled_drift, release_names
@@ -39,6 +42,7 @@ from cuebot_acct.api_types import (
     DbText,
     ErrorOut,
     InvalidOut,
+    JsonNumber,
     json_int,
     storable,
 )
@@ -185,17 +189,49 @@ def locks(request):
     return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in held_locks()]
 
 
+def _typed_cores(value: object, *, unlimited: bool, maximum: int) -> int:
+    """A cores field's JSON value to centicores by the policy every face shares
+    (accounting.live.units.parse_cores): a JSON number as the client wrote it; a string, a
+    boolean or null is no number of cores."""
+    if isinstance(value, JsonNumber):
+        return parse_cores(text=value.text, unlimited=unlimited, maximum=maximum)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return parse_cores(text=str(value), unlimited=unlimited, maximum=maximum)
+    raise not_a_number(unlimited=unlimited)
+
+
+def _schema_maximum(centicores: int) -> int | float:
+    """The column's maximum in cores as the schema states it: exact where a JSON double holds
+    it (every integer column, a size), else the whole cores below (a burst's bigint)."""
+    exact = cores_number(centicores)
+    return exact if cores_text(centicores) == f"{exact}".removesuffix(".0") else centicores // 100
+
+
 def _limit(model: type, column: str, *, cores: bool) -> Any:
-    """An optional limit bounded by its column: cores are entered in cores and stored in
-    centicores, so their bound is the column's maximum / 100. -1 (unlimited) only where
-    Cuebot reads it so (UNLIMITED_ALLOWED); a JSON integer only (not true or "5")."""
+    """An optional limit bounded by its column. Cores: a JSON number with at most two decimals
+    (the column holds hundredths), read by _typed_cores and refused with the admin's and the
+    commands' message; counts: a JSON integer (not true or "5"). -1 (unlimited) only where
+    Cuebot reads it so (UNLIMITED_ALLOWED)."""
     top = column_max(model=model, column=column)
     unlimited = (model, column) in UNLIMITED_ALLOWED
-    unit = "cores" if cores else "count"
-    description = (f"{unit}, -1 for unlimited" if unlimited
-                   else f"{unit}, >= 0 (-1 is no unlimited here: Cuebot compares it as a number)")
-    bounded = json_int(ge=-1 if unlimited else 0, le=top // 100 if cores else top)
-    return Annotated[bounded | None, Field(description=description)]
+    if not cores:
+        description = "count, -1 for unlimited" if unlimited else "count, >= 0 (-1 is no unlimited here: Cuebot compares it as a number)"
+        return Annotated[json_int(ge=-1 if unlimited else 0, le=top) | None, Field(description=description)]
+
+    def check(value: object) -> object:
+        # Checked here, for a 422 naming the field; converted by the endpoint. The value is
+        # returned as sent because ninja may validate the body twice.
+        try:
+            _typed_cores(value, unlimited=unlimited, maximum=top)
+        except CoresRefused as refused:
+            raise PydanticCustomError("cores", "{reason}", {"reason": str(refused)}) from None
+        return value
+
+    description = ("cores, up to two decimals (2.5, 0.25); " + ("-1 for unlimited" if unlimited else
+                   ">= 0 (-1 is no unlimited here: Cuebot compares it as a number)"))
+    schema = {"type": "number", "minimum": -1 if unlimited else 0, "maximum": _schema_maximum(top)}
+    return Annotated[Annotated[object, PlainValidator(check), WithJsonSchema(schema)] | None,
+                     Field(description=description)]
 
 
 class LimitsIn(Schema):
@@ -240,13 +276,6 @@ LIMITS_IN_CORES = Field(description="The limits as they are now, in the units th
                                     "fields beside are the columns as PostgreSQL stores them (centicores).")
 
 
-def _cores_number(centicores: int) -> int | float:
-    """A stored centicore value as a JSON number of cores: whole when it is whole, -1 verbatim."""
-    if centicores == -1 or centicores % 100 == 0:
-        return -1 if centicores == -1 else centicores // 100
-    return centicores / 100
-
-
 class SubscriptionLimitsOut(Schema):
     id: str
     limits: dict[str, int | float] = LIMITS_IN_CORES
@@ -284,13 +313,16 @@ LIMITS_DESCRIPTION = (
 )
 
 
-def _centicores(payload: Schema, names: tuple[str, ...]) -> dict[str, int | None]:
-    """Operator cores to PG centicores; 422 for a bad value, before anything changes."""
+def _centicores(payload: Schema, *, model: type, cores: tuple[str, ...]) -> dict[str, int | None]:
+    """The body's values in PG units: each cores field (option `x` is column `int_x`) to
+    centicores, as its validator checked it; counts as they are."""
     values = payload.dict()
-    try:
-        return {k: centicores_from_cores(v) if k in names and v is not None else v for k, v in values.items()}
-    except ValueError as error:
-        raise HttpError(422, str(error)) from error
+    for name in cores:
+        if values[name] is not None:
+            column = f"int_{name}"
+            values[name] = _typed_cores(values[name], unlimited=(model, column) in UNLIMITED_ALLOWED,
+                                        maximum=column_max(model=model, column=column))
+    return values
 
 
 def _limited(change) -> dict:
@@ -305,10 +337,10 @@ def _limited(change) -> dict:
               description=LIMITS_DESCRIPTION)
 def patch_subscription_limits(request, subscription_id: DbText, payload: SubscriptionLimitsIn):
     subscription = get_object_or_404(Subscription, pk=subscription_id)
-    values = _centicores(payload, ("size", "burst"))
+    values = _centicores(payload, model=Subscription, cores=("size", "burst"))
     sub = _limited(lambda: set_subscription_limits(subscription=subscription, **values))
     return {"id": sub.id, "int_size": sub.int_size, "int_burst": sub.int_burst,
-            "limits": {"size": _cores_number(sub.int_size), "burst": _cores_number(sub.int_burst)}}
+            "limits": {"size": cores_number(sub.int_size), "burst": cores_number(sub.int_burst)}}
 
 
 @router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(CHANGE_LIMITS),
@@ -316,11 +348,11 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
               description=LIMITS_DESCRIPTION)
 def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
     resource = get_object_or_404(FolderResource, folder_id=folder_id)
-    values = _centicores(payload, ("min_cores", "max_cores"))
+    values = _centicores(payload, model=FolderResource, cores=("min_cores", "max_cores"))
     folder = _limited(lambda: set_folder_limits(folder_resource=resource, **values))
     return {"folder_id": folder.folder_id, "int_min_cores": folder.int_min_cores, "int_max_cores": folder.int_max_cores,
             "int_min_gpus": folder.int_min_gpus, "int_max_gpus": folder.int_max_gpus,
-            "limits": {"min_cores": _cores_number(folder.int_min_cores), "max_cores": _cores_number(folder.int_max_cores),
+            "limits": {"min_cores": cores_number(folder.int_min_cores), "max_cores": cores_number(folder.int_max_cores),
                        "min_gpus": folder.int_min_gpus, "max_gpus": folder.int_max_gpus}}
 
 
@@ -329,11 +361,11 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
               description=LIMITS_DESCRIPTION)
 def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     resource = get_object_or_404(JobResource, job_id=job_id)
-    values = _centicores(payload, ("max_cores",))
+    values = _centicores(payload, model=JobResource, cores=("max_cores",))
     job = _limited(lambda: set_job_limits(job_resource=resource, **values))
     return {"job_id": job.job_id, "int_max_cores": job.int_max_cores, "int_max_gpus": job.int_max_gpus,
             "int_priority": job.int_priority,
-            "limits": {"max_cores": _cores_number(job.int_max_cores), "max_gpus": job.int_max_gpus, "priority": job.int_priority}}
+            "limits": {"max_cores": cores_number(job.int_max_cores), "max_gpus": job.int_max_gpus, "priority": job.int_priority}}
 
 
 @router.patch("/accounting/points/{point_id}/limits", auth=BearerToken(CHANGE_LIMITS),
@@ -341,7 +373,7 @@ def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
               description=LIMITS_DESCRIPTION)
 def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
     point = get_object_or_404(Point, pk=point_id)
-    values = _centicores(payload, ("min_cores",))
+    values = _centicores(payload, model=Point, cores=("min_cores",))
     point = _limited(lambda: set_point_limits(point=point, **values))
     return {"id": point.id, "int_min_cores": point.int_min_cores, "int_min_gpus": point.int_min_gpus,
-            "limits": {"min_cores": _cores_number(point.int_min_cores), "min_gpus": point.int_min_gpus}}
+            "limits": {"min_cores": cores_number(point.int_min_cores), "min_gpus": point.int_min_gpus}}

@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin
 
 from accounting.limits.changes import column_max
-from accounting.live.units import UNLIMITED_WORD, cores_text, format_cores, parse_cores
+from accounting.live.units import UNLIMITED_WORD, CoresRefused, cores_text, format_cores, parse_cores
 
 
 def cores_column(field: str, label: str | None = None):
@@ -52,8 +52,8 @@ class CoresField(forms.CharField):
         if text in self.empty_values:
             return None
         try:
-            return parse_cores(text, unlimited=self.unlimited, maximum=self.maximum)
-        except ValueError as error:
+            return parse_cores(text=text, unlimited=self.unlimited, maximum=self.maximum)
+        except CoresRefused as error:
             raise forms.ValidationError(str(error), code="invalid") from None
 
     def has_changed(self, initial, data) -> bool:
@@ -89,8 +89,8 @@ class CoresFormMixin:
             return super().formfield_for_dbfield(db_field, request, **kwargs)
         unlimited = self.cores_fields[db_field.name]
         label = str(db_field.verbose_name).capitalize()
-        hint = "In cores; decimals to 0.01 (2.5 = two and a half cores)." + (
-            f" '{UNLIMITED_WORD}' for no limit." if unlimited else "")
+        hint = "In cores, up to two decimals (2.5, 0.25)." + (
+            f" -1 or '{UNLIMITED_WORD}' for no limit." if unlimited else "")
         return CoresField(
             unlimited=unlimited, maximum=column_max(model=db_field.model, column=db_field.name), required=not db_field.blank,
             label=label if "cores" in label else f"{label} (cores)", help_text=hint,

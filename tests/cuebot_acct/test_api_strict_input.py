@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from accounting.models import Proc, Subscription
+from accounting.models import JobResource, Proc
 from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS
 
 pytestmark = pytest.mark.django_db
@@ -19,11 +19,20 @@ def send(client, method: str, url: str, body: str, token: str, content_type: str
 
 
 @pytest.mark.parametrize("number", ["1.0", "1e3", "5.5", "true", '"5"'])
-def test_an_integer_field_takes_json_integers_only(client, farm, token, number):
-    response = send(client, "patch", f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits",
-                    f'{{"size": {number}}}', token)
+def test_a_count_field_takes_json_integers_only(client, farm, token, number):
+    """Counts (GPUs, priorities) are whole; cores take decimals (test_cores_policy)."""
+    response = send(client, "patch", f"/api/v1/accounting/jobs/{farm.job.id}/limits", f'{{"max_gpus": {number}}}', token)
     assert response.status_code == 422 and "must be a JSON integer" in response.content.decode()
-    assert Subscription.objects.get(pk=farm.subscription.pk).int_size == farm.subscription.int_size
+    assert JobResource.objects.get(job=farm.job).int_max_gpus == 100
+
+
+@pytest.mark.parametrize("body", ['{"proc_ids": [1.5]}', '{"proc_ids": [1e3]}'])
+def test_a_number_is_no_proc_id(client, farm, token, body):
+    """Numbers with a fraction reach endpoints as written (JsonNumber), never as text."""
+    proc = farm.add_proc()
+    response = send(client, "post", "/api/v1/procs/unbook", body, token)
+    assert response.status_code == 422
+    assert Proc.objects.filter(pk=proc.pk).exists()
 
 
 def test_an_unknown_field_of_a_batch_release_is_refused_and_nothing_is_released(client, farm, token):

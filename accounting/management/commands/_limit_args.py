@@ -1,16 +1,18 @@
 """Operator input for the limit commands: cores like cueadmin, -1 for unlimited where it is.
 
 Values are parsed in handle(), not by argparse, so a bad one is a CommandError with exit
-status 2 both from the shell and from call_command. A number is ASCII digits with an
+status 2 both from the shell and from call_command. Cores follow the policy every face
+shares (accounting.live.units.parse_cores: up to two decimals, the same refusals, word for
+word, as the admin and the API). Counts (GPUs, priority) are whole: ASCII digits with an
 optional minus sign and nothing else (int() would also take ' 7' and '٣'), and at most what
-its column holds (for cores, the column's maximum / 100).
+its column holds.
 """
 import re
 
 from django.core.management.base import CommandError
 
 from accounting.limits.changes import column_max
-from accounting.live.units import centicores_from_cores
+from accounting.live.units import CoresRefused, parse_cores
 
 NUMBER = re.compile(r"-?[0-9]+")
 
@@ -35,6 +37,13 @@ def _whole(name: str, value: str, *, unlimited: bool, top: int) -> int:
     return number
 
 
+def _cores(name: str, value: str, *, unlimited: bool, top: int) -> int:
+    try:
+        return parse_cores(text=value, unlimited=unlimited, maximum=top)
+    except CoresRefused as refused:
+        raise CommandError(f"--{name}: {refused} (got {value!r}; nothing changed)", returncode=2) from None
+
+
 def parse_limits(options: dict, *, model: type, cores: list[str], counts: list[str],
                  unlimited: tuple[str, ...] = ()) -> dict[str, int | None]:
     """{option: value in PG units} for the given options of `model`'s limits (option `x` is
@@ -47,8 +56,8 @@ def parse_limits(options: dict, *, model: type, cores: list[str], counts: list[s
             parsed[name] = None
             continue
         top = column_max(model=model, column=f"int_{name}")
-        number = _whole(name.replace("_", "-"), raw, unlimited=name in unlimited, top=top // 100 if name in cores else top)
-        parsed[name] = centicores_from_cores(number) if name in cores else number
+        read = _cores if name in cores else _whole
+        parsed[name] = read(name.replace("_", "-"), raw, unlimited=name in unlimited, top=top)
     if all(value is None for value in parsed.values()):
         flags = ", ".join("--" + name.replace("_", "-") for name in parsed)
         raise CommandError(f"nothing to change: give at least one of {flags}", returncode=2)

@@ -1,3 +1,6 @@
+"""`manage.py set_folder_limits SHOW FOLDER ...`: a folder's caps from a shell, cores in the policy every
+face shares (accounting.live.units.parse_cores), -1 for unlimited where Cuebot reads it so, saved through
+accounting.limits.changes."""
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.limits.changes import InvalidLimit, set_folder_limits
@@ -16,8 +19,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("show", help="show name")
         parser.add_argument("folder", help="folder name")
-        parser.add_argument("--min-cores", help="cores")
-        parser.add_argument("--max-cores", help="cores, -1 for unlimited")
+        parser.add_argument("--min-cores", help="cores, up to two decimals (2.5)")
+        parser.add_argument("--max-cores", help="cores, up to two decimals, at least 1; -1 (or unlimited) for no limit")
         parser.add_argument("--min-gpus")
         parser.add_argument("--max-gpus", help="-1 for unlimited")
 

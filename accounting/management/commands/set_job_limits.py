@@ -1,3 +1,5 @@
+"""`manage.py set_job_limits JOB ...`: a live job's max cores (the policy every face shares,
+accounting.live.units.parse_cores), GPUs and priority from a shell, saved through accounting.limits.changes."""
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.limits.changes import InvalidLimit, set_job_limits
@@ -16,7 +18,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("job", help="the job's live (visible) name, or its id")
-        parser.add_argument("--max-cores", help="cores")
+        parser.add_argument("--max-cores", help="cores, up to two decimals (2.5)")
         parser.add_argument("--max-gpus", help="GPUs")
         parser.add_argument("--priority")
 

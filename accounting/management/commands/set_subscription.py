@@ -1,3 +1,6 @@
+"""`manage.py set_subscription SHOW ALLOC --size/--burst CORES`: an operator's subscription limits from a
+shell, in cores (accounting.live.units.parse_cores, the policy the admin and the API share), saved through
+accounting.limits.changes like every other face."""
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.limits.changes import InvalidLimit, set_subscription_limits
@@ -16,8 +19,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("show", help="show name")
         parser.add_argument("alloc", help="allocation name")
-        parser.add_argument("--size", help="cores")
-        parser.add_argument("--burst", help="cores")
+        parser.add_argument("--size", help="cores, up to two decimals (2.5)")
+        parser.add_argument("--burst", help="cores, up to two decimals (2.5)")
 
     def handle(self, *args, show: str, alloc: str, **options) -> None:
         values = parse_limits(options, model=Subscription, cores=["size", "burst"], counts=[])

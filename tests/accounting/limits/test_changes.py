@@ -17,6 +17,7 @@ from accounting.limits.changes import (
     set_subscription_limits,
 )
 from accounting.live import keys
+from accounting.live.units import NOT_UNLIMITED_HERE
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES
 from cuebot_acct.permissions import CHANGE_LIMITS
@@ -171,7 +172,9 @@ def test_set_job_and_folder_limits_commands(farm, acct_redis, django_capture_on_
         ("set_subscription", ["{show}", "nosuchalloc", "--size", "10"]),
         ("set_subscription", ["{show}", "{alloc}"]),
         ("set_job_limits", ["nosuchjob", "--max-cores", "10"]),
-        ("set_job_limits", ["{job}", "--max-cores", "1.5"]),
+        ("set_job_limits", ["{job}", "--max-cores", "1.125"]),
+        ("set_job_limits", ["{job}", "--max-cores", "1e3"]),
+        ("set_folder_limits", ["{show}", "{folder}", "--max-cores", "0.5"]),
         ("set_folder_limits", ["{show}", "nosuchfolder", "--max-cores", "10"]),
         ("set_folder_limits", ["{show}", "{folder}", "--min-gpus", "-2"]),
         # -1 is unlimited only for a folder's maxima: Cuebot compares these as numbers.
@@ -217,13 +220,13 @@ def test_admin_change_form_publishes_after_commit(farm, acct_redis, client, djan
 
 
 NOT_UNLIMITED = "Use a value of 0 or more (-1 is not unlimited here)."
-NOT_CORES = "Enter a number of cores such as 4 or 2.5"
+NOT_CORES = "Enter a number of cores such as 4, 2.5 or 0.25."
 
 
 @pytest.mark.parametrize(("model_admin", "field", "value", "message"), [
     ("subscription", "int_burst", "-5", NOT_CORES),
-    ("subscription", "int_burst", "-1", NOT_CORES),
-    ("folderresource", "int_max_cores", "-2", NOT_CORES),
+    ("subscription", "int_burst", "-1", NOT_UNLIMITED_HERE),
+    ("folderresource", "int_max_cores", "-2", "Enter a number of cores such as 4, 2.5 or 0.25, or -1 for unlimited."),
     ("jobresource", "int_max_cores", "-100", NOT_CORES),
     ("jobresource", "int_max_gpus", "-1", NOT_UNLIMITED),
     ("point", "int_min_cores", "-3", NOT_CORES),
@@ -266,12 +269,11 @@ def test_a_folder_max_below_one_core_is_refused_on_every_path_as_cuebots_folder_
         set_folder_limits(folder_resource=farm.folder_resource, max_cores=max_cores)
 
     cores = f"{max_cores / 100:g}"
-    if max_cores == 0:  # the command and the API take whole cores
-        with pytest.raises(CommandError, match="one core or more"):
-            call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", cores)
-        answer = client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", {"max_cores": 0},
-                              content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
-        assert answer.status_code == 422 and "one core or more" in answer.json()["detail"]
+    with pytest.raises(CommandError, match=rf"one core or more .*; got {cores} cores"):
+        call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", cores)
+    answer = client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", f'{{"max_cores": {cores}}}',
+                          content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert answer.status_code == 422 and "one core or more" in answer.json()["detail"]
 
     url = reverse("admin:accounting_folderresource_change", args=[farm.folder_resource.pk])
     refused = admin_client.post(url, {"int_min_cores": "0", "int_max_cores": cores, "int_min_gpus": "0",
@@ -283,4 +285,6 @@ def test_a_folder_max_below_one_core_is_refused_on_every_path_as_cuebots_folder_
 
 def test_a_folder_max_of_one_core_or_unlimited_is_taken(farm):
     assert set_folder_limits(folder_resource=farm.folder_resource, max_cores=100).int_max_cores == 100
+    # Cuebot's check is `value < ONE_CORE`, whatever its message says of whole cores.
+    assert set_folder_limits(folder_resource=farm.folder_resource, max_cores=150).int_max_cores == 150
     assert set_folder_limits(folder_resource=farm.folder_resource, max_cores=-1).int_max_cores == -1

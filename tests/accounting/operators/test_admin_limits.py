@@ -64,8 +64,8 @@ def test_cores_typed_are_stored_as_centicores_and_published(admin_client, acct_r
 
 @pytest.mark.parametrize(("size", "message"), [
     ("2.125", "at most two decimals"),
-    ("-1", "Enter a number of cores"),
-    ("unlimited", "Enter a number of cores"),
+    ("-1", "-1 is not unlimited here"),
+    ("unlimited", "-1 is not unlimited here"),
     ("99999999999999999999", "At most"),
     ("1000000000000", "At most"),  # fits the bigint column, not Cuebot's tier trigger (NUMERIC(16, 2))
     ("٣", "Enter a number of cores"),

@@ -1,4 +1,5 @@
 """The farm overview (the admin's front page), the drift pages by name, and "reseed this show"."""
+import html
 import logging
 import re
 
@@ -21,8 +22,8 @@ from tests.processes import closed_port
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
 
 
-def visible_text(html: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]*>", " ", html))
+def visible_text(page: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]*>", " ", page)))
 
 
 def staff(django_user_model, *codenames: str):
@@ -46,8 +47,10 @@ def test_the_admin_index_is_the_overview(admin_client, acct_redis):
     text = visible_text(page.content.decode())
 
     assert page.status_code == 200 and "Farm overview" in text
-    assert f"{managed.show.str_name} Scheduler Redis (live) {managed.alloc.str_name}: 75 / 160 (320) cores" in text
-    assert f"{cuebot.show.str_name} Cuebot PostgreSQL {cuebot.alloc.str_name}: 2.5 / 10 (20.5) cores" in text
+    # The row (70, from the proc) differs from the tampered Redis (75): shown beside it, with why.
+    assert (f"{managed.show.str_name} Scheduler Redis live {managed.alloc.str_name}: 75 / 160 (320) cores "
+            f"· PostgreSQL row 70 drift: Redis is 5 cores above SUM(proc) now counted per proc") in text
+    assert f"{cuebot.show.str_name} Cuebot PostgreSQL row (Cuebot's count) {cuebot.alloc.str_name}: 2.5 / 10 (20.5) cores" in text
     assert "1 field differs" in text and "Drift last checked" in text
     assert "OK: every live instance tells the scheduler of its releases on Redis" in text
     assert "render-web-1" in text and "Subscriptions" in text  # the fleet, and the usual table list below

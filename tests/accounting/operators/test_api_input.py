@@ -102,7 +102,8 @@ def test_a_limit_at_its_columns_maximum_is_stored(client, farm, limits_token, pa
 
 
 @pytest.mark.parametrize("body", ["[]", '[{"size": 5}]', "5", '"size"', "null", "true", '{"sise": 5}', '{"size": -2}',
-                                  '{"burst": false}', '{"size": true}', '{"size": "5"}', '{"size": 5.5}', '{"burst": -1}'])
+                                  '{"burst": false}', '{"size": true}', '{"size": "5"}', '{"size": 5.125}', '{"burst": -1}',
+                                  '{"size": 1e3}', '{"size": NaN}', '{"size": -0.5}'])
 def test_a_limits_body_that_is_not_an_object_of_known_fields_is_a_422(client, farm, limits_token, body):
     before = limit_rows(farm)
     response = patch_limits(client, farm, limits_token, "subscriptions/{sub}", body)
@@ -114,12 +115,15 @@ def test_a_limits_body_that_is_not_an_object_of_known_fields_is_a_422(client, fa
 def test_the_schema_states_each_limits_bounds_and_unique_proc_ids(client, db):
     schema = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
 
-    def bounds(name: str, field: str) -> tuple:
-        limit = next(option for option in schema[name]["properties"][field]["anyOf"] if option.get("type") == "integer")
+    def bounds(name: str, field: str, kind: str) -> tuple:
+        limit = next(option for option in schema[name]["properties"][field]["anyOf"] if option.get("type") == kind)
         return limit["minimum"], limit["maximum"]
-    assert bounds("FolderLimitsIn", "max_cores") == (-1, INT_MAX // 100)
-    assert bounds("FolderLimitsIn", "min_gpus") == (0, INT_MAX)
-    assert bounds("SubscriptionLimitsIn", "burst") == (0, BIGINT_MAX // 100)
+    # Cores are numbers with up to two decimals: the exact maximum where a double holds it.
+    assert bounds("FolderLimitsIn", "max_cores", "number") == (-1, 21474836.47)
+    assert bounds("SubscriptionLimitsIn", "size", "number") == (0, 999999999999.99)
+    assert bounds("SubscriptionLimitsIn", "burst", "number") == (0, BIGINT_MAX // 100)
+    assert bounds("FolderLimitsIn", "min_gpus", "integer") == (0, INT_MAX)
+    assert "two decimals" in schema["SubscriptionLimitsIn"]["properties"]["size"]["description"]
     assert schema["UnbookBatchIn"]["properties"]["proc_ids"]["uniqueItems"] is True
     assert schema["UnbookBatchIn"]["properties"]["proc_ids"]["items"]["pattern"] == "^[^\\u0000]*$"
 
