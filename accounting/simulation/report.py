@@ -19,7 +19,8 @@ class OverCap:
     checked: float = 0.0
 
 
-def _overlaps(windows: list[tuple[str, float, float]], name: str, started: float, checked: float) -> bool:
+def overlaps(windows: list[tuple[str, float, float]], name: str, started: float, checked: float) -> bool:
+    """Whether a window of `name` (a key or show id: began, ended) overlaps [started, checked]."""
     return any(n == name and begin <= checked and started <= end for n, begin, end in windows)
 
 
@@ -77,8 +78,8 @@ class Stats:
         with self._lock:
             return [
                 v for v in self.over_cap
-                if not _overlaps(self.cap_lowerings, v.key, v.started, v.checked)
-                and not _overlaps(self.switches, v.show_id, v.started, v.checked)
+                if not overlaps(self.cap_lowerings, v.key, v.started, v.checked)
+                and not overlaps(self.switches, v.show_id, v.started, v.checked)
             ]
 
 
