@@ -5,13 +5,16 @@ PY := $(VENV)/bin/python
 BIND ?= 127.0.0.1:8000
 LOCAL := .local
 
-.PHONY: venv services run stop test bench screenshots clean
+.PHONY: venv services run stop test test-suite bench screenshots clean
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
 	@command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }
-	@test -x $(VENV)/bin/python || python3 -m venv $(VENV) 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
+	@test -x $(VENV)/bin/python || python3 -m venv $(VENV) 2>/dev/null || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "python3-venv is missing (python3 -m venv failed); install it (sudo apt-get install -y python3-venv) and run again"; exit 1; fi; \
+	  echo "python3-venv is missing (python3 -m venv failed); installing it now: apt-get update && apt-get install -y python3-venv"; \
+	  apt-get update && apt-get install -y python3-venv && echo "installed python3-venv" && python3 -m venv $(VENV); }
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements.txt
 	touch $@
@@ -31,9 +34,13 @@ stop:
 	$(PY) scripts/services.py down
 
 # The test settings' servers only, no database (pytest-django makes its own), and promtool;
-# then the import layers (.importlinter), the lint rules (ruff.toml) and the suite.
+# then the import layers (.importlinter), the lint rules (ruff.toml) and the suite; then the
+# servers this run started are stopped again (those that already answered are left running).
 test: venv
-	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py up --tests
+	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py with --tests -- $(MAKE) --no-print-directory test-suite
+
+# What `make test` runs once the servers answer.
+test-suite:
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	$(PY) -m pytest $(PYTEST_ARGS)

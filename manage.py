@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Django's command-line utility for cuebot-acct."""
+"""Django's command-line utility for cuebot-acct: every command reports a malformed setting or an
+unreachable service in one line (cuebot_acct.startup), and `qcluster` runs the task cluster
+under this project's supervision (cuebot_acct.taskcluster) instead of django-q2's command."""
 import os
 import sys
 
@@ -7,8 +9,9 @@ import sys
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
     from cuebot_acct.startup import run_with_clear_service_errors
+    from cuebot_acct.taskcluster import run_task_cluster
 
-    run_with_clear_service_errors(sys.argv)
+    run_with_clear_service_errors(sys.argv, serving={"qcluster": run_task_cluster})
 
 
 if __name__ == "__main__":

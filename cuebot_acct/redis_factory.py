@@ -18,7 +18,7 @@ redis-py checks it when handing it out, which is before anything is sent.
 """
 from dataclasses import dataclass
 from functools import cache
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import redis
 from django.conf import settings
@@ -28,12 +28,29 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from cuebot_acct.bad_setting import BadSetting
+
 SENTINEL_SCHEME = "redis+sentinel://"
 SENTINEL_DEFAULT_PORT = 26379
+SENTINEL_FORM = "redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>"
+ACCEPTED_FORMS = f"redis://[:password@]host:port/<db>, rediss://... (TLS), unix:///path/to/socket, {SENTINEL_FORM}"
 
 
 class BadRedisUrl(ImproperlyConfigured):
-    """A redis+sentinel:// URL that does not parse; settings refuse to load with it."""
+    """A redis+sentinel:// URL that does not parse; `reason` says what is wrong, without the URL."""
+
+    def __init__(self, url: str, reason: str):
+        self.reason = reason
+        super().__init__(f"{hide_password(url)!r}: {reason}")
+
+
+def hide_password(url: str) -> str:
+    """The URL as it may be printed: a password between '//' and '@' becomes ***."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hosts = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.partition(':')[0]}:***@{hosts}"
 
 
 @dataclass(frozen=True)
@@ -56,12 +73,33 @@ def sentinel_target(url: str) -> SentinelTarget | None:
     for part in filter(None, hosts.split(",")):
         host, _, port = part.rpartition(":") if ":" in part else (part, "", str(SENTINEL_DEFAULT_PORT))
         if not host or not port.isdigit():
-            raise BadRedisUrl(f"{url!r}: sentinel {part!r} is not host:port")
+            raise BadRedisUrl(url, f"sentinel {part!r} is not host:port")
         sentinels.append((host, int(port)))
     name, _, db = path.strip("/").partition("/")
     if not sentinels or not name or (db and not db.isdigit()):
-        raise BadRedisUrl(f"{url!r}: expected redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>")
+        raise BadRedisUrl(url, f"expected {SENTINEL_FORM}")
     return SentinelTarget(sentinels=tuple(sentinels), master_name=name, db=int(db or 0), password=password or None)
+
+
+def check_redis_url(*, setting: str, url: str) -> None:
+    """Refuse, naming `setting`, a Redis URL no client could use, when the settings load rather
+    than at a first call minutes later. redis-py alone reads a db path that is not a number as
+    db 0: a different database from the one meant, which the suite would then flush."""
+    try:
+        if sentinel_target(url) is not None:
+            return
+        redis.connection.parse_url(url)  # the scheme and the port
+    except BadRedisUrl as error:
+        reason = error.reason
+    except ValueError as error:
+        reason = str(error)
+    else:
+        parts = urlsplit(url)
+        db = parts.path.strip("/")
+        if parts.scheme == "unix" or db == "" or db.isdigit():
+            return
+        reason = f"the database {db!r} is not a number"
+    raise BadSetting(setting=setting, problem=f"is {hide_password(url)!r}: {reason}", accepted=ACCEPTED_FORMS)
 
 
 def _no_retry() -> Retry:

@@ -1,12 +1,14 @@
 """Start-up checks (services reachable; a site's Cuebot schema complete is shows.attach's)
 that fail with one readable line, not a traceback."""
 import sys
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 
+from cuebot_acct.bad_setting import BadSetting
 from cuebot_acct.redis_factory import build_client
 
 
@@ -51,10 +53,6 @@ def check_secret_key() -> None:
                              "set a long random DJANGO_SECRET_KEY (`make run` keeps one in .local/secret_key)")
 
 
-# Commands that serve: refused at once, in one line, when they could not work.
-SERVING_COMMANDS = {"qcluster"}
-
-
 def check_postgres() -> None:
     try:
         connection.ensure_connection()
@@ -86,18 +84,25 @@ def check_services() -> None:
     check_redis()
 
 
-def run_with_clear_service_errors(argv: list[str]) -> None:
-    """Run a management command; an unreachable service ends it with one line, exit 1."""
+def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callable[[list[str]], int]]) -> None:
+    """Run a management command; a malformed setting or an unreachable service ends it with one
+    line, exit 1. `serving` maps the commands that serve (the task cluster) to the function
+    that runs each, given its arguments and returning the exit status: these are refused at
+    once, in one line, when they could not work (the development key, a service down)."""
     from django.core.management import execute_from_command_line
 
     try:
-        if len(argv) > 1 and argv[1] in SERVING_COMMANDS:
+        if len(argv) > 1 and argv[1] in serving:
             import django
 
             django.setup()
             check_secret_key()
             check_services()
+            sys.exit(serving[argv[1]](argv[2:]))
         execute_from_command_line(argv)
+    except BadSetting as problem:
+        sys.stderr.write(f"cuebot-acct: {problem}\n")
+        sys.exit(1)
     except StartupRefused as problem:
         sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)

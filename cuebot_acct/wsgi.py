@@ -1,6 +1,6 @@
-"""WSGI entry point (gunicorn). Refuses to boot a worker with the development secret key,
-against unreachable services, or against a site's Cuebot database that lacks what the
-project uses: one line, and exit status 3, gunicorn's "worker failed to boot", on which its
+"""WSGI entry point (gunicorn). Refuses to boot a worker with a malformed setting, the
+development secret key, against unreachable services, or against a site's Cuebot database
+that lacks what the project uses: one line, and exit status 3, gunicorn's "worker failed to boot", on which its
 arbiter stops instead of booting workers forever, so systemd sees the failure.
 
 Once the services answer, the worker records itself in the fleet register (and keeps
@@ -12,13 +12,19 @@ import sys
 import django
 from django.core.wsgi import get_wsgi_application
 
+from cuebot_acct.bad_setting import BadSetting
+
+WORKER_BOOT_ERROR = 3  # gunicorn.arbiter.Arbiter.WORKER_BOOT_ERROR
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
-django.setup(set_prefix=False)
+try:
+    django.setup(set_prefix=False)  # loads the settings, which refuse a malformed value
+except BadSetting as problem:
+    sys.stderr.write(f"cuebot-acct: {problem}\n")
+    sys.exit(WORKER_BOOT_ERROR)
 
 from cuebot_acct.startup import StartupRefused, check_secret_key, check_services  # noqa: E402
 from shows.attach import check_cuebot_schema  # noqa: E402
-
-WORKER_BOOT_ERROR = 3  # gunicorn.arbiter.Arbiter.WORKER_BOOT_ERROR
 
 try:
     check_secret_key()

@@ -4,7 +4,7 @@ service (`make run`): the farm overview, a subscription's change form and a show
 
 It logs in through the admin's login form as a temporary superuser it creates for the run
 and deletes afterwards, and drives Chromium over its DevTools protocol (a WebSocket, spoken
-here with the standard library only). Usage (docs/operations.md):
+here with the standard library only). Usage (docs/admin.md#screenshots):
 
     make screenshots                     # or: .venv/bin/python scripts/screenshots.py --url http://127.0.0.1:8000
 """

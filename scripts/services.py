@@ -3,15 +3,25 @@
 
 `up`: for every URL the settings name (DATABASE_URL and the Redis URLs), use the server
 if it answers; otherwise start a project-local one under .local/ (PostgreSQL from the
-installed binaries, run as the postgres user when we are root; Redis from the
-distribution's packages, installed if missing, without persistence). Then make sure the
-database exists. `up --tests` (what `make test` runs): the same servers, but no database is
-created (pytest-django creates and drops its own test_<name>), and promtool is installed if
-missing (Debian's prometheus package; the alert-rule tests run it). `down`: stop only what
-`up` started (recorded under .local/started/).
+installed binaries, run as the postgres user when we are root; Redis without persistence).
+Then make sure the database exists. `up --tests`: the same servers, but no database is
+created (pytest-django creates and drops its own test_<name>), and promtool must be there
+(the alert-rule tests run it). `down` (what `make stop` runs): stop everything `up` started
+(recorded under .local/started/).
+
+`with [--tests] -- COMMAND...` (what `make test` and so CI run): `up`, then COMMAND, then
+stop exactly the servers this `up` started, whatever COMMAND's outcome (an interrupt
+included), and exit with COMMAND's status. Servers that already answered, a `make run`'s
+included, are left running.
+
+A missing distribution package (postgresql, redis-server, prometheus for promtool) is never
+installed quietly: as root, it is named with the reason and installed with apt-get's own
+output shown, then said to be installed; otherwise the script stops, naming the package and
+the command that installs it.
 """
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -49,14 +59,16 @@ def as_postgres_user(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
-def apt_install(package: str, *, recommends: bool = True) -> None:
-    if os.geteuid() != 0:
-        sys.exit(f"services: {package} is not installed; install it (apt-get install {package}) and run again")
-    say(f"installing {package} from the distribution's packages")
-    subprocess.run(["apt-get", "update", "-qq"], check=True)
-    options = [] if recommends else ["--no-install-recommends"]
-    subprocess.run(["apt-get", "install", "-y", "-qq", *options, package], check=True,
-                   env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+def apt_install(package: str, *, why: str, recommends: bool = True) -> None:
+    """Install a Debian package, loudly: what, why and how before, apt-get's own output during,
+    the result after. Never as anyone but root (the command to run is named instead)."""
+    command = ["apt-get", "install", "-y", *([] if recommends else ["--no-install-recommends"]), package]
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        sys.exit(f"services: {package} is missing ({why}); install it (sudo {' '.join(command)}) and run again")
+    say(f"{package} is missing ({why}); installing it now: apt-get update && {' '.join(command)}")
+    subprocess.run(["apt-get", "update"], check=True)
+    subprocess.run(command, check=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    say(f"installed {package} (apt-get remove {package} takes it away)")
 
 
 def ensure_promtool() -> None:
@@ -65,10 +77,11 @@ def ensure_promtool() -> None:
     disabled again."""
     if shutil.which("promtool"):
         return
-    apt_install("prometheus", recommends=False)
+    apt_install("prometheus", why="its promtool checks the alert rules in the suite", recommends=False)
     if shutil.which("systemctl"):
         subprocess.run(["systemctl", "disable", "--now", "prometheus"], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        say("stopped and disabled the Prometheus server the package enabled (only promtool is used)")
     if not shutil.which("promtool"):
         sys.exit("services: the prometheus package did not install promtool")
 
@@ -76,7 +89,7 @@ def ensure_promtool() -> None:
 def postgres_bin_dir() -> Path:
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
     if not candidates:
-        apt_install("postgresql")
+        apt_install("postgresql", why="no PostgreSQL answers where DATABASE_URL points, and none is installed to start")
         return postgres_bin_dir()
     return candidates[-1].parent
 
@@ -119,28 +132,33 @@ def ensure_database(url: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def postgres_up(url: str, *, create_database: bool) -> None:
+def postgres_up(url: str, *, create_database: bool) -> bool:
+    """True if this call started the project-local PostgreSQL."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    started = False
     if answers(host, port):
         say(f"PostgreSQL answers on {host}:{port}")
     elif host in LOCAL_HOSTS:
         start_postgres(host=host, port=port, user=parts.username or "postgres")
         wait_until_answers(host, port, what="PostgreSQL")
+        started = True
     else:
         sys.exit(f"services: PostgreSQL at {host}:{port} does not answer and is not local; start it or set DATABASE_URL")
     if create_database:
         ensure_database(url)
+    return started
 
 
-def redis_up(host: str, port: int) -> None:
+def redis_up(host: str, port: int) -> Path | None:
+    """The pid file of the Redis this call started, None if one already answered."""
     if answers(host, port):
         say(f"Redis answers on {host}:{port}")
-        return
+        return None
     if host not in LOCAL_HOSTS:
         sys.exit(f"services: Redis at {host}:{port} does not answer and is not local; start it or set the Redis URLs")
     if shutil.which("redis-server") is None:
-        apt_install("redis-server")
+        apt_install("redis-server", why=f"no Redis answers on {host}:{port}, and none is installed to start")
     work = LOCAL / "redis"
     work.mkdir(parents=True, exist_ok=True)
     (LOCAL / "log").mkdir(parents=True, exist_ok=True)
@@ -155,6 +173,7 @@ def redis_up(host: str, port: int) -> None:
         check=True,
     )
     wait_until_answers(host, port, what="Redis")
+    return pidfile
 
 
 def configured_urls() -> tuple[str, list[str]]:
@@ -165,31 +184,71 @@ def configured_urls() -> tuple[str, list[str]]:
     return settings.DATABASE_URL, redis_urls
 
 
-def up(*, tests: bool = False) -> None:
+def up(*, tests: bool = False) -> list[str]:
+    """Bring the servers up; the names (under .local/started/) of those this call started."""
     STARTED.mkdir(parents=True, exist_ok=True)
     database_url, redis_urls = configured_urls()
-    postgres_up(database_url, create_database=not tests)
+    started = ["postgres"] if postgres_up(database_url, create_database=not tests) else []
     # A Sentinel URL names a topology the site runs; only plain URLs get a local Redis.
     plain = [u for u in redis_urls if not u.startswith("redis+sentinel://")]
     for host, port in sorted({(urlsplit(u).hostname or "127.0.0.1", urlsplit(u).port or 6379) for u in plain}):
-        redis_up(host, port)
+        pidfile = redis_up(host, port)
+        if pidfile is not None:
+            started.append(pidfile.name)
     if tests:
         ensure_promtool()
+    return started
+
+
+def stop(name: str) -> None:
+    """Stop one server `up` started and forget it; waits until it is gone, so its port is free."""
+    record = STARTED / name
+    if name == "postgres":
+        bin_dir = Path(record.read_text())
+        say("stopping the project-local PostgreSQL")
+        subprocess.run(as_postgres_user([str(bin_dir / "pg_ctl"), "-D", str(LOCAL / "postgres" / "data"), "-m", "fast", "-w", "stop"]),
+                       check=False, stdout=subprocess.DEVNULL)
+    else:
+        say(f"stopping the project-local Redis ({record.stem})")
+        try:
+            pid = int(record.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except (ProcessLookupError, ValueError, FileNotFoundError):
+            pass
+    record.unlink(missing_ok=True)
 
 
 def down() -> None:
-    if (STARTED / "postgres").exists():
-        bin_dir = Path((STARTED / "postgres").read_text())
-        say("stopping the project-local PostgreSQL")
-        subprocess.run(as_postgres_user([str(bin_dir / "pg_ctl"), "-D", str(LOCAL / "postgres" / "data"), "-m", "fast", "-w", "stop"]), check=False)
-        (STARTED / "postgres").unlink()
-    for pidfile in STARTED.glob("redis-*.pid"):
-        say(f"stopping the project-local Redis ({pidfile.stem})")
-        try:
-            os.kill(int(pidfile.read_text().strip()), 15)
-        except (ProcessLookupError, ValueError):
-            pass
-        pidfile.unlink()
+    for record in sorted(STARTED.glob("postgres")) + sorted(STARTED.glob("redis-*.pid")):
+        stop(record.name)
+
+
+def run_with_services(command: list[str], *, tests: bool) -> int:
+    """`up`, COMMAND, then stop what that `up` started, whatever happened in between."""
+    started: list[str] = []
+    child: subprocess.Popen | None = None
+
+    def on_terminate(signum, frame):
+        # A CI cancel or `kill`: pass it on, then clean up as after any other end of COMMAND.
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_terminate)
+    try:
+        started = up(tests=tests)
+        # Ctrl-C reaches COMMAND (the terminal signals the whole group); this process waits for its end.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        child = subprocess.Popen(command)
+        return child.wait()
+    finally:
+        for name in started:
+            stop(name)
+        if started:
+            say("stopped what this run started; nothing of it is left running")
 
 
 if __name__ == "__main__":
@@ -200,5 +259,10 @@ if __name__ == "__main__":
         up(tests=True)
     elif arguments == ["down"]:
         down()
+    elif arguments[:1] == ["with"] and "--" in arguments and arguments.index("--") < len(arguments) - 1:
+        options, command = arguments[1:arguments.index("--")], arguments[arguments.index("--") + 1:]
+        if options not in ([], ["--tests"]):
+            sys.exit("usage: services.py with [--tests] -- COMMAND...")
+        sys.exit(run_with_services(command, tests=options == ["--tests"]))
     else:
-        sys.exit("usage: services.py up [--tests] | down")
+        sys.exit("usage: services.py up [--tests] | down | with [--tests] -- COMMAND...")

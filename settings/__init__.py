@@ -6,9 +6,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
-from django.core.exceptions import ImproperlyConfigured
 
-from cuebot_acct.redis_factory import django_cache, sentinel_target
+from cuebot_acct.bad_setting import BadSetting
+from cuebot_acct.redis_factory import check_redis_url, django_cache
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -18,7 +18,8 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 # The development key lets commands, the suite and DEBUG run without configuration; a process
 # that serves (gunicorn, the task cluster) refuses it while DEBUG is off (cuebot_acct.startup).
 DEVELOPMENT_SECRET_KEY = "cuebot-acct-insecure-development-key"
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
+# An empty value counts as unset (refused in one line, not Django's "must not be empty" traceback).
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or DEVELOPMENT_SECRET_KEY
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 # Served over HTTPS (TLS ended by a proxy that sets X-Forwarded-Proto): secure cookies, a
 # redirect from plain HTTP (but for /metrics and /healthz, scraped inside), HSTS.
@@ -109,7 +110,8 @@ DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 # database, where they are never created, altered or dropped (cuebot_acct.db_router).
 OPENCUE_TABLES = env.str("OPENCUE_TABLES", default="create")
 if OPENCUE_TABLES not in ("create", "existing"):
-    raise ImproperlyConfigured(f"OPENCUE_TABLES must be 'create' or 'existing', not {OPENCUE_TABLES!r}")
+    raise BadSetting(setting="OPENCUE_TABLES", problem=f"is {OPENCUE_TABLES!r}",
+                     accepted="'create' (the project creates Cuebot's tables) or 'existing' (a site's Cuebot database)")
 # A PostgreSQL schema for the project's own tables (Django's, django-q2's, tokens, the
 # instance register), so that none of them sits among Cuebot's. Empty: the role's default.
 OWN_TABLES_SCHEMA = env.str("OWN_TABLES_SCHEMA", default="")
@@ -118,7 +120,7 @@ CUEBOT_SCHEMA = env.str("CUEBOT_SCHEMA", default="public")
 if OWN_TABLES_SCHEMA:
     for name, value in (("OWN_TABLES_SCHEMA", OWN_TABLES_SCHEMA), ("CUEBOT_SCHEMA", CUEBOT_SCHEMA)):
         if not value.isidentifier() or value != value.lower():
-            raise ImproperlyConfigured(f"{name} must be a lower-case SQL identifier, not {value!r}")
+            raise BadSetting(setting=name, problem=f"is {value!r}", accepted="a lower-case SQL identifier (letters, digits, _)")
     DATABASES["default"]["OPTIONS"]["options"] = f"-c search_path={OWN_TABLES_SCHEMA},{CUEBOT_SCHEMA}"
 DATABASE_ROUTERS = ["cuebot_acct.db_router.CuebotTablesRouter"]
 
@@ -135,7 +137,6 @@ ACCOUNTING_REDIS_ENABLED = env.bool("ACCOUNTING_REDIS_ENABLED", default=True)
 ACCOUNTING_NOTIFY_ENABLED = env.bool("ACCOUNTING_NOTIFY_ENABLED", default=False)
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
-sentinel_target(ACCOUNTING_REDIS_URL)  # a malformed Sentinel URL stops the process here, named
 # Seconds before a Redis call from the release path gives up. It is never retried.
 ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
 # After a release's Redis call timed out or could not connect, seconds during which this
@@ -159,6 +160,10 @@ AUTH_TOKEN_CACHE_SECONDS = env.int("AUTH_TOKEN_CACHE_SECONDS", default=10)
 # queue never touches the accounting keys.
 CACHE_REDIS_URL = env.str("CACHE_REDIS_URL", default="redis://127.0.0.1:6379/1")
 TASK_BROKER_REDIS_URL = env.str("TASK_BROKER_REDIS_URL", default="redis://127.0.0.1:6379/2")
+# A malformed URL stops the process here, in one line naming the variable (cuebot_acct.bad_setting).
+for _name, _url in (("ACCOUNTING_REDIS_URL", ACCOUNTING_REDIS_URL), ("CACHE_REDIS_URL", CACHE_REDIS_URL),
+                    ("TASK_BROKER_REDIS_URL", TASK_BROKER_REDIS_URL)):
+    check_redis_url(setting=_name, url=_url)
 
 # Every Redis client (accounting, cache, broker) is built by cuebot_acct.redis_factory.
 DJANGO_REDIS_CONNECTION_FACTORY = "cuebot_acct.redis_factory.DjangoRedisConnectionFactory"
@@ -186,7 +191,17 @@ Q_CLUSTER = {
     "max_attempts": 3,
     "catch_up": False,
     "django_redis": "broker",
+    # django-q2's Redis broker, quiet and prompt to stop while Redis is down (its module says why).
+    "broker_class": "cuebot_acct.taskbroker.OutageTolerantRedis",
 }
+# The task cluster (manage.py qcluster, cuebot_acct.taskcluster) stops with status 1 and one
+# line when PostgreSQL or its broker has not answered for this long, so that its supervisor
+# sees the outage; shorter ones (a restart, a failover) it rides out.
+TASK_OUTAGE_SECONDS = env.float("TASK_OUTAGE_SECONDS", default=10.0)
+# After SIGTERM, how long the task cluster may take to stop (a worker ends its current task
+# first) before what is left of it is killed: below the systemd unit's TimeoutStopSec=30
+# (docs/production.md), so that the cluster ends itself and says so.
+TASK_STOP_SECONDS = env.float("TASK_STOP_SECONDS", default=10.0)
 
 SESSION_ENGINE = "django.contrib.sessions.backends.db"
 
@@ -206,6 +221,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # An unreachable PostgreSQL or Redis is logged in one line, without a traceback (cuebot_acct.outages).
+    "filters": {"outage_in_one_line": {"()": "cuebot_acct.outages.OutageInOneLine"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outage_in_one_line"]}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }

@@ -1,6 +1,9 @@
 """Every relative link in README.md and docs/*.md resolves: the file exists inside the
-repository, and a #fragment names a heading of the target (GitHub's anchor rules)."""
+repository, and a #fragment names a heading of the target (GitHub's anchor rules). So does
+every docs/ path that code, scripts and deployment files name (a usage line once sent
+readers to an operations page that never existed)."""
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -69,3 +72,36 @@ def test_the_anchor_rules_match_githubs():
     sample = ROOT / "docs" / "runbook.md"
     assert "cuebotacctdriftpersists" in anchors(sample)
     assert {"runbook-the-alerts"} <= anchors(sample)
+
+
+# Outside the Markdown: code, scripts, the Makefile, CI and deployment files point operators to
+# docs/ too (a usage line, an alert's runbook_url, an error message). Those must resolve as well.
+MENTION = re.compile(r"(?<![\w/.-])docs/[\w./-]+\.(?:md|png)(?:#[\w-]+)?")
+
+
+def mentions_outside_markdown() -> list[tuple[str, str]]:
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in tracked:
+        path = ROOT / name
+        if path.suffix in (".md", ".png") or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += [(name, mention) for mention in sorted(set(MENTION.findall(text)))]
+    return found
+
+
+@pytest.mark.parametrize(("source", "mention"), mentions_outside_markdown(), ids=lambda v: v)
+def test_a_docs_path_named_in_code_or_scripts_exists(source, mention):
+    path, _, fragment = mention.partition("#")
+    assert (ROOT / path).exists(), f"{source} names {mention}: no such file"
+    if fragment:
+        assert fragment in anchors(ROOT / path), f"{source} names {mention}: no heading #{fragment}"
+
+
+def test_code_and_scripts_name_docs_to_check():
+    sources = {source for source, _ in mentions_outside_markdown()}
+    assert "scripts/screenshots.py" in sources and len(sources) > 5

@@ -124,3 +124,63 @@ def test_start_refuses_in_one_line_a_port_another_program_listens_on(tmp_path):
     assert started.stderr.strip() == (f"server: {bind} is already in use by another program; stop it, or run "
                                       "`make run BIND=127.0.0.1:<free port>`")
     assert not (tmp_path / "gunicorn.pid").exists()
+
+
+def redis_answers(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+PING = "import redis, sys; redis.Redis(port=int(sys.argv[1])).ping(); sys.exit(3)"
+
+
+def test_with_stops_the_redis_it_started_and_passes_on_the_commands_status():
+    """`make test` and CI: no Redis answers on the configured port, so one is started for the
+    command and stopped after it, even though the command failed."""
+    port = closed_port()
+    done = script("scripts/services.py", "with", "--tests", "--", sys.executable, "-c", PING, str(port),
+                  env={"DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{port}"})
+
+    assert done.returncode == 3, done.stdout + done.stderr  # the command ran against the Redis, then failed
+    assert f"services: starting Redis on 127.0.0.1:{port} (no persistence)" in done.stdout
+    assert f"services: stopping the project-local Redis (redis-{port})" in done.stdout
+    assert done.stdout.rstrip().endswith("services: stopped what this run started; nothing of it is left running")
+    assert not redis_answers(port)
+    assert not (ROOT / ".local" / "started" / f"redis-{port}.pid").exists()
+
+
+def test_with_leaves_a_server_that_already_answered_running():
+    from tests.redis_topology import redis_server
+
+    with redis_server() as running:
+        done = script("scripts/services.py", "with", "--tests", "--", sys.executable, "-c", PING, str(running.port),
+                      env={"DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{running.port}"})
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert f"services: Redis answers on 127.0.0.1:{running.port}" in done.stdout
+        assert "stopping" not in done.stdout
+        assert running.client().ping()
+
+
+def test_with_stops_what_it_started_when_it_is_terminated_mid_command():
+    """A cancelled CI job: SIGTERM to the wrapper reaches the command, and the Redis is stopped."""
+    port = closed_port()
+    wrapper = subprocess.Popen(
+        [sys.executable, "scripts/services.py", "with", "--tests", "--", sys.executable, "-c",
+         "import sys, time; print('command running', flush=True); time.sleep(600)"],
+        cwd=ROOT, env={**os.environ, "DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{port}"},
+        stdout=subprocess.PIPE, text=True)
+    try:
+        for line in wrapper.stdout:
+            if line == "command running\n":
+                break
+        assert redis_answers(port)
+        wrapper.send_signal(signal.SIGTERM)
+        rest = wrapper.stdout.read()
+        assert wrapper.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+            wrapper.wait()
+    assert f"services: stopping the project-local Redis (redis-{port})" in rest
+    assert not redis_answers(port)
