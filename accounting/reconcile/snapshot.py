@@ -25,8 +25,10 @@ def chunked(rows: Iterable, size: int) -> Iterator[list]:
 # One query: SUM(proc) per key, every proc converted to cores before summing
 # (`int_cores_reserved / 100` is integer division, i.e. cores_from_centicores for the
 # non-negative amounts a proc reserves), overlaid on a zero baseline of every
-# sub/folder/job/point key of the shows, enumerated from the limit tables. Layers have no
-# limit table and are not baselined. The point is the job's department and show, as Cuebot
+# sub/folder/job/point key of the shows, enumerated from the limit tables, and of every layer
+# of their jobs not FINISHED (from layer_resource, Cuebot's row per layer): a key whose last
+# proc went is written 0, so a value a reseed under load counted twice (high, safe) cannot
+# outlive the procs that carried it. The point is the job's department and show, as Cuebot
 # counts it. Counting rule (docs/redis-protocol.md, "What a proc counts for"): a proc that
 # exists is booked until it is released, whatever its job's state: a killed job is
 # FINISHED before its procs go, and a snapshot that left them out would be lowered by
@@ -63,6 +65,9 @@ WITH booked AS (
      WHERE f.pk_show = ANY(%(shows)s)
     UNION ALL
     SELECT 'acct:job:' || j.pk_job FROM job_resource r JOIN job j ON j.pk_job = r.pk_job
+     WHERE j.pk_show = ANY(%(shows)s) AND j.str_state <> 'FINISHED'
+    UNION ALL
+    SELECT 'acct:layer:' || r.pk_layer FROM layer_resource r JOIN job j ON j.pk_job = r.pk_job
      WHERE j.pk_show = ANY(%(shows)s) AND j.str_state <> 'FINISHED'
     UNION ALL
     SELECT 'acct:point:' || pk_dept || ':' || pk_show FROM point WHERE pk_show = ANY(%(shows)s)

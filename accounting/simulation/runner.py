@@ -112,7 +112,10 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
             processes.enter_context(override_settings(ACCOUNTING_REDIS_URL=redis_server.url))
             accounting_redis.cache_clear()
             processes.callback(accounting_redis.cache_clear)
-        processes.enter_context(override_settings(ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds))
+        # The releases' rules follow who reseeds: with the scheduler-like reseeder (which leaves
+        # out FINISHED jobs' procs) their releases are withheld, as a site running it would set.
+        processes.enter_context(override_settings(ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds,
+                                                  ACCOUNTING_SCHEDULER_RESEEDS=config.reseeder == "scheduler"))
         web = processes.enter_context(web_server(token=config.http_token)) if "http-release" in config.faults else None
         return _run(config=config, progress=progress, redis_server=redis_server, web=web)
 
@@ -140,6 +143,8 @@ def _run(*, config: SimConfig, progress: Callable[[float, Stats], None], redis_s
         for i in range(count)
     ]
     started = time.monotonic()
+    # The last fifth of the run has no fault and no reseed: it ends on the exact count.
+    ctx.last_reseed_at = started + 0.8 * config.seconds
     try:
         plan.start()
         for thread in threads:
@@ -158,7 +163,8 @@ def _run(*, config: SimConfig, progress: Callable[[float, Stats], None], redis_s
     settle_inflight(ttl_seconds=config.inflight_ttl_seconds)
     managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
     low, high = against_truth(show_ids=managed) if redis_open() else ([], [])
-    judged = config.reseeder == "project" and not set(config.faults) & set(LEAVE_REDIS_HIGH) and redis_open()
+    judged = (config.reseeder == "project" and not set(config.faults) & set(LEAVE_REDIS_HIGH) and redis_open()
+              and ctx.last_reseed_done.is_set())
     clamped = (REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0) - clamped_before
     if web is not None:  # the web server's releases clamp in its own processes
         clamped += web.counter("cuebot_acct_release_clamped_total")

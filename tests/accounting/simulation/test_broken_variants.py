@@ -68,23 +68,35 @@ def published_before_commit(monkeypatch):
     monkeypatch.setattr(unbook, "_publish_on_commit", at_once)
 
 
+# A counter seen low: in a quiet sample, by a release that found it below what it took off,
+# or once the run is over. Which of them sees it first is the threads' timing; each names it.
+LOW = ("low_counters_sampled", "releases_found_counter_low", "low_before_final_reseed")
+
 VARIANTS = {
-    # variant: (faults it needs to show, invariant that must catch it)
-    burst_not_enforced: ((), "over_cap"),
-    caps_not_enforced: ((), "over_cap"),
-    double_decrement: ((), "low_counters_sampled"),
-    decrement_lost: ((), "high_before_final_reseed"),
-    finished_jobs_left_out_of_the_snapshot: (("job-kill",), "low_counters_sampled"),
-    published_before_commit: (("pg-rollback",), "low_counters_sampled"),
+    # variant: (faults it needs to show, the invariants that catch it)
+    burst_not_enforced: ((), ("over_cap",)),
+    caps_not_enforced: ((), ("over_cap",)),
+    double_decrement: ((), LOW),
+    decrement_lost: ((), ("high_before_final_reseed",)),
+    finished_jobs_left_out_of_the_snapshot: (("job-kill",), LOW),
+    published_before_commit: (("pg-rollback",), LOW),
 }
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda variant: variant.__name__)
 def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
-    faults, invariant = VARIANTS[variant]
+    faults, invariants = VARIANTS[variant]
     variant(monkeypatch)
     # A small, busy farm: one releaser for four bookers, so caps and bursts are reached.
     report = run_simulation(config=SimConfig(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7,
                                              reconcile_interval=0.5))
-    assert report.invariants[invariant] > 0, report.as_table()
+    assert any(report.invariants[name] > 0 for name in invariants), report.as_table()
     assert not report.ok
+
+
+@pytest.mark.parametrize("faults", sorted({faults for faults, _ in VARIANTS.values()}), ids=lambda f: ",".join(f) or "none")
+def test_the_same_runs_of_the_unbroken_protocol_hold_every_invariant(faults):
+    """The control: each run above, with nothing broken, is clean, exactness judged."""
+    report = run_simulation(config=SimConfig(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7,
+                                             reconcile_interval=0.5))
+    assert report.ok and report.exactness_judged, report.as_table()
