@@ -232,15 +232,30 @@ def _one_round_trip() -> Iterator[None]:
         yield
 
 
+def _branch(row: tuple, *, managed: dict[str, bool]) -> Branch:
+    if row[14]:
+        return Branch.LOCAL
+    return Branch.SCHEDULER if managed[row[2]] else Branch.CUEBOT
+
+
+def _releases_from_rows(rows: list[tuple], *, managed: dict[str, bool], read: dict[str, tuple] | None = None) -> list[Release]:
+    """The releases the releasing statement returned. A row equal to the one the read before
+    any lock returned, with the same owner, is that read's Release (a batch builds each once)."""
+    read = read or {}
+    releases = []
+    for row in rows:
+        seen = read.get(row[0])
+        if seen is not None and seen[0] == row and seen[1].branch is _branch(row, managed=managed):
+            releases.append(seen[1])
+        else:
+            releases.append(_release_from_row(row, managed=managed))
+    return releases
+
+
 def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
     (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id, point_show_id, job_state,
      centicores, gpus, mem, gpu_mem, local) = row
-    if local:
-        branch = Branch.LOCAL
-    elif managed[show_id]:
-        branch = Branch.SCHEDULER
-    else:
-        branch = Branch.CUEBOT
+    branch = _branch(row, managed=managed)
     return Release(
         proc_id=proc_id, host_id=host_id, show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
         layer_id=layer_id, dept_id=dept_id, point_show_id=point_show_id, job_state=job_state, cores_centicores=centicores,
@@ -369,7 +384,7 @@ def _notify_releases(cursor, releases: Sequence[Release]) -> None:
 
 
 def _publish_on_commit(registered: "_Registered", covered: Sequence[Release]) -> None:
-    publisher, prepared = release_publisher(), made(prepared=registered.prepared, releases=covered)
+    publisher, prepared = release_publisher(), registered.narrowed_to(covered)
     transaction.on_commit(lambda: publisher.publish(prepared=prepared))
 
 
@@ -396,8 +411,15 @@ class _Registered:
         """The releases made exactly as registered, and how many were not: a proc whose amounts,
         keys or owner changed between the read and the DELETE is not published, or a reseed
         between could take its counters below SUM(proc)."""
-        covered = [r for r in releases if self.releases.get(r.proc_id) == r]
+        covered = [r for r in releases if (registered := self.releases.get(r.proc_id)) is r or registered == r]
         return covered, len(releases) - len(covered)
+
+    def narrowed_to(self, covered: Sequence[Release]) -> PreparedRelease:
+        """What the publish takes off: the registration as it is when every registered release
+        was made as registered (the usual case: its sums are reused), else made() of those that were."""
+        if len(covered) == len(self.releases):  # covered are registered ones, each once
+            return self.prepared
+        return made(prepared=self.prepared, releases=covered)
 
 
 @dataclass(frozen=True)
@@ -406,6 +428,7 @@ class _PreRead:
 
     releases: list[Release]
     settling: frozenset[str]  # shows settling after a switch back to Cuebot
+    rows: dict[str, tuple]  # proc id -> (the row read, its Release)
 
     def alone_in_one_statement(self, proc_ids: list[str]) -> bool:
         """One scheduler-managed proc, nothing to write in PostgreSQL but the DELETE and the host,
@@ -426,7 +449,8 @@ def _pre_read(proc_ids: list[str]) -> _PreRead:
         rows = cursor.fetchall()
     owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
     managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
-    return _PreRead(releases=[_release_from_row(row, managed=managed) for row in rows],
+    releases = [_release_from_row(row, managed=managed) for row in rows]
+    return _PreRead(releases=releases, rows={row[0]: (row, r) for row, r in zip(rows, releases)},
                     settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling))
 
 
@@ -464,7 +488,7 @@ def _release_registered(proc_ids: list[str], registered_out: list["_Registered"]
         registered_out.append(registered)
     if pre is not None and pre.alone_in_one_statement(proc_ids):
         return _release_in_one_statement(proc_ids[0], pre=pre, registered=registered)
-    return _release_in_transaction(proc_ids, registered)
+    return _release_in_transaction(proc_ids, registered, read=pre.rows if pre is not None else None)
 
 
 def _release_in_one_statement(proc_id: str, *, pre: _PreRead, registered: "_Registered | None") -> dict[str, Release]:
@@ -477,17 +501,18 @@ def _release_in_one_statement(proc_id: str, *, pre: _PreRead, registered: "_Regi
     # The owner as the read found it (a proc's show and b_local do not change; a flag that
     # flipped since is the next release's business, as it would be a moment later).
     managed = {r.show_id: True for r in pre.releases}
-    releases = [_release_from_row(row, managed=managed) for row in rows]
+    releases = _releases_from_rows(rows, managed=managed, read=pre.rows)
     to_redis, withheld = _publishable(releases)
     changed = 0
     if registered is not None:
         covered, changed = registered.covering(to_redis)
-        release_publisher().publish(prepared=made(prepared=registered.prepared, releases=covered))
+        release_publisher().publish(prepared=registered.narrowed_to(covered))
     _count_at_commit(releases, withheld=withheld, changed=changed)
     return {r.proc_id: r for r in releases}
 
 
-def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None") -> dict[str, Release]:
+def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None", *,
+                            read: dict[str, tuple] | None = None) -> dict[str, Release]:
     with transaction.atomic(), _release_cursor() as cursor:
         # The procs deleted and their hosts given back in one statement.
         if len(proc_ids) == 1:
@@ -502,7 +527,7 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         # The flag is read once per show, and only for shows with non-local procs.
         owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
         managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
-        releases = [_release_from_row(row, managed=managed) for row in rows]
+        releases = _releases_from_rows(rows, managed=managed, read=read)
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
         # The decrements need nothing back: one round trip for up to six statements. A
