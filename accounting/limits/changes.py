@@ -28,7 +28,7 @@ from django.db import connection, transaction
 
 from accounting.live import keys
 from accounting.live.scripts import script
-from accounting.live.units import UNLIMITED, format_cores
+from accounting.live.units import UNLIMITED, WHOLE_CORES, format_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.notify import send as notify_send
 from accounting.notify.payloads import (
@@ -58,10 +58,18 @@ UNLIMITED_ALLOWED = {(FolderResource, "int_max_cores"), (FolderResource, "int_ma
 
 # Cuebot's folder DAO (GroupDaoJdbc.updateMaxCores) refuses a folder max below one core that
 # is not -1: a stored 0 means "book nothing" to Cuebot's dispatcher and "unlimited" to the
-# scheduler, whose cap checks skip a cap that is not above 0. Its message says "a whole core
-# or greater", but its check is `value < ONE_CORE`: 1.5 cores is taken, 0.5 is not.
+# scheduler, whose cap checks skip a cap that is not above 0 (and whole cores: below).
 ONE_CORE_OR_UNLIMITED = {(FolderResource, "int_max_cores")}
 ONE_CORE = 100
+
+
+# The caps Cuebot keeps in whole cores: its gRPC setters for a folder's and a job's max and
+# min cores and a department's managed (point min) cores convert with
+# Convert.coresToWholeCoreUnits (rounded to a whole core); only a subscription's size and
+# burst take hundredths (coresToCoreUnits). Cuebot never writes 2.5 cores into these, so
+# neither does this service: a fraction is refused, on every face, with WHOLE_CORES.
+WHOLE_CORES_COLUMNS = {(FolderResource, "int_max_cores"), (FolderResource, "int_min_cores"),
+                       (JobResource, "int_max_cores"), (JobResource, "int_min_cores"), (Point, "int_min_cores")}
 
 
 # Cuebot's tier trigger stores -int_size in subscription.float_tier, NUMERIC(16, 2), while
@@ -86,6 +94,8 @@ def check_limit(*, model: type, name: str, value: int | None) -> None:
         raise InvalidLimit(f"{name}: a folder's max cores must be one core or more (1.5 is fine), or unlimited (-1), as "
                            f"Cuebot's folder DAO requires (0 would mean 'book nothing' to Cuebot, 'no cap' to the "
                            f"scheduler); got {format_cores(value)}")
+    if (model, name) in WHOLE_CORES_COLUMNS and value > 0 and value % ONE_CORE:
+        raise InvalidLimit(f"{name}: {WHOLE_CORES} (got {format_cores(value)})")
     if value >= 0:
         return
     if value == UNLIMITED and (model, name) in UNLIMITED_ALLOWED:

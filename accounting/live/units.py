@@ -95,14 +95,16 @@ def not_a_number(*, unlimited: bool) -> CoresRefused:
 
 
 TOO_FINE = "Cores are stored in hundredths: use at most two decimals (2.25, not 2.125)."
+WHOLE_CORES = "Cuebot keeps this cap in whole cores (its own setters round to whole cores): enter a whole number, such as 4."
 NOT_UNLIMITED_HERE = "-1 is not unlimited here (Cuebot compares this limit as a number): enter 0 or more cores."
 
 
-def parse_cores(*, text: str, unlimited: bool, maximum: int) -> int:
+def parse_cores(*, text: str, unlimited: bool, maximum: int, whole: bool = False) -> int:
     """Operator input in cores to centicores, exactly, or CoresRefused.
 
     `unlimited`: -1 and 'unlimited' are taken (and stored as -1); `maximum`: the column's
-    largest value, in centicores (accounting.limits.changes.column_max)."""
+    largest value, in centicores (accounting.limits.changes.column_max); `whole`: a cap Cuebot
+    keeps in whole cores (accounting.limits.changes.WHOLE_CORES_COLUMNS)."""
     if text.lower() in (UNLIMITED_WORD, "-1"):
         if unlimited:
             return UNLIMITED
@@ -112,6 +114,9 @@ def parse_cores(*, text: str, unlimited: bool, maximum: int) -> int:
     centicores = Decimal(text) * 100
     if centicores != centicores.to_integral_value():
         raise CoresRefused(TOO_FINE)
-    if centicores > maximum:
-        raise CoresRefused(f"At most {cores_text(maximum)} cores here.")
+    top = maximum - maximum % 100 if whole else maximum
+    if centicores > top:
+        raise CoresRefused(f"At most {cores_text(top)} cores here.")
+    if whole and centicores % 100:
+        raise CoresRefused(WHOLE_CORES)
     return int(centicores)

@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from accounting.limits.changes import (
     UNLIMITED_ALLOWED,
+    WHOLE_CORES_COLUMNS,
     InvalidLimit,
     column_max,
     set_folder_limits,
@@ -189,14 +190,14 @@ def locks(request):
     return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in held_locks()]
 
 
-def _typed_cores(value: object, *, unlimited: bool, maximum: int) -> int:
+def _typed_cores(value: object, *, unlimited: bool, maximum: int, whole: bool) -> int:
     """A cores field's JSON value to centicores by the policy every face shares
     (accounting.live.units.parse_cores): a JSON number as the client wrote it; a string, a
     boolean or null is no number of cores."""
     if isinstance(value, JsonNumber):
-        return parse_cores(text=value.text, unlimited=unlimited, maximum=maximum)
+        return parse_cores(text=value.text, unlimited=unlimited, maximum=maximum, whole=whole)
     if isinstance(value, int) and not isinstance(value, bool):
-        return parse_cores(text=str(value), unlimited=unlimited, maximum=maximum)
+        return parse_cores(text=str(value), unlimited=unlimited, maximum=maximum, whole=whole)
     raise not_a_number(unlimited=unlimited)
 
 
@@ -213,7 +214,7 @@ def _limit(model: type, column: str, *, cores: bool) -> Any:
     commands' message; counts: a JSON integer (not true or "5"). -1 (unlimited) only where
     Cuebot reads it so (UNLIMITED_ALLOWED)."""
     top = column_max(model=model, column=column)
-    unlimited = (model, column) in UNLIMITED_ALLOWED
+    unlimited, whole = (model, column) in UNLIMITED_ALLOWED, (model, column) in WHOLE_CORES_COLUMNS
     if not cores:
         description = "count, -1 for unlimited" if unlimited else "count, >= 0 (-1 is no unlimited here: Cuebot compares it as a number)"
         return Annotated[json_int(ge=-1 if unlimited else 0, le=top) | None, Field(description=description)]
@@ -222,7 +223,7 @@ def _limit(model: type, column: str, *, cores: bool) -> Any:
         # Checked here, for a 422 naming the field; converted by the endpoint. The value is
         # returned as sent because ninja may validate the body twice.
         try:
-            _typed_cores(value, unlimited=unlimited, maximum=top)
+            _typed_cores(value, unlimited=unlimited, maximum=top, whole=whole)
         except CoresRefused as refused:
             raise PydanticCustomError("cores", "{reason}", {"reason": str(refused)}) from None
         return value
@@ -321,7 +322,8 @@ def _centicores(payload: Schema, *, model: type, cores: tuple[str, ...]) -> dict
         if values[name] is not None:
             column = f"int_{name}"
             values[name] = _typed_cores(values[name], unlimited=(model, column) in UNLIMITED_ALLOWED,
-                                        maximum=column_max(model=model, column=column))
+                                        maximum=column_max(model=model, column=column),
+                                        whole=(model, column) in WHOLE_CORES_COLUMNS)
     return values
 
 

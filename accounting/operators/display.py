@@ -7,7 +7,7 @@ Cuebot stores in KB, reads in binary units (4194304 KB is "4 GiB").
 from django import forms
 from django.contrib import admin
 
-from accounting.limits.changes import column_max
+from accounting.limits.changes import WHOLE_CORES_COLUMNS, column_max
 from accounting.live.units import UNLIMITED_WORD, CoresRefused, cores_text, format_cores, parse_cores
 
 
@@ -39,9 +39,10 @@ def memory_column(field: str, label: str):
 class CoresField(forms.CharField):
     """A centicore column entered in cores: '2.5', '200', and 'unlimited' where -1 means that."""
 
-    def __init__(self, *, unlimited: bool, maximum: int, **kwargs):
+    def __init__(self, *, unlimited: bool, maximum: int, whole: bool = False, **kwargs):
         self.unlimited = unlimited
         self.maximum = maximum
+        self.whole = whole
         super().__init__(**kwargs)
 
     def prepare_value(self, value):
@@ -52,7 +53,7 @@ class CoresField(forms.CharField):
         if text in self.empty_values:
             return None
         try:
-            return parse_cores(text=text, unlimited=self.unlimited, maximum=self.maximum)
+            return parse_cores(text=text, unlimited=self.unlimited, maximum=self.maximum, whole=self.whole)
         except CoresRefused as error:
             raise forms.ValidationError(str(error), code="invalid") from None
 
@@ -89,9 +90,11 @@ class CoresFormMixin:
             return super().formfield_for_dbfield(db_field, request, **kwargs)
         unlimited = self.cores_fields[db_field.name]
         label = str(db_field.verbose_name).capitalize()
-        hint = "In cores, up to two decimals (2.5, 0.25)." + (
+        whole = (db_field.model, db_field.name) in WHOLE_CORES_COLUMNS
+        hint = ("In whole cores, as Cuebot keeps this cap." if whole else "In cores, up to two decimals (2.5, 0.25).") + (
             f" -1 or '{UNLIMITED_WORD}' for no limit." if unlimited else "")
         return CoresField(
-            unlimited=unlimited, maximum=column_max(model=db_field.model, column=db_field.name), required=not db_field.blank,
+            unlimited=unlimited, maximum=column_max(model=db_field.model, column=db_field.name), whole=whole,
+            required=not db_field.blank,
             label=label if "cores" in label else f"{label} (cores)", help_text=hint,
         )

@@ -11,7 +11,7 @@ import re
 
 from django.core.management.base import CommandError
 
-from accounting.limits.changes import column_max
+from accounting.limits.changes import WHOLE_CORES_COLUMNS, column_max
 from accounting.live.units import CoresRefused, parse_cores
 
 NUMBER = re.compile(r"-?[0-9]+")
@@ -37,9 +37,9 @@ def _whole(name: str, value: str, *, unlimited: bool, top: int) -> int:
     return number
 
 
-def _cores(name: str, value: str, *, unlimited: bool, top: int) -> int:
+def _cores(name: str, value: str, *, unlimited: bool, top: int, whole: bool) -> int:
     try:
-        return parse_cores(text=value, unlimited=unlimited, maximum=top)
+        return parse_cores(text=value, unlimited=unlimited, maximum=top, whole=whole)
     except CoresRefused as refused:
         raise CommandError(f"--{name}: {refused} (got {value!r}; nothing changed)", returncode=2) from None
 
@@ -56,8 +56,12 @@ def parse_limits(options: dict, *, model: type, cores: list[str], counts: list[s
             parsed[name] = None
             continue
         top = column_max(model=model, column=f"int_{name}")
-        read = _cores if name in cores else _whole
-        parsed[name] = read(name.replace("_", "-"), raw, unlimited=name in unlimited, top=top)
+        flag = name.replace("_", "-")
+        if name in cores:
+            parsed[name] = _cores(flag, raw, unlimited=name in unlimited, top=top,
+                                  whole=(model, f"int_{name}") in WHOLE_CORES_COLUMNS)
+        else:
+            parsed[name] = _whole(flag, raw, unlimited=name in unlimited, top=top)
     if all(value is None for value in parsed.values()):
         flags = ", ".join("--" + name.replace("_", "-") for name in parsed)
         raise CommandError(f"nothing to change: give at least one of {flags}", returncode=2)

@@ -35,7 +35,7 @@ def test_the_five_caps_are_heard_one_field_each(ear):
     farm = build_farm(managed=True)
     set_subscription_limits(subscription=farm.subscription, burst=25000)
     set_folder_limits(folder_resource=farm.folder_resource, max_cores=-1, max_gpus=3)
-    set_job_limits(job_resource=JobResource.objects.get(job=farm.job), max_cores=1250, max_gpus=2)
+    set_job_limits(job_resource=JobResource.objects.get(job=farm.job), max_cores=1200, max_gpus=2)
 
     got = ear.collect()
     assert got == [

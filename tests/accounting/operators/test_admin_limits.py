@@ -90,11 +90,14 @@ def test_folder_max_takes_unlimited_and_its_min_does_not(admin_client, acct_redi
     refused = admin_client.post(change_url(resource), {"int_min_cores": "unlimited", "int_max_cores": "8",
                                                          "int_min_gpus": "0", "int_max_gpus": "-1"})
     assert "int_min_cores" in refused.context["adminform"].form.errors
+    fraction = admin_client.post(change_url(resource), {"int_min_cores": "1.5", "int_max_cores": "unlimited",
+                                                        "int_min_gpus": "1", "int_max_gpus": "-1"})
+    assert "whole cores" in str(fraction.context["adminform"].form.errors["int_min_cores"])  # as Cuebot keeps it
     with django_capture_on_commit_callbacks(execute=True):
-        admin_client.post(change_url(resource), {"int_min_cores": "1.5", "int_max_cores": "unlimited",
+        admin_client.post(change_url(resource), {"int_min_cores": "1", "int_max_cores": "unlimited",
                                                  "int_min_gpus": "1", "int_max_gpus": "-1"})
     resource = FolderResource.objects.get(pk=resource.pk)
-    assert (resource.int_min_cores, resource.int_max_cores, resource.int_min_gpus) == (150, -1, 1)
+    assert (resource.int_min_cores, resource.int_max_cores, resource.int_min_gpus) == (100, -1, 1)
     assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores") == ["1", "-1"]
 
 
@@ -102,9 +105,9 @@ def test_job_and_point_limits_in_cores(admin_client, acct_redis, django_capture_
     farm = build_farm(managed=True)
     point = Point.objects.get(show=farm.show)
     with django_capture_on_commit_callbacks(execute=True):
-        admin_client.post(change_url(farm.job.resource), {"int_max_cores": "19.99", "int_max_gpus": "2", "int_priority": "50"})
+        admin_client.post(change_url(farm.job.resource), {"int_max_cores": "19", "int_max_gpus": "2", "int_priority": "50"})
         admin_client.post(change_url(point), {"int_min_cores": "3", "int_min_gpus": "0"})
-    assert JobResource.objects.get(pk=farm.job.resource.pk).int_max_cores == 1999
+    assert JobResource.objects.get(pk=farm.job.resource.pk).int_max_cores == 1900
     assert Point.objects.get(pk=point.pk).int_min_cores == 300
     assert acct_redis.hget(keys.job(job_id=farm.job.id), "int_max_cores") == "19"
     assert acct_redis.hget(keys.point(dept_id=farm.dept.id, show_id=farm.show.id), "int_min_cores") == "3"

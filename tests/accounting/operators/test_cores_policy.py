@@ -11,7 +11,7 @@ from django.forms.models import model_to_dict
 from django.urls import reverse
 
 from accounting.live import keys
-from accounting.live.units import NOT_UNLIMITED_HERE, TOO_FINE
+from accounting.live.units import NOT_UNLIMITED_HERE, TOO_FINE, WHOLE_CORES
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from cuebot_acct.permissions import CHANGE_LIMITS
 
@@ -107,7 +107,10 @@ REFUSED = [
     ("job_max", "-1", "-1", NOT_UNLIMITED_HERE),
     ("folder_max", "-2", "-2", NUMBER_OR_UNLIMITED),
     ("folder_max", "1.005", "1.005", TOO_FINE),
-    ("job_max", "21474836.48", "21474836.48", "At most 21474836.47 cores here."),
+    ("job_max", "21474836.48", "21474836.48", "At most 21474836 cores here."),
+    # Caps Cuebot keeps in whole cores (Convert.coresToWholeCoreUnits in its setters).
+    ("folder_max", "1.5", "1.5", WHOLE_CORES),
+    ("job_max", "2.5", "2.5", WHOLE_CORES),
     ("size", "1000000000000", "1000000000000", "At most 999999999999.99 cores here."),
 ]
 
@@ -134,29 +137,30 @@ def test_each_face_refuses_with_the_same_message_and_changes_nothing(farm, acct_
 ])
 def test_each_face_takes_up_to_two_decimals_exactly(farm, acct_redis, client, token_with, admin_client,
                                                     django_capture_on_commit_callbacks, typed, centicores, in_redis, echo):
-    """Stored exactly in centicores; Redis gets the whole cores (truncated, as every
-    conversion does); the command and the API echo cores, never centicores."""
-    token, key = token_with(CHANGE_LIMITS), keys.job(job_id=farm.job.id)
+    """A subscription's burst (Cuebot keeps hundredths there): stored exactly in centicores;
+    Redis gets the whole cores (truncated, as every conversion does); the command and the API
+    echo cores, never centicores."""
+    token, key = token_with(CHANGE_LIMITS), keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
 
     def stored() -> int:
-        return JobResource.objects.get(job=farm.job).int_max_cores
+        return Subscription.objects.get(pk=farm.subscription.pk).int_burst
 
-    JobResource.objects.filter(job=farm.job).update(int_max_cores=9900)
+    Subscription.objects.filter(pk=farm.subscription.pk).update(int_burst=9900)
     with django_capture_on_commit_callbacks(execute=True):
-        call_command("set_job_limits", farm.job.str_name, "--max-cores", typed)
-    assert (stored(), acct_redis.hget(key, "int_max_cores")) == (centicores, in_redis)
+        call_command("set_subscription", farm.show.str_name, farm.alloc.str_name, "--burst", typed)
+    assert (stored(), acct_redis.hget(key, "burst")) == (centicores, in_redis)
 
-    JobResource.objects.filter(job=farm.job).update(int_max_cores=9900)
+    Subscription.objects.filter(pk=farm.subscription.pk).update(int_burst=9900)
     with django_capture_on_commit_callbacks(execute=True):
-        answer = api_patch(client, token, farm, "job_max", typed)
+        answer = api_patch(client, token, farm, "burst", typed)
     assert answer.status_code == 200, answer.content
-    assert answer.json()["limits"]["max_cores"] == echo and answer.json()["int_max_cores"] == centicores
-    assert (stored(), acct_redis.hget(key, "int_max_cores")) == (centicores, in_redis)
+    assert answer.json()["limits"]["burst"] == echo and answer.json()["int_burst"] == centicores
+    assert (stored(), acct_redis.hget(key, "burst")) == (centicores, in_redis)
 
-    JobResource.objects.filter(job=farm.job).update(int_max_cores=9900)
+    Subscription.objects.filter(pk=farm.subscription.pk).update(int_burst=9900)
     with django_capture_on_commit_callbacks(execute=True):
-        assert admin_post(admin_client, farm, "job_max", typed).status_code == 302
-    assert (stored(), acct_redis.hget(key, "int_max_cores")) == (centicores, in_redis)
+        assert admin_post(admin_client, farm, "burst", typed).status_code == 302
+    assert (stored(), acct_redis.hget(key, "burst")) == (centicores, in_redis)
 
 
 def test_the_command_echoes_cores_exactly_however_large(farm, capsys, django_capture_on_commit_callbacks):
@@ -179,11 +183,11 @@ def test_the_api_answers_cores_exactly_however_large(farm, client, token_with):
 def test_unlimited_is_minus_one_verbatim_where_cuebot_reads_it_so(farm, acct_redis, client, token_with, admin_client,
                                                                    django_capture_on_commit_callbacks, typed, json_value):
     """A folder's max: -1 on every face ('unlimited' too where a person types text), stored and
-    published as -1; 1.5 is one core or more, so Cuebot's folder DAO takes it."""
+    published as -1; 2 is one core or more, so Cuebot's folder DAO takes it."""
     key = keys.folder(folder_id=farm.folder.id)
 
     def reset() -> None:
-        FolderResource.objects.filter(folder=farm.folder).update(int_max_cores=150)
+        FolderResource.objects.filter(folder=farm.folder).update(int_max_cores=300)
 
     def stored() -> tuple:
         return FolderResource.objects.get(folder=farm.folder).int_max_cores, acct_redis.hget(key, "int_max_cores")
@@ -203,8 +207,8 @@ def test_unlimited_is_minus_one_verbatim_where_cuebot_reads_it_so(farm, acct_red
     assert stored() == (-1, "-1")
 
     with django_capture_on_commit_callbacks(execute=True):
-        call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", "1.5")
-    assert stored() == (150, "1")
+        call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", "2")
+    assert stored() == (200, "2")
 
 
 def test_a_json_string_is_no_number_of_cores_even_unlimited(farm, client, token_with):
@@ -217,4 +221,4 @@ def test_a_json_string_is_no_number_of_cores_even_unlimited(farm, client, token_
             continue
         assert answer.status_code == 422 and answer.json()["detail"][0]["msg"] == NUMBER_OR_UNLIMITED, answer.content
     assert FolderResource.objects.get(folder=farm.folder).int_max_cores == before
-    assert json.loads(api_patch(client, token, farm, "folder_max", "2.5").content)["limits"]["max_cores"] == 2.5
+    assert json.loads(api_patch(client, token, farm, "folder_max", "3").content)["limits"]["max_cores"] == 3
