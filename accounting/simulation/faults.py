@@ -17,7 +17,7 @@ FAULT_KINDS = (
     "flag-flip",        # an operator switches a show between Cuebot and the scheduler
     "limit-change",     # an operator changes a burst, folder cap or job cap
     "slow-commit",      # a booking holds its INSERT transaction open before committing
-    "job-kill",         # a job is killed: FINISHED first, its procs released up to 2 s later
+    "job-kill",         # a job is killed: FINISHED first, its procs released 0.5-2.5 s later
     "redis-kill",       # the run's own accounting Redis is killed with SIGKILL and started again, empty
     "http-release",     # a release goes through the HTTP API of the web server as deployed (gunicorn)
 )
@@ -36,7 +36,7 @@ PERIOD_SECONDS = {
     "flag-flip": 8.0,
     "limit-change": 2.0,
     "slow-commit": 0.5,
-    "job-kill": 4.0,
+    "job-kill": 2.0,
     "redis-kill": 30.0,
     "http-release": 0.25,
     "failover": 30.0,

@@ -463,7 +463,7 @@ def operator(ctx: SimContext, index: int) -> None:
             else:
                 # Cuebot releases a killed job's procs as their hosts report back: later, with
                 # reseeds free to run in between.
-                kills.append((time.monotonic() + rng.uniform(0.2, 2.0), job_id))
+                kills.append((time.monotonic() + rng.uniform(0.5, 2.5), job_id))
         for due in [k for k in kills if k[0] <= time.monotonic()]:
             kills.remove(due)
             with ctx.gate.operation(), transient(ctx, "job-kill release"):

@@ -13,8 +13,10 @@ import pytest
 from accounting.live import booking
 from accounting.live.scripts import LuaScript
 from accounting.live.scripts import script as real_script
+from accounting.models import FolderResource, JobResource, Subscription
 from accounting.reconcile import reseed
 from accounting.release import publish, unbook
+from accounting.simulation import runner
 from accounting.simulation.runner import SimConfig, run_simulation
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -28,12 +30,29 @@ def booking_script_without(monkeypatch, check: str) -> None:
     monkeypatch.setattr(booking, "script", lambda name: broken if name == "booking" else real_script(name))
 
 
+def with_farm_caps(monkeypatch, **caps) -> None:
+    """The run's farm with these caps (centicores) on every show: already reached by the procs
+    it starts with, so the enforced protocol books nothing more there and a broken one must."""
+    real = runner.build_sim_farm
+
+    def build(**options):
+        farm = real(**options)
+        Subscription.objects.filter(show_id__in=farm.show_ids).update(**caps.get("subscription", {}))
+        FolderResource.objects.filter(folder__show_id__in=farm.show_ids).update(**caps.get("folder", {}))
+        JobResource.objects.filter(job__show_id__in=farm.show_ids).update(**caps.get("job", {}))
+        return farm
+
+    monkeypatch.setattr(runner, "build_sim_farm", build)
+
+
 def burst_not_enforced(monkeypatch):
     booking_script_without(monkeypatch, "if burst == 0 or booked + cores > burst then")
+    with_farm_caps(monkeypatch, subscription={"int_burst": 400})
 
 
 def caps_not_enforced(monkeypatch):
     booking_script_without(monkeypatch, "if cap > 0 and current + cores > cap then")
+    with_farm_caps(monkeypatch, folder={"int_max_cores": 200}, job={"int_max_cores": 100})
 
 
 def publish_with(monkeypatch, deltas) -> None:
