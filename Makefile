@@ -33,7 +33,7 @@ stop:
 	$(PY) scripts/server.py stop
 	$(PY) scripts/services.py down
 
-# The test settings' servers only, no database (pytest-django makes its own), and promtool;
+# The test settings' servers only, no database (pytest-django makes its own), promtool and Chromium;
 # then the import layers (.importlinter), the lint rules (ruff.toml) and the suite; then the
 # servers this run started are stopped again (those that already answered are left running).
 test: venv
