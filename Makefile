@@ -45,7 +45,7 @@ test-suite:
 	$(VENV)/bin/ruff check --no-cache .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# PNGs of the admin's overview, a subscription form and a drift page (docs/admin.md); needs `make run` and Chromium.
+# PNGs of the admin's pages (docs/admin.md#screenshots); needs `make run` and Chromium.
 screenshots: venv
 	$(PY) scripts/screenshots.py --url http://$(BIND)
 
