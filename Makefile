@@ -33,7 +33,7 @@ stop:
 	$(PY) scripts/server.py stop
 	$(PY) scripts/services.py down
 
-# The test settings' servers only, no database (pytest-django makes its own), and promtool;
+# The test settings' servers only, no database (pytest-django makes its own), promtool and Chromium;
 # then the import layers (.importlinter), the lint rules (ruff.toml) and the suite; then the
 # servers this run started are stopped again (those that already answered are left running).
 test: venv
@@ -45,7 +45,7 @@ test-suite:
 	$(VENV)/bin/ruff check --no-cache .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# PNGs of the admin's overview, a subscription form and a drift page (docs/admin.md); needs `make run` and Chromium.
+# PNGs of the admin's pages (docs/admin.md#screenshots); needs `make run` and Chromium.
 screenshots: venv
 	$(PY) scripts/screenshots.py --url http://$(BIND)
 

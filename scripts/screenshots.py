@@ -1,10 +1,13 @@
 #!/usr/bin/env python
 """Screenshots of the operator's admin pages, taken by headless Chromium against a running
-service (`make run`): the farm overview, a subscription's change form and a show's drift page.
+service (`make run`): the login page, the farm overview, the subscription list and a
+subscription's change form, the drift index and a show's drift page, a show's page and a
+proc's page (the list is PAGES below).
 
 It logs in through the admin's login form as a temporary superuser it creates for the run
 and deletes afterwards, and drives Chromium over its DevTools protocol (a WebSocket, spoken
-here with the standard library only). Usage (docs/admin.md#screenshots):
+here with the standard library only, so that the suite's browser test can reuse the same
+client: tests/accounting/operators/test_admin_in_chromium.py). Usage (docs/admin.md#screenshots):
 
     make screenshots                     # or: .venv/bin/python scripts/screenshots.py --url http://127.0.0.1:8000
 """
@@ -12,6 +15,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -19,22 +23,31 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+MISSING_BROWSER = ("no Chromium found (looked for chromium, chromium-browser, google-chrome). "
+                   "On Debian: apt-get install -y chromium (`make test` installs it: scripts/services.py up --tests)")
+# This machine's network is closed: without these, Chromium's background connections (updates,
+# sync, QUIC probes) are refused many at a time and slow every start.
+BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
 USERNAME = "screenshots-bot"
 
 
 class DevTools:
-    """A minimal client of one page's DevTools WebSocket: send a command, wait for its reply."""
+    """A minimal client of one page's DevTools WebSocket: send a command, wait for its reply,
+    wait for an event (one that arrived while waiting for a reply is kept, not lost)."""
 
-    def __init__(self, ws_url: str):
+    def __init__(self, ws_url: str, *, timeout: float = 30):
         host_port, path = ws_url.removeprefix("ws://").split("/", 1)
         host, port = host_port.split(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.timeout = timeout
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         key = base64.b64encode(secrets.token_bytes(16)).decode()
         self.sock.sendall((f"GET /{path} HTTP/1.1\r\nHost: {host_port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
@@ -45,6 +58,10 @@ class DevTools:
             raise RuntimeError(f"DevTools refused the WebSocket: {response.splitlines()[0]!r}")
         self.buffer = response.split(b"\r\n\r\n", 1)[1]
         self.next_id = 0
+        self.events: list[str] = []
+
+    def close(self) -> None:
+        self.sock.close()
 
     def _read(self, n: int) -> bytes:
         while len(self.buffer) < n:
@@ -89,20 +106,36 @@ class DevTools:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply.get("result", {})
+            if "method" in reply:
+                self.events.append(reply["method"])
 
-    def wait_for_event(self, method: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if json.loads(self._frame()).get("method") == method:
-                return
-        raise RuntimeError(f"no {method} within {timeout} s")
+    def wait_for_event(self, method: str) -> None:
+        """Until the event arrives (or already did since the last wait); the socket's timeout bounds each read."""
+        deadline = time.monotonic() + self.timeout
+        while method not in self.events:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no {method} within {self.timeout} s")
+            self.events.append(json.loads(self._frame()).get("method", ""))
+        self.events.clear()
 
     def open(self, url: str) -> None:
+        self.events.clear()
         self.call("Page.navigate", url=url)
         self.wait_for_event("Page.loadEventFired")
 
     def evaluate(self, expression: str):
         return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def login(self, base: str, *, username: str, password: str) -> None:
+        """Through the admin's login form, as a person does; raises if the admin sends it back."""
+        self.open(f"{base}/admin/login/")
+        self.events.clear()
+        self.evaluate(f"document.getElementById('id_username').value = {json.dumps(username)};"
+                      f"document.getElementById('id_password').value = {json.dumps(password)};"
+                      "document.querySelector('#login-form').submit();")
+        self.wait_for_event("Page.loadEventFired")
+        if self.evaluate("location.pathname").startswith("/admin/login"):
+            raise RuntimeError(f"login as {username} failed")
 
     def screenshot(self, path: Path, *, width: int) -> int:
         height = int(self.evaluate("document.documentElement.scrollHeight"))
@@ -112,22 +145,65 @@ class DevTools:
         return len(data)
 
 
+def find_browser() -> str | None:
+    return next((found for name in BROWSERS if (found := shutil.which(name))), None)
+
+
 def start_browser(binary: str, profile: str) -> tuple[subprocess.Popen, str]:
+    """Chromium with an empty profile; (the process, its first page's DevTools WebSocket URL)."""
     browser = subprocess.Popen(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-         "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [binary, *BROWSER_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1280,900",
+         "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
     )
-    port_file = Path(profile) / "DevToolsActivePort"
-    deadline = time.monotonic() + 30
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if browser.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("chromium did not start its DevTools endpoint")
-        time.sleep(0.1)  # Chromium writes the file once; there is no event to wait on from here
-    port = port_file.read_text().split()[0]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list") as response:
-        page = next(t for t in json.load(response) if t["type"] == "page")
+    try:
+        # Chromium announces its endpoint on stderr ("DevTools listening on ws://…"): reading up to
+        # that line waits for the event itself; the rest of stderr is drained so Chromium never blocks on it.
+        seen = []
+        for line in browser.stderr:
+            seen.append(line)
+            if found := re.search(r"DevTools listening on ws://([^/]+)/", line):
+                break
+        else:
+            raise RuntimeError(f"chromium stopped before its DevTools endpoint: {''.join(seen[-5:])}")
+        threading.Thread(target=browser.stderr.read, daemon=True).start()
+        with urllib.request.urlopen(f"http://{found.group(1)}/json/list", timeout=30) as response:
+            page = next(t for t in json.load(response) if t["type"] == "page")
+    except BaseException:
+        stop_browser(browser)
+        raise
     return browser, page["webSocketDebuggerUrl"]
+
+
+def stop_browser(browser: subprocess.Popen) -> None:
+    browser.terminate()
+    try:
+        browser.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        browser.kill()
+        browser.wait()
+
+
+def pages() -> list[tuple[str, str]]:
+    """(file name, path) of every page shot, the demo farm's scheduler-managed show first,
+    which is where the drift and booked sources show; empty if there is no such show."""
+    from accounting.models import Proc, Subscription
+
+    subscription = (Subscription.objects.filter(show__b_scheduler_managed=True).select_related("show")
+                    .order_by("show__str_name", "alloc__str_name").first())
+    if subscription is None:
+        return []
+    show_id = subscription.show_id
+    proc = Proc.objects.filter(show_id=show_id).order_by("host__str_name", "ts_booked").first()
+    return [
+        ("overview.png", "/admin/"),
+        ("subscriptions.png", "/admin/accounting/subscription/"),
+        ("subscription-form.png", f"/admin/accounting/subscription/{subscription.pk}/change/"),
+        ("drift-index.png", "/admin/accounting/drift/"),
+        ("drift.png", f"/admin/accounting/drift/{show_id}/"),
+        ("show.png", f"/admin/shows/show/{show_id}/change/"),
+        *([("proc.png", f"/admin/accounting/proc/{proc.pk}/change/")] if proc else []),
+    ]
 
 
 def main() -> int:
@@ -137,10 +213,9 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=1280, help="page width in pixels (default: 1280)")
     args = parser.parse_args()
 
-    binary = next((found for name in BROWSERS if (found := shutil.which(name))), None)
+    binary = find_browser()
     if binary is None:
-        print("screenshots: no Chromium found (looked for chromium, chromium-browser, google-chrome). "
-              "On Debian: apt-get install -y chromium", file=sys.stderr)
+        print(f"screenshots: {MISSING_BROWSER}", file=sys.stderr)
         return 2
 
     sys.path.insert(0, str(ROOT))
@@ -150,11 +225,8 @@ def main() -> int:
     django.setup()
     from django.contrib.auth import get_user_model
 
-    from accounting.models import Subscription
-
-    subscription = (Subscription.objects.filter(show__b_scheduler_managed=True).select_related("show")
-                    .order_by("show__str_name", "alloc__str_name").first())
-    if subscription is None:
+    shots = pages()
+    if not shots:
         print("screenshots: no scheduler-managed show with a subscription; run `make run` (it seeds a demo farm)", file=sys.stderr)
         return 2
     out = Path(args.out)
@@ -164,31 +236,22 @@ def main() -> int:
     User.objects.filter(username=USERNAME).delete()
     User.objects.create_superuser(USERNAME, "", password)
     base = args.url.rstrip("/")
-    pages = (
-        ("overview.png", "/admin/"),
-        ("subscription-form.png", f"/admin/accounting/subscription/{subscription.pk}/change/"),
-        ("drift.png", f"/admin/accounting/drift/{subscription.show_id}/"),
-    )
     with tempfile.TemporaryDirectory(prefix="acct-screenshots-") as profile:
         browser, ws_url = start_browser(binary, profile)
         try:
             tools = DevTools(ws_url)
             tools.call("Page.enable")
-            tools.open(f"{base}/admin/login/")
-            tools.evaluate(f"document.getElementById('id_username').value = {json.dumps(USERNAME)};"
-                           f"document.getElementById('id_password').value = {json.dumps(password)};"
-                           "document.querySelector('form').submit();")
-            tools.wait_for_event("Page.loadEventFired")
-            if tools.evaluate("location.pathname").startswith("/admin/login"):
-                raise RuntimeError("login failed")
-            for name, path in pages:
+            # The login page first, as a person meets it, then the rest logged in.
+            for name, path in [("login.png", "/admin/login/"), *shots]:
+                if name != "login.png" and tools.evaluate("location.pathname").startswith("/admin/login"):
+                    tools.login(base, username=USERNAME, password=password)
                 tools.call("Emulation.setDeviceMetricsOverride", width=args.width, height=900, deviceScaleFactor=1, mobile=False)
                 tools.open(base + path)
                 size = tools.screenshot(out / name, width=args.width)
                 print(f"screenshots: {out / name} ({size // 1024} KB) <- {path}")
+            tools.close()
         finally:
-            browser.terminate()
-            browser.wait(timeout=10)
+            stop_browser(browser)
             User.objects.filter(username=USERNAME).delete()
     return 0
 

@@ -5,8 +5,8 @@
 if it answers; otherwise start a project-local one under .local/ (PostgreSQL from the
 installed binaries, run as the postgres user when we are root; Redis without persistence).
 Then make sure the database exists. `up --tests`: the same servers, but no database is
-created (pytest-django creates and drops its own test_<name>), and promtool must be there
-(the alert-rule tests run it). `down` (what `make stop` runs): stop everything `up` started
+created (pytest-django creates and drops its own test_<name>), and promtool and Chromium must
+be there (the alert-rule tests run promtool; the admin's browser test drives headless Chromium). `down` (what `make stop` runs): stop everything `up` started
 (recorded under .local/started/).
 
 `with [--tests] -- COMMAND...` (what `make test` and so CI run): `up`, then COMMAND, then
@@ -14,7 +14,7 @@ stop exactly the servers this `up` started, whatever COMMAND's outcome (an inter
 included), and exit with COMMAND's status. Servers that already answered, a `make run`'s
 included, are left running.
 
-A missing distribution package (postgresql, redis-server, prometheus for promtool) is never
+A missing distribution package (postgresql, redis-server, prometheus for promtool, chromium) is never
 installed quietly: as root, it is named with the reason and installed with apt-get's own
 output shown, then said to be installed; otherwise the script stops, naming the package and
 the command that installs it.
@@ -84,6 +84,20 @@ def ensure_promtool() -> None:
         say("stopped and disabled the Prometheus server the package enabled (only promtool is used)")
     if not shutil.which("promtool"):
         sys.exit("services: the prometheus package did not install promtool")
+
+
+def ensure_chromium() -> None:
+    """The suite's browser test (tests/cuebot_acct/test_admin_in_chromium.py) loads the admin in
+    headless Chromium, as scripts/screenshots.py does; Debian's chromium package has it. With
+    its recommended packages, for the fonts a page's text is drawn with."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from screenshots import find_browser
+
+    if find_browser():
+        return
+    apt_install("chromium", why="the suite's browser test loads the admin in headless Chromium")
+    if not find_browser():
+        sys.exit("services: the chromium package did not install a chromium binary")
 
 
 def postgres_bin_dir() -> Path:
@@ -197,6 +211,7 @@ def up(*, tests: bool = False) -> list[str]:
             started.append(pidfile.name)
     if tests:
         ensure_promtool()
+        ensure_chromium()
     return started
 
 

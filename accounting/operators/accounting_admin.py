@@ -21,7 +21,7 @@ from accounting.limits.changes import (
     set_point_limits,
     set_subscription_limits,
 )
-from accounting.live.units import format_cores
+from accounting.live.units import cores_text, format_cores
 from accounting.models import (
     ApiToken,
     FolderResource,
@@ -33,7 +33,7 @@ from accounting.models import (
     Proc,
     Subscription,
 )
-from accounting.operators.display import CoresFormMixin, cores_column, memory_column
+from accounting.operators.display import CoresFormMixin, cores_column, memory_column, tier_column
 from accounting.operators.farm_admin import CuebotWrittenAdmin
 from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import STALE_AFTER
@@ -121,39 +121,61 @@ class SubscriptionAdmin(LimitAdmin):
     """Booked cores show with their source: the PostgreSQL row, and for a scheduler-managed
     show Redis live beside it, with why the two differ (accounting.operators.selectors.BookedSources)."""
 
-    list_display = ["show", "alloc", "size", "burst", "booked_redis", "cores", "booked_why", "int_gpus"]
+    # Size and burst share a cell, and the cells speak in few words, so that the eight numbers
+    # fit beside the sidebar and the filter without the list scrolling sideways.
+    list_display = ["show", "alloc", "size_burst", "booked_redis", "cores", "booked_why", "gpus"]
     list_filter = ["show", "alloc"]
     list_select_related = ["show", "alloc"]
     search_fields = ["show__str_name", "alloc__str_name"]
     ordering = ["show__str_name", "alloc__str_name"]
-    fields = ["show", "alloc", "int_size", "int_burst", "booked_redis", "cores", "booked_why", "int_gpus", "float_tier"]
-    booked_fields = ("booked_redis", "cores", "booked_why", "int_gpus")
+    fields = ["show", "alloc", "int_size", "int_burst", "booked_redis", "cores", "booked_why_in_full", "gpus", "tier"]
+    booked_fields = ("booked_redis", "cores", "booked_why_in_full", "gpus", "tier")
     cores_fields = {"int_size": False, "int_burst": False}
     limit_service = set_subscription_limits
     service_argument = "subscription"
     limit_keywords = {"int_size": "size", "int_burst": "burst"}
     size = cores_column("int_size")
     burst = cores_column("int_burst")
+    tier = tier_column(base="int_size", base_label="size", soft=False)
+
+    @admin.display(description="size (burst), cores", ordering="int_size")
+    def size_burst(self, obj) -> str:
+        return f"{cores_text(obj.int_size)} ({cores_text(obj.int_burst)})"
 
     @admin.display(description=f"booked: {PG_ROW}", ordering="int_cores")
     def cores(self, obj) -> str:
         sources = _sources(obj)
-        note = "as of the last recompute" if sources.managed else "Cuebot's count"
-        return format_html('{} <span class="acct-quiet">({})</span>', format_cores(obj.int_cores), note)
+        note = "last recompute" if sources.managed else "Cuebot's count"
+        return format_html('{} <span class="help">({})</span>', format_cores(obj.int_cores), note)
 
     @admin.display(description=f"booked: {REDIS_LIVE}")
     def booked_redis(self, obj) -> str:
         sources = _sources(obj)
         if not sources.managed:
-            return "— (Cuebot-managed: not in Redis)"
+            return format_html('— <span class="help" title="{}">({})</span>', "Redis holds nothing for a Cuebot-managed show",
+                               "Cuebot-managed")
         return "missing or unreadable" if sources.redis is None else format_cores(sources.redis)
 
     @admin.display(description="why they differ")
     def booked_why(self, obj) -> str:
+        """The list's cell: each reason's numbers in a few words, the whole sentence on hover
+        (the full sentences made the column run past the page)."""
+        reasons = _sources(obj).reasons
+        if not reasons:
+            return "—"
+        return format_html_join("", '<div title="{}"><strong>{}:</strong> {}</div>', ((r.text, r.kind, r.short) for r in reasons))
+
+    @admin.display(description="why they differ")
+    def booked_why_in_full(self, obj) -> str:
+        """The form's field: each reason as a sentence."""
         reasons = _sources(obj).reasons
         if not reasons:
             return "—"
         return format_html_join("", "<div><strong>{}:</strong> {}</div>", ((r.kind, r.text) for r in reasons))
+
+    @admin.display(description=f"booked GPUs: {PG_ROW}", ordering="int_gpus")
+    def gpus(self, obj) -> int:
+        return obj.int_gpus
 
     def changelist_view(self, request, extra_context=None):
         """Read every source once for the page's rows (one Redis pipeline, one aggregate), not per row."""
@@ -182,7 +204,7 @@ class FolderResourceAdmin(LimitAdmin):
     search_fields = ["folder__str_name", "folder__show__str_name"]
     ordering = ["folder__show__str_name", "folder__str_name"]
     fields = ["show", "folder", "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus", "cores", "int_gpus",
-              "float_tier"]
+              "tier"]
     cores_fields = {"int_min_cores": False, "int_max_cores": True}
     limit_service = set_folder_limits
     service_argument = "folder_resource"
@@ -192,6 +214,7 @@ class FolderResourceAdmin(LimitAdmin):
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     min_cores = cores_column("int_min_cores")
     max_cores = cores_column("int_max_cores")
+    tier = tier_column(base="int_min_cores", base_label="min cores", soft=True)
 
     @admin.display(description="folder", ordering="folder__str_name")
     def folder_name(self, obj) -> str:
@@ -206,7 +229,7 @@ class JobResourceAdmin(LimitAdmin):
     search_fields = ["job__str_name", "job__show__str_name"]
     ordering = ["job__show__str_name", "job__str_name"]
     fields = ["show", "job", "int_max_cores", "int_max_gpus", "int_priority", "cores", "int_gpus", "min_cores",
-              "local_cores", "int_local_gpus", "float_tier"]
+              "local_cores", "int_local_gpus", "tier"]
     cores_fields = {"int_max_cores": False}
     limit_service = set_job_limits
     service_argument = "job_resource"
@@ -216,6 +239,7 @@ class JobResourceAdmin(LimitAdmin):
     max_cores = cores_column("int_max_cores")
     min_cores = cores_column("int_min_cores")
     local_cores = cores_column("int_local_cores", f"booked locally: {PG_ROW}")
+    tier = tier_column(base="int_min_cores", base_label="min cores", soft=False)
 
 
 @admin.register(LayerResource)
@@ -238,13 +262,14 @@ class PointAdmin(LimitAdmin):
     list_select_related = ["show", "dept"]
     search_fields = ["show__str_name", "dept__str_name"]
     ordering = ["show__str_name", "dept__str_name"]
-    fields = ["show", "dept", "int_min_cores", "int_min_gpus", "cores", "int_gpus", "b_managed", "float_tier"]
+    fields = ["show", "dept", "int_min_cores", "int_min_gpus", "cores", "int_gpus", "b_managed", "tier"]
     cores_fields = {"int_min_cores": False}
     limit_service = set_point_limits
     service_argument = "point"
     limit_keywords = {"int_min_cores": "min_cores", "int_min_gpus": "min_gpus"}
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     min_cores = cores_column("int_min_cores")
+    tier = tier_column(base="int_min_cores", base_label="min cores", soft=True)
 
 
 @admin.register(Proc)
@@ -260,7 +285,7 @@ class ProcAdmin(admin.ModelAdmin):
     ordering = ["show__str_name", "host__str_name", "ts_booked"]
     fields = ["show", "job", "layer", "frame", "host", "cores", "int_gpus_reserved", "memory", "gpu_memory",
               "b_local", "ts_booked", "ts_ping"]
-    cores = cores_column("int_cores_reserved", "reserved")
+    cores = cores_column("int_cores_reserved", "cores reserved")
     memory = memory_column("int_mem_reserved", "memory reserved")
     gpu_memory = memory_column("int_gpu_mem_reserved", "GPU memory reserved")
 

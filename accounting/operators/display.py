@@ -2,7 +2,9 @@
 
 PostgreSQL stores centicores; the admin shows and takes cores (accounting.live.units converts,
 exactly, both ways), so an operator who types 200 gets 200 cores, never 2. Memory, which
-Cuebot stores in KB, reads in binary units (4194304 KB is "4 GiB").
+Cuebot stores in KB, reads in binary units (4194304 KB is "4 GiB"). Cuebot's derived
+`float_tier` reads with what it is made of ("0.44: 70 booked ÷ 160 size, cores"), since a bare
+"Tier: 0.44" tells an operator nothing.
 """
 from django import forms
 from django.contrib import admin
@@ -21,7 +23,9 @@ def cores_column(field: str, label: str | None = None):
 
 
 def format_kb(kb: int) -> str:
-    """Cuebot's KB as a person reads them: '4 GiB', '512 MiB', '1.5 GiB'."""
+    """Cuebot's KB as a person reads them: '4 GiB', '512 MiB', '1.5 GiB'; 0 is 'none'."""
+    if kb == 0:
+        return "none"
     for unit, size in (("TiB", 1024**3), ("GiB", 1024**2), ("MiB", 1024)):
         if kb >= size:
             return f"{kb / size:.4g} {unit}"
@@ -32,6 +36,32 @@ def memory_column(field: str, label: str):
     @admin.display(description=label, ordering=field)
     def column(_model_admin, obj) -> str:
         return format_kb(getattr(obj, field))
+
+    return column
+
+
+def tier_column(*, base: str, base_label: str, soft: bool):
+    """Cuebot's `float_tier` (shows/cuebot_schema/triggers.sql), with the numbers it derives from.
+
+    Cuebot's dispatcher books the lowest tier first. The tier is booked cores over `base` (a
+    subscription's size, a job's minimum): `soft` (folders, points) it stops at 1 once the
+    minimum is met. Cuebot's special values are said in words: nothing booked is minus the base
+    in centicores (it ranks first), no base is booked + 1 (or 1, soft). The triggers derive it at
+    every UPDATE of the row, so it matches the row's booked counter, not Redis.
+    """
+    @admin.display(description="tier")
+    def column(_model_admin, obj) -> str:
+        tier, booked, size = obj.float_tier, obj.int_cores, getattr(obj, base)
+        ratio = f"{cores_text(booked)} booked ÷ {cores_text(size)} {base_label}, cores"
+        if booked == 0 and size != 0:
+            meaning = f"nothing booked: Cuebot ranks it first (minus the {base_label} in centicores)"
+        elif size == 0:
+            meaning = f"no {base_label}: " + ("1" if soft else "booked + 1")
+        elif soft and booked >= size:
+            meaning = f"{ratio}: the {base_label} is met, so 1"
+        else:
+            meaning = ratio
+        return f"{float(tier):g} ({meaning}; Cuebot books the lowest tier first)"
 
     return column
 

@@ -147,6 +147,7 @@ DRIFT = "drift"
 class BookedReason:
     kind: str  # ROUNDING, RECOMPUTE_LAG or DRIFT
     text: str
+    short: str  # the same numbers in a few words, for a list's cell (the text goes in its tooltip)
 
 
 @dataclass(frozen=True)
@@ -179,16 +180,19 @@ class BookedSources:
         if self.proc_exact != self.proc_per_proc:
             reasons.append(BookedReason(ROUNDING, (
                 f"Redis truncates each proc's cores to whole cores: the procs reserve {format_cores(self.proc_exact)}, "
-                f"which Redis counts as {format_cores(self.proc_per_proc)}")))
+                f"which Redis counts as {format_cores(self.proc_per_proc)}"),
+                f"{format_cores(self.proc_exact)} reserved, Redis counts {cores_text(self.proc_per_proc)}"))
         if self.pg_row != self.proc_exact:
             reasons.append(BookedReason(RECOMPUTE_LAG, (
                 f"the PostgreSQL row ({format_cores(self.pg_row)}) is as of the last recompute; "
-                f"{PROC_NOW} is {format_cores(self.proc_exact)}")))
+                f"{PROC_NOW} is {format_cores(self.proc_exact)}"),
+                f"row {format_cores(self.pg_row)}, {PROC_NOW} {cores_text(self.proc_exact)}"))
         if self.redis != self.proc_per_proc:
             off = self.redis - self.proc_per_proc
             reasons.append(BookedReason(DRIFT, (
                 f"Redis is {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW} counted per proc: "
-                f"an operation in flight, or drift (the drift page tells which)")))
+                f"an operation in flight, or drift (the drift page tells which)"),
+                f"Redis {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW}"))
         return reasons
 
 

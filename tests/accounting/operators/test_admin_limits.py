@@ -126,7 +126,7 @@ def test_lists_name_the_show_and_sort_by_it(admin_client):
     listing = admin_client.get(reverse("admin:accounting_subscription_changelist"))
     names = [str(sub.show) for sub in listing.context["cl"].result_list]
     assert names == sorted(names)
-    assert "250.5 cores" in listing.content.decode()
+    assert "250.5 (" in listing.content.decode()  # the size (burst) column, in cores
     folders = admin_client.get(reverse("admin:accounting_folderresource_changelist"), {"folder__show__id__exact": first.show.pk})
     assert [r.folder.show_id for r in folders.context["cl"].result_list] == [first.show.pk]
     assert first.show.str_name in folders.content.decode()
@@ -158,3 +158,22 @@ def test_accounting_rows_are_never_added_or_deleted_here(admin_client, model):
     assert listing.status_code == 200
     assert admin_client.get(reverse(f"admin:accounting_{model}_add")).status_code == 403
     assert "delete_selected" not in listing.context["cl"].model_admin.get_actions(listing.wsgi_request)
+
+
+@pytest.mark.parametrize(("tier", "booked", "base", "soft", "reads"), [
+    ("0.44", 7000, 16000, False, "0.44 (70 booked ÷ 160 size, cores; "),
+    ("-16000", 0, 16000, False, "-16000 (nothing booked: Cuebot ranks it first (minus the size in centicores); "),
+    ("3", 200, 0, False, "3 (no size: booked + 1; "),
+    ("1", 500, 200, True, "1 (5 booked ÷ 2 size, cores: the size is met, so 1; "),
+])
+def test_a_tier_reads_with_what_it_is_made_of(tier, booked, base, soft, reads):
+    """Cuebot's float_tier (shows/cuebot_schema/triggers.sql) never reads bare: its booked
+    cores and base, or in words what Cuebot's special values mean."""
+    from decimal import Decimal
+    from types import SimpleNamespace
+
+    from accounting.operators.display import tier_column
+
+    column = tier_column(base="int_size", base_label="size", soft=soft)
+    row = SimpleNamespace(float_tier=Decimal(tier), int_cores=booked, int_size=base)
+    assert column(None, row).startswith(reads) and column(None, row).endswith("Cuebot books the lowest tier first)")

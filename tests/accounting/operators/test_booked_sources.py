@@ -18,6 +18,9 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
 LEGEND = "Where booked cores come from."
 ROUNDING_WHY = "rounding: Redis truncates each proc's cores to whole cores: the procs reserve 6 cores, which Redis counts as 5 cores"
 LAG_WHY = "recompute lag: the PostgreSQL row (7 cores) is as of the last recompute; SUM(proc) now is 6 cores"
+# The list says each reason in a few words (the sentence is its tooltip), so the column fits the page.
+ROUNDING_SHORT = "rounding: 6 cores reserved, Redis counts 5"
+LAG_SHORT = "recompute lag: row 7 cores, SUM(proc) now 6"
 
 
 def visible_text(page: str) -> str:
@@ -66,9 +69,11 @@ def test_the_subscription_list_labels_both_numbers_and_says_why(admin_client, la
     text = visible_text(admin_client.get(reverse("admin:accounting_subscription_changelist")).content.decode())
     assert LEGEND in text
     assert "Booked: Redis live Booked: PostgreSQL row Why they differ" in text  # the column headers
-    assert "5 cores 7 cores (as of the last recompute)" in text  # Redis live, then the row, in one line
-    assert ROUNDING_WHY in text and LAG_WHY in text
-    assert "— (Cuebot-managed: not in Redis) 2.5 cores (Cuebot's count) —" in text
+    assert "5 cores 7 cores (last recompute)" in text  # Redis live, then the row, in one line
+    assert f"{ROUNDING_SHORT} {LAG_SHORT}" in text
+    page = admin_client.get(reverse("admin:accounting_subscription_changelist")).content.decode()
+    assert f'title="{html.escape(ROUNDING_WHY.removeprefix("rounding: "))}"' in page  # the whole sentence on hover
+    assert "— (Cuebot-managed) 2.5 cores (Cuebot's count) —" in text
 
 
 def test_the_list_reads_redis_once_for_the_page(admin_client, lagging, monkeypatch):
@@ -87,8 +92,9 @@ def test_the_subscription_form_labels_its_booked_numbers(admin_client, lagging):
     text = visible_text(page.content.decode())
     assert "Booked cores" in text and LEGEND in text
     assert "Booked: Redis live: 5 cores" in text
-    assert "Booked: PostgreSQL row: 7 cores (as of the last recompute)" in text
-    assert ROUNDING_WHY in text and LAG_WHY in text
+    assert "Booked: PostgreSQL row: 7 cores (last recompute)" in text
+    assert ROUNDING_WHY in text and LAG_WHY in text  # the form says each reason in full
+    assert "Tier: 0.07 (7 booked ÷ 100 size, cores; Cuebot books the lowest tier first)" in text
 
 
 def test_the_overview_shows_the_row_beside_redis_and_why(admin_client, lagging):
@@ -101,7 +107,7 @@ def test_the_overview_shows_the_row_beside_redis_and_why(admin_client, lagging):
 def test_the_drift_page_names_what_it_compares(admin_client, lagging):
     text = visible_text(admin_client.get(reverse("acct-drift-show", args=[lagging.show.pk])).content.decode())
     assert LEGEND in text
-    assert f"{lagging.show.str_name} / {lagging.alloc.str_name}: Redis live 5, SUM(proc) now 5 cores booked" in text
+    assert f"{lagging.show.str_name} / {lagging.alloc.str_name}: Redis live 5 cores, SUM(proc) now 5 cores; size" in text
     assert "so rounding is no difference here" in text and "The PostgreSQL row is not compared" in text
     assert "Redis agrees with PostgreSQL." in text
 

@@ -99,7 +99,7 @@ def test_admin_page_shows_chart_and_rows(farm, acct_redis, client):
     admin = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
     client.force_login(admin)
     page = client.get(f"/admin/accounting/drift/{farm.show.id}/").content.decode()
-    assert "Redis live 60, SUM(proc) now 50 cores booked (size 100, burst 200 cores)" in page
+    assert "Redis live 60 cores, SUM(proc) now 50 cores; size 100, burst 200 cores" in page
     assert "width: 30.0%" in page and "width: 25.0%" in page  # 60 and 50 of the 200-core burst
     assert "1 of" in page and sub_key(farm) in page
     assert farm.show.str_name in client.get("/admin/accounting/drift/").content.decode()
