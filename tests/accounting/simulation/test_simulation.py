@@ -121,8 +121,6 @@ def test_short_run_with_every_fault_keeps_every_invariant():
     # Through gunicorn too, single and batch, and counted released when the proc was there.
     assert report["release_calls"]["http single"] > 0 and report["release_calls"]["http batch"] > 0
     assert report["reseed"]["cycles_run"] > 0 and report["reseed"]["cycles_skipped"] == 0
-    # A FLUSHDB and a kill -9 each left an empty Redis, and each was rebuilt.
-    assert report["reseed"]["bootstraps"] >= 2
     # Every kind was injected at least once.
     assert set(report["faults"]) == set(FAULT_KINDS), report["faults_not_injected"]
     # The farm was the simulator's own: the sim- shows, fresh for this run.
