@@ -100,8 +100,8 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         outcome = "Redis was empty: the whole farm was rebuilt (bootstrap)"
         level = messages.WARNING
     elif not report.booked.written:
-        outcome = (f"booked counters NOT written (acct:seq changed during each of {report.booked.attempts} attempts: "
-                   f"the scheduler is busy); limits: {report.limit_fields} fields")
+        outcome = (f"booked counters NOT written (refused on each of {report.booked.attempts} attempts: Redis "
+                   f"restarted or failed over meanwhile); limits: {report.limit_fields} fields")
         level = messages.ERROR
     else:
         outcome = f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"

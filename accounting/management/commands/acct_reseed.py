@@ -47,7 +47,8 @@ class Command(BaseCommand):
             if report.booked.written:
                 self.stdout.write(f"booked: {report.booked.keys} keys written in {report.booked.attempts} attempt(s)")
             else:
-                self.stdout.write(f"booked: SKIPPED, acct:seq changed during each of {report.booked.attempts} attempts")
+                self.stdout.write(f"booked: SKIPPED, the write was refused on each of {report.booked.attempts} attempts "
+                                  "(Redis restarted or failed over meanwhile; see the service log)")
         if report.limit_fields is not None:
             self.stdout.write(f"limits: {report.limit_fields} fields written")
         self.stdout.write(f"shows: {report.shows}")

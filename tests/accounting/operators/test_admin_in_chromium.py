@@ -101,3 +101,54 @@ def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_th
         assert chromium.evaluate("location.pathname") == "/admin/accounting/drift/"
         drift_index = chromium.evaluate("document.querySelector('#content').innerText")
         assert "Accounting drift" in drift_index and farm.show.str_name in drift_index
+
+
+def submit(chromium: DevTools, script: str) -> None:
+    """Run `script` (which fills and submits a form) and wait for the page it loads."""
+    chromium.events.clear()
+    chromium.evaluate(script)
+    chromium.wait_for_event("Page.loadEventFired")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
+        live_server, django_user_model, seeded_redis, tmp_path):
+    farm = build_farm(managed=True)
+    farm.add_proc(cores=300)
+    seed_show(show_id=farm.show.id)
+    sub_key = f"acct:sub:{farm.show.id}:{farm.alloc.id}"
+    django_user_model.objects.create_superuser("operator", "", PASSWORD)
+    base = live_server.url
+    form = f"{base}/admin/accounting/subscription/{farm.subscription.pk}/change/"
+    type_burst = ("document.getElementById('id_int_burst').value = {value};"
+                  "document.querySelector('#subscription_form').submit();")
+
+    with chromium_page(tmp_path / "profile") as chromium:
+        chromium.login(base, username="operator", password=PASSWORD)
+
+        # A burst typed in cores: a fraction finer than hundredths is refused with the sentence every face uses...
+        chromium.open(form)
+        submit(chromium, type_burst.format(value=json.dumps("2.125")))
+        assert "Cores are stored in hundredths: use at most two decimals" in chromium.evaluate("document.body.innerText")
+        assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 20000  # nothing changed
+        # ...and two decimals are taken, stored in centicores, published in whole cores.
+        submit(chromium, type_burst.format(value=json.dumps("250.5")))
+        assert chromium.evaluate("location.pathname") == "/admin/accounting/subscription/"
+        assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 25050
+        assert seeded_redis.hget(sub_key, "burst") == "250"
+
+        # Redis drifts (a lost decrement, by hand): the drift page names the key by its show and allocation.
+        seeded_redis.hset(sub_key, "int_cores", 9)
+        chromium.open(f"{base}/admin/accounting/drift/{farm.show.pk}/")
+        drift = chromium.evaluate("document.querySelector('#content').innerText")
+        assert f"{farm.show.str_name} / {farm.alloc.str_name}" in drift and "show gone" not in drift
+
+        # Reseed it: a confirmation first, then the outcome, and no drift left.
+        submit(chromium, "[...document.querySelectorAll('#content a')].find(a => a.pathname.endsWith('/reseed/')).click()")
+        confirm = chromium.evaluate("document.querySelector('#content').innerText")
+        assert f"This rebuilds the Redis keys of {farm.show.str_name}" in confirm
+        assert seeded_redis.hget(sub_key, "int_cores") == "9"  # the GET changed nothing
+        submit(chromium, "document.querySelector('#content form').submit()")
+        assert chromium.evaluate("location.pathname") == f"/admin/accounting/drift/{farm.show.pk}/"
+        assert f"Reseeded {farm.show.str_name}: booked:" in chromium.evaluate("document.body.innerText")
+        assert seeded_redis.hget(sub_key, "int_cores") == "3"
