@@ -254,6 +254,7 @@ def test_a_redis_the_scheduler_rebuilt_is_adopted_and_its_failover_still_noticed
 
 
 @pytest.mark.slow
+@pytest.mark.superuser  # simulate_farm books as the scheduler (INSERT on proc)
 @pytest.mark.django_db(transaction=True)
 def test_simulated_farm_keeps_every_invariant_through_a_failover(settings):
     """simulate_farm's failover fault: a sentinel promotes the replica while bookers, releasers

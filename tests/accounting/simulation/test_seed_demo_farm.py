@@ -8,6 +8,7 @@ from django.db import connection
 from accounting.models import Proc, Subscription
 from shows.models import Host, Job, Show
 from tests.accounting.pg import accounting_mismatches
+from tests.service_role import as_cuebot
 
 TABLE_COUNTS = ["facility", "alloc", "show", "dept", "folder", "folder_resource", "job", "job_resource", "layer", "layer_resource", "subscription", "point", "host", "proc"]
 
@@ -37,8 +38,11 @@ def counts() -> dict[str, int]:
 
 
 def seed(*args: str) -> str:
+    """The demo's seed writes Cuebot's rows (shows, hosts, jobs, procs) as Cuebot would: not
+    as the service's role, which the checks below run as."""
     out = StringIO()
-    call_command("seed_demo_farm", *args, stdout=out, stderr=StringIO())
+    with as_cuebot():
+        call_command("seed_demo_farm", *args, stdout=out, stderr=StringIO())
     return out.getvalue()
 
 

@@ -80,6 +80,7 @@ def test_redis_restart_fault_refuses_to_flush_keys_of_shows_it_did_not_create(fo
     assert sim_show_ids() == []
 
 
+@pytest.mark.superuser  # simulate_farm books as the scheduler (INSERT on proc)
 @pytest.mark.django_db(transaction=True)
 def test_all_faults_beside_keys_it_did_not_create_leave_out_only_the_flush_and_say_so(foreign_key, acct_redis):
     """README's `simulate_farm --faults all`, run as written beside the demo farm."""
@@ -90,6 +91,7 @@ def test_all_faults_beside_keys_it_did_not_create_leave_out_only_the_flush_and_s
     assert acct_redis.hgetall(foreign_key) == {"int_cores": "7", "size": "10"}
 
 
+@pytest.mark.superuser  # simulate_farm books as the scheduler (INSERT on proc)
 @pytest.mark.django_db(transaction=True)
 def test_redis_restart_fault_flushes_them_when_told_explicitly(foreign_key, acct_redis):
     out = StringIO()
@@ -100,6 +102,7 @@ def test_redis_restart_fault_flushes_them_when_told_explicitly(foreign_key, acct
 
 
 @pytest.mark.slow
+@pytest.mark.superuser  # simulate_farm books as the scheduler (INSERT on proc)
 @pytest.mark.django_db(transaction=True)
 def test_short_run_with_every_fault_keeps_every_invariant():
     assert settings.DATABASES["default"]["NAME"].startswith("test_")
