@@ -16,6 +16,17 @@ from tests.farms import build_farm
 from tests.service_role import as_cuebot
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, migrated as the superuser (as Cuebot's migrations made
+    a site's tables); then every test runs as the documented role (tests/service_role.py)."""
+    with django_db_blocker.unblock():
+        service_role.create_role(database=connection.settings_dict["NAME"])
+    yield
+    with django_db_blocker.unblock():
+        service_role.drop_role()
+
+
 @pytest.fixture(autouse=True)
 def database_role(request):
     """A test marked `superuser` keeps the superuser's connection throughout."""
