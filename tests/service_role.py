@@ -24,6 +24,7 @@ import re
 import secrets
 import threading
 from contextlib import contextmanager
+from urllib.parse import quote
 
 from django.db import connection, connections
 from django.db.backends.signals import connection_created
@@ -148,3 +149,15 @@ def superuser():
         if open_connection is not None and not open_connection.closed and (
                 open_connection.info.transaction_status != pq.TransactionStatus.INERROR):
             open_connection.execute(f"SET ROLE {STATE.role}")
+
+
+def service_database() -> dict[str, str]:
+    """The environment a separate process (a command, gunicorn, qcluster) needs to run on the
+    test database as a site runs: logged in as the service's role (its own password, so a
+    server that asks for one works too), attached to Cuebot's tables (OPENCUE_TABLES=existing,
+    so the start-up checks accounting.E001-E005 run, under that role)."""
+    settings = connection.settings_dict
+    host, port = settings["HOST"] or "127.0.0.1", settings["PORT"] or 5432
+    assert STATE.role, "the suite's role is made by the django_db_setup fixture (tests/conftest.py)"
+    url = f"postgres://{STATE.role}:{quote(STATE.password, safe='')}@{host}:{port}/{settings['NAME']}"
+    return {"DATABASE_URL": url, "OPENCUE_TABLES": "existing"}
