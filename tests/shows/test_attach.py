@@ -165,7 +165,9 @@ def test_demo_and_simulator_fill_only_a_cuebot_database_without_shows(cuebot_dat
     name, url, superuser = cuebot_database
     assert manage("migrate", "--noinput", **attached(url)).returncode == 0
 
-    # The demo's seed writes Cuebot's rows, as Cuebot's role (here the superuser) would.
+    # The demo's seed writes Cuebot's rows, as Cuebot's role (here the superuser) would; the
+    # service's role is refused in one line.
+    as_service = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(url))
     seeded = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(superuser))
     again = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(superuser))
     # The operator's commands work there, on the attached tables, as the service's role.
@@ -178,11 +180,17 @@ def test_demo_and_simulator_fill_only_a_cuebot_database_without_shows(cuebot_dat
         frames, procs = site.execute("SELECT (SELECT count(*) FROM frame), (SELECT count(*) FROM proc)").fetchone()
     refused_seed = manage("seed_demo_farm", **attached(superuser))
     refused_sim = manage("simulate_farm", "--seconds", "1", **attached(superuser))
+    sim_as_service = manage("simulate_farm", "--seconds", "1", "--existing", **attached(url))
 
+    assert as_service.returncode == 2 and as_service.stderr.strip().count("\n") == 0, as_service.stderr
+    assert "seed_demo_farm refuses: it writes Cuebot's own rows" in as_service.stderr
     assert seeded.returncode == 0, seeded.stderr
     assert again.returncode == 0, again.stderr
     assert (frames, procs) == (20, 20)
     assert [(result.args[2:], result.returncode) for result in operated] == [(result.args[2:], 0) for result in operated], [
         result.stderr for result in operated if result.returncode]
     assert refused_seed.returncode == 2 and "holds 1 show(s) it did not create" in refused_seed.stderr
+    assert refused_seed.stderr.strip().count("\n") == 0, refused_seed.stderr
     assert refused_sim.returncode == 2 and "holds 5 show(s) it did not create" in refused_sim.stderr  # the demo's too
+    assert sim_as_service.returncode == 2 and sim_as_service.stderr.strip().count("\n") == 0, sim_as_service.stderr
+    assert "simulate_farm refuses: it writes Cuebot's own rows" in sim_as_service.stderr

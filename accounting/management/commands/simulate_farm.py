@@ -8,7 +8,7 @@ from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.simulation.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
-from accounting.simulation.farm_builder import FarmRefused
+from accounting.simulation.farm_builder import FarmRefused, refuse_without_cuebots_rights
 from accounting.simulation.faults import FAULT_KINDS, parse_faults
 from accounting.simulation.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
 from accounting.simulation.runner import SimConfig, run_simulation
@@ -90,6 +90,7 @@ class Command(BaseCommand):
             bookers=options["bookers"], releasers=options["releasers"], faults=kinds, seed=options["seed"],
             existing=options["existing"], reseeder=options["reseeder"],
         )
+        self._refuse_without_cuebots_rights()
         with tqdm(total=config.seconds, desc="simulating", unit="s", file=self.stderr, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s {postfix}") as bar:
             def progress(elapsed, stats) -> None:
                 bar.n = min(elapsed, config.seconds)
@@ -112,6 +113,7 @@ class Command(BaseCommand):
             kinds = parse_notify_faults(faults)
         except ValueError as error:
             raise CommandError(str(error), returncode=2) from None
+        self._refuse_without_cuebots_rights()
         if options["existing"]:
             raise CommandError("--era notify builds its own farm; --existing is for the Redis era", returncode=2)
         with override_settings(ACCOUNTING_NOTIFY_ENABLED=True, ACCOUNTING_REDIS_ENABLED=False):
@@ -131,6 +133,13 @@ class Command(BaseCommand):
         if not report["ok"]:
             raise CommandError("an invariant does not hold", returncode=1)
 
+
+    def _refuse_without_cuebots_rights(self) -> None:
+        """Before the progress bar, so that a role that may not book is refused in one line."""
+        try:
+            refuse_without_cuebots_rights(command="simulate_farm")
+        except FarmRefused as refused:
+            raise CommandError(str(refused), returncode=2) from None
 
     def _remove_farm(self, *, keep: bool) -> None:
         if keep:

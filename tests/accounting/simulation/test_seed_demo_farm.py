@@ -37,6 +37,20 @@ def counts() -> dict[str, int]:
     return {table: scalar(f"SELECT count(*) FROM {table}") for table in TABLE_COUNTS}
 
 
+@pytest.mark.django_db
+def test_the_services_documented_role_is_refused_in_one_line_before_anything_is_written():
+    """The demo writes Cuebot's rows; the role docs/attaching.md grants (the suite's) may not."""
+    with pytest.raises(CommandError) as raised:
+        call_command("seed_demo_farm", stdout=StringIO(), stderr=StringIO())
+    assert raised.value.returncode == 2
+    assert str(raised.value) == (
+        "seed_demo_farm refuses: it writes Cuebot's own rows as Cuebot and the scheduler do, and this database role "
+        "may not INSERT on facility, alloc, show, dept, subscription, point, folder, job, layer, host, host_stat, "
+        "frame, proc (the service's role of docs/attaching.md never may); run it as Cuebot's database role or the "
+        "database owner, on a scratch Cuebot database")
+    assert set(counts().values()) == {0}
+
+
 def seed(*args: str) -> str:
     """The demo's seed writes Cuebot's rows (shows, hosts, jobs, procs) as Cuebot would: not
     as the service's role, which the checks below run as."""
