@@ -1,3 +1,6 @@
+"""What every test shares: empty Redis test databases, Cuebot's tables emptied after a
+transactional test, the documented role the suite runs as (tests/service_role.py), small
+farms and API tokens."""
 import itertools
 
 import pytest
@@ -8,7 +11,30 @@ from django.db import connection
 from accounting.operators.auth import grant_permissions, issue_token
 from cuebot_acct.redis_factory import accounting_redis
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
+from tests import service_role
 from tests.farms import build_farm
+from tests.service_role import as_cuebot
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, migrated as the superuser (as Cuebot's migrations made
+    a site's tables); then every test runs as the documented role (tests/service_role.py)."""
+    with django_db_blocker.unblock():
+        service_role.create_role(database=connection.settings_dict["NAME"])
+    yield
+    with django_db_blocker.unblock():
+        service_role.drop_role()
+
+
+@pytest.fixture(autouse=True)
+def database_role(request):
+    """A test marked `superuser` keeps the superuser's connection throughout."""
+    if request.node.get_closest_marker("superuser"):
+        with service_role.superuser():
+            yield
+    else:
+        yield
 
 
 def redis_test_clients() -> list[redis.Redis]:
@@ -55,7 +81,7 @@ def empty_cuebot_tables_after_transactional_tests(request, django_db_blocker):
     yield
     marker = request.node.get_closest_marker("django_db")
     if "transactional_db" in request.fixturenames or (marker and marker.kwargs.get("transaction")):
-        with django_db_blocker.unblock(), connection.cursor() as cursor:
+        with django_db_blocker.unblock(), as_cuebot(), connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {', '.join(CUEBOT_TABLES)}")
 
 

@@ -4,7 +4,9 @@
     proc = farm.add_proc(cores=250)
 
 Rows go in as Cuebot puts them in (see accounting.simulation.farm_builder): the resource rows come from
-Cuebot's insert triggers, limits are set on them afterwards, a proc runs a frame.
+Cuebot's insert triggers, limits are set on them afterwards, a proc runs a frame. Cuebot (or
+the scheduler) writes them, so they are written as the superuser (as_cuebot), never as the
+service's documented role the tests run as.
 """
 from dataclasses import dataclass, field
 from itertools import count
@@ -33,6 +35,7 @@ from shows.models import (
     Show,
     new_pk,
 )
+from tests.service_role import as_cuebot
 
 _names = count(1)
 
@@ -57,6 +60,7 @@ class Farm:
     def folder_resource(self) -> FolderResource:
         return FolderResource.objects.get(folder=self.folder)
 
+    @as_cuebot()
     def add_job(self, *, state: str = "PENDING", max_cores: int = 10000) -> tuple[Job, Layer]:
         name = unique("job")
         job = Job.objects.create(
@@ -68,6 +72,7 @@ class Farm:
         layer.save(force_insert=True)
         return job, layer
 
+    @as_cuebot()
     def delete_job_as_cuebot_does(self, *, job: Job) -> None:
         """Cuebot's job deletion takes the job's frames, layers and resource rows with it; a
         proc still running has its frame reference cleared first (proc.pk_frame is nullable)."""
@@ -76,6 +81,7 @@ class Farm:
             for table in ("frame", "layer_resource", "layer", "job_resource", "job"):
                 cursor.execute(f"DELETE FROM {table} WHERE pk_job = %s", [job.id])
 
+    @as_cuebot()
     def add_proc(self, *, cores: int = 100, gpus: int = 0, mem: int = 4096, local: bool = False,
                  layer: Layer | None = None, host: Host | None = None) -> Proc:
         """Insert a running proc (centicores) and bring PG accounting, host idle and (local)
@@ -105,6 +111,7 @@ class Farm:
         self.procs.append(proc)
         return proc
 
+    @as_cuebot()
     def local_reservation(self, *, host: Host, job_id: str) -> HostLocal:
         """The job's host_local reservation on the host: the whole host, made on first use."""
         reservation, _ = HostLocal.objects.get_or_create(host=host, job_id=job_id, defaults=dict(
@@ -114,6 +121,7 @@ class Farm:
         return reservation
 
 
+@as_cuebot()
 def build_farm(*, managed: bool, size: int = 10000, burst: int = 20000, host_cores: int = 6400, host_gpus: int = 4) -> Farm:
     facility = Facility.objects.create(str_name=unique("fac"))
     alloc = Alloc.objects.create(str_name=unique("alloc"), facility=facility, str_tag="general")

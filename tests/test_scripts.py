@@ -19,6 +19,8 @@ from tests.processes import ROOT, closed_port
 sys.path.insert(0, str(ROOT / "scripts"))
 from server import group_members  # noqa: E402
 
+from tests.service_role import service_database
+
 
 def script(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
@@ -36,11 +38,9 @@ def await_line(path: Path, text: str, *, seconds: float = 60) -> None:
 @pytest.fixture
 def service_env(db, tmp_path) -> dict[str, str]:
     """The suite's own database and Redis indexes for a `make run`-like service."""
-    database = connection.settings_dict
-    password = f":{database['PASSWORD']}" if database["PASSWORD"] else ""
     return {
         "DJANGO_SETTINGS_MODULE": "settings",
-        "DATABASE_URL": f"postgres://{database['USER']}{password}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+        **service_database(),
         "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL, "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
         "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
     }

@@ -25,6 +25,7 @@ from accounting.simulation.farm_builder import (
     frame_number,
     new_layer,
     refuse_foreign_shows,
+    refuse_without_cuebots_rights,
 )
 from accounting.simulation.invariants import farm_keys
 from cuebot_acct.redis_factory import accounting_redis
@@ -132,6 +133,7 @@ def remove_sim_farm() -> None:
 
 def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> SimFarm:
     """A fresh simulated farm: half the shows scheduler-managed, procs at INITIAL_FILL of burst."""
+    refuse_without_cuebots_rights(command="simulate_farm")
     refuse_foreign_shows(own_show_ids=sim_show_ids(), command="simulate_farm")
     remove_sim_farm()
     with transaction.atomic():
@@ -253,6 +255,7 @@ def add_initial_procs(*, rng: random.Random, layers_by_show: dict[str, list[Laye
 
 def load_existing_farm() -> SimFarm:
     """The farm already in the database: every show, every layer of a non-FINISHED job, every host."""
+    refuse_without_cuebots_rights(command="simulate_farm")  # its bookings insert procs and frames
     layers_by_show: dict[str, list[LayerRef]] = defaultdict(list)
     rows = Layer.objects.exclude(job__str_state="FINISHED").values_list(
         "pk", "job_id", "job__show_id", "job__folder_id", "job__dept_id"

@@ -267,6 +267,30 @@ UPDATE host h
 """
 
 
+# What a generated farm inserts: Cuebot's own rows (and the scheduler's procs), which the
+# service's documented role may not write (shows.attach.grant_statements): on a scratch
+# Cuebot database the demo and the simulator run as Cuebot's role, or the database owner.
+FARM_INSERTS = ("facility", "alloc", "show", "dept", "subscription", "point", "folder", "job", "layer", "host",
+                "host_stat", "frame", "proc")
+
+
+def refuse_without_cuebots_rights(*, command: str) -> None:
+    """Stop in one line, before writing anything, when this role may not insert Cuebot's rows
+    (the service's documented role may not: a traceback half-way was what it got before)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(t, 'INSERT')",
+            [list(FARM_INSERTS)],
+        )
+        denied = [table for (table,) in cursor.fetchall()]
+    if denied:
+        raise FarmRefused(
+            f"{command} refuses: it writes Cuebot's own rows as Cuebot and the scheduler do, and this database role "
+            f"may not INSERT on {', '.join(denied)} (the service's role of docs/attaching.md never may); "
+            "run it as Cuebot's database role or the database owner, on a scratch Cuebot database"
+        )
+
+
 def refuse_foreign_shows(*, own_show_ids: Iterable[str], command: str) -> None:
     """On a site's database (OPENCUE_TABLES=existing) generated farms go only where no other show is."""
     if settings.OPENCUE_TABLES != "existing":
@@ -279,9 +303,15 @@ def refuse_foreign_shows(*, own_show_ids: Iterable[str], command: str) -> None:
         )
 
 
+def refuse_demo_farm_here(*, size: DemoFarmSize) -> None:
+    """FarmRefused, before anything is written, where the demo farm may not go."""
+    refuse_without_cuebots_rights(command="seed_demo_farm")
+    refuse_foreign_shows(own_show_ids=[demo_id(f"show:{i}") for i in range(size.shows)], command="seed_demo_farm")
+
+
 def build_demo_farm(*, size: DemoFarmSize, progress: Callable[[int], None] = lambda n: None) -> DemoFarmSummary:
     """Create (or complete) the demo farm in PostgreSQL, with accounting equal to SUM(proc)."""
-    refuse_foreign_shows(own_show_ids=[demo_id(f"show:{i}") for i in range(size.shows)], command="seed_demo_farm")
+    refuse_demo_farm_here(size=size)
     with transaction.atomic():
         shows, allocs, layers = build_structure(size=size)
         host_ids = [demo_id(f"host:{h}") for h in range(size.hosts)]

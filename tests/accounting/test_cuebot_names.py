@@ -10,6 +10,7 @@ from accounting.reconcile.reseed import reseed
 from cuebot_acct.permissions import VIEW_ACCOUNTING
 from shows.models import Job, Show
 from tests.farms import build_farm
+from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +18,8 @@ pytestmark = pytest.mark.django_db
 def test_set_job_limits_changes_the_live_job_of_a_name_not_a_finished_one(cuebot_farm):
     finished, _ = cuebot_farm.add_job(state="FINISHED")
     live, _ = cuebot_farm.add_job()
-    Job.objects.filter(pk=live.pk).update(str_name=finished.str_name, str_visible_name=finished.str_name)
+    with as_cuebot():
+        Job.objects.filter(pk=live.pk).update(str_name=finished.str_name, str_visible_name=finished.str_name)
 
     call_command("set_job_limits", finished.str_name, "--max-cores", "7")
 

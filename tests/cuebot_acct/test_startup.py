@@ -1,17 +1,16 @@
 """An unreachable PostgreSQL or Redis at start-up: one clear line naming the URL, exit 1."""
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from tests.processes import closed_port, manage
+from tests.service_role import service_database
 
 
 @pytest.fixture
 def test_services(db) -> dict[str, str]:
     """The suite's own database and Redis indexes, so the command checks nothing else."""
-    database = connection.settings_dict
     return {
-        "DATABASE_URL": f"postgres://{database['USER']}{':' + database['PASSWORD'] if database['PASSWORD'] else ''}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+        **service_database(),
         "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL, "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
         "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
     }

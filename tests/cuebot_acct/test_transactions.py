@@ -29,6 +29,7 @@ from shows.models import Show
 from tests.accounting.pg import accounting_mismatches, drift_all_tables
 from tests.accounting.release.test_unbook import booked, hashes, host_idle, seed_keys
 from tests.farms import build_farm
+from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,7 +87,8 @@ def deadlock(*, run: Callable[[], object], pause_before: str | None, hold: tuple
 
     def holder() -> None:
         try:
-            with transaction.atomic(), connection.cursor() as cursor:
+            # The other session is Cuebot's, and only a superuser may set deadlock_timeout.
+            with as_cuebot(), transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("SET LOCAL deadlock_timeout = '60s'")
                 pids["holder"] = backend_pid()
                 cursor.execute(*hold)
@@ -112,7 +114,8 @@ def deadlock(*, run: Callable[[], object], pause_before: str | None, hold: tuple
             return execute(sql, params, many, context)
 
         try:
-            with connection.cursor() as cursor:
+            # Only a superuser may set it; the session keeps it once the role is back.
+            with as_cuebot(), connection.cursor() as cursor:
                 cursor.execute("SET deadlock_timeout = %s", ["50ms" if pause_before else "500ms"])
             pids["victim"] = backend_pid()
             victim_started.set()

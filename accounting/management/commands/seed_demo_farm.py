@@ -7,6 +7,7 @@ from accounting.simulation.farm_builder import (
     DemoFarmSize,
     FarmRefused,
     build_demo_farm,
+    refuse_demo_farm_here,
 )
 
 
@@ -35,6 +36,7 @@ class Command(BaseCommand):
             raise CommandError("--shows must be at least 2 (one scheduler-managed, one Cuebot-managed)", returncode=2)
         size = DemoFarmSize(shows=shows, hosts=hosts, procs=procs)
         try:
+            refuse_demo_farm_here(size=size)  # before the progress bar, so that a refusal is one line
             with tqdm(total=procs, desc="procs", unit="proc", disable=not procs, file=self.stderr) as bar:
                 summary = build_demo_farm(size=size, progress=bar.update)
         except FarmRefused as refused:

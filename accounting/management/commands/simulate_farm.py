@@ -13,7 +13,7 @@ from tqdm import tqdm
 from accounting.management.commands._limit_args import ascii_int
 from accounting.operators.auth import grant_permissions, issue_token
 from accounting.simulation.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
-from accounting.simulation.farm_builder import FarmRefused
+from accounting.simulation.farm_builder import FarmRefused, refuse_without_cuebots_rights
 from accounting.simulation.faults import FAULT_KINDS, parse_faults
 from accounting.simulation.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
 from accounting.simulation.processes import ProcessRefused
@@ -91,6 +91,7 @@ class Command(BaseCommand):
                     f"{len(foreign)} key(s) of shows the simulator did not create (e.g. {', '.join(foreign[:3])}); "
                     "add redis-kill (the run then uses a Redis of its own), point ACCOUNTING_REDIS_URL at a scratch "
                     "Redis, or pass --allow-flush-foreign-keys", returncode=2)
+        self._refuse_without_cuebots_rights()
         with http_release_token(wanted="http-release" in kinds) as token:
             report = self._run(SimConfig(
                 shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], seconds=options["seconds"],
@@ -121,6 +122,7 @@ class Command(BaseCommand):
             kinds = parse_notify_faults(faults)
         except ValueError as error:
             raise CommandError(str(error), returncode=2) from None
+        self._refuse_without_cuebots_rights()
         if options["existing"]:
             raise CommandError("--era notify builds its own farm; --existing is for the Redis era", returncode=2)
         with override_settings(ACCOUNTING_NOTIFY_ENABLED=True, ACCOUNTING_REDIS_ENABLED=False):
@@ -140,6 +142,13 @@ class Command(BaseCommand):
         if not report["ok"]:
             raise CommandError("an invariant does not hold", returncode=1)
 
+
+    def _refuse_without_cuebots_rights(self) -> None:
+        """Before the progress bar, so that a role that may not book is refused in one line."""
+        try:
+            refuse_without_cuebots_rights(command="simulate_farm")
+        except FarmRefused as refused:
+            raise CommandError(str(refused), returncode=2) from None
 
     def _remove_farm(self, *, keep: bool) -> None:
         if keep:

@@ -11,6 +11,7 @@ from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct import metrics
 from tests.accounting.release.test_unbook import hashes, seed_keys
 from tests.farms import build_farm
+from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.usefixtures("notify_on")
 
@@ -85,7 +86,8 @@ def test_a_finished_jobs_release_is_withheld_so_the_store_stays_high(ear):
     would take its store below SUM(proc). Withheld, the store stays high until the next one."""
     farm = build_farm(managed=True)
     proc = farm.add_proc(cores=200)
-    farm.job.__class__.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
+    with as_cuebot():
+        farm.job.__class__.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
     before = metrics.NOTIFY_WITHHELD.labels(reason="job_finished")._value.get()
     unbook_proc(proc_id=proc.id)
     assert ear.collect() == []

@@ -18,6 +18,7 @@ from accounting.ownership.fleet import (
     record_instance,
 )
 from accounting.ownership.guardrail import MESSAGE
+from tests.service_role import service_database
 
 
 @pytest.mark.django_db
@@ -104,10 +105,9 @@ def test_a_web_process_registers_itself_and_warns_at_start(cuebot_farm):
     from shows.models import Show
 
     Show.objects.filter(pk=cuebot_farm.show.pk).update(b_scheduler_managed=True)
-    db = live.DATABASES["default"]
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "ACCOUNTING_REDIS_ENABLED": "false",
            "DJANGO_SECRET_KEY": "a-key-of-this-test-" + "x" * 40,
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+           **service_database(),
            "CACHE_REDIS_URL": live.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": live.TASK_BROKER_REDIS_URL}
     code = "import os, cuebot_acct.wsgi; print(os.getpid())"
     done = subprocess.run([sys.executable, "-c", code], cwd=live.BASE_DIR, env=env, capture_output=True, text=True,

@@ -15,6 +15,7 @@ from accounting.release.unbook import unbook_proc
 from accounting.tasks import settle_recompute
 from shows.models import new_pk
 from tests.accounting.pg import accounting_mismatches
+from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the switch-back work runs at commit
 
@@ -23,7 +24,7 @@ def straggler(farm, *, cores: int) -> str:
     """A proc a scheduler booked on the old flag, committed after the switch-back recompute:
     no PG accounting row counts it."""
     proc_id, frame_id = new_pk(), new_pk()
-    with connection.cursor() as cursor:
+    with as_cuebot(), connection.cursor() as cursor:  # a scheduler's booking
         cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
                        "VALUES (%s, %s, %s, %s, 'RUNNING', 7, 0)", [frame_id, farm.layer.id, farm.job.id, f"{frame_id}-late"])
         cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "

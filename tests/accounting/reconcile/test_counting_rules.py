@@ -11,6 +11,7 @@ from accounting.release.unbook import unbook_procs
 from accounting.simulation.reconcile import reseed_like_scheduler
 from cuebot_acct.metrics import RELEASE_WITHHELD
 from shows.models import Job
+from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +33,8 @@ def below_truth(acct_redis, farm) -> dict[str, tuple[int, int]]:
 
 def kill(job) -> None:
     """What OpenCue does first when a job is killed: FINISHED, its name freed, procs still running."""
-    Job.objects.filter(pk=job.pk).update(str_state="FINISHED", str_visible_name=None)
+    with as_cuebot():
+        Job.objects.filter(pk=job.pk).update(str_state="FINISHED", str_visible_name=None)
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from cuebot_acct.redis_factory import (
 from shows.flag_tracking import TrackedKeys
 from tests.farms import build_farm
 from tests.redis_topology import await_true, sentinel_topology
+from tests.service_role import as_cuebot
 
 
 def test_sentinel_url_parts():
@@ -256,6 +257,7 @@ def test_a_redis_the_scheduler_rebuilt_is_adopted_and_its_failover_still_noticed
 
 
 @pytest.mark.slow
+@pytest.mark.superuser  # simulate_farm books as the scheduler (INSERT on proc)
 @pytest.mark.django_db(transaction=True)
 def test_simulated_farm_keeps_every_invariant_through_a_failover(settings):
     """simulate_farm's failover fault: a sentinel promotes the replica while bookers, releasers
@@ -292,7 +294,8 @@ def test_the_failover_fault_needs_a_sentinel_url():
 
     from django.core.management import CommandError, call_command
 
-    with pytest.raises(CommandError, match="redis\\+sentinel") as raised:
+    # As a role that may book (the simulator plays the scheduler); this refusal comes next.
+    with pytest.raises(CommandError, match="redis\\+sentinel") as raised, as_cuebot():
         call_command("simulate_farm", "--faults", "failover", stdout=StringIO(), stderr=StringIO())
     assert raised.value.returncode == 2
 

@@ -13,6 +13,7 @@ from accounting.reconcile.recalculate_subs import (
 )
 from shows.models import Alloc, Host
 from tests.farms import build_farm, unique
+from tests.service_role import as_cuebot
 
 # Committed statements, so a row's xmin tells whether anything wrote it.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,11 +59,12 @@ def test_fixes_drifted_cuebot_rows_and_never_writes_scheduler_managed_ones(two_f
 
 def test_allocation_comes_from_the_procs_host(two_farms):
     cuebot, _ = two_farms
-    other_alloc = Alloc.objects.create(str_name=unique("alloc"), facility=cuebot.alloc.facility, str_tag="gpu")
-    other_sub = Subscription.objects.create(show=cuebot.show, alloc=other_alloc, int_size=100, int_burst=100)
-    host = Host.objects.create(alloc=other_alloc, str_name=unique("host"), str_lock_state="OPEN", int_cores=800,
-                               int_cores_idle=800, int_mem=1 << 26, int_mem_idle=1 << 26)
-    cuebot.add_proc(cores=200, host=host)
+    with as_cuebot():
+        other_alloc = Alloc.objects.create(str_name=unique("alloc"), facility=cuebot.alloc.facility, str_tag="gpu")
+        other_sub = Subscription.objects.create(show=cuebot.show, alloc=other_alloc, int_size=100, int_burst=100)
+        host = Host.objects.create(alloc=other_alloc, str_name=unique("host"), str_lock_state="OPEN", int_cores=800,
+                                   int_cores_idle=800, int_mem=1 << 26, int_mem_idle=1 << 26)
+        cuebot.add_proc(cores=200, host=host)
     drift(other_sub, cores=0)
     drift(cuebot.subscription, cores=0)
     recalculate_subs()
@@ -168,7 +170,8 @@ def test_a_show_switched_to_the_scheduler_during_a_run_is_not_written(two_farms,
     assert toggled.wait(10)
     runner.start()
     # Wait (bounded) until the run is blocked on the toggle's row lock, then let the toggle commit.
-    with connection.cursor() as cursor:
+    # Other sessions' queries show in pg_stat_activity to the superuser only.
+    with as_cuebot(), connection.cursor() as cursor:
         for _ in range(1000):
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
                            ["%cuebot_shows%"])
@@ -257,7 +260,7 @@ def test_one_row_that_cannot_be_fixed_does_not_block_the_others(two_farms, capsy
     """A sum beyond int_cores' integer range is refused by PostgreSQL for that row alone."""
     cuebot, _ = two_farms
     huge = build_farm(managed=False, size=10**12, burst=10**12, host_cores=10**12)
-    with connection.cursor() as cursor:  # as a scheduler booking would insert it: no recompute
+    with as_cuebot(), connection.cursor() as cursor:  # as a scheduler booking would insert it: no recompute
         cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
                        "VALUES ('f-huge', %s, %s, 'huge', 'RUNNING', 1, 0)", [huge.layer.id, huge.job.id])
         cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "

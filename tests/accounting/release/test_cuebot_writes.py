@@ -26,6 +26,7 @@ from tests.accounting.release.test_unbook import (
 )
 from tests.cuebot_acct.test_transactions import await_blocked, backend_pid, retries
 from tests.farms import build_farm, unique
+from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +59,8 @@ def test_a_finished_jobs_local_reservation_is_removed_when_one_of_its_local_proc
     running_job, running_layer = farm.add_job()
     finished = [farm.add_proc(cores=100, local=True), farm.add_proc(cores=200, local=True)]
     running = farm.add_proc(cores=100, local=True, layer=running_layer)
-    Job.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
+    with as_cuebot():
+        Job.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
 
     if batch:
         unbook_procs(proc_ids=[finished[0].id, running.id])
@@ -114,12 +116,13 @@ def test_a_scheduler_managed_proc_whose_job_is_gone_is_taken_off_the_keys_it_can
 
 def test_the_point_taken_off_is_the_jobs_show_not_the_procs(cuebot_farm):
     """Cuebot counts a proc against the point of its job's department and its job's show."""
-    other = Show.objects.create(str_name=unique("show"))
-    Subscription.objects.create(show=other, alloc=cuebot_farm.alloc, int_size=10000, int_burst=20000)
-    Point.objects.create(show=other, dept=cuebot_farm.dept, int_cores=500)
-    proc = cuebot_farm.add_proc(cores=200)
-    Proc.objects.filter(pk=proc.pk).update(show=other)
-    Subscription.objects.filter(show=other).update(int_cores=200)
+    with as_cuebot():
+        other = Show.objects.create(str_name=unique("show"))
+        Subscription.objects.create(show=other, alloc=cuebot_farm.alloc, int_size=10000, int_burst=20000)
+        Point.objects.create(show=other, dept=cuebot_farm.dept, int_cores=500)
+        proc = cuebot_farm.add_proc(cores=200)
+        Proc.objects.filter(pk=proc.pk).update(show=other)
+        Subscription.objects.filter(show=other).update(int_cores=200)
 
     unbook_proc(proc_id=proc.id)
 
@@ -128,9 +131,10 @@ def test_the_point_taken_off_is_the_jobs_show_not_the_procs(cuebot_farm):
 
 
 def test_the_point_key_published_is_the_jobs_show(farm, seeded_redis, django_capture_on_commit_callbacks):
-    other = Show.objects.create(str_name=unique("show"), b_scheduler_managed=True)
-    proc = farm.add_proc(cores=200)
-    Proc.objects.filter(pk=proc.pk).update(show=other)
+    with as_cuebot():
+        other = Show.objects.create(str_name=unique("show"), b_scheduler_managed=True)
+        proc = farm.add_proc(cores=200)
+        Proc.objects.filter(pk=proc.pk).update(show=other)
     job_point = keys.point(dept_id=farm.dept.id, show_id=farm.show.id)
     proc_point = keys.point(dept_id=farm.dept.id, show_id=other.id)
     for name in (job_point, proc_point):
@@ -149,11 +153,12 @@ def test_a_release_beside_a_cuebot_ordered_release_of_the_same_job_waits_instead
     service's release of another proc of that job (another host, another allocation) starts; the
     release must wait for it, not take folder_resource first and close a cycle."""
     farm = build_farm(managed=False)
-    alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=farm.alloc.facility, str_tag="other")
-    Subscription.objects.create(show=farm.show, alloc=alloc2, int_size=10000, int_burst=20000)
-    host2 = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=800,
-                                int_cores_idle=800, int_mem=10**7, int_mem_idle=10**7)
-    HostStat.objects.create(host=host2)
+    with as_cuebot():
+        alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=farm.alloc.facility, str_tag="other")
+        Subscription.objects.create(show=farm.show, alloc=alloc2, int_size=10000, int_burst=20000)
+        host2 = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=800,
+                                    int_cores_idle=800, int_mem=10**7, int_mem_idle=10**7)
+        HostStat.objects.create(host=host2)
     ours = farm.add_proc(cores=100)
     cuebots = farm.add_proc(cores=100, host=host2)
     before = retries("release")
@@ -162,7 +167,7 @@ def test_a_release_beside_a_cuebot_ordered_release_of_the_same_job_waits_instead
 
     def cuebot_release() -> None:
         try:
-            with transaction.atomic(), connection.cursor() as cursor:
+            with as_cuebot(), transaction.atomic(), connection.cursor() as cursor:  # Cuebot's own role
                 pids["cuebot"] = backend_pid()
                 cursor.execute("DELETE FROM proc WHERE pk_proc = %s", [cuebots.id])
                 cursor.execute("UPDATE host SET int_cores_idle = int_cores_idle + 100 WHERE pk_host = %s", [host2.id])
@@ -213,18 +218,19 @@ def test_a_recompute_sets_every_row_it_can_and_reports_the_rest(cuebot_farm):
     """A sum beyond an integer column's range fails for that row only."""
     from accounting.reconcile.recompute import recompute_pg_accounting
 
-    alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=cuebot_farm.alloc.facility, str_tag="big")
-    big_sub = Subscription.objects.create(show=cuebot_farm.show, alloc=alloc2, int_size=10**12, int_burst=10**12)
-    big_host = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=10**12,
-                                   int_cores_idle=10**12, int_mem=10**7, int_mem_idle=10**7)
-    with connection.cursor() as cursor:  # as a scheduler booking would insert it: no recompute
-        cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
-                       "VALUES ('f-big', %s, %s, 'big', 'RUNNING', 1, 0)", [cuebot_farm.layer.id, cuebot_farm.job.id])
-        cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
-                       "int_mem_reserved) VALUES ('p-big', %s, %s, %s, %s, 'f-big', %s, 1)",
-                       [big_host.id, cuebot_farm.job.id, cuebot_farm.show.id, cuebot_farm.layer.id, 3 * 10**9])
-    cuebot_farm.add_proc(cores=200)  # its recompute already reports the rows it could not set
-    Subscription.objects.filter(pk=cuebot_farm.subscription.pk).update(int_cores=0)
+    with as_cuebot():
+        alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=cuebot_farm.alloc.facility, str_tag="big")
+        big_sub = Subscription.objects.create(show=cuebot_farm.show, alloc=alloc2, int_size=10**12, int_burst=10**12)
+        big_host = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=10**12,
+                                       int_cores_idle=10**12, int_mem=10**7, int_mem_idle=10**7)
+        with connection.cursor() as cursor:  # as a scheduler booking would insert it: no recompute
+            cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
+                           "VALUES ('f-big', %s, %s, 'big', 'RUNNING', 1, 0)", [cuebot_farm.layer.id, cuebot_farm.job.id])
+            cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
+                           "int_mem_reserved) VALUES ('p-big', %s, %s, %s, %s, 'f-big', %s, 1)",
+                           [big_host.id, cuebot_farm.job.id, cuebot_farm.show.id, cuebot_farm.layer.id, 3 * 10**9])
+        cuebot_farm.add_proc(cores=200)  # its recompute already reports the rows it could not set
+        Subscription.objects.filter(pk=cuebot_farm.subscription.pk).update(int_cores=0)
 
     failures = recompute_pg_accounting(show_ids=[cuebot_farm.show.id])
 

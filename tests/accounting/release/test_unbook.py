@@ -21,6 +21,7 @@ from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Host, Job
 from tests.accounting.pg import accounting_mismatches
 from tests.farms import build_farm
+from tests.service_role import as_cuebot
 
 
 def seed_keys(client, farm, *, cores: int, gpus: int = 0) -> dict[str, str]:
@@ -158,7 +159,8 @@ def test_delete_time_amounts_are_used_not_the_loaded_ones(farm, acct_redis, djan
     proc = farm.add_proc(cores=200, gpus=0)
     names = seed_keys(acct_redis, farm, cores=10, gpus=5)
     loaded = Proc.objects.get(pk=proc.id)  # a caller holding a stale copy
-    Proc.objects.filter(pk=proc.id).update(int_cores_reserved=500, int_gpus_reserved=2)
+    with as_cuebot():  # the row as Cuebot changed it since
+        Proc.objects.filter(pk=proc.id).update(int_cores_reserved=500, int_gpus_reserved=2)
 
     with django_capture_on_commit_callbacks(execute=True):
         release = unbook_proc(proc_id=loaded.id)
@@ -458,7 +460,8 @@ def test_a_release_reports_the_job_state_a_killed_job_has_when_its_procs_go(farm
     # OpenCue marks a killed job FINISHED before it releases the job's procs.
     job, layer = farm.add_job()
     procs = [farm.add_proc(layer=layer), farm.add_proc(layer=layer)]
-    Job.objects.filter(pk=job.pk).update(str_state="FINISHED", str_visible_name=None)
+    with as_cuebot():
+        Job.objects.filter(pk=job.pk).update(str_state="FINISHED", str_visible_name=None)
     running = farm.add_proc()
 
     if batch:

@@ -15,7 +15,9 @@ from accounting.notify.listen import open_listener
 from accounting.simulation.notify_era import NotifyStats, Scheduler, Store
 from shows.models import Show
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# simulate_farm plays the scheduler too (it books procs, INSERT on proc) and, for its faults,
+# ends other backends: more than the service's role may do.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.superuser]
 
 
 def simulate(*args: str) -> dict:

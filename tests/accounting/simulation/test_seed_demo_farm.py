@@ -8,6 +8,7 @@ from django.db import connection
 from accounting.models import Proc, Subscription
 from shows.models import Host, Job, Show
 from tests.accounting.pg import accounting_mismatches
+from tests.service_role import as_cuebot
 
 TABLE_COUNTS = ["facility", "alloc", "show", "dept", "folder", "folder_resource", "job", "job_resource", "layer", "layer_resource", "subscription", "point", "host", "proc"]
 
@@ -36,9 +37,26 @@ def counts() -> dict[str, int]:
     return {table: scalar(f"SELECT count(*) FROM {table}") for table in TABLE_COUNTS}
 
 
+@pytest.mark.django_db
+def test_the_services_documented_role_is_refused_in_one_line_before_anything_is_written():
+    """The demo writes Cuebot's rows; the role docs/attaching.md grants (the suite's) may not."""
+    with pytest.raises(CommandError) as raised:
+        call_command("seed_demo_farm", stdout=StringIO(), stderr=StringIO())
+    assert raised.value.returncode == 2
+    assert str(raised.value) == (
+        "seed_demo_farm refuses: it writes Cuebot's own rows as Cuebot and the scheduler do, and this database role "
+        "may not INSERT on facility, alloc, show, dept, subscription, point, folder, job, layer, host, host_stat, "
+        "frame, proc (the service's role of docs/attaching.md never may); run it as Cuebot's database role or the "
+        "database owner, on a scratch Cuebot database")
+    assert set(counts().values()) == {0}
+
+
 def seed(*args: str) -> str:
+    """The demo's seed writes Cuebot's rows (shows, hosts, jobs, procs) as Cuebot would: not
+    as the service's role, which the checks below run as."""
     out = StringIO()
-    call_command("seed_demo_farm", *args, stdout=out, stderr=StringIO())
+    with as_cuebot():
+        call_command("seed_demo_farm", *args, stdout=out, stderr=StringIO())
     return out.getvalue()
 
 

@@ -4,12 +4,14 @@ from django.core.management import call_command
 
 from accounting.reconcile.drift import drift_report
 from shows.models import Show
+from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db
 
 
 def test_seed_demo_farm_seeds_redis_for_managed_shows(acct_redis):
-    call_command("seed_demo_farm", "--shows", "2", "--hosts", "4", "--procs", "40")
+    with as_cuebot():  # the demo's seed writes Cuebot's rows as Cuebot would
+        call_command("seed_demo_farm", "--shows", "2", "--hosts", "4", "--procs", "40")
     managed = Show.objects.get(b_scheduler_managed=True)
     report = drift_report()
     assert report.shows == [managed.id] and report.rows == [] and report.fields_checked > 0

@@ -12,6 +12,7 @@ from accounting.management.commands.simulate_farm import Command as SimulateFarm
 from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
 from accounting.simulation.faults import FAULT_KINDS, FaultPlan, parse_faults
 from shows.models import Show
+from tests.service_role import as_cuebot
 
 
 def test_parse_faults_all_none_and_lists():
@@ -45,6 +46,19 @@ def test_bad_fault_name_exits_2_and_builds_nothing():
     assert sim_show_ids() == []
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("args", [[], ["--era", "notify"], ["--existing"]], ids=["redis-era", "notify-era", "existing"])
+def test_the_services_documented_role_is_refused_in_one_line_before_anything_is_written(args):
+    """The simulator books as the scheduler (INSERT on proc, frame) and builds Cuebot's rows:
+    under the role docs/attaching.md grants (the suite's) it stops at once, exit 2."""
+    with pytest.raises(CommandError) as raised:
+        call_command("simulate_farm", "--seconds", "1", *args, stdout=StringIO(), stderr=StringIO())
+    assert raised.value.returncode == 2
+    assert str(raised.value).startswith("simulate_farm refuses: it writes Cuebot's own rows")
+    assert "may not INSERT on facility, alloc, show" in str(raised.value) and "\n" not in str(raised.value)
+    assert sim_show_ids() == []
+
+
 def test_help_states_every_default():
     text = SimulateFarm().create_parser("manage.py", "simulate_farm").format_help()
     flat = " ".join(text.split())
@@ -72,7 +86,7 @@ def test_foreign_keys_are_those_of_shows_not_given_as_own(farm, acct_redis):
 
 
 def test_redis_restart_fault_refuses_to_flush_keys_of_shows_it_did_not_create(foreign_key, acct_redis):
-    with pytest.raises(CommandError) as raised:
+    with pytest.raises(CommandError) as raised, as_cuebot():  # a role that may book: this refusal comes first
         call_command("simulate_farm", "--seconds", "1", "--faults", "redis-restart", stdout=StringIO(), stderr=StringIO())
     assert raised.value.returncode == 2
     assert "--allow-flush-foreign-keys" in str(raised.value) and foreign_key in str(raised.value)
@@ -80,6 +94,7 @@ def test_redis_restart_fault_refuses_to_flush_keys_of_shows_it_did_not_create(fo
     assert sim_show_ids() == []
 
 
+@pytest.mark.superuser  # simulate_farm books as the scheduler (INSERT on proc)
 @pytest.mark.django_db(transaction=True)
 def test_all_faults_beside_keys_it_did_not_create_run_on_a_redis_of_their_own(foreign_key, acct_redis):
     """README's `simulate_farm --faults all`, run as written beside the demo farm: redis-kill
@@ -92,6 +107,7 @@ def test_all_faults_beside_keys_it_did_not_create_run_on_a_redis_of_their_own(fo
     assert not acct_redis.keys("acct:sub:*sim*") and acct_redis.dbsize() == 1  # nothing of the run's here
 
 
+@pytest.mark.superuser  # simulate_farm books as the scheduler (INSERT on proc)
 @pytest.mark.django_db(transaction=True)
 def test_redis_restart_fault_flushes_them_when_told_explicitly(foreign_key, acct_redis):
     out = StringIO()
@@ -102,6 +118,7 @@ def test_redis_restart_fault_flushes_them_when_told_explicitly(foreign_key, acct
 
 
 @pytest.mark.slow
+@pytest.mark.superuser  # simulate_farm books as the scheduler (INSERT on proc)
 @pytest.mark.django_db(transaction=True)
 def test_short_run_with_every_fault_keeps_every_invariant():
     assert settings.DATABASES["default"]["NAME"].startswith("test_")

@@ -36,6 +36,7 @@ from accounting.simulation.report import overlaps
 from accounting.simulation.workers import CLAIM_HOST, INSERT_PROC
 from shows.models import Show
 from tests.farms import build_farm
+from tests.service_role import as_cuebot
 
 PROC_MEM = 4096
 
@@ -97,7 +98,7 @@ class Model:
 def insert_proc(ids: dict, *, host_id: str, cores: int) -> str | None:
     """The booking's PG half: claim the host and INSERT the proc; None if the host is full."""
     proc_id = str(uuid.uuid4())
-    with transaction.atomic(), connection.cursor() as cursor:
+    with as_cuebot(), transaction.atomic(), connection.cursor() as cursor:  # the scheduler's own role
         cursor.execute(CLAIM_HOST, {"host": host_id, "cores": cores, "mem": PROC_MEM, "gpus": 0})
         if cursor.rowcount != 1:
             return None
