@@ -19,7 +19,7 @@ from accounting.release import publish, unbook
 from accounting.simulation import runner
 from accounting.simulation.runner import SimConfig, run_simulation
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.superuser, pytest.mark.django_db(transaction=True)]  # it books as the scheduler
 
 
 def booking_script_without(monkeypatch, check: str) -> None:
