@@ -440,9 +440,8 @@ def p99(latencies: list[float]) -> float:
 def counting_round_trips():
     """SQL statements, PostgreSQL round trips and Redis commands by database while the block runs.
 
-    A PostgreSQL round trip is one ReadyForQuery in libpq's protocol trace: the server's
-    answer to a Sync or a simple Query, which the client waits for (a pipeline sends many
-    statements and one Sync).
+    A PostgreSQL round trip is one wait in libpq's protocol trace: the client sends (a simple
+    Query, or a pipeline's statements up to a Sync or a Flush), then reads the answer.
     """
     counts: Counter = Counter()
 
@@ -471,7 +470,9 @@ def counting_round_trips():
             for client, _ in patched:
                 del client.execute_command
             trace.seek(0)
-            counts["pg round trips"] = sum(1 for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line)
+            directions = [line[:1] for line in trace]
+            counts["pg round trips"] = sum(1 for sent, answer in zip(directions, directions[1:])
+                                           if sent == b"F" and answer == b"B")
 
 
 def counts_per_call(farm: BenchFarm) -> tuple[dict, dict]:

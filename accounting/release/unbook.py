@@ -130,12 +130,15 @@ SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_
   FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
  WHERE p.pk_proc = %(id)s
 """
-# A batch joins its ids as a relation: `= ANY(array)` was planned anew at every call.
+# A batch by `= ANY`: PostgreSQL plans it anew at each call (it keeps custom plans for an array
+# of ids), and a batch of 100 still reads in less time than with the ids joined as a relation
+# under a generic plan (index lookups row by row on all three tables): 0.56 against 0.71 ms,
+# and bench/release.py's batches 0.59 against 0.56 of their floor, interleaved.
 PRE_READ_MANY = """
 SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
        j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
-  FROM unnest(%(ids)s::text[]) AS i(id) JOIN proc p ON p.pk_proc = i.id
-  JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
+ WHERE p.pk_proc = ANY(%(ids)s::text[])
 """
 
 
@@ -216,6 +219,27 @@ def _release_cursor():
 
 
 @contextmanager
+def _committed_with_the_writes() -> Iterator[None]:
+    """The outermost release transaction, once the releasing statement has answered: what is
+    left to send needs nothing back (the accounting-table writes, the notifications), so it goes
+    to PostgreSQL pipelined, with the COMMIT, in one round trip.
+
+    The COMMIT is sent only if the block ends normally. A failure of a statement sent before it
+    (a deadlock found in the accounting tables) makes PostgreSQL skip the rest, COMMIT included,
+    as a pipeline does after an error; it is raised here as the Django error a failed execute
+    raises (40P01 as its cause, so retry_transient reruns the release), and the atomic block
+    around rolls back and runs no on_commit callback. A COMMIT that fails (a deferred
+    constraint) is raised the same way. When the atomic block then commits, the transaction is
+    already over and psycopg sends nothing; Django runs the on_commit callbacks as usual.
+    (The releasing statement is not pipelined: psycopg would wait on the BEGIN it sends
+    first anyway, and the pipeline's own work cost more than the round trip it saved.)
+    """
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
+        connection.connection.execute("COMMIT", prepare=False)
+
+
+@contextmanager
 def _one_round_trip() -> Iterator[None]:
     """The statements run in the block go to PostgreSQL in one round trip (psycopg's
     pipeline mode), still one by one through the Django cursor wrapper.
@@ -230,6 +254,15 @@ def _one_round_trip() -> Iterator[None]:
     """
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
+
+
+def _after_the_release(*, outermost: bool, in_pg: bool, settling: bool):
+    """How the statements after the releasing statement's answer are sent (see above)."""
+    if outermost and (in_pg or notify_send.enabled()):
+        return _committed_with_the_writes()
+    if in_pg and not settling and not outermost:
+        return _one_round_trip()
+    return nullcontext()
 
 
 def _branch(row: tuple, *, managed: dict[str, bool]) -> Branch:
@@ -513,6 +546,7 @@ def _release_in_one_statement(proc_id: str, *, pre: _PreRead, registered: "_Regi
 
 def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None", *,
                             read: dict[str, tuple] | None = None) -> dict[str, Release]:
+    outermost = not connection.in_atomic_block
     with transaction.atomic(), _release_cursor() as cursor:
         # The procs deleted and their hosts given back in one statement.
         if len(proc_ids) == 1:
@@ -530,13 +564,14 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         releases = _releases_from_rows(rows, managed=managed, read=read)
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
-        # The decrements need nothing back: one round trip for up to six statements. A
+        # The decrements and the notifications need nothing back: one round trip for all of
+        # them, with the COMMIT when this is the outermost transaction. Inside a caller's, a
         # settling show's recompute reads results back, so it goes statement by statement.
-        if in_pg:
-            with _one_round_trip() if not settling else nullcontext():
+        with _after_the_release(outermost=outermost, in_pg=bool(in_pg), settling=bool(settling)):
+            if in_pg:
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
-        if notify_send.enabled():
-            _notify_releases(cursor, releases)
+            if notify_send.enabled():
+                _notify_releases(cursor, releases)
         to_redis, withheld = _publishable(releases)
         changed = 0
         if registered is not None:

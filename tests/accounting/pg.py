@@ -1,7 +1,13 @@
-"""Assertions about the PG accounting tables against SUM(proc), for tests."""
+"""Assertions about the PG accounting tables against SUM(proc), and about what the service sends
+PostgreSQL, for tests."""
+import tempfile
+from contextlib import contextmanager
+
+import psycopg
 from django.db import connection
 
 from accounting.reconcile.pg_truth import mismatches
+from tests.service_role import as_cuebot
 
 
 def accounting_mismatches(*, show_id: str) -> list[tuple]:
@@ -23,3 +29,49 @@ def drift_all_tables(*, show_id: str) -> None:
         cursor.execute("UPDATE layer_resource r SET int_gpus = 3 FROM job j "
                        "WHERE j.pk_job = r.pk_job AND j.pk_show = %s", [show_id])
         cursor.execute("UPDATE point SET int_cores = 42 WHERE pk_show = %s", [show_id])
+
+
+def protocol_exchanges(run) -> list[tuple[list[str], list[str]]]:
+    """What `run` sent on the test's connection and what came back, as the waits it made:
+    one (messages sent, messages answered) pair per time the client stopped sending to read,
+    each message named by its libpq trace type and text (`Bind "" "_pg3_0" ...`, `Sync`)."""
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            run()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        lines = [line.decode(errors="replace").rstrip("\n").split("\t") for line in trace]
+    exchanges: list[tuple[list[str], list[str]]] = []
+    for direction, _length, *message in lines:
+        text = " ".join(" ".join(message).split())
+        if direction == "F":
+            if not exchanges or exchanges[-1][1]:
+                exchanges.append(([], []))
+            exchanges[-1][0].append(text)
+        else:
+            exchanges[-1][1].append(text)
+    return exchanges
+
+
+@contextmanager
+def commit_refused():
+    """Every COMMIT of a transaction that deleted a proc fails, as a deferred constraint would
+    make it fail: the statements all succeed and the transaction is lost at its very end."""
+    with as_cuebot(), connection.cursor() as cursor:
+        cursor.execute("""
+            CREATE FUNCTION test_refuse_commit() RETURNS trigger LANGUAGE plpgsql AS
+            $$ BEGIN RAISE EXCEPTION 'commit refused by the test'; END $$""")
+        cursor.execute("""
+            CREATE CONSTRAINT TRIGGER test_refuse_commit AFTER DELETE ON proc
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_refuse_commit()""")
+    try:
+        yield
+    finally:
+        with as_cuebot(), connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER test_refuse_commit ON proc")
+            cursor.execute("DROP FUNCTION test_refuse_commit()")

@@ -2,13 +2,15 @@
 ProcDaoJdbc.procDestroyed sends for the same proc, inside the release transaction, and nothing
 from work that rolls back or that the scheduler must not hear."""
 import pytest
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from accounting.live import keys
+from accounting.models import Proc
 from accounting.notify.listen import decode
 from accounting.notify.payloads import RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct import metrics
+from tests.accounting.pg import commit_refused, protocol_exchanges
 from tests.accounting.release.test_unbook import hashes, seed_keys
 from tests.farms import build_farm
 from tests.service_role import as_cuebot
@@ -134,3 +136,40 @@ def test_the_notifications_metric_counts_at_commit(ear):
     unbook_procs(proc_ids=[farm.add_proc(cores=100).id, farm.add_proc(cores=200, layer=other_layer).id])
     assert len(ear.collect()) == 2
     assert metrics.NOTIFICATIONS.labels(channel=RELEASE)._value.get() == before + 2
+
+
+def test_a_release_that_is_its_own_transaction_sends_its_notification_with_its_commit(ear, settings):
+    """BEGIN, the releasing statement (its answer read), then the notification and the COMMIT
+    together: three waits on PostgreSQL, where one per statement would be four."""
+    settings.ACCOUNTING_REDIS_ENABLED = False
+    farm = build_farm(managed=True)
+    unbook_proc(proc_id=farm.add_proc(cores=100).id)  # warm: the flag, the prepared statements
+    assert len(ear.collect()) == 1
+    proc = farm.add_proc(cores=400, gpus=1)
+
+    exchanges = protocol_exchanges(lambda: unbook_proc(proc_id=proc.id))
+
+    assert len(exchanges) == 3
+    last_sent = " ".join(exchanges[-1][0])
+    assert "acct_release" in last_sent and last_sent.index("acct_release") < last_sent.index('"COMMIT"')
+    assert exchanges[-1][1][-1].startswith("ReadyForQuery I")  # the transaction is over
+    assert ear.collect() == [(RELEASE, cuebot_payload(farm, cores=-4, gpus=-1))]
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_nothing_is_heard_or_counted_from_a_release_whose_commit_fails(ear, batch):
+    farm = build_farm(managed=True)
+    procs = [farm.add_proc(cores=200), farm.add_proc(cores=300)]
+    heard = metrics.NOTIFICATIONS.labels(channel=RELEASE)._value.get()
+    released = metrics.RELEASES.labels(branch="scheduler")._value.get()
+
+    with commit_refused(), pytest.raises(DatabaseError, match="commit refused by the test"):
+        if batch:
+            unbook_procs(proc_ids=[p.id for p in procs])
+        else:
+            unbook_proc(proc_id=procs[0].id)
+
+    assert Proc.objects.filter(pk__in=[p.id for p in procs]).count() == 2
+    assert ear.collect() == []
+    assert metrics.NOTIFICATIONS.labels(channel=RELEASE)._value.get() == heard
+    assert metrics.RELEASES.labels(branch="scheduler")._value.get() == released

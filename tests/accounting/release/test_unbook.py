@@ -5,7 +5,7 @@ import threading
 
 import psycopg
 import pytest
-from django.db import connection, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 
 from accounting.live import keys
 from accounting.models import (
@@ -19,7 +19,7 @@ from accounting.models import (
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Host, Job
-from tests.accounting.pg import accounting_mismatches
+from tests.accounting.pg import accounting_mismatches, commit_refused
 from tests.farms import build_farm
 from tests.service_role import as_cuebot
 
@@ -485,3 +485,26 @@ def test_a_lone_scheduler_managed_release_outside_a_transaction_is_one_statement
     assert not Proc.objects.filter(pk=procs[1].id).exists()
     assert hashes(acct_redis, names) == {role: {"int_cores": "2", "int_gpus": "0"} for role in names}
     assert acct_redis.hgetall(keys.INFLIGHT) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("managed", [True, False], ids=["scheduler-managed", "cuebot-managed"])
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_a_release_whose_commit_fails_changes_nothing_anywhere(acct_redis, managed, batch):
+    """The outermost release sends its COMMIT with its last statements: a COMMIT refused at the
+    very end leaves PostgreSQL as it was, publishes nothing and settles its in-flight entry."""
+    farm = build_farm(managed=managed)
+    procs = [farm.add_proc(cores=200, gpus=1), farm.add_proc(cores=300)]
+    names = seed_keys(acct_redis, farm, cores=10, gpus=2)
+    pg_before, idle_before = booked(farm), host_idle(farm)
+
+    with commit_refused(), pytest.raises(DatabaseError, match="commit refused by the test"):
+        if batch:
+            unbook_procs(proc_ids=[p.id for p in procs])
+        else:
+            unbook_proc(proc_id=procs[0].id)
+
+    assert Proc.objects.filter(pk__in=[p.id for p in procs]).count() == 2
+    assert (booked(farm), host_idle(farm)) == (pg_before, idle_before)
+    assert hashes(acct_redis, names) == {role: {"int_cores": "10", "int_gpus": "2"} for role in names}
+    assert acct_redis.hlen(keys.INFLIGHT) == 0
