@@ -459,9 +459,12 @@ class _Registered:
 class _PreRead:
     """The procs about to go, read before any lock, as the releasing statements return them."""
 
-    releases: list[Release]
     settling: frozenset[str]  # shows settling after a switch back to Cuebot
     rows: dict[str, tuple]  # proc id -> (the row read, its Release)
+
+    @property
+    def releases(self) -> list[Release]:
+        return [release for _, release in self.rows.values()]
 
     def alone_in_one_statement(self, proc_ids: list[str]) -> bool:
         """One scheduler-managed proc, nothing to write in PostgreSQL but the DELETE and the host,
@@ -482,8 +485,7 @@ def _pre_read(proc_ids: list[str]) -> _PreRead:
         rows = cursor.fetchall()
     owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
     managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
-    releases = [_release_from_row(row, managed=managed) for row in rows]
-    return _PreRead(releases=releases, rows={row[0]: (row, r) for row, r in zip(rows, releases)},
+    return _PreRead(rows={row[0]: (row, _release_from_row(row, managed=managed)) for row in rows},
                     settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling))
 
 
