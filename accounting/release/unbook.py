@@ -466,11 +466,12 @@ class _PreRead:
     def releases(self) -> list[Release]:
         return [release for _, release in self.rows.values()]
 
-    def alone_in_one_statement(self, proc_ids: list[str]) -> bool:
-        """One scheduler-managed proc, nothing to write in PostgreSQL but the DELETE and the host,
-        nothing to send in the transaction, and no caller's transaction around: its releasing
-        statement is a transaction on its own (no BEGIN and COMMIT round trips)."""
-        return (len(proc_ids) == 1 and len(self.releases) == 1 and self.releases[0].branch is Branch.SCHEDULER
+    def in_one_statement(self, proc_ids: list[str]) -> bool:
+        """Every proc asked for was read, each of a scheduler-managed show and not local: nothing to
+        write in PostgreSQL but the DELETE and the hosts, nothing to send in the transaction
+        (NOTIFY off), and no caller's transaction around. The releasing statement is then a
+        transaction on its own: no BEGIN and COMMIT round trips."""
+        return (len(self.rows) == len(proc_ids) and all(r.branch is Branch.SCHEDULER for r in self.releases)
                 and not notify_send.enabled() and not connection.in_atomic_block)
 
 
@@ -521,17 +522,20 @@ def _release_registered(proc_ids: list[str], registered_out: list["_Registered"]
     registered = _register(pre) if pre is not None else None
     if registered is not None:
         registered_out.append(registered)
-    if pre is not None and pre.alone_in_one_statement(proc_ids):
-        return _release_in_one_statement(proc_ids[0], pre=pre, registered=registered)
+    if pre is not None and pre.in_one_statement(proc_ids):
+        return _release_in_one_statement(proc_ids, pre=pre, registered=registered)
     return _release_in_transaction(proc_ids, registered, read=pre.rows if pre is not None else None)
 
 
-def _release_in_one_statement(proc_id: str, *, pre: _PreRead, registered: "_Registered | None") -> dict[str, Release]:
-    """RELEASE_ONE on an autocommit connection: the DELETE and the host UPDATE are one
-    statement, so one implicit transaction, committed when it returns. What follows a commit
-    in the transactional path (publish, metrics) follows it here at once."""
+def _release_in_one_statement(proc_ids: list[str], *, pre: _PreRead, registered: "_Registered | None") -> dict[str, Release]:
+    """RELEASE_ONE or RELEASE_MANY on an autocommit connection: the DELETE and the host UPDATE
+    are one statement, so one implicit transaction, committed when it returns. What follows a
+    commit in the transactional path (publish, metrics) follows it here at once."""
     with _release_cursor() as cursor:
-        cursor.execute(RELEASE_ONE, {"id": proc_id})
+        if len(proc_ids) == 1:
+            cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
+        else:
+            cursor.execute(RELEASE_MANY, {"ids": proc_ids})
         rows = cursor.fetchall()
     # The owner as the read found it (a proc's show and b_local do not change; a flag that
     # flipped since is the next release's business, as it would be a moment later).

@@ -488,6 +488,32 @@ def test_a_lone_scheduler_managed_release_outside_a_transaction_is_one_statement
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_batch_of_scheduler_managed_procs_outside_a_transaction_is_one_statement(acct_redis):
+    farm = build_farm(managed=True)
+    procs = [farm.add_proc(cores=200) for _ in range(5)]
+    names = seed_keys(acct_redis, farm, cores=20)
+    unbook_procs(proc_ids=[procs[0].id, procs[1].id])  # warm: the flag is kept, the statements prepared
+    assert pg_answers(lambda: unbook_procs(proc_ids=[p.id for p in procs[2:]])) == 2  # the read, the statement
+    assert not Proc.objects.filter(pk__in=[p.id for p in procs]).exists()
+    assert hashes(acct_redis, names) == {role: {"int_cores": "10", "int_gpus": "0"} for role in names}
+    assert acct_redis.hgetall(keys.INFLIGHT) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_with_a_proc_to_write_in_postgresql_keeps_its_transaction(acct_redis):
+    """A local proc among scheduler-managed ones has rows to decrement in the same transaction:
+    the read, BEGIN, the statement, then the decrements with the COMMIT."""
+    farm = build_farm(managed=True)
+    procs = [farm.add_proc(cores=200), farm.add_proc(cores=100, local=True)]
+    unbook_procs(proc_ids=[farm.add_proc(cores=200).id, farm.add_proc(cores=100, local=True).id])  # warm
+    before = booked(farm)
+    assert pg_answers(lambda: unbook_procs(proc_ids=[p.id for p in procs])) == 4
+    after = booked(farm)
+    assert after["layer"] == (before["layer"][0] - 100, before["layer"][1])  # the local proc, in its layer
+    assert after["job_local"] == (before["job_local"][0] - 100, before["job_local"][1])
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("managed", [True, False], ids=["scheduler-managed", "cuebot-managed"])
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
 def test_a_release_whose_commit_fails_changes_nothing_anywhere(acct_redis, managed, batch):
