@@ -7,8 +7,9 @@ after-commit step to lose and nothing to retry.
 """
 from collections.abc import Sequence
 
+import psycopg
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from cuebot_acct.metrics import NOTIFICATIONS
 
@@ -30,5 +31,32 @@ def notify(*, cursor, channel: str, payloads: Sequence[str]) -> None:
         cursor.execute(_ONE, {"channel": channel, "payload": payloads[0]})
     else:
         cursor.execute(_MANY, {"channel": channel, "payloads": list(payloads)})
-    count = len(payloads)
+    _count_at_commit(channel=channel, count=len(payloads))
+
+
+def notify_and_commit(*, channel: str, payloads: Sequence[str]) -> None:
+    """The same as notify(), for the outermost transaction when the notifications are the last
+    thing it sends: they and the COMMIT go as one simple query, one round trip.
+
+    The statements are bound client-side (a simple query may hold several; the pg_notify
+    SELECT has nothing to plan ahead). PostgreSQL runs them in order and skips the COMMIT if a
+    notification fails; a COMMIT that fails is raised here like any failed statement, so the
+    atomic block around rolls back and runs no on_commit callback. When that block then
+    commits, the transaction is over already and psycopg sends nothing. With nothing to send,
+    nothing is sent: the block's own COMMIT ends the transaction.
+    """
+    if not payloads:
+        return
+    sql, params = (_ONE, {"channel": channel, "payload": payloads[0]}) if len(payloads) == 1 else (
+        _MANY, {"channel": channel, "payloads": list(payloads)})
+    connection.ensure_connection()
+    raw = psycopg.ClientCursor(connection.connection)
+    # Through Django's cursor wrapper, as every statement of the release path goes (query log,
+    # execute wrappers, error translation).
+    with connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw) as cursor:
+        cursor.execute(f"{sql}; COMMIT", params)
+    _count_at_commit(channel=channel, count=len(payloads))
+
+
+def _count_at_commit(*, channel: str, count: int) -> None:
     transaction.on_commit(lambda: NOTIFICATIONS.labels(channel=channel).inc(count))

@@ -220,9 +220,11 @@ def _release_cursor():
 
 @contextmanager
 def _committed_with_the_writes() -> Iterator[None]:
-    """The outermost release transaction, once the releasing statement has answered: what is
-    left to send needs nothing back (the accounting-table writes, the notifications), so it goes
-    to PostgreSQL pipelined, with the COMMIT, in one round trip.
+    """The outermost release transaction with accounting-table writes, once the releasing
+    statement has answered: what is left to send needs nothing back (the decrements, the
+    notifications), so it goes to PostgreSQL pipelined, with the COMMIT, in one round trip.
+    (With notifications alone, accounting.notify.send.notify_and_commit does the same with one
+    simple query: a pipeline's own work costs more than that round trip.)
 
     The COMMIT is sent only if the block ends normally. A failure of a statement sent before it
     (a deadlock found in the accounting tables) makes PostgreSQL skip the rest, COMMIT included,
@@ -254,15 +256,6 @@ def _one_round_trip() -> Iterator[None]:
     """
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
-
-
-def _after_the_release(*, outermost: bool, in_pg: bool, settling: bool):
-    """How the statements after the releasing statement's answer are sent (see above)."""
-    if outermost and (in_pg or notify_send.enabled()):
-        return _committed_with_the_writes()
-    if in_pg and not settling and not outermost:
-        return _one_round_trip()
-    return nullcontext()
 
 
 def _branch(row: tuple, *, managed: dict[str, bool]) -> Branch:
@@ -392,7 +385,7 @@ def _publishable(releases: Sequence[Release]) -> tuple[list[Release], int]:
     return publishable, len(to_redis) - len(publishable)
 
 
-def _notify_releases(cursor, releases: Sequence[Release]) -> None:
+def _notify_releases(cursor, releases: Sequence[Release], *, commit: bool = False) -> None:
     """NOTIFY era: acct_release for each scheduler-managed release, in this transaction.
 
     The scheduler's recompute (every 15 s) leaves out the procs of FINISHED jobs (a killed job
@@ -400,6 +393,8 @@ def _notify_releases(cursor, releases: Sequence[Release]) -> None:
     decrement for such a proc takes its store below SUM(proc). Those releases are not sent
     (Cuebot sends them), which leaves the store high until the next recompute at worst: the
     safe direction. A release whose job row is gone could not name its folder anyway.
+    commit: the notifications are the last thing the outermost transaction sends, and take
+    its COMMIT with them (accounting.notify.send.notify_and_commit).
     """
     heard, withheld = [], Counter()
     for r in releases:
@@ -410,7 +405,11 @@ def _notify_releases(cursor, releases: Sequence[Release]) -> None:
             continue
         heard.append(ReleasedAmount(show_id=r.show_id, alloc_id=r.alloc_id, folder_id=r.folder_id, job_id=r.job_id,
                                     layer_id=r.layer_id, dept_id=r.dept_id, cores=r.cores, gpus=r.gpus))
-    notify_send.notify(cursor=cursor, channel=RELEASE, payloads=release_payloads(released=heard))
+    payloads = release_payloads(released=heard)
+    if commit:
+        notify_send.notify_and_commit(channel=RELEASE, payloads=payloads)
+    else:
+        notify_send.notify(cursor=cursor, channel=RELEASE, payloads=payloads)
     if withheld:
         transaction.on_commit(lambda: [metrics.NOTIFY_WITHHELD.labels(reason=reason).inc(n)
                                        for reason, n in withheld.items()])
@@ -571,13 +570,16 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
         # The decrements and the notifications need nothing back: one round trip for all of
-        # them, with the COMMIT when this is the outermost transaction. Inside a caller's, a
-        # settling show's recompute reads results back, so it goes statement by statement.
-        with _after_the_release(outermost=outermost, in_pg=bool(in_pg), settling=bool(settling)):
-            if in_pg:
+        # them, with the COMMIT when this is the outermost transaction (notifications alone:
+        # one simple query with it). Inside a caller's transaction, a settling show's
+        # recompute reads results back, so it goes statement by statement.
+        if in_pg:
+            with _committed_with_the_writes() if outermost else _one_round_trip() if not settling else nullcontext():
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
-            if notify_send.enabled():
-                _notify_releases(cursor, releases)
+                if notify_send.enabled():
+                    _notify_releases(cursor, releases)
+        elif notify_send.enabled():
+            _notify_releases(cursor, releases, commit=outermost)
         to_redis, withheld = _publishable(releases)
         changed = 0
         if registered is not None:

@@ -151,7 +151,7 @@ def test_a_release_that_is_its_own_transaction_sends_its_notification_with_its_c
 
     assert len(exchanges) == 3
     last_sent = " ".join(exchanges[-1][0])
-    assert "acct_release" in last_sent and last_sent.index("acct_release") < last_sent.index('"COMMIT"')
+    assert "acct_release" in last_sent and last_sent.index("acct_release") < last_sent.index("COMMIT")
     assert exchanges[-1][1][-1].startswith("ReadyForQuery I")  # the transaction is over
     assert ear.collect() == [(RELEASE, cuebot_payload(farm, cores=-4, gpus=-1))]
 
