@@ -3,8 +3,8 @@
 PostgreSQL stores centicores; the admin shows and takes cores (accounting.live.units converts,
 exactly, both ways), so an operator who types 200 gets 200 cores, never 2. GPUs are counted
 whole everywhere in Cuebot, so a stored GPU number is the number of GPUs; where it sits beside
-cores columns and could be read as hundredths (a show's defaults: 100 and 100000, the
-cores columns' numbers), its field says so. Memory, which
+centicore columns and could be read as hundredths (a show's defaults, 100 and 100000), its
+field says so. Memory, which
 Cuebot stores in KB, reads in binary units (4194304 KB is "4 GiB"). Cuebot's derived
 `float_tier` reads with what it is made of ("0.44: 70 booked ÷ 160 size, cores"), since a bare
 "Tier: 0.44" tells an operator nothing.
@@ -44,12 +44,9 @@ NOT_UNLIMITED_GPUS = "-1 is not unlimited here (Cuebot keeps this default as a p
 def whole_gpus_field(*, label: str, cuebot_default: int, required: bool) -> forms.IntegerField:
     """A GPU count Cuebot stores as typed and books nothing against (a show's defaults)."""
     return forms.IntegerField(
-        label=f"{label} (whole GPUs)", required=required, min_value=0, max_value=2**31 - 1,
-        error_messages={"min_value": NOT_UNLIMITED_GPUS},
-        help_text=(f"Whole GPUs, stored as typed: Cuebot counts GPUs, it does not keep them in hundredths as it "
-                   f"does cores, so {cuebot_default} is {gpus_text(cuebot_default)}. Cuebot's own default here is "
-                   f"{gpus_text(cuebot_default)} (its migration gave the GPU defaults the cores defaults' numbers); "
-                   f"no booking compares against it."),
+        label=label, required=required, min_value=0, max_value=2**31 - 1, error_messages={"min_value": NOT_UNLIMITED_GPUS},
+        help_text=(f"Whole GPUs, as typed: Cuebot keeps only cores in hundredths, so its default here, "
+                   f"{cuebot_default}, is {gpus_text(cuebot_default)}. No booking compares against it."),
     )
 
 

@@ -154,14 +154,13 @@ def test_the_show_form_reads_its_default_gpus_as_whole_gpus(admin_client, cuebot
     100000 GPUs, not hundredths like the cores beside them), and books nothing against them."""
     page = admin_client.get(reverse("admin:shows_show_change", args=[cuebot_farm.show.pk]))
     form = page.context["adminform"].form
-    for name, label, stored in (("int_default_min_gpus", "Default min GPUs (whole GPUs)", 100),
-                                ("int_default_max_gpus", "Default max GPUs (whole GPUs)", 100000)):
+    for name, label, stored in (("int_default_min_gpus", "Default min GPUs", 100),
+                                ("int_default_max_gpus", "Default max GPUs", 100000)):
         field = form[name]
         assert (field.label, field.value()) == (label, stored)
-        assert f"so {stored} is {stored} GPUs. Cuebot's own default here is {stored} GPUs" in field.help_text
-        assert "not keep them in hundredths" in field.help_text
-    html = page.content.decode()
-    assert "Default min GPUs (whole GPUs):" in html and "Default max GPUs (whole GPUs):" in html
+        assert field.help_text == (f"Whole GPUs, as typed: Cuebot keeps only cores in hundredths, so its default here, "
+                                   f"{stored}, is {stored} GPUs. No booking compares against it.")
+        assert field.help_text in page.content.decode()
 
 
 def test_a_shows_default_gpus_take_whole_counts_and_refuse_minus_one(admin_client, cuebot_farm):
