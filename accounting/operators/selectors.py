@@ -58,7 +58,7 @@ def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
 # through field_label and keeps the raw field beside the name, for scripts and for HGET.
 _BOOKED = {"int_cores": "cores booked", "int_gpus": "GPUs booked"}
 FIELD_LABELS = {
-    "sub": {**_BOOKED, "size": "size (cores)", "burst": "burst (cores)"},
+    "sub": {**_BOOKED, "size": "size in cores", "burst": "burst in cores"},
     "folder": {**_BOOKED, "int_min_cores": "min cores", "int_max_cores": "max cores", "int_min_gpus": "min GPUs",
                "int_max_gpus": "max GPUs"},
     "job": {**_BOOKED, "int_max_cores": "max cores", "int_max_gpus": "max GPUs", "int_priority": "priority"},

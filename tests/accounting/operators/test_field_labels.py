@@ -25,7 +25,7 @@ KIND_FIELDS = {
     "point": BOOKED_FIELDS + tuple(name for name, _, _ in LIMIT_FIELDS[Point]),
 }
 EXPECTED = {
-    "sub": {"int_cores": "cores booked", "int_gpus": "GPUs booked", "size": "size (cores)", "burst": "burst (cores)"},
+    "sub": {"int_cores": "cores booked", "int_gpus": "GPUs booked", "size": "size in cores", "burst": "burst in cores"},
     "folder": {"int_cores": "cores booked", "int_gpus": "GPUs booked", "int_min_cores": "min cores",
                "int_max_cores": "max cores", "int_min_gpus": "min GPUs", "int_max_gpus": "max GPUs"},
     "job": {"int_cores": "cores booked", "int_gpus": "GPUs booked", "int_max_cores": "max cores",
