@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +21,15 @@ def closed_port() -> int:
 def manage(*args: str, settings: str = "settings", **env: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, **env}
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120)
+
+
+def await_log_line(path: Path, text: str, *, seconds: float = 60) -> None:
+    """Until `text` appears in the log file `path` (the event), or fail after `seconds`: a
+    process started in the background (scripts/server.py) says what it does only there."""
+    deadline = time.monotonic() + seconds
+    while text not in (path.read_text(errors="replace") if path.exists() else ""):
+        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"
+        time.sleep(0.05)
 
 
 class Running:

@@ -5,16 +5,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from tests.processes import ROOT, closed_port
+from tests.processes import ROOT, await_log_line, closed_port
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from server import group_members  # noqa: E402
@@ -25,14 +23,6 @@ from tests.service_role import service_database
 def script(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=timeout)
-
-
-def await_line(path: Path, text: str, *, seconds: float = 60) -> None:
-    """Until `text` appears in the log file `path` (the event), or fail after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while text not in (path.read_text(errors="replace") if path.exists() else ""):
-        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -53,8 +43,8 @@ def test_stop_ends_the_task_cluster_and_the_web_server_and_says_so_once_they_are
                      env=service_env)
     assert started.returncode == 0, started.stdout + started.stderr
     pids = {name: int((state / f"{name}.pid").read_text()) for name in ("gunicorn", "qcluster")}
-    await_line(state / "log" / "qcluster.log", "running")  # the cluster and its workers are up
-    await_line(state / "log" / "gunicorn.log", "Booting worker")
+    await_log_line(state / "log" / "qcluster.log", "running")  # the cluster and its workers are up
+    await_log_line(state / "log" / "gunicorn.log", "Booting worker")
     assert len(group_members(pids["qcluster"])) > 1  # its sentinel, workers, monitor, pusher
 
     stopped = script("scripts/server.py", "stop", "--state-dir", str(state), env=service_env)

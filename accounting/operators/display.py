@@ -1,7 +1,10 @@
 """Cores as a person reads and types them in the admin: columns, form fields, read-only values.
 
 PostgreSQL stores centicores; the admin shows and takes cores (accounting.live.units converts,
-exactly, both ways), so an operator who types 200 gets 200 cores, never 2. Memory, which
+exactly, both ways), so an operator who types 200 gets 200 cores, never 2. GPUs are counted
+whole everywhere in Cuebot, so a stored GPU number is the number of GPUs; where it sits beside
+centicore columns and could be read as hundredths (a show's defaults, 100 and 100000), its
+field says so. Memory, which
 Cuebot stores in KB, reads in binary units (4194304 KB is "4 GiB"). Cuebot's derived
 `float_tier` reads with what it is made of ("0.44: 70 booked ÷ 160 size, cores"), since a bare
 "Tier: 0.44" tells an operator nothing.
@@ -20,6 +23,31 @@ def cores_column(field: str, label: str | None = None):
         return format_cores(getattr(obj, field))
 
     return column
+
+
+def gpus_text(count: int) -> str:
+    """A stored GPU count as a person reads it: '1 GPU', '100 GPUs'."""
+    return "1 GPU" if count == 1 else f"{count} GPUs"
+
+
+def gpus_column(field: str, label: str):
+    @admin.display(description=label, ordering=field)
+    def column(_model_admin, obj) -> str:
+        return gpus_text(getattr(obj, field))
+
+    return column
+
+
+NOT_UNLIMITED_GPUS = "-1 is not unlimited here (Cuebot keeps this default as a plain count): enter 0 or more GPUs."
+
+
+def whole_gpus_field(*, label: str, cuebot_default: int, required: bool) -> forms.IntegerField:
+    """A GPU count Cuebot stores as typed and books nothing against (a show's defaults)."""
+    return forms.IntegerField(
+        label=label, required=required, min_value=0, max_value=2**31 - 1, error_messages={"min_value": NOT_UNLIMITED_GPUS},
+        help_text=(f"Whole GPUs, as typed: Cuebot keeps only cores in hundredths, so its default here, "
+                   f"{cuebot_default}, is {gpus_text(cuebot_default)}. No booking compares against it."),
+    )
 
 
 def format_kb(kb: int) -> str:

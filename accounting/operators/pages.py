@@ -15,8 +15,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from accounting.live.leases import LockBusy
-from accounting.operators.selectors import drift_status, farm_overview, key_labels
-from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, drift_report, subscription_bars
+from accounting.operators.selectors import drift_status, farm_overview, field_label, key_labels
+from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, DriftRow, drift_report, subscription_bars
 from accounting.reconcile.reseed import redis_is_empty, reseed
 from cuebot_acct import permissions
 from shows.models import Show
@@ -47,6 +47,11 @@ def drift_index(request: HttpRequest) -> HttpResponse:
         **admin.site.each_context(request), "title": "Accounting drift", "shows": shows, "status": status})
 
 
+def _entry(row: DriftRow, labels: dict[str, str]) -> dict:
+    """A drift row as the page lists it: its key and its field named."""
+    return {"label": labels.get(row.key, row.key), "field": field_label(key=row.key, field=row.field), "row": row}
+
+
 def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     show = get_object_or_404(Show, pk=show_id)
     # Redis holds nothing for a Cuebot-managed show: every limit would read as missing.
@@ -65,9 +70,9 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     context = {
         **admin.site.each_context(request), "title": f"Accounting drift: {show.str_name}", "show": show,
         "report": report, "bars": bars,
-        "rows": [{"label": labels.get(row.key, row.key), "row": row} for row in report.rows],
-        "rounding": [{"label": labels.get(row.key, row.key), "row": row} for row in report.rounding_only],
-        "in_flight": [{"label": labels.get(row.key, row.key), "row": row} for row in report.explained_by(IN_FLIGHT)],
+        "rows": [_entry(row, labels) for row in report.rows],
+        "rounding": [_entry(row, labels) for row in report.rounding_only],
+        "in_flight": [_entry(row, labels) for row in report.explained_by(IN_FLIGHT)],
         "closed": report.explained_by(CLOSED),
         "can_reseed": request.user.has_perm(permissions.RESEED_REDIS),
     }

@@ -1,6 +1,7 @@
 """Reads for the operator's pages: the farm overview, the drift check's results, names
-for Redis keys (`acct:folder:<uuid>` reads "demo01 / lighting"), and each booked number
-with its source and, where two sources differ, why."""
+for Redis keys (`acct:folder:<uuid>` reads "demo01 / lighting") and their fields
+(`int_cores` reads "cores booked"), and each booked number with its source and, where two
+sources differ, why."""
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,27 @@ def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
     return labels
 
 
+# What each field of each kind of key holds (docs/redis-protocol.md), in an operator's words.
+# Every face that lists Redis fields (the drift page, acct_drift, the drift API) names them
+# through field_label and keeps the raw field beside the name, for scripts and for HGET.
+_BOOKED = {"int_cores": "cores booked", "int_gpus": "GPUs booked"}
+FIELD_LABELS = {
+    "sub": {**_BOOKED, "size": "size in cores", "burst": "burst in cores"},
+    "folder": {**_BOOKED, "int_min_cores": "min cores", "int_max_cores": "max cores", "int_min_gpus": "min GPUs",
+               "int_max_gpus": "max GPUs"},
+    "job": {**_BOOKED, "int_max_cores": "max cores", "int_max_gpus": "max GPUs", "int_priority": "priority"},
+    "layer": _BOOKED,
+    "point": {**_BOOKED, "int_min_cores": "min cores", "int_min_gpus": "min GPUs"},
+}
+
+
+def field_label(*, key: str, field: str) -> str:
+    """An operator's name for `field` of the accounting key `key`; a field its kind of key
+    does not hold (a stray one someone wrote by hand) reads as itself."""
+    kind = key.split(":")[1] if key.count(":") >= 2 else ""
+    return FIELD_LABELS.get(kind, {}).get(field, field)
+
+
 # --- Names beside ids in answers ------------------------------------------------------------
 
 # A release answer names what it released. Names change rarely and a release client releases
@@ -91,9 +113,13 @@ def release_names(*, releases: Iterable) -> dict[str, dict[str, str | None]]:
 
 
 def labelled_drift(*, report: dict) -> dict:
-    """A drift report's dict with each row's key named (show / allocation, folder, job, ...)."""
-    labels = key_labels(redis_keys={row["key"] for row in report["rows"]})
-    return {**report, "rows": [{**row, "names": labels.get(row["key"])} for row in report["rows"]]}
+    """A drift report's dict with each row's key named (show / allocation, folder, job, ...) and
+    its field labelled (`"field": "int_cores", "label": "cores booked"`), in every list of rows."""
+    lists = ("rows", "rounding_only", "explained")
+    labels = key_labels(redis_keys={row["key"] for name in lists for row in report[name]})
+    return {**report, **{name: [{**row, "names": labels.get(row["key"]),
+                                 "label": field_label(key=row["key"], field=row["field"])} for row in report[name]]
+                         for name in lists}}
 
 
 # --- The drift check's last results (accounting.reconcile.drift_check) -----------------------------

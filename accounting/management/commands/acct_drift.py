@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.operators.selectors import key_labels, labelled_drift
+from accounting.operators.selectors import field_label, key_labels, labelled_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, drift_report
 from shows.selectors import AmbiguousName, get_show_by_name
 
@@ -17,7 +17,8 @@ class Command(BaseCommand):
     help = (
         "Compare Redis with PostgreSQL for every key of the scheduler-managed shows: booked counters "
         "against SUM(proc) (per-proc conversion, in-flight operations included), limits against the "
-        "tables. One row per differing key and field; exit 1 if anything drifted. Differences that are "
+        "tables. One row per differing key and field (named, with the raw Redis field in brackets; --json "
+        "keeps it as `field` beside its `label`); exit 1 if anything drifted. Differences that are "
         "not drift are counted apart: the scheduler's own sum-then-convert rounding, operations in "
         "flight, and keys closed while Redis is not seeded, being rebuilt or owed a rebuild."
     )
@@ -43,7 +44,8 @@ class Command(BaseCommand):
             labels = key_labels(redis_keys={row.key for row in report.rows})
             for row in report.rows:
                 cause = f"\tcause: {row.cause}" if row.cause else ""
-                self.stdout.write(f"{labels.get(row.key, row.key)}\t{row.field}\tredis={row.redis}\tpg={row.pg}"
+                field = f"{field_label(key=row.key, field=row.field)} ({row.field})"
+                self.stdout.write(f"{labels.get(row.key, row.key)}\t{field}\tredis={row.redis}\tpg={row.pg}"
                                   f"\tdiff={row.difference:+d}{cause}\t{row.key}")
             if report.redis_state != SEEDED:
                 self.stdout.write(f"the accounting Redis is {report.redis_state}: its keys are closed, nothing is drift")

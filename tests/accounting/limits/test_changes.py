@@ -63,7 +63,7 @@ def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing_and_says_so(
     with pytest.raises(SystemExit):
         call_command("acct_drift")
     out = capsys.readouterr().out
-    assert (f"{farm.show.str_name} / {farm.alloc.str_name}\tburst\tredis=None\tpg=300\tdiff=-300\tcause: limit write refused"
+    assert (f"{farm.show.str_name} / {farm.alloc.str_name}\tburst in cores (burst)\tredis=None\tpg=300\tdiff=-300\tcause: limit write refused"
             in out and f"\t{sub_key(farm)}\n" in out)
 
 

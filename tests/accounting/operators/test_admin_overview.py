@@ -84,10 +84,10 @@ def test_the_drift_page_names_keys_and_the_index_says_which_show_drifts(admin_cl
 
     text = visible_text(admin_client.get(reverse("acct-drift-show", args=[farm.show.pk])).content.decode())
     show, job = farm.show.str_name, farm.job.str_name
-    assert f"folder {show} / root int_cores 5 2" in text
-    assert f"job {show} / {job} int_max_cores 3 100" in text
-    assert f"layer {show} / {job} / render int_cores 9 2" in text
-    assert f"{show} / {farm.dept.str_name} int_min_cores 4 0" in text
+    assert f"folder {show} / root cores booked int_cores 5 2" in text
+    assert f"job {show} / {job} max cores int_max_cores 3 100" in text
+    assert f"layer {show} / {job} / render cores booked int_cores 9 2" in text
+    assert f"{show} / {farm.dept.str_name} min cores int_min_cores 4 0" in text
     assert "acct:" not in text and farm.folder.pk not in text
     assert f"manage.py acct_reseed --show {show}" in text
 

@@ -140,6 +140,60 @@ def test_a_show_save_writes_only_the_columns_the_operator_changed(admin_client, 
     assert (show.int_default_max_cores, show.b_paused) == (25000, True)
 
 
+def shown_form(admin_client, show) -> tuple[str, dict[str, str]]:
+    """The show's change page, and its form's data as the browser would post it back unchanged."""
+    url = reverse("admin:shows_show_change", args=[show.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {name: form[name].field.prepare_value(form[name].value()) for name in form.fields}
+    data = {name: ("on" if value is True else str(value)) for name, value in data.items() if value not in (False, None)}
+    return url, data | {f"initial-{name}": value for name, value in data.items()}
+
+
+def test_the_show_form_reads_its_default_gpus_as_whole_gpus(admin_client, cuebot_farm):
+    """Cuebot keeps a show's default GPUs as counts (its defaults 100 and 100000 are 100 and
+    100000 GPUs, not hundredths like the cores beside them), and books nothing against them."""
+    page = admin_client.get(reverse("admin:shows_show_change", args=[cuebot_farm.show.pk]))
+    form = page.context["adminform"].form
+    for name, label, stored in (("int_default_min_gpus", "Default min GPUs", 100),
+                                ("int_default_max_gpus", "Default max GPUs", 100000)):
+        field = form[name]
+        assert (field.label, field.value()) == (label, stored)
+        assert field.help_text == (f"Whole GPUs, as typed: Cuebot keeps only cores in hundredths, so its default here, "
+                                   f"{stored}, is {stored} GPUs. No booking compares against it.")
+        assert field.help_text in page.content.decode()
+
+
+def test_a_shows_default_gpus_take_whole_counts_and_refuse_minus_one(admin_client, cuebot_farm):
+    url, data = shown_form(admin_client, cuebot_farm.show)
+    refused = admin_client.post(url, data | {"int_default_max_gpus": "-1"})
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors["int_default_max_gpus"] == [
+        "-1 is not unlimited here (Cuebot keeps this default as a plain count): enter 0 or more GPUs."]
+    assert "int_default_min_gpus" in admin_client.post(url, data | {"int_default_min_gpus": "1.5"}).context[
+        "adminform"].form.errors
+    assert Show.objects.filter(pk=cuebot_farm.show.pk).values_list("int_default_min_gpus", "int_default_max_gpus").get() == (
+        100, 100000)
+
+
+def test_a_show_default_gpus_change_writes_that_column_only(admin_client, cuebot_farm):
+    url, data = shown_form(admin_client, cuebot_farm.show)
+    Show.objects.filter(pk=cuebot_farm.show.pk).update(int_default_min_gpus=3)  # Cuebot's own change meanwhile
+
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.post(url, data | {"int_default_max_gpus": "8"}).status_code == 302
+
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('UPDATE "show"')]
+    assert len(updates) == 1 and updates[0].startswith('UPDATE "show" SET "int_default_max_gpus" = ')
+    assert Show.objects.filter(pk=cuebot_farm.show.pk).values_list("int_default_min_gpus", "int_default_max_gpus").get() == (
+        3, 8)
+
+
+def test_a_read_only_show_page_says_its_default_gpus_in_gpus(client, django_user_model, cuebot_farm):
+    client.force_login(staff_with(django_user_model, "viewer", "view_show"))
+    html = client.get(reverse("admin:shows_show_change", args=[cuebot_farm.show.pk])).content.decode()
+    assert "100 GPUs" in html and "100000 GPUs" in html
+
+
 def test_shows_are_neither_added_nor_deleted_nor_renamed_here(admin_client, cuebot_farm):
     assert admin_client.get(reverse("admin:shows_show_add")).status_code == 403
     assert admin_client.get(reverse("admin:shows_show_delete", args=[cuebot_farm.show.pk])).status_code == 403

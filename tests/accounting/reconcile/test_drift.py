@@ -79,7 +79,7 @@ def test_command_exit_codes_and_json(farm, acct_redis, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["fields_drifted"] == 1
     assert data["rows"][0] == {"key": sub_key(farm), "field": "int_cores", "redis": 5, "pg": 0, "difference": 5, "cause": None,
-                               "names": f"{farm.show.str_name} / {farm.alloc.str_name}"}
+                               "names": f"{farm.show.str_name} / {farm.alloc.str_name}", "label": "cores booked"}
 
 
 def test_api_drift(farm, acct_redis, reader_client):
