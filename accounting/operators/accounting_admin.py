@@ -33,7 +33,7 @@ from accounting.models import (
     Proc,
     Subscription,
 )
-from accounting.operators.display import CoresFormMixin, cores_column, memory_column, tier_column
+from accounting.operators.display import CoresFormMixin, cores_column, gpus_column, memory_column, tier_column
 from accounting.operators.farm_admin import CuebotWrittenAdmin
 from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import STALE_AFTER
@@ -173,9 +173,7 @@ class SubscriptionAdmin(LimitAdmin):
             return "—"
         return format_html_join("", "<div><strong>{}:</strong> {}</div>", ((r.kind, r.text) for r in reasons))
 
-    @admin.display(description=f"booked GPUs: {PG_ROW}", ordering="int_gpus")
-    def gpus(self, obj) -> int:
-        return obj.int_gpus
+    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
 
     def changelist_view(self, request, extra_context=None):
         """Read every source once for the page's rows (one Redis pipeline, one aggregate), not per row."""
@@ -198,14 +196,15 @@ class SubscriptionAdmin(LimitAdmin):
 
 @admin.register(FolderResource)
 class FolderResourceAdmin(LimitAdmin):
-    list_display = ["folder_name", "show", "cores", "min_cores", "max_cores", "int_gpus", "int_min_gpus", "int_max_gpus"]
+    list_display = ["folder_name", "show", "cores", "min_cores", "max_cores", "gpus", "min_gpus", "max_gpus"]
     list_filter = ["folder__show"]
     list_select_related = ["folder__show"]
     search_fields = ["folder__str_name", "folder__show__str_name"]
     ordering = ["folder__show__str_name", "folder__str_name"]
-    fields = ["show", "folder", "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus", "cores", "int_gpus",
+    fields = ["show", "folder", "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus", "cores", "gpus",
               "tier"]
     cores_fields = {"int_min_cores": False, "int_max_cores": True}
+    gpu_fields = {"int_min_gpus": False, "int_max_gpus": True}
     limit_service = set_folder_limits
     service_argument = "folder_resource"
     limit_keywords = {"int_min_cores": "min_cores", "int_max_cores": "max_cores", "int_min_gpus": "min_gpus",
@@ -214,6 +213,9 @@ class FolderResourceAdmin(LimitAdmin):
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     min_cores = cores_column("int_min_cores")
     max_cores = cores_column("int_max_cores")
+    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    min_gpus = gpus_column("int_min_gpus", "min GPUs")
+    max_gpus = gpus_column("int_max_gpus", "max GPUs", unlimited=True)
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=True)
 
     @admin.display(description="folder", ordering="folder__str_name")
@@ -223,14 +225,15 @@ class FolderResourceAdmin(LimitAdmin):
 
 @admin.register(JobResource)
 class JobResourceAdmin(LimitAdmin):
-    list_display = ["job", "show", "cores", "max_cores", "int_gpus", "int_max_gpus", "int_priority"]
+    list_display = ["job", "show", "cores", "max_cores", "gpus", "max_gpus", "int_priority"]
     list_filter = ["job__show", "job__str_state"]
     list_select_related = ["job__show"]
     search_fields = ["job__str_name", "job__show__str_name"]
     ordering = ["job__show__str_name", "job__str_name"]
-    fields = ["show", "job", "int_max_cores", "int_max_gpus", "int_priority", "cores", "int_gpus", "min_cores",
+    fields = ["show", "job", "int_max_cores", "int_max_gpus", "int_priority", "cores", "gpus", "min_cores",
               "local_cores", "int_local_gpus", "tier"]
     cores_fields = {"int_max_cores": False}
+    gpu_fields = {"int_max_gpus": False}
     limit_service = set_job_limits
     service_argument = "job_resource"
     limit_keywords = {"int_max_cores": "max_cores", "int_max_gpus": "max_gpus", "int_priority": "priority"}
@@ -238,6 +241,8 @@ class JobResourceAdmin(LimitAdmin):
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     max_cores = cores_column("int_max_cores")
     min_cores = cores_column("int_min_cores")
+    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    max_gpus = gpus_column("int_max_gpus", "max GPUs")
     local_cores = cores_column("int_local_cores", f"booked locally: {PG_ROW}")
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=False)
 
@@ -246,29 +251,33 @@ class JobResourceAdmin(LimitAdmin):
 class LayerResourceAdmin(CuebotWrittenAdmin):
     """Layers have no limits: their booked counters are all there is, read-only."""
 
-    list_display = ["layer", "job", "show", "cores", "int_gpus"]
+    list_display = ["layer", "job", "show", "cores", "gpus"]
     list_filter = ["job__show", "job__str_state"]
     list_select_related = ["layer", "job__show"]
     search_fields = ["layer__str_name", "job__str_name", "job__show__str_name"]
     ordering = ["job__show__str_name", "job__str_name", "layer__str_name"]
     show = show_column("job__show")
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
+    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
 
 
 @admin.register(Point)
 class PointAdmin(LimitAdmin):
-    list_display = ["show", "dept", "cores", "min_cores", "int_gpus", "int_min_gpus"]
+    list_display = ["show", "dept", "cores", "min_cores", "gpus", "min_gpus"]
     list_filter = ["show", "dept"]
     list_select_related = ["show", "dept"]
     search_fields = ["show__str_name", "dept__str_name"]
     ordering = ["show__str_name", "dept__str_name"]
-    fields = ["show", "dept", "int_min_cores", "int_min_gpus", "cores", "int_gpus", "b_managed", "tier"]
+    fields = ["show", "dept", "int_min_cores", "int_min_gpus", "cores", "gpus", "b_managed", "tier"]
     cores_fields = {"int_min_cores": False}
+    gpu_fields = {"int_min_gpus": False}
     limit_service = set_point_limits
     service_argument = "point"
     limit_keywords = {"int_min_cores": "min_cores", "int_min_gpus": "min_gpus"}
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     min_cores = cores_column("int_min_cores")
+    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    min_gpus = gpus_column("int_min_gpus", "min GPUs")
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=True)
 
 
@@ -278,14 +287,15 @@ class ProcAdmin(admin.ModelAdmin):
     unbook does: host idle back, accounting decremented or Redis published after commit.
     Procs are never added here: only a dispatcher books."""
 
-    list_display = ["host", "show", "job", "layer", "cores", "int_gpus_reserved", "b_local", "ts_booked"]
+    list_display = ["host", "show", "job", "layer", "cores", "gpus", "b_local", "ts_booked"]
     list_filter = ["show", "b_local", "job__str_state"]
     search_fields = ["id", "host__str_name", "job__str_name", "show__str_name"]
     list_select_related = ["show", "job", "layer", "host"]
     ordering = ["show__str_name", "host__str_name", "ts_booked"]
-    fields = ["show", "job", "layer", "frame", "host", "cores", "int_gpus_reserved", "memory", "gpu_memory",
+    fields = ["show", "job", "layer", "frame", "host", "cores", "gpus", "memory", "gpu_memory",
               "b_local", "ts_booked", "ts_ping"]
     cores = cores_column("int_cores_reserved", "cores reserved")
+    gpus = gpus_column("int_gpus_reserved", "GPUs reserved")
     memory = memory_column("int_mem_reserved", "memory reserved")
     gpu_memory = memory_column("int_gpu_mem_reserved", "GPU memory reserved")
 

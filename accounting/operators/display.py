@@ -11,9 +11,10 @@ Cuebot stores in KB, reads in binary units (4194304 KB is "4 GiB"). Cuebot's der
 """
 from django import forms
 from django.contrib import admin
+from django.utils.text import capfirst
 
 from accounting.limits.changes import WHOLE_CORES_COLUMNS, column_max
-from accounting.live.units import UNLIMITED_WORD, CoresRefused, cores_text, format_cores, parse_cores
+from accounting.live.units import UNLIMITED, UNLIMITED_WORD, CoresRefused, cores_text, format_cores, parse_cores
 
 
 def cores_column(field: str, label: str | None = None):
@@ -25,15 +26,18 @@ def cores_column(field: str, label: str | None = None):
     return column
 
 
-def gpus_text(count: int) -> str:
-    """A stored GPU count as a person reads it: '1 GPU', '100 GPUs'."""
+def gpus_text(count: int, *, unlimited: bool = False) -> str:
+    """A stored GPU count as a person reads it: '1 GPU', '100 GPUs', and 'unlimited' for -1 where
+    Cuebot means that by it (a folder's max GPUs; a job's -1 is compared as a number)."""
+    if unlimited and count == UNLIMITED:
+        return UNLIMITED_WORD
     return "1 GPU" if count == 1 else f"{count} GPUs"
 
 
-def gpus_column(field: str, label: str):
+def gpus_column(field: str, label: str, *, unlimited: bool = False):
     @admin.display(description=label, ordering=field)
     def column(_model_admin, obj) -> str:
-        return gpus_text(getattr(obj, field))
+        return gpus_text(getattr(obj, field), unlimited=unlimited)
 
     return column
 
@@ -122,28 +126,44 @@ class CoresField(forms.CharField):
             return True
 
 
+def gpu_cap_label(field: str) -> str:
+    """'int_max_gpus' -> 'max GPUs'."""
+    return field.removeprefix("int_").replace("_gpus", " GPUs").replace("_", " ")
+
+
 class CoresFormMixin:
-    """ModelAdmin mixin: the fields named in `cores_fields` are entered and shown in cores.
+    """ModelAdmin mixin: the fields named in `cores_fields` are entered and shown in cores, those
+    in `gpu_fields` named as GPU caps.
 
     `cores_fields` maps a field name to whether -1 means unlimited there (only a folder's
-    maxima: accounting.limits.changes.UNLIMITED_ALLOWED); elsewhere -1 is refused.
+    maxima: accounting.limits.changes.UNLIMITED_ALLOWED); elsewhere -1 is refused. `gpu_fields`
+    does the same for GPU caps, which are whole counts as stored.
     """
 
     cores_fields: dict[str, bool] = {}
+    gpu_fields: dict[str, bool] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         for name in cls.cores_fields:
             setattr(cls, f"{name}_in_cores", cores_column(name))
+        for name, unlimited in cls.gpu_fields.items():
+            setattr(cls, f"{name}_in_gpus", gpus_column(name, gpu_cap_label(name), unlimited=unlimited))
 
     def get_fields(self, request, obj=None):
-        """Read-only (no change permission), the same fields show as text in cores."""
+        """Read-only (no change permission), the same fields show as text in cores and GPUs."""
         fields = super().get_fields(request, obj)
         if obj is None or self.has_change_permission(request, obj):
             return fields
-        return [f"{name}_in_cores" if name in self.cores_fields else name for name in fields]
+        return [f"{name}_in_cores" if name in self.cores_fields else f"{name}_in_gpus" if name in self.gpu_fields
+                else name for name in fields]
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name in self.gpu_fields:
+            field = super().formfield_for_dbfield(db_field, request, **kwargs)
+            field.label = capfirst(gpu_cap_label(db_field.name))
+            field.help_text = "Whole GPUs." + (" -1 for no limit." if self.gpu_fields[db_field.name] else "")
+            return field
         if db_field.name not in self.cores_fields:
             return super().formfield_for_dbfield(db_field, request, **kwargs)
         unlimited = self.cores_fields[db_field.name]

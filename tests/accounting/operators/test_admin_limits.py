@@ -177,3 +177,25 @@ def test_a_tier_reads_with_what_it_is_made_of(tier, booked, base, soft, reads):
     column = tier_column(base="int_size", base_label="size", soft=soft)
     row = SimpleNamespace(float_tier=Decimal(tier), int_cores=booked, int_size=base)
     assert column(None, row).startswith(reads) and column(None, row).endswith("Cuebot books the lowest tier first)")
+
+
+def test_gpu_columns_and_caps_read_as_gpus_and_a_folders_minus_one_as_unlimited(admin_client, client, django_user_model):
+    farm = build_farm(managed=True)
+    FolderResource.objects.filter(folder=farm.folder).update(int_max_gpus=-1, int_min_gpus=2)
+    JobResource.objects.filter(job=farm.job).update(int_max_gpus=1)
+
+    folders = visible_text(admin_client.get(reverse("admin:accounting_folderresource_changelist")).content.decode())
+    assert "Max GPUs" in folders and "Min GPUs" in folders and "Booked GPUs" in folders
+    assert "unlimited" in folders and "2 GPUs" in folders and "Int max gpus" not in folders
+    jobs = visible_text(admin_client.get(reverse("admin:accounting_jobresource_changelist")).content.decode())
+    assert "1 GPU" in jobs and "Int max gpus" not in jobs
+
+    form = admin_client.get(change_url(FolderResource.objects.get(folder=farm.folder))).context["adminform"].form
+    assert (form.fields["int_max_gpus"].label, form.fields["int_max_gpus"].help_text) == ("Max GPUs", "Whole GPUs. -1 for no limit.")
+    assert form.fields["int_min_gpus"].help_text == "Whole GPUs."
+    job_form = admin_client.get(change_url(JobResource.objects.get(job=farm.job))).context["adminform"].form
+    assert job_form.fields["int_max_gpus"].help_text == "Whole GPUs."  # a job's -1 is compared as a number
+
+    client.force_login(staff(django_user_model, "view_folderresource"))
+    read_only = visible_text(client.get(change_url(FolderResource.objects.get(folder=farm.folder))).content.decode())
+    assert "Max GPUs" in read_only and "unlimited" in read_only and "-1" not in read_only
