@@ -571,10 +571,11 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
         # The decrements and the notifications need nothing back: one round trip for all of
         # them, with the COMMIT when this is the outermost transaction (notifications alone:
-        # one simple query with it). Inside a caller's transaction, a settling show's
-        # recompute reads results back, so it goes statement by statement.
+        # one simple query with it). A settling show's recompute reads results back and redoes
+        # a failed row in a savepoint (which a pipeline, skipping all after an error, would
+        # not run), so it goes statement by statement and the block commits as usual.
         if in_pg:
-            with _committed_with_the_writes() if outermost else _one_round_trip() if not settling else nullcontext():
+            with (nullcontext() if settling else _committed_with_the_writes() if outermost else _one_round_trip()):
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
                 if notify_send.enabled():
                     _notify_releases(cursor, releases)
