@@ -51,6 +51,7 @@ screenshots: venv
 
 bench: services
 	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput -v 0
 	$(PY) bench/release.py
 	$(PY) bench/reseed.py
 	$(PY) bench/rebuild.py
