@@ -4,9 +4,12 @@ import tempfile
 from contextlib import contextmanager
 
 import psycopg
-from django.db import connection
+import pytest
+from django.db import DatabaseError, connection
 
+from accounting.models import Proc
 from accounting.reconcile.pg_truth import mismatches
+from accounting.release.unbook import unbook_proc, unbook_procs
 from tests.service_role import as_cuebot
 
 
@@ -75,3 +78,14 @@ def commit_refused():
         with as_cuebot(), connection.cursor() as cursor:
             cursor.execute("DROP TRIGGER test_refuse_commit ON proc")
             cursor.execute("DROP FUNCTION test_refuse_commit()")
+
+
+def release_refused_at_commit(*, procs: list, batch: bool) -> None:
+    """Release `procs` (all of them, or the first alone) with every COMMIT refused: the release
+    raises, and every proc is still there."""
+    with commit_refused(), pytest.raises(DatabaseError, match="commit refused by the test"):
+        if batch:
+            unbook_procs(proc_ids=[p.id for p in procs])
+        else:
+            unbook_proc(proc_id=procs[0].id)
+    assert Proc.objects.filter(pk__in=[p.id for p in procs]).count() == len(procs)

@@ -2,15 +2,14 @@
 ProcDaoJdbc.procDestroyed sends for the same proc, inside the release transaction, and nothing
 from work that rolls back or that the scheduler must not hear."""
 import pytest
-from django.db import DatabaseError, transaction
+from django.db import transaction
 
 from accounting.live import keys
-from accounting.models import Proc
 from accounting.notify.listen import decode
 from accounting.notify.payloads import RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct import metrics
-from tests.accounting.pg import commit_refused, protocol_exchanges
+from tests.accounting.pg import protocol_exchanges, release_refused_at_commit
 from tests.accounting.release.test_unbook import hashes, seed_keys
 from tests.farms import build_farm
 from tests.service_role import as_cuebot
@@ -163,13 +162,8 @@ def test_nothing_is_heard_or_counted_from_a_release_whose_commit_fails(ear, batc
     heard = metrics.NOTIFICATIONS.labels(channel=RELEASE)._value.get()
     released = metrics.RELEASES.labels(branch="scheduler")._value.get()
 
-    with commit_refused(), pytest.raises(DatabaseError, match="commit refused by the test"):
-        if batch:
-            unbook_procs(proc_ids=[p.id for p in procs])
-        else:
-            unbook_proc(proc_id=procs[0].id)
+    release_refused_at_commit(procs=procs, batch=batch)
 
-    assert Proc.objects.filter(pk__in=[p.id for p in procs]).count() == 2
     assert ear.collect() == []
     assert metrics.NOTIFICATIONS.labels(channel=RELEASE)._value.get() == heard
     assert metrics.RELEASES.labels(branch="scheduler")._value.get() == released

@@ -5,7 +5,7 @@ import threading
 
 import psycopg
 import pytest
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import connection, connections, transaction
 
 from accounting.live import keys
 from accounting.models import (
@@ -19,7 +19,7 @@ from accounting.models import (
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Host, Job
-from tests.accounting.pg import accounting_mismatches, commit_refused
+from tests.accounting.pg import accounting_mismatches, protocol_exchanges, release_refused_at_commit
 from tests.farms import build_farm
 from tests.service_role import as_cuebot
 
@@ -344,9 +344,12 @@ def test_threads_releasing_one_proc_release_it_once(acct_redis):
     assert sum(r is not None for r in results) == 1
     assert host_idle(farm)[0] == idle_before[0] + 300
     assert hashes(acct_redis, names) == {role: {"int_cores": "6", "int_gpus": "2"} for role in names}
-    # Each thread registered its release in flight before locking (a bump of acct:seq) and
-    # settled it after commit (another); the five that found the proc gone took nothing off.
-    assert acct_redis.get(keys.SEQ) == str(2 * workers)
+    # A thread whose read before any lock found the proc registered its release in flight (a
+    # bump of acct:seq) and settled it after its statement (another), whether it deleted the
+    # proc or found it gone; a thread that read after the winner's commit registered nothing.
+    # How many read in time depends on the scheduling; every registration was settled.
+    seq = int(acct_redis.get(keys.SEQ))
+    assert seq % 2 == 0 and 2 <= seq <= 2 * workers
     assert acct_redis.hgetall(keys.INFLIGHT) == {}
 
 
@@ -359,18 +362,8 @@ def statements(queries) -> list[str]:
 
 
 def pg_answers(run) -> int:
-    """PostgreSQL round trips `run` waits for: ReadyForQuery messages in libpq's protocol trace."""
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    with tempfile.TemporaryFile() as trace:
-        pgconn.trace(trace.fileno())
-        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
-        try:
-            run()
-        finally:
-            pgconn.untrace()
-        trace.seek(0)
-        return sum(1 for line in trace if line.startswith(b"B\t") and b"\tReadyForQuery" in line)
+    """PostgreSQL round trips `run` waits for that end in ReadyForQuery (a Sync or a simple Query)."""
+    return sum(1 for _, answered in protocol_exchanges(run) for message in answered if message.startswith("ReadyForQuery"))
 
 
 def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag(farm, monkeypatch, django_capture_on_commit_callbacks):
@@ -524,13 +517,8 @@ def test_a_release_whose_commit_fails_changes_nothing_anywhere(acct_redis, manag
     names = seed_keys(acct_redis, farm, cores=10, gpus=2)
     pg_before, idle_before = booked(farm), host_idle(farm)
 
-    with commit_refused(), pytest.raises(DatabaseError, match="commit refused by the test"):
-        if batch:
-            unbook_procs(proc_ids=[p.id for p in procs])
-        else:
-            unbook_proc(proc_id=procs[0].id)
+    release_refused_at_commit(procs=procs, batch=batch)
 
-    assert Proc.objects.filter(pk__in=[p.id for p in procs]).count() == 2
     assert (booked(farm), host_idle(farm)) == (pg_before, idle_before)
     assert hashes(acct_redis, names) == {role: {"int_cores": "10", "int_gpus": "2"} for role in names}
     assert acct_redis.hlen(keys.INFLIGHT) == 0
