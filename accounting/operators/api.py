@@ -70,8 +70,8 @@ class ReleaseOut(Schema):
     cores_centicores: int = Field(description="Released cores as PostgreSQL stores them (1 core = 100).")
     cores: int = Field(description="Released cores as Redis counts them: per proc, truncated.")
     gpus: int
-    memory: int = Field(description="KB")
-    gpu_memory: int = Field(description="KB")
+    memory_kb: int = Field(description="Reserved memory given back, in KB (Cuebot's unit: 4194304 is 4 GiB).")
+    gpu_memory_kb: int = Field(description="Reserved GPU memory given back, in KB.")
     branch: Literal["local", "scheduler", "cuebot"]
     names: dict[str, str | None] = Field(
         description="The names of show, alloc, folder, job, layer and dept (\"gone\" for a row that no longer exists; "
@@ -107,7 +107,8 @@ class UnbookBatchOut(Schema):
 
 
 def _release_out(release: Release, names: dict[str, str | None]) -> dict:
-    return {**release.__dict__, "branch": release.branch.value, "names": names}
+    return {**release.__dict__, "memory_kb": release.memory, "gpu_memory_kb": release.gpu_memory,
+            "branch": release.branch.value, "names": names}
 
 
 @router.post(

@@ -39,7 +39,7 @@ def test_unbook_one_returns_the_release_and_publishes(farm, acct_redis, post, dj
     assert response.json() == {
         "proc_id": proc.id, "host_id": farm.host.id, "show_id": farm.show.id, "alloc_id": farm.alloc.id,
         "folder_id": farm.folder.id, "job_id": farm.job.id, "layer_id": farm.layer.id, "dept_id": farm.dept.id,
-        "cores_centicores": 250, "cores": 2, "gpus": 1, "memory": 512, "gpu_memory": 0, "branch": "scheduler",
+        "cores_centicores": 250, "cores": 2, "gpus": 1, "memory_kb": 512, "gpu_memory_kb": 0, "branch": "scheduler",
         "names": {"show": farm.show.str_name, "alloc": farm.alloc.str_name, "folder": "root",
                   "job": farm.job.str_name, "layer": "render", "dept": farm.dept.str_name},
     }
