@@ -569,11 +569,18 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         releases = _releases_from_rows(rows, managed=managed, read=read)
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
-        # The decrements and the notifications need nothing back: one round trip for all of
-        # them, with the COMMIT when this is the outermost transaction (notifications alone:
-        # one simple query with it). A settling show's recompute reads results back and redoes
-        # a failed row in a savepoint (which a pipeline, skipping all after an error, would
-        # not run), so it goes statement by statement and the block commits as usual.
+        to_redis, withheld = _publishable(releases)
+        changed = 0
+        if registered is not None:
+            covered, changed = registered.covering(to_redis)
+            _publish_on_commit(registered, covered)
+        transaction.on_commit(lambda: _count_at_commit(releases, withheld=withheld, changed=changed))
+        # Last in the block, since an outermost transaction's COMMIT goes with them: the
+        # decrements and the notifications need nothing back, so one round trip for all of
+        # them (notifications alone: one simple query with the COMMIT). A settling show's
+        # recompute reads results back and redoes a failed row in a savepoint (which a
+        # pipeline, skipping all after an error, would not run), so it goes statement by
+        # statement and the block commits as usual.
         if in_pg:
             with (nullcontext() if settling else _committed_with_the_writes() if outermost else _one_round_trip()):
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
@@ -581,12 +588,6 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
                     _notify_releases(cursor, releases)
         elif notify_send.enabled():
             _notify_releases(cursor, releases, commit=outermost)
-        to_redis, withheld = _publishable(releases)
-        changed = 0
-        if registered is not None:
-            covered, changed = registered.covering(to_redis)
-            _publish_on_commit(registered, covered)
-        transaction.on_commit(lambda: _count_at_commit(releases, withheld=withheld, changed=changed))
     return {r.proc_id: r for r in releases}
 
 
