@@ -213,7 +213,7 @@ class FolderResourceAdmin(LimitAdmin):
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     min_cores = cores_column("int_min_cores")
     max_cores = cores_column("int_max_cores")
-    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    gpus = gpus_column("int_gpus", "booked GPUs")
     min_gpus = gpus_column("int_min_gpus", "min GPUs")
     max_gpus = gpus_column("int_max_gpus", "max GPUs", unlimited=True)
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=True)
@@ -241,7 +241,7 @@ class JobResourceAdmin(LimitAdmin):
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     max_cores = cores_column("int_max_cores")
     min_cores = cores_column("int_min_cores")
-    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    gpus = gpus_column("int_gpus", "booked GPUs")
     max_gpus = gpus_column("int_max_gpus", "max GPUs")
     local_cores = cores_column("int_local_cores", f"booked locally: {PG_ROW}")
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=False)
@@ -258,7 +258,7 @@ class LayerResourceAdmin(CuebotWrittenAdmin):
     ordering = ["job__show__str_name", "job__str_name", "layer__str_name"]
     show = show_column("job__show")
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
-    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    gpus = gpus_column("int_gpus", "booked GPUs")
 
 
 @admin.register(Point)
@@ -276,7 +276,7 @@ class PointAdmin(LimitAdmin):
     limit_keywords = {"int_min_cores": "min_cores", "int_min_gpus": "min_gpus"}
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     min_cores = cores_column("int_min_cores")
-    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    gpus = gpus_column("int_gpus", "booked GPUs")
     min_gpus = gpus_column("int_min_gpus", "min GPUs")
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=True)
 
