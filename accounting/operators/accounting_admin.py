@@ -33,7 +33,14 @@ from accounting.models import (
     Proc,
     Subscription,
 )
-from accounting.operators.display import CoresFormMixin, cores_column, gpus_column, memory_column, tier_column
+from accounting.operators.display import (
+    CoresFormMixin,
+    cores_and_gpus_column,
+    cores_column,
+    gpus_column,
+    memory_column,
+    tier_column,
+)
 from accounting.operators.farm_admin import CuebotWrittenAdmin
 from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import STALE_AFTER
@@ -196,7 +203,7 @@ class SubscriptionAdmin(LimitAdmin):
 
 @admin.register(FolderResource)
 class FolderResourceAdmin(LimitAdmin):
-    list_display = ["folder_name", "show", "cores", "min_cores", "max_cores", "gpus", "min_gpus", "max_gpus"]
+    list_display = ["folder_name", "show", "booked", "minimum", "maximum"]
     list_filter = ["folder__show"]
     list_select_related = ["folder__show"]
     search_fields = ["folder__str_name", "folder__show__str_name"]
@@ -211,11 +218,10 @@ class FolderResourceAdmin(LimitAdmin):
                       "int_max_gpus": "max_gpus"}
     show = show_column("folder__show")
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
-    min_cores = cores_column("int_min_cores")
-    max_cores = cores_column("int_max_cores")
-    gpus = gpus_column("int_gpus", "booked GPUs")
-    min_gpus = gpus_column("int_min_gpus", "min GPUs")
-    max_gpus = gpus_column("int_max_gpus", "max GPUs", unlimited=True)
+    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    booked = cores_and_gpus_column("int_cores", "int_gpus", f"booked: {PG_ROW}")
+    minimum = cores_and_gpus_column("int_min_cores", "int_min_gpus", "min")
+    maximum = cores_and_gpus_column("int_max_cores", "int_max_gpus", "max", unlimited_gpus=True)
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=True)
 
     @admin.display(description="folder", ordering="folder__str_name")
@@ -225,7 +231,7 @@ class FolderResourceAdmin(LimitAdmin):
 
 @admin.register(JobResource)
 class JobResourceAdmin(LimitAdmin):
-    list_display = ["job", "show", "cores", "max_cores", "gpus", "max_gpus", "int_priority"]
+    list_display = ["job", "show", "booked", "maximum", "int_priority"]
     list_filter = ["job__show", "job__str_state"]
     list_select_related = ["job__show"]
     search_fields = ["job__str_name", "job__show__str_name"]
@@ -239,10 +245,10 @@ class JobResourceAdmin(LimitAdmin):
     limit_keywords = {"int_max_cores": "max_cores", "int_max_gpus": "max_gpus", "int_priority": "priority"}
     show = show_column("job__show")
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
-    max_cores = cores_column("int_max_cores")
     min_cores = cores_column("int_min_cores")
-    gpus = gpus_column("int_gpus", "booked GPUs")
-    max_gpus = gpus_column("int_max_gpus", "max GPUs")
+    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    booked = cores_and_gpus_column("int_cores", "int_gpus", f"booked: {PG_ROW}")
+    maximum = cores_and_gpus_column("int_max_cores", "int_max_gpus", "max")
     local_cores = cores_column("int_local_cores", f"booked locally: {PG_ROW}")
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=False)
 
@@ -251,19 +257,18 @@ class JobResourceAdmin(LimitAdmin):
 class LayerResourceAdmin(CuebotWrittenAdmin):
     """Layers have no limits: their booked counters are all there is, read-only."""
 
-    list_display = ["layer", "job", "show", "cores", "gpus"]
+    list_display = ["layer", "job", "show", "booked"]
     list_filter = ["job__show", "job__str_state"]
     list_select_related = ["layer", "job__show"]
     search_fields = ["layer__str_name", "job__str_name", "job__show__str_name"]
     ordering = ["job__show__str_name", "job__str_name", "layer__str_name"]
     show = show_column("job__show")
-    cores = cores_column("int_cores", f"booked: {PG_ROW}")
-    gpus = gpus_column("int_gpus", "booked GPUs")
+    booked = cores_and_gpus_column("int_cores", "int_gpus", f"booked: {PG_ROW}")
 
 
 @admin.register(Point)
 class PointAdmin(LimitAdmin):
-    list_display = ["show", "dept", "cores", "min_cores", "gpus", "min_gpus"]
+    list_display = ["show", "dept", "booked", "minimum"]
     list_filter = ["show", "dept"]
     list_select_related = ["show", "dept"]
     search_fields = ["show__str_name", "dept__str_name"]
@@ -275,9 +280,9 @@ class PointAdmin(LimitAdmin):
     service_argument = "point"
     limit_keywords = {"int_min_cores": "min_cores", "int_min_gpus": "min_gpus"}
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
-    min_cores = cores_column("int_min_cores")
-    gpus = gpus_column("int_gpus", "booked GPUs")
-    min_gpus = gpus_column("int_min_gpus", "min GPUs")
+    gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+    booked = cores_and_gpus_column("int_cores", "int_gpus", f"booked: {PG_ROW}")
+    minimum = cores_and_gpus_column("int_min_cores", "int_min_gpus", "min")
     tier = tier_column(base="int_min_cores", base_label="min cores", soft=True)
 
 
@@ -287,7 +292,7 @@ class ProcAdmin(admin.ModelAdmin):
     unbook does: host idle back, accounting decremented or Redis published after commit.
     Procs are never added here: only a dispatcher books."""
 
-    list_display = ["host", "show", "job", "layer", "cores", "gpus", "b_local", "ts_booked"]
+    list_display = ["host", "show", "job", "layer", "reserved", "b_local", "ts_booked"]
     list_filter = ["show", "b_local", "job__str_state"]
     search_fields = ["id", "host__str_name", "job__str_name", "show__str_name"]
     list_select_related = ["show", "job", "layer", "host"]
@@ -296,6 +301,7 @@ class ProcAdmin(admin.ModelAdmin):
               "b_local", "ts_booked", "ts_ping"]
     cores = cores_column("int_cores_reserved", "cores reserved")
     gpus = gpus_column("int_gpus_reserved", "GPUs reserved")
+    reserved = cores_and_gpus_column("int_cores_reserved", "int_gpus_reserved", "reserved")
     memory = memory_column("int_mem_reserved", "memory reserved")
     gpu_memory = memory_column("int_gpu_mem_reserved", "GPU memory reserved")
 

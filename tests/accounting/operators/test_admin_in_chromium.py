@@ -93,6 +93,11 @@ def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_th
         listing = fits_the_page(chromium, "#changelist .results")
         assert listing["found"] and not listing["scrolls"], f"the subscription list scrolls sideways: {listing}"
         assert "Where booked cores come from." in chromium.evaluate("document.querySelector('#changelist').innerText")
+        # The other accounting lists (cores and GPUs per row) fit beside the sidebar and the filter too.
+        for model in ("folderresource", "jobresource", "layerresource", "point", "proc"):
+            chromium.open(f"{base}/admin/accounting/{model}/")
+            listing = fits_the_page(chromium, "#changelist .results")
+            assert listing["found"] and not listing["scrolls"], f"the {model} list scrolls sideways: {listing}"
 
         # The sidebar's link, clicked as a person clicks it.
         chromium.events.clear()
