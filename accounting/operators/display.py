@@ -42,15 +42,21 @@ def gpus_column(field: str, label: str, *, unlimited: bool = False):
     return column
 
 
+NBSP = "\u00a0"
+
+
 def cores_and_gpus_column(cores_field: str, gpus_field: str, label: str, *, unlimited_gpus: bool = False):
     """A list column with a row's cores and GPUs together ('47.5 cores, 4 GPUs'), sorted by the
     cores: a list with a column for each pushed its last columns out of its box beside the
-    sidebar and the filter at 1280 pixels."""
+    sidebar and the filter at 1280 pixels. A narrow column breaks between the two amounts,
+    never inside one."""
     @admin.display(description=label, ordering=cores_field)
     def column(_model_admin, obj) -> str:
         cores = format_cores(getattr(obj, cores_field))
         gpus = gpus_text(getattr(obj, gpus_field), unlimited=unlimited_gpus)
-        return f"{'unlimited cores' if cores == UNLIMITED_WORD else cores}, {'unlimited GPUs' if gpus == UNLIMITED_WORD else gpus}"
+        cores, gpus = (f"{UNLIMITED_WORD} cores" if cores == UNLIMITED_WORD else cores,
+                       f"{UNLIMITED_WORD} GPUs" if gpus == UNLIMITED_WORD else gpus)
+        return f"{cores.replace(' ', NBSP)}, {gpus.replace(' ', NBSP)}"
 
     return column
 

@@ -186,10 +186,10 @@ def test_gpu_columns_and_caps_read_as_gpus_and_a_folders_minus_one_as_unlimited(
 
     folders = visible_text(admin_client.get(reverse("admin:accounting_folderresource_changelist")).content.decode())
     # One column per role, cores and GPUs together, so the list fits beside the sidebar and filter.
-    assert "0 cores, 2 GPUs" in folders and "unlimited cores, unlimited GPUs" in folders
+    assert "0\u00a0cores, 2\u00a0GPUs" in folders and "unlimited\u00a0cores, unlimited\u00a0GPUs" in folders
     assert "Int max gpus" not in folders and "Int gpus" not in folders
     jobs = visible_text(admin_client.get(reverse("admin:accounting_jobresource_changelist")).content.decode())
-    assert "cores, 1 GPU" in jobs and "Int max gpus" not in jobs
+    assert "cores, 1\u00a0GPU" in jobs and "Int max gpus" not in jobs
 
     form = admin_client.get(change_url(FolderResource.objects.get(folder=farm.folder))).context["adminform"].form
     assert (form.fields["int_max_gpus"].label, form.fields["int_max_gpus"].help_text) == ("Max GPUs", "Whole GPUs. -1 for no limit.")
