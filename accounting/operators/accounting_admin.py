@@ -292,9 +292,10 @@ class ProcAdmin(admin.ModelAdmin):
     unbook does: host idle back, accounting decremented or Redis published after commit.
     Procs are never added here: only a dispatcher books."""
 
-    # Job and layer share a column, as cores and GPUs do: at 1280 pixels, beside the sidebar and
-    # the filter, a column each pushed the booking time out of the list's box.
-    list_display = ["host", "show", "job_layer", "reserved", "b_local", "ts_booked"]
+    # Job and layer share a column, as cores and GPUs do, and the booking time reads as
+    # 2026-11-25 10:53: at 1280 pixels, beside the sidebar and the filter, a column each and
+    # "Nov. 25, 2026, 10:53 a.m." pushed the list out of its box.
+    list_display = ["host", "show", "job_layer", "reserved", "b_local", "booked_at"]
     list_filter = ["show", "b_local", "job__str_state"]
     search_fields = ["id", "host__str_name", "job__str_name", "show__str_name"]
     list_select_related = ["show", "job", "layer", "host"]
@@ -310,6 +311,10 @@ class ProcAdmin(admin.ModelAdmin):
     @admin.display(description="job / layer", ordering="job__str_name")
     def job_layer(self, obj) -> str:
         return f"{obj.job.str_name} / {obj.layer.str_name}"
+
+    @admin.display(description="booked at", ordering="ts_booked")
+    def booked_at(self, obj) -> str:
+        return timezone.localtime(obj.ts_booked).strftime("%Y-%m-%d %H:%M")
 
     def has_add_permission(self, request) -> bool:
         return False
