@@ -4,6 +4,7 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django.utils import timezone
 
 from accounting.live import keys
 from accounting.models import Proc, Subscription
@@ -97,3 +98,11 @@ def test_a_procs_page_reads_its_memory_in_binary_units(admin_client, farm):
     page = admin_client.get(reverse("admin:accounting_proc_change", args=[proc.id])).content.decode()
     assert "4 GiB" in page and "4194304" not in page and "2.5 cores" in page
     assert [format_kb(kb) for kb in (512, 1536, 3 * 1024 * 1024 // 2)] == ["512 KiB", "1.5 MiB", "1.5 GiB"]
+
+
+def test_the_proc_list_reads_job_and_layer_together_cores_and_gpus_together_and_a_short_booking_time(admin_client, farm):
+    proc = farm.add_proc(cores=250, gpus=1)
+    listing = admin_client.get(CHANGELIST).content.decode()
+    assert f"{farm.job.str_name} / {farm.layer.str_name}" in listing
+    assert "2.5\u00a0cores, 1\u00a0GPU" in listing
+    assert timezone.localtime(Proc.objects.get(pk=proc.pk).ts_booked).strftime("%Y-%m-%d %H:%M") in listing
