@@ -145,6 +145,29 @@ class CoresField(forms.CharField):
             return True
 
 
+NOT_UNLIMITED_GPU_CAP = "-1 is not unlimited here (Cuebot compares this limit as a number): enter 0 or more GPUs."
+GPU_CAP_OR_UNLIMITED = f"Enter 0 or more GPUs, or -1 or '{UNLIMITED_WORD}' for no limit."
+
+
+class GpusField(forms.IntegerField):
+    """A GPU cap typed as a whole count, and 'unlimited' (stored as -1) where Cuebot means that by
+    -1, shown as it is typed, as CoresField shows a folder's unlimited cores."""
+
+    widget = forms.TextInput  # a number input cannot hold the word
+
+    def __init__(self, *, unlimited: bool, **kwargs):
+        self.unlimited = unlimited
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value):
+        return UNLIMITED_WORD if self.unlimited and value == UNLIMITED else value
+
+    def to_python(self, value):
+        if self.unlimited and isinstance(value, str) and value.strip().lower() == UNLIMITED_WORD:
+            return UNLIMITED
+        return super().to_python(value)
+
+
 def gpu_cap_label(field: str) -> str:
     """'int_max_gpus' -> 'max GPUs'."""
     return field.removeprefix("int_").replace("_gpus", " GPUs").replace("_", " ")
@@ -179,10 +202,12 @@ class CoresFormMixin:
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         if db_field.name in self.gpu_fields:
-            field = super().formfield_for_dbfield(db_field, request, **kwargs)
-            field.label = capfirst(gpu_cap_label(db_field.name))
-            field.help_text = "Whole GPUs." + (" -1 for no limit." if self.gpu_fields[db_field.name] else "")
-            return field
+            unlimited = self.gpu_fields[db_field.name]
+            return db_field.formfield(
+                form_class=GpusField, unlimited=unlimited, label=capfirst(gpu_cap_label(db_field.name)),
+                help_text="Whole GPUs." + (f" -1 or '{UNLIMITED_WORD}' for no limit." if unlimited else ""),
+                error_messages={"min_value": GPU_CAP_OR_UNLIMITED if unlimited else NOT_UNLIMITED_GPU_CAP},
+            )
         if db_field.name not in self.cores_fields:
             return super().formfield_for_dbfield(db_field, request, **kwargs)
         unlimited = self.cores_fields[db_field.name]

@@ -191,12 +191,33 @@ def test_gpu_columns_and_caps_read_as_gpus_and_a_folders_minus_one_as_unlimited(
     jobs = visible_text(admin_client.get(reverse("admin:accounting_jobresource_changelist")).content.decode())
     assert "cores, 1\u00a0GPU" in jobs and "Int max gpus" not in jobs
 
-    form = admin_client.get(change_url(FolderResource.objects.get(folder=farm.folder))).context["adminform"].form
-    assert (form.fields["int_max_gpus"].label, form.fields["int_max_gpus"].help_text) == ("Max GPUs", "Whole GPUs. -1 for no limit.")
+    page = admin_client.get(change_url(FolderResource.objects.get(folder=farm.folder)))
+    form = page.context["adminform"].form
+    assert (form.fields["int_max_gpus"].label, form.fields["int_max_gpus"].help_text) == (
+        "Max GPUs", "Whole GPUs. -1 or 'unlimited' for no limit.")
     assert form.fields["int_min_gpus"].help_text == "Whole GPUs."
+    assert 'name="int_max_gpus" value="unlimited"' in page.content.decode()  # as the max cores beside it reads
     job_form = admin_client.get(change_url(JobResource.objects.get(job=farm.job))).context["adminform"].form
     assert job_form.fields["int_max_gpus"].help_text == "Whole GPUs."  # a job's -1 is compared as a number
 
     client.force_login(staff(django_user_model, "view_folderresource"))
     read_only = visible_text(client.get(change_url(FolderResource.objects.get(folder=farm.folder))).content.decode())
     assert "Max GPUs" in read_only and "unlimited" in read_only and "-1" not in read_only
+
+
+def test_a_folders_max_gpus_takes_unlimited_and_a_jobs_refuses_minus_one(admin_client, django_capture_on_commit_callbacks):
+    farm = build_farm(managed=False)
+    folder = FolderResource.objects.get(folder=farm.folder)
+    FolderResource.objects.filter(pk=folder.pk).update(int_max_gpus=4)
+    data = form_data(admin_client.get(change_url(folder))) | {"int_max_gpus": "unlimited"}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin_client.post(change_url(folder), data).status_code == 302
+    assert FolderResource.objects.get(pk=folder.pk).int_max_gpus == -1
+
+    job = JobResource.objects.get(job=farm.job)
+    data = form_data(admin_client.get(change_url(job))) | {"int_max_gpus": "-1"}
+    refused = admin_client.post(change_url(job), data)
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors["int_max_gpus"] == [
+        "-1 is not unlimited here (Cuebot compares this limit as a number): enter 0 or more GPUs."]
+    assert JobResource.objects.get(pk=job.pk).int_max_gpus == job.int_max_gpus
