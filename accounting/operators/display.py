@@ -145,10 +145,6 @@ class CoresField(forms.CharField):
             return True
 
 
-NOT_UNLIMITED_GPU_CAP = "-1 is not unlimited here (Cuebot compares this limit as a number): enter 0 or more GPUs."
-GPU_CAP_OR_UNLIMITED = f"Enter 0 or more GPUs, or -1 or '{UNLIMITED_WORD}' for no limit."
-
-
 class GpusField(forms.IntegerField):
     """A GPU cap typed as a whole count, and 'unlimited' (stored as -1) where Cuebot means that by
     -1, shown as it is typed, as CoresField shows a folder's unlimited cores."""
@@ -206,7 +202,6 @@ class CoresFormMixin:
             return db_field.formfield(
                 form_class=GpusField, unlimited=unlimited, label=capfirst(gpu_cap_label(db_field.name)),
                 help_text="Whole GPUs." + (f" -1 or '{UNLIMITED_WORD}' for no limit." if unlimited else ""),
-                error_messages={"min_value": GPU_CAP_OR_UNLIMITED if unlimited else NOT_UNLIMITED_GPU_CAP},
             )
         if db_field.name not in self.cores_fields:
             return super().formfield_for_dbfield(db_field, request, **kwargs)

@@ -218,6 +218,5 @@ def test_a_folders_max_gpus_takes_unlimited_and_a_jobs_refuses_minus_one(admin_c
     data = form_data(admin_client.get(change_url(job))) | {"int_max_gpus": "-1"}
     refused = admin_client.post(change_url(job), data)
     assert refused.status_code == 200
-    assert refused.context["adminform"].form.errors["int_max_gpus"] == [
-        "-1 is not unlimited here (Cuebot compares this limit as a number): enter 0 or more GPUs."]
+    assert refused.context["adminform"].form.errors["int_max_gpus"] == ["Use a value of 0 or more (-1 is not unlimited here)."]
     assert JobResource.objects.get(pk=job.pk).int_max_gpus == job.int_max_gpus
