@@ -407,7 +407,7 @@ def releaser(run: NotifyRun, seed: int) -> None:
 
 def _release_some(run: NotifyRun, *, rng: random.Random) -> None:
     with connection.cursor() as cursor:
-        cursor.execute(PICK_PROCS, {"shows": run.farm.show_ids, "n": rng.randint(1, 6)})
+        cursor.execute(PICK_PROCS, {"shows": run.farm.show_ids, "killed": [], "n": rng.randint(1, 6)})  # no job-kill fault here
         ids = [row[0] for row in cursor.fetchall()]
     if not ids:
         return

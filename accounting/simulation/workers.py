@@ -263,7 +263,12 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
         ctx.stats.record("over_cap", violation)
 
 
-PICK_PROCS = "SELECT pk_proc FROM proc WHERE pk_show = ANY(%(shows)s) ORDER BY random() LIMIT %(n)s"
+# Frames that finish release their procs. A killed job's frames do not finish: its procs go
+# through the kill's own release (release_a_killed_job), later, as in OpenCue; released here at
+# random, they were often gone before a reseed could run between the kill and their release.
+PICK_PROCS = """
+SELECT pk_proc FROM proc WHERE pk_show = ANY(%(shows)s) AND pk_job <> ALL(%(killed)s::text[]) ORDER BY random() LIMIT %(n)s
+"""
 
 
 @worker("releaser")
@@ -272,7 +277,9 @@ def releaser(ctx: SimContext, index: int) -> None:
     while not ctx.stop.is_set():
         n = rng.randint(2, 20) if rng.random() < 0.2 else 1
         with connection.cursor() as cursor:
-            cursor.execute(PICK_PROCS, {"shows": ctx.farm.show_ids, "n": n})
+            # copy(): one C call under the GIL, while the fault thread may be adding a job.
+            killed = sorted(ctx.killed_jobs.copy())
+            cursor.execute(PICK_PROCS, {"shows": ctx.farm.show_ids, "killed": killed, "n": n})
             proc_ids = [row[0] for row in cursor.fetchall()]
         if not proc_ids:
             ctx.stop.wait(0.05)
