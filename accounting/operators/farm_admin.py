@@ -3,8 +3,9 @@ from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.text import capfirst
 
-from accounting.operators.display import CoresFormMixin, cores_column, gpus_column, whole_gpus_field
+from accounting.operators.display import CoresFormMixin, cores_column, gpu_cap_label, whole_gpus_field
 from accounting.operators.selectors import drift_status
 from accounting.ownership.toggle import set_scheduler_managed
 from cuebot_acct import permissions
@@ -92,27 +93,19 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
     ordering = ["str_name"]
     readonly_fields = ["str_name", "b_scheduler_managed", "see_also"]
     cores_fields = {"int_default_min_cores": False, "int_default_max_cores": False}
-    # Cuebot keeps these as GPU counts, verbatim (ShowDaoJdbc and ManageShow.setDefaultMaxGpus
+    # Cuebot keeps the GPU defaults as counts, verbatim (ShowDaoJdbc and ManageShow.setDefaultMaxGpus
     # read and write them unconverted, unlike the cores defaults); none of its bookings reads them.
-    gpu_defaults = {"int_default_min_gpus": "Default min GPUs", "int_default_max_gpus": "Default max GPUs"}
+    # Read-only, they read as GPUs through the mixin; their form field says what they are.
+    gpu_fields = {"int_default_min_gpus": False, "int_default_max_gpus": False}
     default_min = cores_column("int_default_min_cores", "default min")
     default_max = cores_column("int_default_max_cores", "default max")
-    int_default_min_gpus_whole = gpus_column("int_default_min_gpus", "default min GPUs")
-    int_default_max_gpus_whole = gpus_column("int_default_max_gpus", "default max GPUs")
     actions = ["move_to_scheduler", "move_back_to_cuebot"]
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
-        if db_field.name not in self.gpu_defaults:
+        if db_field.name not in self.gpu_fields:
             return super().formfield_for_dbfield(db_field, request, **kwargs)
-        return whole_gpus_field(label=self.gpu_defaults[db_field.name], cuebot_default=db_field.default,
+        return whole_gpus_field(label=capfirst(gpu_cap_label(db_field.name)), cuebot_default=db_field.default,
                                 required=not db_field.blank)
-
-    def get_fields(self, request, obj=None):
-        """Read-only (no change permission), the GPU defaults read as counts: '100 GPUs'."""
-        fields = super().get_fields(request, obj)
-        if obj is None or self.has_change_permission(request, obj):
-            return fields
-        return [f"{name}_whole" if name in self.gpu_defaults else name for name in fields]
 
     @admin.display(description="Redis drift")
     def drift(self, show: Show) -> str:
