@@ -236,7 +236,7 @@ def _committed_with_the_writes() -> Iterator[None]:
     (The releasing statement is not pipelined: psycopg would wait on the BEGIN it sends
     first anyway, and the pipeline's own work cost more than the round trip it saved.)
     """
-    with connection.wrap_database_errors, connection.connection.pipeline():
+    with _one_round_trip():
         yield
         connection.connection.execute("COMMIT", prepare=False)
 
