@@ -27,10 +27,7 @@ def notify(*, cursor, channel: str, payloads: Sequence[str]) -> None:
     atomic block: outside one, each statement would commit, and notify, on its own)."""
     if not payloads:
         return
-    if len(payloads) == 1:
-        cursor.execute(_ONE, {"channel": channel, "payload": payloads[0]})
-    else:
-        cursor.execute(_MANY, {"channel": channel, "payloads": list(payloads)})
+    cursor.execute(*_statement(channel=channel, payloads=payloads))
     _count_at_commit(channel=channel, count=len(payloads))
 
 
@@ -47,8 +44,7 @@ def notify_and_commit(*, channel: str, payloads: Sequence[str]) -> None:
     """
     if not payloads:
         return
-    sql, params = (_ONE, {"channel": channel, "payload": payloads[0]}) if len(payloads) == 1 else (
-        _MANY, {"channel": channel, "payloads": list(payloads)})
+    sql, params = _statement(channel=channel, payloads=payloads)
     connection.ensure_connection()
     raw = psycopg.ClientCursor(connection.connection)
     # Through Django's cursor wrapper, as every statement of the release path goes (query log,
@@ -56,6 +52,12 @@ def notify_and_commit(*, channel: str, payloads: Sequence[str]) -> None:
     with connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw) as cursor:
         cursor.execute(f"{sql}; COMMIT", params)
     _count_at_commit(channel=channel, count=len(payloads))
+
+
+def _statement(*, channel: str, payloads: Sequence[str]) -> tuple[str, dict]:
+    if len(payloads) == 1:
+        return _ONE, {"channel": channel, "payload": payloads[0]}
+    return _MANY, {"channel": channel, "payloads": list(payloads)}
 
 
 def _count_at_commit(*, channel: str, count: int) -> None:
