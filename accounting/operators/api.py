@@ -107,7 +107,7 @@ class UnbookBatchOut(Schema):
 
 
 def _release_out(release: Release, names: dict[str, str | None]) -> dict:
-    return {**release.__dict__, "memory_kb": release.memory, "gpu_memory_kb": release.gpu_memory,
+    return {**release._asdict(), "memory_kb": release.memory, "gpu_memory_kb": release.gpu_memory,
             "branch": release.branch.value, "names": names}
 
 
