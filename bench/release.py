@@ -37,6 +37,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -312,6 +313,8 @@ LIBRARY_PATHS = {
 
 
 SLICE = 20  # releases per path and turn (interleaved_rates)
+# The floor again on a connection of its own: what the method reads for identical code.
+A_A_LABEL = "the floor again, second connection (A/A)"
 
 
 def interleaved_rates(farm: "BenchFarm", n: int, paths: dict, *, batched=("unbook_procs", "batch_floor"),
@@ -332,6 +335,61 @@ def interleaved_rates(farm: "BenchFarm", n: int, paths: dict, *, batched=("unboo
         for name in paths:
             rates[name].append(len(ids[name]) // slices * slices / seconds[name])
     return rates
+
+
+# Placement. On a machine of a few CPUs the bench and a PostgreSQL backend each run on a CPU of
+# their own or share one, as the kernel happens to place them, and a path's rate moved with its
+# connection's placement: unpinned, on 2 CPUs, a second floor connection measured 0.79 to 1.31 of
+# the floor (the A/A row). The bench pins itself to its first CPU and the servers it releases
+# through (its PostgreSQL backends, Redis) to the others, as at a site where the database runs on
+# a machine of its own: every path's round trips then cost alike, and the A/A row reads 1.00.
+# Where a server is not a local process the bench may pin (another host, another user, a
+# container), it stays where it is and the header says so.
+SERVER_COMMANDS = ("postgres", "redis-server")
+
+
+def _local_server(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip().startswith(SERVER_COMMANDS)
+    except OSError:
+        return False
+
+
+@contextmanager
+def pinned(server_pids: list[int]) -> Iterator[str]:
+    """The bench on its first CPU and `server_pids` on the rest while the block runs; yields
+    what was pinned, for the header."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        yield "not pinned (1 CPU)"
+        return
+    plan = {0: {cpus[0]}, **{pid: set(cpus[1:]) for pid in server_pids if _local_server(pid)}}
+    saved = {}
+    for pid, cpu_set in plan.items():
+        try:
+            saved[pid] = os.sched_getaffinity(pid)
+            os.sched_setaffinity(pid, cpu_set)
+        except OSError:
+            saved.pop(pid, None)
+    servers = len(saved) - 1
+    try:
+        yield (f"bench on CPU {cpus[0]}, {servers} of {len(server_pids)} server processes on CPU "
+               f"{','.join(map(str, cpus[1:]))}")
+    finally:
+        for pid, cpu_set in saved.items():
+            try:
+                os.sched_setaffinity(pid, cpu_set)
+            except OSError:  # a backend that has gone
+                pass
+
+
+def server_pids(*floors: "Floor") -> list[int]:
+    """The backends of the service's connection and of the floors, and the Redis servers."""
+    connection.ensure_connection()
+    pids = [connection.connection.info.backend_pid, *(floor.pg.info.backend_pid for floor in floors)]
+    for client in (accounting_redis(), get_redis_connection("default")):
+        pids.append(int(client.info("server")["process_id"]))
+    return sorted(set(pids))
 
 
 def ratio_text(rates: dict[str, list[float]], path: str, base: str) -> str:
@@ -507,17 +565,21 @@ def count_line(label: str, counts: dict) -> str:
 
 
 def scheduler_phase(n: int, http_procs: int, *, with_http: bool) -> None:
-    farm, floor = BenchFarm(), Floor()
+    farm, floor, again = BenchFarm(), Floor(), Floor()
     try:
         warm(farm, floor)
-        rates = interleaved_rates(farm, n, {
-            "floor": floor.single, "batch_floor": floor.batched, **LIBRARY_PATHS,
-        })
+        again.single(farm.add_procs(20))
+        with pinned(server_pids(floor, again)) as placement:
+            rates = interleaved_rates(farm, n, {
+                "floor": floor.single, "floor_again": again.single, "batch_floor": floor.batched, **LIBRARY_PATHS,
+            })
         one, hundred = counts_per_call(farm)
         print(f"Scheduler-managed show: {n} releases per path and round ({BATCH_FACTOR * n} for batches), "
-              f"{ROUNDS} interleaved rounds; PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}")
+              f"{ROUNDS} interleaved rounds; PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}; "
+              f"{placement}")
         print_rates(rates, [
             ("floor: DELETE, host UPDATE, COMMIT, one script", "floor", "floor", ""),
+            (A_A_LABEL, "floor_again", "floor", "1.00"),
             ("batch floor: the same with = ANY($1), per 100", "batch_floor", "batch_floor", ""),
             ("unbook_proc (warm flag)", "unbook_proc", "floor", ">= 0.80"),
             ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
@@ -549,6 +611,7 @@ def scheduler_phase(n: int, http_procs: int, *, with_http: bool) -> None:
             print(f"{label:52s} {statistics.median(http[path]):11.0f}  {ratio_text(http, path, base):>28s}  {target:7s}{tail}")
     finally:
         floor.close()
+        again.close()
         farm.remove()
 
 
@@ -558,14 +621,15 @@ def cuebot_phase(n: int) -> None:
     try:
         warm(farm, floor)
         floor.cuebot(farm.add_procs(20))
-        rates = interleaved_rates(farm, n, {"floor": floor.cuebot, **LIBRARY_PATHS})
+        with pinned(server_pids(floor)) as placement:
+            rates = interleaved_rates(farm, n, {"floor": floor.cuebot, **LIBRARY_PATHS})
         one, hundred = counts_per_call(farm)
     finally:
         floor.close()
         farm.remove()
     print()
     print(f"Cuebot-managed show (PG accounting tables written in the transaction, no Redis): {n} releases per path "
-          f"and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds")
+          f"and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}")
     print_rates(rates, [
         ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
         ("unbook_proc", "unbook_proc", "floor", ">= 0.80"),
@@ -650,11 +714,14 @@ def eras(*, redis_on: bool, notify_on: bool):
 
 def notify_phase(n: int) -> None:
     """The NOTIFY era: the release against its own floor, then the cost of notifying under concurrency."""
-    farm, floor = BenchFarm(), NotifyFloor()
+    farm, floor, again = BenchFarm(), NotifyFloor(), NotifyFloor()
     try:
         with eras(redis_on=False, notify_on=True):
             warm(farm, floor)
-            rates = interleaved_rates(farm, n, {"floor": floor.single, "batch_floor": floor.batched, **LIBRARY_PATHS})
+            again.single(farm.add_procs(20))
+            with pinned(server_pids(floor, again)) as placement:
+                rates = interleaved_rates(farm, n, {"floor": floor.single, "floor_again": again.single,
+                                                    "batch_floor": floor.batched, **LIBRARY_PATHS})
         concurrency = {}
         for clients in (1, 4, 8):
             for label, notify_on in (("off", False), ("notify", True)):
@@ -663,12 +730,14 @@ def notify_phase(n: int) -> None:
                 concurrency[(clients, label)] = results
     finally:
         floor.close()
+        again.close()
         farm.remove()
     print()
     print(f"NOTIFY era (ACCOUNTING_NOTIFY_ENABLED, Redis off), scheduler-managed show: {n} releases per path and "
-          f"round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds")
+          f"round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}")
     print_rates(rates, [
         ("floor: DELETE, host UPDATE, pg_notify, COMMIT", "floor", "floor", ""),
+        (A_A_LABEL, "floor_again", "floor", "1.00"),
         ("batch floor: the same per 100, one pg_notify per proc", "batch_floor", "batch_floor", ""),
         ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
         ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
