@@ -13,7 +13,10 @@ bench/floor_release.lua (5 x HINCRBY of int_cores/int_gpus and INCR acct:seq on 
 exist). The batch floor does the same with = ANY($1) and one script call per batch; the
 Cuebot-managed floor runs Cuebot's five decrements one by one before the COMMIT.
 Every path runs in each of ROUNDS interleaved rounds; ratios are taken within a round and
-printed as the median with the spread. Then POST /api/v1/procs/{id}/unbook against the
+printed as the median with the spread. The bench pins itself to one CPU and its PostgreSQL
+backends and Redis to the others while the library paths run, vacuums the tables it churns
+before each round, and prints the floor again on a second connection (A/A): what the method
+reads for identical code (see pinned() and vacuum_churned()). Then POST /api/v1/procs/{id}/unbook against the
 gunicorn command scripts/server.py deploys, at 1 client against in-process unbook_proc
 and at 4 clients against 4 in-process releasers (the machine's capacity), with p99.
 Measured, never asserted: the targets are printed beside the ratios.
