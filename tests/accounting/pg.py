@@ -48,9 +48,16 @@ def protocol_exchanges(run) -> list[tuple[list[str], list[str]]]:
         finally:
             pgconn.untrace()
         trace.seek(0)
-        lines = [line.decode(errors="replace").rstrip("\n").split("\t") for line in trace]
+        # A Parse carries its SQL as written, newlines included: a line that does not open
+        # with a direction goes on the message before it.
+        lines: list[str] = []
+        for line in trace.read().decode(errors="replace").rstrip("\n").split("\n"):
+            if line.startswith(("F\t", "B\t")) or not lines:
+                lines.append(line)
+            else:
+                lines[-1] += " " + line
     exchanges: list[tuple[list[str], list[str]]] = []
-    for direction, _length, *message in lines:
+    for direction, _length, *message in (line.split("\t") for line in lines):
         text = " ".join(" ".join(message).split())
         if direction == "F":
             if not exchanges or exchanges[-1][1]:

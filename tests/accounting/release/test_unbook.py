@@ -10,6 +10,7 @@ from django.db import connection, connections, transaction
 from accounting.live import keys
 from accounting.models import (
     FolderResource,
+    HostLocal,
     JobResource,
     LayerResource,
     Point,
@@ -446,6 +447,30 @@ def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cue
     # hosts, the six UPDATEs together, the savepoint's release: five answers awaited, not eleven.
     assert len(answers) == 5
     assert accounting_mismatches(show_id=cuebot_farm.show.id) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("managed", [False, True], ids=["cuebot-managed", "scheduler-managed"])
+def test_a_batch_sends_its_arrays_in_binary(managed):
+    # As text, psycopg quotes every element and PostgreSQL parses the literal back: ~100 µs
+    # per array of 100 ids. Two jobs, so each accounting table has rows to change as arrays,
+    # and a FINISHED job's local procs, so its host_local reservation is removed by array too.
+    farm = build_farm(managed=managed)
+    running_job, running_layer = farm.add_job()
+    procs = [farm.add_proc(cores=100, local=True), farm.add_proc(cores=200, local=True),
+             farm.add_proc(cores=100, local=True, layer=running_layer), farm.add_proc(cores=300, layer=running_layer)]
+    with as_cuebot():
+        Job.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
+
+    released: list = []
+    exchanges = protocol_exchanges(lambda: released.extend(unbook_procs(proc_ids=[p.id for p in procs])))
+
+    assert all(r is not None for r in released)
+    binds = [message for sent, _ in exchanges for message in sent if message.startswith("Bind")]
+    assert not [bind for bind in binds if " '{" in bind]  # no array literal in text
+    # One-dimensional arrays of text (element type oid 25) in binary: the ids, the keys.
+    assert sum(bind.count(r"'\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x19") for bind in binds) >= 3
+    assert not HostLocal.objects.filter(host=farm.host, job=farm.job).exists()
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
