@@ -388,7 +388,7 @@ def pinned(server_pids: list[int]) -> Iterator[str]:
             os.sched_setaffinity(pid, cpu_set)
         except OSError:
             saved.pop(pid, None)
-    servers = len(saved) - 1
+    servers = sum(1 for pid in saved if pid)  # pid 0 is the bench itself
     try:
         yield (f"bench on CPU {cpus[0]}, {servers} of {len(server_pids)} server processes on CPU "
                f"{','.join(map(str, cpus[1:]))}")
