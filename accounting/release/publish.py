@@ -33,7 +33,7 @@ from django.conf import settings
 
 from accounting.live import keys
 from accounting.live.scripts import script
-from accounting.release.types import Release
+from accounting.release.types import KEY_IDS, Release
 from cuebot_acct.metrics import (
     RELEASE_CLAMPED,
     RELEASE_PUBLISH_FAILURES,
@@ -73,8 +73,7 @@ def summed_deltas(releases: Sequence[Release]) -> dict[str, tuple[int, int]]:
     # Procs of one layer name the same keys: sum per layer first, name the keys once per layer.
     per_layer: dict[tuple, list] = {}
     for release in releases:
-        ids = (release.show_id, release.alloc_id, release.folder_id, release.job_id, release.layer_id,
-               release.dept_id, release.point_show_id)
+        ids = release[KEY_IDS]
         entry = per_layer.get(ids)
         if entry is None:
             per_layer[ids] = [release, release.cores, release.gpus]

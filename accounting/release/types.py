@@ -44,3 +44,8 @@ class Release(NamedTuple):
     @property
     def job_finished(self) -> bool:
         return self.job_state == "FINISHED"
+
+
+# The fields that name a release's keys (show_id to point_show_id, adjacent in Release): summing a
+# batch per key slices them out of each release at once, not field by field.
+KEY_IDS = slice(Release._fields.index("show_id"), Release._fields.index("point_show_id") + 1)

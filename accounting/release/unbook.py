@@ -22,7 +22,7 @@ from accounting.release.types import Branch, Release
 from cuebot_acct import metrics
 from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASES
 from cuebot_acct.transactions import retry_transient
-from shows.selectors import ownership
+from shows.selectors import Ownership, ownership
 
 logger = logging.getLogger(__name__)
 
@@ -261,35 +261,37 @@ def _one_round_trip() -> Iterator[None]:
         yield
 
 
-def _branch(row: tuple, *, managed: dict[str, bool]) -> Branch:
-    if row[14]:
-        return Branch.LOCAL
-    return Branch.SCHEDULER if managed[row[2]] else Branch.CUEBOT
+def _branches(owners: dict[str, Ownership]) -> dict[str, Branch]:
+    """The branch of each show's procs that are not local, from its owner."""
+    return {show_id: Branch.SCHEDULER if owner.scheduler_managed else Branch.CUEBOT for show_id, owner in owners.items()}
 
 
-def _releases_from_rows(rows: list[tuple], *, managed: dict[str, bool], read: dict[str, tuple] | None = None) -> list[Release]:
+def _release_from_row(row: tuple, *, branches: dict[str, Branch]) -> Release:
+    """A releasing statement's row is Release's fields in order, but for cores in Redis's unit and the
+    branch: built straight into the tuple, as a batch builds one per proc (a third of the keyword
+    constructor's time, 0.5 against 1.5 µs)."""
+    branch = _LOCAL if row[14] else branches[row[2]]
+    return _new_release(Release, (*row[:11], cores_from_centicores(row[10]), *row[11:14], branch))
+
+
+_new_release = tuple.__new__
+# Bound once: each lookup of an enum member on its class costs a batch a loop's worth of time.
+_LOCAL, _SCHEDULER = Branch.LOCAL, Branch.SCHEDULER
+
+
+def _releases_from_rows(rows: list[tuple], *, branches: dict[str, Branch],
+                        read: dict[str, tuple] | None = None) -> list[Release]:
     """The releases the releasing statement returned. A row equal to the one the read before
     any lock returned, with the same owner, is that read's Release (a batch builds each once)."""
     read = read or {}
     releases = []
     for row in rows:
         seen = read.get(row[0])
-        if seen is not None and seen[0] == row and seen[1].branch is _branch(row, managed=managed):
+        if seen is not None and seen[0] == row and seen[1].branch is (_LOCAL if row[14] else branches[row[2]]):
             releases.append(seen[1])
         else:
-            releases.append(_release_from_row(row, managed=managed))
+            releases.append(_release_from_row(row, branches=branches))
     return releases
-
-
-def _release_from_row(row: tuple, *, managed: dict[str, bool]) -> Release:
-    (proc_id, host_id, show_id, alloc_id, folder_id, job_id, layer_id, dept_id, point_show_id, job_state,
-     centicores, gpus, mem, gpu_mem, local) = row
-    branch = _branch(row, managed=managed)
-    return Release(
-        proc_id=proc_id, host_id=host_id, show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
-        layer_id=layer_id, dept_id=dept_id, point_show_id=point_show_id, job_state=job_state, cores_centicores=centicores,
-        cores=cores_from_centicores(centicores), gpus=gpus, memory=mem, gpu_memory=gpu_mem, branch=branch,
-    )
 
 
 def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequence[str] = ()) -> None:
@@ -381,7 +383,7 @@ def _publishable(releases: Sequence[Release]) -> tuple[list[Release], int]:
     the deleted procs: safe. Where only this service reseeds, it counts them (a proc that
     exists is booked until it is released) and every release is published exactly.
     """
-    to_redis = [r for r in releases if r.branch is Branch.SCHEDULER]
+    to_redis = [r for r in releases if r.branch is _SCHEDULER]
     if not settings.ACCOUNTING_SCHEDULER_RESEEDS:
         return to_redis, 0
     publishable = [r for r in to_redis if not r.job_finished]
@@ -424,10 +426,8 @@ def _publish_on_commit(registered: "_Registered", covered: Sequence[Release]) ->
 
 
 def _count_at_commit(releases: Sequence[Release], *, withheld: int, changed: int = 0) -> None:
-    for branch in Branch:
-        n = sum(1 for r in releases if r.branch is branch)
-        if n:
-            RELEASES.labels(branch=branch.value).inc(n)
+    for branch, n in Counter(r.branch for r in releases).items():
+        RELEASES.labels(branch=branch.value).inc(n)
     if withheld:
         metrics.RELEASE_WITHHELD.labels(reason="job_finished").inc(withheld)
     if changed:
@@ -463,17 +463,15 @@ class _PreRead:
 
     settling: frozenset[str]  # shows settling after a switch back to Cuebot
     rows: dict[str, tuple]  # proc id -> (the row read, its Release)
-
-    @property
-    def releases(self) -> list[Release]:
-        return [release for _, release in self.rows.values()]
+    releases: list[Release]  # in the order read
+    branches: dict[str, Branch]  # per show of a proc that is not local
 
     def in_one_statement(self, proc_ids: list[str]) -> bool:
         """Every proc asked for was read, each of a scheduler-managed show and not local: nothing to
         write in PostgreSQL but the DELETE and the hosts, nothing to send in the transaction
         (NOTIFY off), and no caller's transaction around. The releasing statement is then a
         transaction on its own: no BEGIN and COMMIT round trips."""
-        return (len(self.rows) == len(proc_ids) and all(r.branch is Branch.SCHEDULER for r in self.releases)
+        return (len(self.rows) == len(proc_ids) and all(r.branch is _SCHEDULER for r in self.releases)
                 and not notify_send.enabled() and not connection.in_atomic_block)
 
 
@@ -487,9 +485,10 @@ def _pre_read(proc_ids: list[str]) -> _PreRead:
             cursor.execute(PRE_READ_MANY, {"ids": proc_ids})
         rows = cursor.fetchall()
     owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
-    managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
-    return _PreRead(rows={row[0]: (row, _release_from_row(row, managed=managed)) for row in rows},
-                    settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling))
+    branches = _branches(owners)
+    releases = [_release_from_row(row, branches=branches) for row in rows]
+    return _PreRead(rows={row[0]: (row, release) for row, release in zip(rows, releases)}, releases=releases,
+                    branches=branches, settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling))
 
 
 def _register(pre: _PreRead) -> _Registered | None:
@@ -541,8 +540,7 @@ def _release_in_one_statement(proc_ids: list[str], *, pre: _PreRead, registered:
         rows = cursor.fetchall()
     # The owner as the read found it (a proc's show and b_local do not change; a flag that
     # flipped since is the next release's business, as it would be a moment later).
-    managed = {r.show_id: True for r in pre.releases}
-    releases = _releases_from_rows(rows, managed=managed, read=pre.rows)
+    releases = _releases_from_rows(rows, branches=pre.branches, read=pre.rows)
     to_redis, withheld = _publishable(releases)
     changed = 0
     if registered is not None:
@@ -568,8 +566,7 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
             return {}
         # The flag is read once per show, and only for shows with non-local procs.
         owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
-        managed = {show_id: owner.scheduler_managed for show_id, owner in owners.items()}
-        releases = _releases_from_rows(rows, managed=managed, read=read)
+        releases = _releases_from_rows(rows, branches=_branches(owners), read=read)
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
         to_redis, withheld = _publishable(releases)
