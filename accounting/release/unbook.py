@@ -66,6 +66,8 @@ logger = logging.getLogger(__name__)
 # A release's proc and host rows are locked by one statement: its host rows are locked
 # from the sums over every deleted proc (per_host reads all of the DELETE's output), so
 # after all of its proc rows, whatever order the statement's parts otherwise run in.
+# A batch reads each proc's allocation from its host row as locked (proc.pk_host has a
+# foreign key, so the row is there), not by a second probe of host per proc in the DELETE.
 # Writers outside this order (an operator's SQL) can still deadlock with a release: that
 # is what the rerun in cuebot_acct.transactions is for.
 RELEASE_MANY = """
@@ -75,16 +77,16 @@ WITH doomed AS MATERIALIZED (
       WHERE p.pk_proc = ANY(%(ids)b::text[]) ORDER BY p.pk_proc FOR UPDATE OF p
 ), gone AS (
      DELETE FROM proc p
-      USING doomed d, host h
-      WHERE p.pk_proc = d.pk_proc AND h.pk_host = p.pk_host
-     RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
+      USING doomed d
+      WHERE p.pk_proc = d.pk_proc
+     RETURNING p.pk_proc, p.pk_host, p.pk_show, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
                d.job_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
 ), per_host AS (
      SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem, SUM(int_gpus_reserved) AS gpus,
             SUM(int_gpu_mem_reserved) AS gpu_mem
        FROM gone GROUP BY pk_host
 ), locked AS MATERIALIZED (
-     SELECT h.pk_host, t.cores, t.mem, t.gpus, t.gpu_mem FROM host h JOIN per_host t ON t.pk_host = h.pk_host
+     SELECT h.pk_host, h.pk_alloc, t.cores, t.mem, t.gpus, t.gpu_mem FROM host h JOIN per_host t ON t.pk_host = h.pk_host
       ORDER BY h.pk_host FOR NO KEY UPDATE OF h
 ), given_back AS (
      UPDATE host h
@@ -93,7 +95,9 @@ WITH doomed AS MATERIALIZED (
        FROM locked l
       WHERE h.pk_host = l.pk_host
 )
-SELECT * FROM gone
+SELECT g.pk_proc, g.pk_host, g.pk_show, l.pk_alloc, g.pk_folder, g.pk_job, g.pk_layer, g.pk_dept, g.point_show,
+       g.job_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
+  FROM gone g JOIN locked l ON l.pk_host = g.pk_host
 """
 
 # One proc, the common call: one proc row and one host row, so no ordering CTE is needed.

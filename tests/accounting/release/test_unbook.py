@@ -19,9 +19,9 @@ from accounting.models import (
 )
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
-from shows.models import Host, Job
+from shows.models import Alloc, Host, HostStat, Job
 from tests.accounting.pg import accounting_mismatches, protocol_exchanges, release_refused_at_commit
-from tests.farms import build_farm
+from tests.farms import build_farm, unique
 from tests.service_role import as_cuebot
 
 
@@ -212,6 +212,36 @@ def test_mixed_batch_across_branches_is_one_transaction_with_exact_values(
     assert booked(cue) == {"sub": (100, 0), "folder": (100, 0), "job": (100, 0), "job_local": (0, 0), "layer": (100, 0), "point": (100, 0)}
     assert booked(sched) == {**sched_before, "job_local": (0, 0), "layer": (sched_before["layer"][0] - 100, sched_before["layer"][1])}
     assert hashes(acct_redis, sched_keys) == {role: {"int_cores": "1", "int_gpus": "0"} for role in sched_keys}
+
+
+@pytest.mark.parametrize("managed", [True, False], ids=["scheduler-managed", "cuebot-managed"])
+def test_a_batch_over_two_allocations_returns_each_proc_as_stored_with_its_own_hosts_allocation(
+    db, acct_redis, managed, django_capture_on_commit_callbacks
+):
+    """A batch reads each proc's allocation from its host row as it locks it: procs on hosts of two
+    allocations come back each with its own, and every other field as Cuebot stored it."""
+    farm = build_farm(managed=managed)
+    with as_cuebot():
+        alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=farm.alloc.facility, str_tag="other")
+        Subscription.objects.create(show=farm.show, alloc=alloc2, int_size=10000, int_burst=20000)
+        host2 = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=800,
+                                    int_cores_idle=800, int_mem=10**7, int_mem_idle=10**7, int_gpus=2, int_gpus_idle=2)
+        HostStat.objects.create(host=host2)
+    on_first = farm.add_proc(cores=250, gpus=1, mem=2048)
+    on_second = farm.add_proc(cores=150, gpus=2, mem=1024, host=host2)
+    branch = Branch.SCHEDULER if managed else Branch.CUEBOT
+    common = dict(show_id=farm.show.id, folder_id=farm.folder.id, job_id=farm.job.id, layer_id=farm.layer.id,
+                  dept_id=farm.dept.id, point_show_id=farm.show.id, job_state=farm.job.str_state, gpu_memory=0, branch=branch)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        released = unbook_procs(proc_ids=[on_first.id, on_second.id])
+
+    assert released == [
+        Release(proc_id=on_first.id, host_id=farm.host.id, alloc_id=farm.alloc.id, cores_centicores=250, cores=2, gpus=1,
+                memory=2048, **common),
+        Release(proc_id=on_second.id, host_id=host2.id, alloc_id=alloc2.id, cores_centicores=150, cores=1, gpus=2,
+                memory=1024, **common),
+    ]
 
 
 def test_duplicate_ids_are_refused_before_anything_changes(farm):
