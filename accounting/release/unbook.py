@@ -609,5 +609,7 @@ def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
     RELEASE_BATCH_SIZE.observe(len(ids))
     if not ids:
         return []
-    released = _release(ids)
+    # In key order: PostgreSQL sorts an = ANY array before it probes the primary key with it, and
+    # finds a sorted one sorted at a glance (100 comparisons, not 600 of a collation's strcoll).
+    released = _release(sorted(ids))
     return [released.get(proc_id) for proc_id in ids]

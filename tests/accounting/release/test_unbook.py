@@ -244,6 +244,24 @@ def test_a_batch_over_two_allocations_returns_each_proc_as_stored_with_its_own_h
     ]
 
 
+def test_a_batch_sends_its_ids_to_postgresql_in_key_order_and_answers_in_the_callers(farm):
+    """PostgreSQL sorts an = ANY array before it probes the primary key with it: sent sorted, the
+    sort is a check. The answer keeps the caller's order."""
+    asked = sorted((farm.add_proc().id for _ in range(6)), reverse=True)
+    sent = []
+
+    def capture(execute, sql, params, many, context):
+        if isinstance(params, dict) and "ids" in params:
+            sent.append(list(params["ids"]))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        released = unbook_procs(proc_ids=asked)
+
+    assert [r.proc_id for r in released] == asked
+    assert len(sent) == 2 and all(ids == sorted(asked) for ids in sent)  # the read before any lock, the release
+
+
 def test_duplicate_ids_are_refused_before_anything_changes(farm):
     proc = farm.add_proc()
     with pytest.raises(ValueError):
