@@ -17,8 +17,10 @@ from accounting.models import (
     Proc,
     Subscription,
 )
+from accounting.release import unbook
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
+from cuebot_acct.metrics import RELEASE_WITHHELD
 from shows.models import Alloc, Host, HostStat, Job
 from tests.accounting.pg import accounting_mismatches, protocol_exchanges, release_refused_at_commit
 from tests.farms import build_farm, unique
@@ -260,6 +262,37 @@ def test_a_batch_sends_its_ids_to_postgresql_in_key_order_and_answers_in_the_cal
 
     assert [r.proc_id for r in released] == asked
     assert len(sent) == 2 and all(ids == sorted(asked) for ids in sent)  # the read before any lock, the release
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_a_proc_resized_between_its_registration_and_its_delete_is_released_but_left_out_of_the_publish(
+    farm, acct_redis, monkeypatch, batch, django_capture_on_commit_callbacks
+):
+    """What reaches Redis is what was registered in flight: a proc Cuebot resized after the read
+    before any lock is released at its delete-time amounts in PostgreSQL and in the answer, but its
+    decrement is withheld (a reseed in between counted neither amount), which leaves Redis high."""
+    resized, unchanged = farm.add_proc(cores=200), farm.add_proc(cores=100)
+    names = seed_keys(acct_redis, farm, cores=10)
+    register = unbook._register
+
+    def registered_then_resized_by_cuebot(pre):
+        registered = register(pre)
+        with as_cuebot():
+            Proc.objects.filter(pk=resized.id).update(int_cores_reserved=500)
+        return registered
+
+    monkeypatch.setattr(unbook, "_register", registered_then_resized_by_cuebot)
+    withheld = RELEASE_WITHHELD.labels(reason="changed_since_registered")
+    before = withheld._value.get()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        released = unbook_procs(proc_ids=[resized.id, unchanged.id]) if batch else [unbook_proc(proc_id=resized.id)]
+
+    assert released[0].cores_centicores == 500
+    left = 10 - (1 if batch else 0)  # only the unchanged proc's 1 core came off
+    assert hashes(acct_redis, names) == {role: {"int_cores": str(left), "int_gpus": "0"} for role in names}
+    assert acct_redis.hgetall(keys.INFLIGHT) == {}  # the registration was settled all the same
+    assert withheld._value.get() - before == 1
 
 
 def test_duplicate_ids_are_refused_before_anything_changes(farm):
