@@ -271,6 +271,12 @@ _new_release = tuple.__new__
 _LOCAL, _SCHEDULER = Branch.LOCAL, Branch.SCHEDULER
 
 
+def _owners(rows: list[tuple]) -> dict[str, Ownership]:
+    """A releasing statement's rows' shows' owners: the flag read once per show, and only for shows
+    with procs that are not local (a local proc's branch does not depend on it)."""
+    return {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
+
+
 def _branches(owners: dict[str, Ownership]) -> dict[str, Branch]:
     """The branch of each show's procs that are not local, from its owner."""
     return {show_id: Branch.SCHEDULER if owner.scheduler_managed else Branch.CUEBOT for show_id, owner in owners.items()}
@@ -493,7 +499,7 @@ def _pre_read(proc_ids: list[str]) -> _PreRead:
         else:
             cursor.execute(PRE_READ_MANY, {"ids": proc_ids})
         rows = cursor.fetchall()
-    owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
+    owners = _owners(rows)
     branches = _branches(owners)
     releases = [_release_from_row(row, branch=_branch(row, branches=branches)) for row in rows]
     return _PreRead(rows={row[0]: (row, release) for row, release in zip(rows, releases)}, releases=releases,
@@ -573,8 +579,7 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
             if registered is not None:  # released meanwhile by someone else: only settle the entry
                 _publish_on_commit(registered, [])
             return {}
-        # The flag is read once per show, and only for shows with non-local procs.
-        owners = {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
+        owners = _owners(rows)
         releases = _releases_from_rows(rows, branches=_branches(owners), read=read)
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
