@@ -1,7 +1,7 @@
 """A change against the tree before it: bench/release.py run in turns on a git revision and on
 this tree, same machine, same hour, its ratios side by side.
 
-    DJANGO_SETTINGS_MODULE=settings .venv/bin/python bench/against.py --base 45b8489 [--runs 5] \
+    .venv/bin/python bench/against.py --base 45b8489 [--runs 5] \
         [--bench-args "--skip http --skip cuebot --skip notify"]
 
 A ratio against the floor moves with the machine and the hour more than with most changes (the
