@@ -1,4 +1,4 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -7,6 +7,7 @@ from django.utils.text import capfirst
 
 from accounting.operators.display import CoresFormMixin, cores_column, gpu_cap_label, whole_gpus_field
 from accounting.operators.selectors import drift_status
+from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from cuebot_acct import permissions
 from shows.models import (
@@ -156,14 +157,20 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
                 "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 "opts": self.model._meta,
             })
-        changed = []
+        changed, refused = [], []
         for show in queryset.order_by("str_name"):
-            old, new = set_scheduler_managed(show=show, managed=managed)
+            try:
+                old, new = set_scheduler_managed(show=show, managed=managed)
+            except SwitchRefused as error:
+                refused.append(f"{show.str_name} ({error})")
+                continue
             if old != new:
                 changed.append(show.str_name)
-        unchanged = queryset.count() - len(changed)
+        unchanged = queryset.count() - len(changed) - len(refused)
         names = ", ".join(changed) or "none"
         self.message_user(request, f"Moved {len(changed)} show(s) to {owner}: {names}. {unchanged} already there.")
+        if refused:
+            self.message_user(request, f"Not moved, nothing changed: {'; '.join(refused)}", level=messages.ERROR)
         return None
 
 

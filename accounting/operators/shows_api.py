@@ -5,6 +5,7 @@ from ninja.errors import HttpError
 from pydantic import ConfigDict, StrictBool
 
 from accounting.operators.auth import BearerToken
+from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
 from cuebot_acct.permissions import CHANGE_OWNERSHIP, VIEW_ACCOUNTING
@@ -58,10 +59,13 @@ def show(request: HttpRequest, name: DbText):
     return ShowOut.of(show_or_404(name))
 
 
-@router.put("/{name}/scheduler-managed", response={200: ManagedOut, 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+@router.put("/{name}/scheduler-managed", response={200: ManagedOut, 409: ErrorOut, 503: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
             auth=BearerToken(CHANGE_OWNERSHIP),
             summary="Move a show to the scheduler (true) or back to Cuebot (false)",
             description=f"Needs the permission {CHANGE_OWNERSHIP}.")
 def put_scheduler_managed(request: HttpRequest, name: DbText, payload: ManagedIn):
-    old, new = set_scheduler_managed(show=show_or_404(name), managed=payload.managed)
+    try:
+        old, new = set_scheduler_managed(show=show_or_404(name), managed=payload.managed)
+    except SwitchRefused as error:
+        raise HttpError(503, str(error)) from None
     return ManagedOut(name=name, old=old, new=new)

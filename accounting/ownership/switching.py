@@ -20,14 +20,16 @@ once more (a one-off task in the cluster).
 import logging
 from datetime import timedelta
 
+import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task
 
+from accounting.models import Subscription
 from accounting.reconcile.recompute import recompute_pg_accounting
-from accounting.reconcile.reseed import seed_show
+from accounting.reconcile.reseed import close_show, seed_show
 from cuebot_acct import metrics
 from shows.selectors import is_scheduler_managed, settling_cache_key
 
@@ -36,6 +38,29 @@ logger = logging.getLogger(__name__)
 # Attempts after the first, the first retry at once, then 20 s, 40 s, 80 s, 160 s later.
 SEED_RETRIES = 5
 FIRST_BACKOFF_SECONDS = 20
+
+
+class SwitchRefused(Exception):
+    """The switch cannot be made safely now; nothing changed."""
+
+
+def before_switch_to_scheduler(*, show_id: str) -> None:
+    """Called in the switch's transaction, before its UPDATE: the show's keys are closed to
+    booking (accounting.reconcile.reseed.close_show) before the scheduler can see the new flag.
+    One MULTI, while the show's row is locked (an operator's action, bounded by the Redis
+    client's timeout). A Redis that cannot be reached refuses the switch: the show's stale keys
+    could still be open."""
+    if not settings.ACCOUNTING_REDIS_ENABLED:
+        return
+    alloc_ids = list(Subscription.objects.filter(show_id=show_id).values_list("alloc_id", flat=True))
+    try:
+        close_show(show_id=show_id, alloc_ids=alloc_ids)
+    except (redis.RedisError, OSError) as error:
+        raise SwitchRefused(
+            f"the show's Redis keys could not be closed before the switch ({type(error).__name__}: {error}); "
+            "its stale limits would let the scheduler book before its counters are seeded. Nothing changed; "
+            "retry once the accounting Redis answers"
+        ) from error
 
 
 def after_switch_to_scheduler(*, show_id: str) -> None:

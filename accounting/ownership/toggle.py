@@ -9,7 +9,10 @@ from shows.selectors import refresh_flag_cache
 def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     """Flip `show.b_scheduler_managed` with one UPDATE; returns (old, new). No drain step.
 
-    Everything else happens after commit, so a rolled-back toggle leaves no trace: the
+    A switch to the scheduler first closes the show's Redis keys to booking (SwitchRefused,
+    nothing changed, if Redis cannot be reached). Everything else happens after commit, so a
+    rolled-back toggle leaves no trace but those closed keys, which nothing books on while
+    Cuebot owns the show: the
     shared flag cache takes the new value (every process sees it at once), and a real
     change hands the show over: a switch to the scheduler seeds its Redis keys, a switch
     back recomputes its PG accounting tables from `proc`.
@@ -18,6 +21,8 @@ def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
         old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
         if old != managed and not managed:
             switching.mark_settling(show_id=show.pk)
+        if old != managed and managed:
+            switching.before_switch_to_scheduler(show_id=show.pk)
         if old != managed:
             Show.objects.filter(pk=show.pk).update(b_scheduler_managed=managed)
         # robust: a cache hiccup is logged and must not stop the hand-over below.

@@ -144,6 +144,26 @@ def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (ke
     return written
 
 
+# The limit fields of a subscription key. Without its burst, booking.lua refuses every core booking
+# on that subscription: the key is closed (as the bootstrap leaves keys until it writes limits).
+SUBSCRIPTION_LIMIT_FIELDS = ("size", "burst")
+
+
+def close_show(*, show_id: str, alloc_ids: Sequence[str]) -> None:
+    """Close a show to booking in Redis: its subscription keys lose their limit fields, in one
+    MULTI. Raises the Redis error if that cannot be done.
+
+    A show that leaves the scheduler keeps its keys as they were, limits included, and its
+    counters stop following its procs while Cuebot books and releases them. Before it switches
+    back, its keys are closed, so that the scheduler, which may read the new flag as soon as it
+    commits, cannot book against those counters; seed_show then writes the counters, then the
+    limits that open the keys again."""
+    with accounting_redis().pipeline(transaction=True) as pipe:
+        for alloc_id in alloc_ids:
+            pipe.hdel(keys.sub(show_id=show_id, alloc_id=alloc_id), *SUBSCRIPTION_LIMIT_FIELDS)
+        pipe.execute()
+
+
 def seed_show(*, show_id: str) -> None:
     """Seed one show that was just switched to the scheduler: booked counters from its procs
     (under the CAS), then its limits. Raises ReseedSkipped, with no limits written (so the

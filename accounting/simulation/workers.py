@@ -21,6 +21,8 @@ from django.db import (
 )
 
 from accounting.live import booking, keys
+from accounting.models import Subscription
+from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile import failover
 from accounting.reconcile import pg_truth as pg_accounting
@@ -314,12 +316,13 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
 @contextmanager
 def redis_errors_counted(ctx: SimContext, label: str):
     """A Redis call the scheduler makes fails (no master during a failover, no server while a
-    killed one restarts): counted, and the caller goes on, as a scheduler would; every such
+    killed one restarts; a switch to the scheduler refused because its keys could not be
+    closed): counted, and the caller goes on, as a scheduler would; every such
     failure leaves Redis high. Only in a run with the failover or redis-kill fault: anywhere
     else a Redis error ends the worker (worker_errors)."""
     try:
         yield
-    except redis.exceptions.RedisError as error:
+    except (redis.exceptions.RedisError, SwitchRefused) as error:
         if not set(ctx.plan.kinds) & {"failover", "redis-kill"}:
             raise
         ctx.stats.count("redis_errors", f"{label}: {type(error).__name__}")
@@ -413,8 +416,20 @@ def low_counters(*, farm: SimFarm) -> list[tuple[str, str, int, int]]:
     if not redis_open():
         return []
     managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
-    low, _ = against_truth(show_ids=managed)
+    low, _ = against_truth(show_ids=open_to_booking(show_ids=managed))
     return low
+
+
+def open_to_booking(*, show_ids: list[str]) -> list[str]:
+    """The shows with a subscription key that carries a burst. booking.lua refuses every core
+    booking of the others: a show switched to the scheduler is closed so until its seeding writes
+    its counters, then its limits (accounting.reconcile.reseed.close_show), and may read low meanwhile."""
+    subscriptions = list(Subscription.objects.filter(show_id__in=show_ids).values_list("show_id", "alloc_id"))
+    with accounting_redis().pipeline(transaction=False) as pipe:
+        for show_id, alloc_id in subscriptions:
+            pipe.hexists(keys.sub(show_id=show_id, alloc_id=alloc_id), "burst")
+        bursts = pipe.execute()
+    return sorted({show_id for (show_id, _), has_burst in zip(subscriptions, bursts) if has_burst})
 
 
 def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:

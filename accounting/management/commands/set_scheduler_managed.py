@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from shows.selectors import AmbiguousName, get_show_by_name
 
@@ -24,5 +25,8 @@ class Command(BaseCommand):
             raise CommandError(f"{error}; nothing changed", returncode=2) from None
         if found is None:
             raise CommandError(f"no show named {show!r}; nothing changed", returncode=2)
-        old, new = set_scheduler_managed(show=found, managed=managed)
+        try:
+            old, new = set_scheduler_managed(show=found, managed=managed)
+        except SwitchRefused as error:
+            raise CommandError(f"{found.str_name}: {error}") from None
         self.stdout.write(f"{found.str_name}: b_scheduler_managed {str(old).lower()} -> {str(new).lower()}")

@@ -6,6 +6,7 @@ at once. Back to Cuebot: the five PG accounting tables equal SUM(proc) at once.
 import pytest
 
 from accounting.live import keys
+from accounting.live.booking import book
 from accounting.models import (
     FolderResource,
     JobResource,
@@ -13,11 +14,14 @@ from accounting.models import (
     Point,
     Subscription,
 )
+from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile.drift import drift_report
 from accounting.reconcile.reseed import redis_is_empty
 from accounting.release.unbook import unbook_proc
+from shows.models import Show
 from tests.farms import build_farm
+from tests.processes import closed_port
 
 
 def switch(farm, *, managed: bool, capture) -> None:
@@ -126,3 +130,47 @@ def test_a_notify_era_switch_writes_no_redis_the_scheduler_seeds_itself(busy_cue
     settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
     switch(busy_cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
     assert acct_redis.keys("*") == []
+
+
+def book_cores(farm, *, cores: int):
+    return book(show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id, job_id=farm.job.id,
+                layer_id=farm.layer.id, dept_id=farm.dept.id, cores=cores, gpus=0)
+
+
+@pytest.mark.django_db
+def test_a_show_switched_back_to_the_scheduler_books_nothing_until_its_counters_are_seeded(
+    busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks,
+):
+    farm = busy_cuebot_farm
+    switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
+    switch(farm, managed=False, capture=django_capture_on_commit_callbacks)
+    # Cuebot owns the show: it books 50 cores its Redis keys never hear of (they keep their limits).
+    for _ in range(5):
+        farm.add_proc(cores=1000)
+    sub = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+    assert seeded_redis.hmget(sub, "int_cores", "burst") == ["6", "200"]
+
+    with django_capture_on_commit_callbacks(execute=False) as seeding:
+        set_scheduler_managed(show=farm.show, managed=True)
+    # The flag has committed and the scheduler may read it at once; the seeding has not run. The
+    # stale counters (6 cores on the subscription against 56 booked) must not be booked against:
+    # the subscription is closed (no burst).
+    closed = book_cores(farm, cores=100)
+    assert (closed.ok, closed.table, closed.limit) == (False, "subscription", 0)
+    for callback in seeding:
+        callback()
+    # Seeded, then opened: bookings are judged against the true counts again (the job's 53
+    # booked cores against its cap of 50 here).
+    assert seeded_redis.hmget(sub, "int_cores", "burst") == ["56", "200"]
+    seeded = book_cores(farm, cores=100)
+    assert (seeded.ok, seeded.table, seeded.current, seeded.limit) == (False, "job", 53, 50)
+
+
+@pytest.mark.django_db
+def test_a_switch_to_the_scheduler_is_refused_when_redis_cannot_close_the_shows_keys(
+    cuebot_farm, settings, fresh_accounting_client, django_capture_on_commit_callbacks,
+):
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    with pytest.raises(SwitchRefused, match="could not be closed"), django_capture_on_commit_callbacks(execute=True):
+        set_scheduler_managed(show=cuebot_farm.show, managed=True)
+    assert not Show.objects.get(pk=cuebot_farm.show.pk).b_scheduler_managed
