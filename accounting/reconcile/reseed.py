@@ -34,6 +34,7 @@ from django.conf import settings
 from accounting.live import keys
 from accounting.live.leases import named_lock
 from accounting.live.scripts import script
+from accounting.models import Subscription
 from accounting.reconcile.snapshot import (
     booked_rows,
     chunked,
@@ -162,6 +163,18 @@ def close_show(*, show_id: str, alloc_ids: Sequence[str]) -> None:
         for alloc_id in alloc_ids:
             pipe.hdel(keys.sub(show_id=show_id, alloc_id=alloc_id), *SUBSCRIPTION_LIMIT_FIELDS)
         pipe.execute()
+
+
+def open_to_booking(*, show_ids: Sequence[str]) -> list[str]:
+    """The shows with a subscription key that carries a burst; booking.lua refuses every core
+    booking of the others (closed: by their switch to the scheduler until seed_show opens them,
+    or a Redis not rebuilt since it came up)."""
+    subscriptions = list(Subscription.objects.filter(show_id__in=show_ids).values_list("show_id", "alloc_id"))
+    with accounting_redis().pipeline(transaction=False) as pipe:
+        for show_id, alloc_id in subscriptions:
+            pipe.hexists(keys.sub(show_id=show_id, alloc_id=alloc_id), "burst")
+        bursts = pipe.execute()
+    return sorted({show_id for (show_id, _), has_burst in zip(subscriptions, bursts) if has_burst})
 
 
 def seed_show(*, show_id: str) -> None:

@@ -21,11 +21,11 @@ from django.db import (
 )
 
 from accounting.live import booking, keys
-from accounting.models import Subscription
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile import failover
 from accounting.reconcile import pg_truth as pg_accounting
+from accounting.reconcile.reseed import open_to_booking
 from accounting.release.unbook import unbook_proc, unbook_procs
 from accounting.simulation import reconcile
 from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
@@ -419,17 +419,6 @@ def low_counters(*, farm: SimFarm) -> list[tuple[str, str, int, int]]:
     low, _ = against_truth(show_ids=open_to_booking(show_ids=managed))
     return low
 
-
-def open_to_booking(*, show_ids: list[str]) -> list[str]:
-    """The shows with a subscription key that carries a burst. booking.lua refuses every core
-    booking of the others: a show switched to the scheduler is closed so until its seeding writes
-    its counters, then its limits (accounting.reconcile.reseed.close_show), and may read low meanwhile."""
-    subscriptions = list(Subscription.objects.filter(show_id__in=show_ids).values_list("show_id", "alloc_id"))
-    with accounting_redis().pipeline(transaction=False) as pipe:
-        for show_id, alloc_id in subscriptions:
-            pipe.hexists(keys.sub(show_id=show_id, alloc_id=alloc_id), "burst")
-        bursts = pipe.execute()
-    return sorted({show_id for (show_id, _), has_burst in zip(subscriptions, bursts) if has_burst})
 
 
 def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:

@@ -9,9 +9,9 @@ from django.core.management import CommandError, call_command
 
 from accounting.live import keys
 from accounting.management.commands.simulate_farm import Command as SimulateFarm
+from accounting.reconcile.reseed import open_to_booking
 from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
 from accounting.simulation.faults import FAULT_KINDS, FaultPlan, parse_faults
-from accounting.simulation.workers import open_to_booking
 from shows.models import Show
 from tests.service_role import as_cuebot
 
