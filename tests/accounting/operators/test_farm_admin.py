@@ -10,6 +10,7 @@ from accounting.ownership import switching
 from accounting.reconcile.drift_check import run_drift_check
 from accounting.reconcile.reseed import seed_show
 from shows.models import Show
+from tests.processes import closed_port
 
 pytestmark = pytest.mark.django_db
 
@@ -210,3 +211,18 @@ def test_cuebots_other_farm_rows_are_shown_read_only(admin_client, cuebot_farm, 
     assert page.status_code == 200 and page.context["has_change_permission"] is False
     assert admin_client.post(url, {}).status_code == 403
     assert admin_client.get(reverse(f"admin:shows_{model}_add")).status_code == 403
+
+
+def test_a_move_to_scheduler_redis_cannot_take_is_reported_and_changes_nothing(
+    admin_client, cuebot_farm, settings, fresh_accounting_client, django_capture_on_commit_callbacks,
+):
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(CHANGELIST, {
+            "action": "move_to_scheduler", ACTION_CHECKBOX_NAME: [cuebot_farm.show.pk], "confirmed": "yes",
+        }, follow=True)
+    assert flags(cuebot_farm.show) == [False]
+    moved, refused = response.context["messages"]
+    assert str(moved) == "Moved 0 show(s) to the scheduler: none. 0 already there."
+    assert refused.level_tag == "error"
+    assert str(refused).startswith(f"Not moved, nothing changed: {cuebot_farm.show.str_name} (the show's Redis keys")

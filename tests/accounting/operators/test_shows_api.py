@@ -10,6 +10,7 @@ from cuebot_acct.permissions import (
     RESEED_REDIS,
 )
 from shows.models import Show
+from tests.processes import closed_port
 
 pytestmark = pytest.mark.django_db
 
@@ -62,6 +63,17 @@ def test_staff_token_moves_a_show_and_gets_old_and_new(reader_client, cuebot_far
     assert response.json() == {"name": cuebot_farm.show.str_name, "old": False, "new": True}
     assert flag(cuebot_farm.show) is True
     assert client.get(f"/api/v1/shows/{cuebot_farm.show.str_name}").json()["scheduler_managed"] is True
+
+
+def test_a_move_to_scheduler_redis_cannot_take_is_503_and_changes_nothing(
+    reader_client, cuebot_farm, staff_token, settings, fresh_accounting_client, django_capture_on_commit_callbacks,
+):
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = put(reader_client, cuebot_farm.show.str_name, {"managed": True}, staff_token)
+    assert response.status_code == 503
+    assert "could not be closed before the switch" in response.json()["detail"]
+    assert flag(cuebot_farm.show) is False
 
 
 @pytest.mark.parametrize("token", [None, "not-a-token"])

@@ -3,6 +3,7 @@ from django.core.management import CommandError, call_command
 
 from accounting.ownership import switching
 from shows.models import Show
+from tests.processes import closed_port
 
 pytestmark = pytest.mark.django_db
 
@@ -44,3 +45,14 @@ def test_an_unknown_show_is_refused(cuebot_farm):
         call_command("set_scheduler_managed", "nope", "true")
     assert error.value.returncode == 2
     assert not Show.objects.filter(b_scheduler_managed=True).exists()
+
+
+def test_a_move_to_the_scheduler_redis_cannot_take_exits_1_and_changes_nothing(
+    cuebot_farm, settings, fresh_accounting_client, django_capture_on_commit_callbacks,
+):
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    with pytest.raises(CommandError, match="could not be closed before the switch") as error, \
+            django_capture_on_commit_callbacks(execute=True):
+        call_command("set_scheduler_managed", cuebot_farm.show.str_name, "true")
+    assert error.value.returncode == 1
+    assert flag(cuebot_farm.show) is False
