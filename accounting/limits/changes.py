@@ -122,7 +122,7 @@ def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:
     """After commit: write, or WARN + count + swallow (the limit reseed heals)."""
     try:
         written = script("limit_write").run(
-            accounting_redis(), keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED],
+            accounting_redis(), keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
             args=[keys.SEEDED_VALUE, "1", *(part for f, v in fields for part in (key, f, v))],
         )
     except (redis.RedisError, OSError) as error:
@@ -131,8 +131,9 @@ def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:
         return
     if not int(written):
         LIMIT_WRITES_REFUSED.inc()
-        log.warning("limit write for %s refused: the key is closed to booking on a Redis not rebuilt since it came up "
-                    "(PostgreSQL has the new value; the rebuild, or `acct_reseed`, writes it)", key)
+        log.warning("limit write for %s refused: the key is closed to booking, on a Redis not rebuilt since it came up "
+                    "or for a show switched to the scheduler and not seeded yet (PostgreSQL has the new value; the "
+                    "rebuild, the show's seeding or `acct_reseed` writes it)", key)
 
 
 def publish_limits_on_commit(*, instance: LimitInstance) -> None:

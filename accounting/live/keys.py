@@ -61,6 +61,10 @@ LIMITS_REFUSED = "acct:limits_refused"
 # promoted replica carries its old master's value but has a new replication id: that is how
 # a failover is noticed (accounting.reconcile.failover) and how booking.lua refuses it until rebuilt.
 MASTER = "acct:master"
+# Shows closed to booking by their switch to the scheduler (accounting.reconcile.reseed.close_show):
+# their subscription keys carry no limit field until a write that follows fresh booked counters
+# (the show's seeding, a full reseed, the bootstrap) opens them and takes the show out.
+CLOSED_SHOWS = "acct:closed_shows"
 # Set when a failover closed the managed keys: whoever sees it rebuilds them (the
 # reconciliation setting does not matter, unlike for an empty Redis).
 REBUILD_OWED = "acct:rebuild_owed"

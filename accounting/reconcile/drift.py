@@ -57,7 +57,7 @@ REBUILD_OWED = "rebuild owed after a failover (keys closed until it ends)"
 BOOKED_FIELDS = ("int_cores", "int_gpus")
 LAYER_KEY_PREFIX = keys.layer(layer_id="")
 # A limit change whose Redis write was refused (the key was closed on a Redis not rebuilt yet).
-LIMIT_WRITE_REFUSED = "limit write refused (Redis not rebuilt since it came up)"
+LIMIT_WRITE_REFUSED = "limit write refused (its key closed: Redis not rebuilt since it came up, or its show not seeded since its switch)"
 
 
 @dataclass(frozen=True)

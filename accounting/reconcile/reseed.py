@@ -126,17 +126,21 @@ def reseed_booked(*, show_ids: Sequence[str], scope: str = "farm", max_attempts:
 
 
 def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (keys.SEEDED, keys.SEEDED_VALUE),
-                 progress: Callable[[int], None] = lambda n: None) -> int | None:
+                 opens: bool = False, progress: Callable[[int], None] = lambda n: None) -> int | None:
     """Write every limit field of these shows while `guard` (key, value) holds in Redis (by
     default: while Redis is seeded; None: unconditionally). Returns fields written, or None
-    when the guard failed (Redis restarted: the bootstrap will write them all)."""
+    when the guard failed (Redis restarted: the bootstrap will write them all).
+
+    The subscription limits of a show closed by its switch (close_show) are written, opening it,
+    only with `opens`: by a caller that has just written these shows' booked counters."""
     started = time.monotonic()
     client = accounting_redis()
     written = 0
     guard_key, guard_value = guard or (keys.SEEDED, "")
     for chunk in chunked(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
-        args = [guard_value, "0"] + [part for triple in chunk for part in triple]
-        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED], args=args)):
+        args = [guard_value, "open" if opens else "0"] + [part for triple in chunk for part in triple]
+        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
+                                             args=args)):
             log.warning("limit write stopped after %d fields: the accounting Redis is not seeded (restarted?)", written)
             return None
         written += len(chunk)
@@ -152,7 +156,9 @@ SUBSCRIPTION_LIMIT_FIELDS = ("size", "burst")
 
 def close_show(*, show_id: str, alloc_ids: Sequence[str]) -> None:
     """Close a show to booking in Redis: its subscription keys lose their limit fields, in one
-    MULTI. Raises the Redis error if that cannot be done.
+    MULTI, and the show joins acct:closed_shows, so that no limit write opens them again but one
+    that follows fresh booked counters (limit_write.lua). Raises the Redis error if that cannot
+    be done.
 
     A show that leaves the scheduler keeps its keys as they were, limits included, and its
     counters stop following its procs while Cuebot books and releases them. Before it switches
@@ -160,6 +166,7 @@ def close_show(*, show_id: str, alloc_ids: Sequence[str]) -> None:
     commits, cannot book against those counters; seed_show then writes the counters, then the
     limits that open the keys again."""
     with accounting_redis().pipeline(transaction=True) as pipe:
+        pipe.sadd(keys.CLOSED_SHOWS, show_id)
         for alloc_id in alloc_ids:
             pipe.hdel(keys.sub(show_id=show_id, alloc_id=alloc_id), *SUBSCRIPTION_LIMIT_FIELDS)
         pipe.execute()
@@ -192,7 +199,7 @@ def seed_show(*, show_id: str) -> None:
         token = _claim_rebuild_if_only_show(show_id=show_id)
         if not reseed_booked(show_ids=[show_id], scope="show").written:
             raise ReseedSkipped(show_id)
-        write_limits(show_ids=[show_id], guard=None)
+        write_limits(show_ids=[show_id], guard=None, opens=True)
         if token is not None:
             _finish_rebuild(token=token)
 
@@ -236,7 +243,8 @@ def reseed(*, limits: bool = True, booked: bool = True, show_ids: Sequence[str] 
             return _bootstrap(wait=None, progress=progress)
         shows = list(show_ids) if show_ids is not None else managed_show_ids()
         booked_outcome = reseed_booked(show_ids=shows, progress=progress) if booked else None
-        fields = write_limits(show_ids=shows, progress=progress) if limits else None
+        opens = booked_outcome is not None and booked_outcome.written
+        fields = write_limits(show_ids=shows, opens=opens, progress=progress) if limits else None
         return ReseedReport(shows=len(shows), booked=booked_outcome, limit_fields=fields)
 
 
@@ -271,7 +279,7 @@ def _bootstrap(*, wait: Callable[[float], object] | None,
     outcome = reseed_booked(show_ids=shows, scope="bootstrap", progress=progress, closed_token=token)
     if not outcome.written:
         return ReseedReport(shows=len(shows), booked=outcome, limit_fields=None, bootstrapped=False)
-    fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), progress=progress)
+    fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), opens=True, progress=progress)
     done = fields is not None and _finish_rebuild(token=token)
     if done:
         log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))

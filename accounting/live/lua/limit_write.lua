@@ -7,13 +7,20 @@
 -- a key is already open, whoever rebuilt it (this service, or the scheduler's bootstrap,
 -- which never sets acct:seeded), so changing its values opens nothing. A publish that is
 -- still refused is recorded, so the drift inspector can name it.
+-- The subscription keys of a show in acct:closed_shows (closed by its switch to the scheduler
+-- until its counters are seeded) are opened only by a write in mode "open", which follows fresh
+-- booked counters and takes the show out of the set; a publish to one is refused and recorded,
+-- and a reseed write leaves it out.
 -- KEYS[1] acct:seq   KEYS[2] the guard key (acct:seeded or acct:bootstrapping)
 -- KEYS[3] acct:limits_refused (hash: key -> refusal time in ms), used by publishes only
+-- KEYS[4] acct:closed_shows (set of show ids)
 -- ARGV[1] the value the guard key must hold; "" writes unconditionally (a show's switch seed)
--- ARGV[2] "1" for a publish (open keys may be written, refusals recorded), "0" otherwise
+-- ARGV[2] "1" for a publish (open keys may be written, refusals recorded), "0" for a reseed,
+--         "open" for a write that follows the booked counters it opens keys on
 -- ARGV[3..] triples: key, field, value (cores already converted, -1 verbatim)
 -- Returns the new acct:seq, or 0 when refused (nothing written).
 local publish = ARGV[2] == '1'
+local opens = ARGV[2] == 'open'
 local limit_fields = {size = true, burst = true, int_min_cores = true, int_max_cores = true, int_min_gpus = true,
                       int_max_gpus = true, int_priority = true, show_id = true}
 
@@ -26,27 +33,49 @@ local function already_open(key)
   return false
 end
 
+-- The show of a subscription key, when that show is closed by its switch; nil otherwise.
+local function closed_show(key)
+  local show = string.match(key, '^acct:sub:([^:]+):')
+  if show and redis.call('SISMEMBER', KEYS[4], show) == 1 then
+    return show
+  end
+  return nil
+end
+
+local function refused()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for i = 3, #ARGV, 3 do
+    redis.call('HSET', KEYS[3], ARGV[i], now)
+  end
+  return 0
+end
+
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then
   if not publish then
     return 0
   end
-  local refused = false
   for i = 3, #ARGV, 3 do
     if not already_open(ARGV[i]) then
-      refused = true
-      break
+      return refused()
     end
   end
-  if refused then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    for i = 3, #ARGV, 3 do
-      redis.call('HSET', KEYS[3], ARGV[i], now)
+end
+if publish then
+  for i = 3, #ARGV, 3 do
+    if closed_show(ARGV[i]) then
+      return refused()
     end
-    return 0
   end
 end
 for i = 3, #ARGV, 3 do
-  redis.call('HSET', ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  local show = closed_show(ARGV[i])
+  if show and opens then
+    redis.call('SREM', KEYS[4], show)
+    show = nil
+  end
+  if not show then
+    redis.call('HSET', ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  end
 end
 return redis.call('INCR', KEYS[1])

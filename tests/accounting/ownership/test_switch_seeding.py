@@ -5,6 +5,7 @@ at once. Back to Cuebot: the five PG accounting tables equal SUM(proc) at once.
 """
 import pytest
 
+from accounting.limits.changes import set_subscription_limits
 from accounting.live import keys
 from accounting.live.booking import book
 from accounting.models import (
@@ -17,7 +18,7 @@ from accounting.models import (
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile.drift import drift_report
-from accounting.reconcile.reseed import redis_is_empty
+from accounting.reconcile.reseed import redis_is_empty, reseed
 from accounting.release.unbook import unbook_proc
 from shows.models import Show
 from tests.farms import build_farm
@@ -174,3 +175,41 @@ def test_a_switch_to_the_scheduler_is_refused_when_redis_cannot_close_the_shows_
     with pytest.raises(SwitchRefused, match="could not be closed"), django_capture_on_commit_callbacks(execute=True):
         set_scheduler_managed(show=cuebot_farm.show, managed=True)
     assert not Show.objects.get(pk=cuebot_farm.show.pk).b_scheduler_managed
+
+
+@pytest.mark.django_db
+def test_a_closed_show_is_opened_only_by_a_limit_write_that_follows_its_counters(
+    busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks,
+):
+    farm = busy_cuebot_farm
+    switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
+    switch(farm, managed=False, capture=django_capture_on_commit_callbacks)
+    farm.add_proc(cores=1000)
+    sub = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+    with django_capture_on_commit_callbacks(execute=False) as seeding:
+        set_scheduler_managed(show=farm.show, managed=True)
+    assert seeded_redis.sismember(keys.CLOSED_SHOWS, farm.show.id)
+
+    # An operator's limit change meanwhile is refused and recorded; a limits-only reseed leaves
+    # the subscription out. Either would open it on counters not seeded yet.
+    with django_capture_on_commit_callbacks(execute=True):
+        set_subscription_limits(subscription=farm.subscription, burst=30000)  # centicores
+    reseed(limits=True, booked=False, show_ids=[farm.show.id])
+    assert seeded_redis.hmget(sub, "int_cores", "burst") == ["6", None]
+    assert seeded_redis.hexists(keys.LIMITS_REFUSED, sub)
+
+    for callback in seeding:
+        callback()
+    assert seeded_redis.hmget(sub, "int_cores", "burst") == ["16", "300"]
+    assert not seeded_redis.sismember(keys.CLOSED_SHOWS, farm.show.id)
+
+
+@pytest.mark.django_db
+def test_a_full_reseed_opens_a_show_whose_seeding_failed(busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks):
+    farm = busy_cuebot_farm
+    with django_capture_on_commit_callbacks(execute=False):  # its seeding never runs
+        set_scheduler_managed(show=farm.show, managed=True)
+    sub = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+    reseed(show_ids=[farm.show.id])  # booked counters, then limits
+    assert seeded_redis.hmget(sub, "int_cores", "burst") == ["6", "200"]
+    assert not seeded_redis.sismember(keys.CLOSED_SHOWS, farm.show.id)
