@@ -137,11 +137,6 @@ class BenchFarm:
         self.user = get_user_model().objects.create_user(username=f"bench-{run}")
         grant_permissions(user=self.user, permissions=[RELEASE_PROCS])
         self.token = issue_token(user=self.user, name="bench/release.py")
-        # Procs are added on a connection of their own. On the service's connection, the farm builder's
-        # DROP TABLE made psycopg deallocate every statement the release path had prepared there
-        # (psycopg clears them after a DROP, an ALTER or a ROLLBACK), so each round's first releases
-        # were parsed and planned anew, while the floor's connections kept theirs.
-        self.builder = psycopg.connect(settings.DATABASE_URL, autocommit=True)
 
     def key_ids(self) -> dict[str, str]:
         """The ids booking.book names the farm's five keys by."""
@@ -165,7 +160,12 @@ class BenchFarm:
              PROC_CORES[i % len(PROC_CORES)], 0, 4096, 0)
             for i, pid in enumerate(ids)
         )
-        with self.builder.transaction(), self.builder.cursor() as cursor:
+        # On a connection of its own, opened here (the benches fork releasers, which must not share
+        # it). On the service's connection, the farm builder's DROP TABLE made psycopg deallocate
+        # every statement the release path had prepared there (psycopg clears them after a DROP, an
+        # ALTER or a ROLLBACK), so each round's first releases were parsed and planned anew, while
+        # the floor's connections kept theirs.
+        with psycopg.connect(settings.DATABASE_URL) as builder, builder.cursor() as cursor:
             for table, columns, table_rows in (("frame", FRAME_COLUMNS, frames), ("proc", PROC_COLUMNS, rows)):
                 with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
                     for row in table_rows:
@@ -189,7 +189,6 @@ class BenchFarm:
             self.user.delete()
         accounting_redis().delete(*self.redis_keys)
         cache.delete(flag_cache_key(show_id=self.show.id))
-        self.builder.close()
 
 
 # The floor (issue 11): what a release cannot do without, written plainly on bare clients.
