@@ -138,24 +138,30 @@ def book_cores(farm, *, cores: int):
                 layer_id=farm.layer.id, dept_id=farm.dept.id, cores=cores, gpus=0)
 
 
+def back_to_the_scheduler_unseeded(farm, *, capture, cuebot_cores: list[int]) -> list:
+    """The scheduler's show goes back to Cuebot, which books these procs (centicores) without its
+    Redis keys hearing of them (they keep their limits), then to the scheduler again: the flag
+    committed, its seeding captured and not run yet. Returns the seeding's callbacks."""
+    switch(farm, managed=True, capture=capture)
+    switch(farm, managed=False, capture=capture)
+    for cores in cuebot_cores:
+        farm.add_proc(cores=cores)
+    with capture(execute=False) as seeding:
+        set_scheduler_managed(show=farm.show, managed=True)
+    return seeding
+
+
 @pytest.mark.django_db
 def test_a_show_switched_back_to_the_scheduler_books_nothing_until_its_counters_are_seeded(
     busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks,
 ):
     farm = busy_cuebot_farm
-    switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
-    switch(farm, managed=False, capture=django_capture_on_commit_callbacks)
-    # Cuebot owns the show: it books 50 cores its Redis keys never hear of (they keep their limits).
-    for _ in range(5):
-        farm.add_proc(cores=1000)
-    sub = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
-    assert seeded_redis.hmget(sub, "int_cores", "burst") == ["6", "200"]
-
-    with django_capture_on_commit_callbacks(execute=False) as seeding:
-        set_scheduler_managed(show=farm.show, managed=True)
+    seeding = back_to_the_scheduler_unseeded(farm, capture=django_capture_on_commit_callbacks, cuebot_cores=[1000] * 5)
     # The flag has committed and the scheduler may read it at once; the seeding has not run. The
-    # stale counters (6 cores on the subscription against 56 booked) must not be booked against:
+    # stale counter (6 cores on the subscription against 56 booked) must not be booked against:
     # the subscription is closed (no burst).
+    sub = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
+    assert seeded_redis.hmget(sub, "int_cores", "burst") == ["6", None]
     closed = book_cores(farm, cores=100)
     assert (closed.ok, closed.table, closed.limit) == (False, "subscription", 0)
     for callback in seeding:
@@ -182,12 +188,8 @@ def test_a_closed_show_is_opened_only_by_a_limit_write_that_follows_its_counters
     busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks,
 ):
     farm = busy_cuebot_farm
-    switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
-    switch(farm, managed=False, capture=django_capture_on_commit_callbacks)
-    farm.add_proc(cores=1000)
+    seeding = back_to_the_scheduler_unseeded(farm, capture=django_capture_on_commit_callbacks, cuebot_cores=[1000])
     sub = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
-    with django_capture_on_commit_callbacks(execute=False) as seeding:
-        set_scheduler_managed(show=farm.show, managed=True)
     assert seeded_redis.sismember(keys.CLOSED_SHOWS, farm.show.id)
 
     # An operator's limit change meanwhile is refused and recorded; a limits-only reseed leaves
