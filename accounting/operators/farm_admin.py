@@ -167,8 +167,9 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
             if old != new:
                 changed.append(show.str_name)
         unchanged = queryset.count() - len(changed) - len(refused)
-        names = ", ".join(changed) or "none"
-        self.message_user(request, f"Moved {len(changed)} show(s) to {owner}: {names}. {unchanged} already there.")
+        if changed or unchanged:  # a success line for a selection refused whole would read as a success
+            names = ", ".join(changed) or "none"
+            self.message_user(request, f"Moved {len(changed)} show(s) to {owner}: {names}. {unchanged} already there.")
         if refused:
             self.message_user(request, f"Not moved, nothing changed: {'; '.join(refused)}", level=messages.ERROR)
         return None

@@ -222,7 +222,6 @@ def test_a_move_to_scheduler_redis_cannot_take_is_reported_and_changes_nothing(
             "action": "move_to_scheduler", ACTION_CHECKBOX_NAME: [cuebot_farm.show.pk], "confirmed": "yes",
         }, follow=True)
     assert flags(cuebot_farm.show) == [False]
-    moved, refused = response.context["messages"]
-    assert str(moved) == "Moved 0 show(s) to the scheduler: none. 0 already there."
+    [refused] = response.context["messages"]  # no success line beside it
     assert refused.level_tag == "error"
     assert str(refused).startswith(f"Not moved, nothing changed: {cuebot_farm.show.str_name} (the show's Redis keys")
