@@ -9,13 +9,13 @@ from shows.selectors import refresh_flag_cache
 def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     """Flip `show.b_scheduler_managed` with one UPDATE; returns (old, new). No drain step.
 
-    A switch to the scheduler first closes the show's Redis keys to booking (SwitchRefused,
-    nothing changed, if Redis cannot be reached). Everything else happens after commit, so a
-    rolled-back toggle leaves no trace but those closed keys, which nothing books on while
-    Cuebot owns the show: the
-    shared flag cache takes the new value (every process sees it at once), and a real
-    change hands the show over: a switch to the scheduler seeds its Redis keys, a switch
-    back recomputes its PG accounting tables from `proc`.
+    A switch to the scheduler first closes the show's Redis keys to booking, in the transaction
+    (SwitchRefused, nothing changed, if Redis cannot be reached); a toggle that then rolls back
+    leaves them closed, which is harmless while Cuebot owns the show. Everything else happens
+    after commit: the shared flag cache takes the new value (every process sees it at once),
+    and a real change hands the show over: a switch to the scheduler seeds its Redis keys
+    (counters, then the limits that open them), a switch back recomputes its PG accounting
+    tables from `proc`.
     """
     with transaction.atomic():
         old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
