@@ -27,7 +27,6 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task
 
-from accounting.models import Subscription
 from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.reconcile.reseed import close_show, seed_show
 from cuebot_acct import metrics
@@ -52,9 +51,8 @@ def before_switch_to_scheduler(*, show_id: str) -> None:
     could still be open."""
     if not settings.ACCOUNTING_REDIS_ENABLED:
         return
-    alloc_ids = list(Subscription.objects.filter(show_id=show_id).values_list("alloc_id", flat=True))
     try:
-        close_show(show_id=show_id, alloc_ids=alloc_ids)
+        close_show(show_id=show_id)
     except (redis.RedisError, OSError) as error:
         raise SwitchRefused(
             f"the show's Redis keys could not be closed before the switch ({type(error).__name__}: {error}); "

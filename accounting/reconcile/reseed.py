@@ -154,7 +154,13 @@ def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (ke
 SUBSCRIPTION_LIMIT_FIELDS = ("size", "burst")
 
 
-def close_show(*, show_id: str, alloc_ids: Sequence[str]) -> None:
+def _subscription_keys(*, show_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """(show id, Redis key) of every subscription of these shows."""
+    subscriptions = Subscription.objects.filter(show_id__in=show_ids).values_list("show_id", "alloc_id")
+    return [(show_id, keys.sub(show_id=show_id, alloc_id=alloc_id)) for show_id, alloc_id in subscriptions]
+
+
+def close_show(*, show_id: str) -> None:
     """Close a show to booking in Redis: its subscription keys lose their limit fields, in one
     MULTI, and the show joins acct:closed_shows, so that no limit write opens them again but one
     that follows fresh booked counters (limit_write.lua). Raises the Redis error if that cannot
@@ -167,8 +173,8 @@ def close_show(*, show_id: str, alloc_ids: Sequence[str]) -> None:
     limits that open the keys again."""
     with accounting_redis().pipeline(transaction=True) as pipe:
         pipe.sadd(keys.CLOSED_SHOWS, show_id)
-        for alloc_id in alloc_ids:
-            pipe.hdel(keys.sub(show_id=show_id, alloc_id=alloc_id), *SUBSCRIPTION_LIMIT_FIELDS)
+        for _, key in _subscription_keys(show_ids=[show_id]):
+            pipe.hdel(key, *SUBSCRIPTION_LIMIT_FIELDS)
         pipe.execute()
 
 
@@ -176,10 +182,10 @@ def open_to_booking(*, show_ids: Sequence[str]) -> list[str]:
     """The shows with a subscription key that carries a burst; booking.lua refuses every core
     booking of the others (closed: by their switch to the scheduler until seed_show opens them,
     or a Redis not rebuilt since it came up)."""
-    subscriptions = list(Subscription.objects.filter(show_id__in=show_ids).values_list("show_id", "alloc_id"))
+    subscriptions = _subscription_keys(show_ids=show_ids)
     with accounting_redis().pipeline(transaction=False) as pipe:
-        for show_id, alloc_id in subscriptions:
-            pipe.hexists(keys.sub(show_id=show_id, alloc_id=alloc_id), "burst")
+        for _, key in subscriptions:
+            pipe.hexists(key, "burst")
         bursts = pipe.execute()
     return sorted({show_id for (show_id, _), has_burst in zip(subscriptions, bursts) if has_burst})
 
