@@ -129,6 +129,12 @@ def start(state: Path, bind: str) -> None:
     spawn(state, "gunicorn", gunicorn_command(bind))
     spawn(state, "qcluster", [str(BIN / "python"), "manage.py", "qcluster"])
     print(f"cuebot-acct is running: http://{bind}/api/v1/docs  http://{bind}/admin/  http://{bind}/metrics")
+    era = os.environ.get("ACCOUNTING_SCHEDULER", "")
+    if era == "redis":
+        print("the demo runs the design's Redis era (ACCOUNTING_SCHEDULER=redis), which OpenCue never released; "
+              "a site on OpenCue v1.34.20 or later sets ACCOUNTING_SCHEDULER=maestro")
+    else:
+        print(f"scheduler: ACCOUNTING_SCHEDULER={era}")
 
 
 def wait_gone(pgid: int, seconds: float) -> bool:

@@ -2,11 +2,13 @@
 
 The README lists each variable, its default and the Cuebot property it replaces.
 """
+import os
 from datetime import timedelta
 from pathlib import Path
 
 import environ
 
+from cuebot_acct import schedulers
 from cuebot_acct.bad_setting import BadSetting
 from cuebot_acct.redis_factory import check_redis_url, django_cache
 
@@ -126,15 +128,31 @@ DATABASE_ROUTERS = ["cuebot_acct.db_router.CuebotTablesRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Which OpenCue scheduler hears this service's releases and cap changes (docs/notify.md):
-# each on or off on its own, both on while a site moves from one scheduler generation to
-# the other. The Redis era (OpenCue main, June to mid-July 2026: accounting.redis.enabled):
-# after commit, a Lua script in the Redis the scheduler books against; false wires the
-# no-op publisher.
-ACCOUNTING_REDIS_ENABLED = env.bool("ACCOUNTING_REDIS_ENABLED", default=True)
-# The NOTIFY era (OpenCue since its PR #2472: accounting.notify.enabled, default true there):
-# pg_notify on acct_release and acct_limit_change inside the writing transaction.
-ACCOUNTING_NOTIFY_ENABLED = env.bool("ACCOUNTING_NOTIFY_ENABLED", default=False)
+# Which OpenCue scheduler the site runs (cuebot_acct.schedulers, docs/eras.md): maestro (OpenCue
+# v1.34.20 and later: Cuebot owns the five accounting tables for every show), redis or notify
+# (the two eras of OpenCue's main branch that were never released), or redis,notify while a
+# site moves between those two. Deployments that set the two booleans of earlier versions keep
+# working: redis -> ACCOUNTING_REDIS_ENABLED, notify -> ACCOUNTING_NOTIFY_ENABLED, both false ->
+# maestro. With neither, a production process (DEBUG off) refuses to start: a wrong guess
+# corrupts a site's counters. The demo (`make run`) and the suite run the design's Redis era.
+_scheduler = env.str("ACCOUNTING_SCHEDULER", default="")
+_flags = {name: env.bool(name) for name in ("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED") if name in os.environ}
+if _scheduler.strip():
+    ACCOUNTING_SCHEDULER = schedulers.parse(value=_scheduler)
+    _named = dict(zip(("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED"), schedulers.flags_of(name=ACCOUNTING_SCHEDULER)))
+    for _name, _value in _flags.items():
+        if _value != _named[_name]:
+            raise BadSetting(setting=_name, problem=f"is {str(_value).lower()} but ACCOUNTING_SCHEDULER is {ACCOUNTING_SCHEDULER!r}",
+                             accepted="leave it unset (ACCOUNTING_SCHEDULER decides) or make the two agree")
+elif _flags or DEBUG:
+    ACCOUNTING_SCHEDULER = schedulers.from_flags(redis=_flags.get("ACCOUNTING_REDIS_ENABLED", True),
+                                                 notify=_flags.get("ACCOUNTING_NOTIFY_ENABLED", False))
+else:
+    raise BadSetting(setting="ACCOUNTING_SCHEDULER", problem="is not set (DEBUG is off)", accepted=schedulers.ACCEPTED)
+# Derived, for the code that asks one era's question (the Redis era: after commit, a Lua script
+# in the Redis the scheduler books against; the NOTIFY era: pg_notify on acct_release and
+# acct_limit_change inside the writing transaction). cuebot_acct.schedulers reads them back.
+ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = schedulers.flags_of(name=ACCOUNTING_SCHEDULER)
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Seconds before a Redis call from the release path gives up. It is never retried.

@@ -104,7 +104,9 @@ def made_run(own_database, tmp_path):
     params = connection.get_connection_params()
     url = f"postgres://{params['user']}@{params.get('host') or '127.0.0.1'}:{params.get('port') or 5432}/{own_database}"
     env, state, bind = newcomer_environment(database_url=url), tmp_path / "state", f"127.0.0.1:{closed_port()}"
-    lines = [line.replace("$(PY)", ".venv/bin/python").replace("$(BIND)", bind) for line in recipe("services") + recipe("run")]
+    era = re.search(r"^DEMO_ERA := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    lines = [line.replace("$(DEMO_ERA)", era).replace("$$", "$").replace("$(PY)", ".venv/bin/python").replace("$(BIND)", bind)
+             for line in recipe("services") + recipe("run")]
     assert lines[-1].startswith(".venv/bin/python scripts/server.py start"), lines
     lines[-1] += f" --state-dir {state}"  # never the .local/ pid files of a `make run` in this tree
     try:
