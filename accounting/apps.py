@@ -32,6 +32,9 @@ class AccountingConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from accounting import checks  # noqa: F401  (registers accounting.W001 and E001-E005)
+        from cuebot_acct.schedulers import require_named
+
+        require_named()  # a wrong guess of the site's scheduler corrupts its counters
 
         post_spawn.connect(task_worker_started, dispatch_uid="accounting.task_worker_started")
         pre_migrate.connect(before_migrate, sender=self, dispatch_uid="accounting.before_migrate")

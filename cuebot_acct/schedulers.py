@@ -29,6 +29,12 @@ def parse(*, value: str) -> str:
     return name
 
 
+def require_named() -> None:
+    """Refuse to start (one line, naming the choices) a process whose settings name no scheduler."""
+    if settings.ACCOUNTING_SCHEDULER is None:
+        raise BadSetting(setting="ACCOUNTING_SCHEDULER", problem="is not set (DEBUG is off)", accepted=ACCEPTED)
+
+
 def from_flags(*, redis: bool, notify: bool) -> str:
     """What the two booleans of earlier deployments name: both off is Cuebot owning every show's rows."""
     if redis and notify:

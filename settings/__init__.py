@@ -148,11 +148,13 @@ elif _flags or DEBUG:
     ACCOUNTING_SCHEDULER = schedulers.from_flags(redis=_flags.get("ACCOUNTING_REDIS_ENABLED", True),
                                                  notify=_flags.get("ACCOUNTING_NOTIFY_ENABLED", False))
 else:
-    raise BadSetting(setting="ACCOUNTING_SCHEDULER", problem="is not set (DEBUG is off)", accepted=schedulers.ACCEPTED)
+    # Refused once the settings are complete (a module built on these, like settings.test, may
+    # still name it): accounting's AppConfig.ready(), which every process runs at start-up.
+    ACCOUNTING_SCHEDULER = None
 # Derived, for the code that asks one era's question (the Redis era: after commit, a Lua script
 # in the Redis the scheduler books against; the NOTIFY era: pg_notify on acct_release and
 # acct_limit_change inside the writing transaction). cuebot_acct.schedulers reads them back.
-ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = schedulers.flags_of(name=ACCOUNTING_SCHEDULER)
+ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = schedulers.flags_of(name=ACCOUNTING_SCHEDULER or "")
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Seconds before a Redis call from the release path gives up. It is never retried.

@@ -6,14 +6,9 @@ between tests, so they must not be ones a running service uses.
 """
 import os
 
-# The suite runs the design's Redis era unless a test names another (override_settings of the two
-# flags); set in the environment, before the base settings read it, so that the processes the
-# suite starts (gunicorn, manage.py) run it too. The eras' tests set what they run on their own.
-os.environ.setdefault("ACCOUNTING_SCHEDULER", "redis")
-
-from cuebot_acct.redis_factory import django_cache  # noqa: E402
-from settings import *  # noqa: E402, F403
-from settings import CACHES, Q_CLUSTER, env  # noqa: E402
+from cuebot_acct.redis_factory import django_cache
+from settings import *  # noqa: F403
+from settings import CACHES, Q_CLUSTER, env
 
 TEST_REDIS_HOST = env.str("TEST_REDIS_HOST", default="127.0.0.1:6379")
 TEST_REDIS_DB = env.int("TEST_REDIS_DB", default=15)
@@ -27,9 +22,11 @@ CACHES = {
     "default": {**CACHES["default"], **django_cache(url=CACHE_REDIS_URL, options=CACHES["default"]["OPTIONS"])},
     "broker": django_cache(url=TASK_BROKER_REDIS_URL, options=CACHES["broker"]["OPTIONS"]),
 }
-# The NOTIFY era's tests turn it on (tests/accounting/notify/), alone or beside Redis; the Maestro
-# era's turn both off (cuebot_acct.schedulers).
-ACCOUNTING_SCHEDULER = "redis"
+# The suite runs the design's Redis era unless a test names another: the NOTIFY era's tests turn
+# NOTIFY on (tests/accounting/notify/), alone or beside Redis; the Maestro era's turn both off
+# (cuebot_acct.schedulers). Set in the environment too, so that the processes the suite starts
+# (gunicorn, manage.py) run it unless a test gives them another.
+ACCOUNTING_SCHEDULER = os.environ["ACCOUNTING_SCHEDULER"] = "redis"
 ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = True, False
 ACCOUNTING_REDIS_TIMEOUT = 1.0
 

@@ -10,19 +10,17 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.live.units import cores_from_centicores
-from accounting.notify import send as notify_send
-from accounting.notify.payloads import RELEASE, ReleasedAmount, release_payloads
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
     recompute_table,
     report_row_failures,
 )
-from accounting.release.publish import PreparedRelease, made, release_publisher
+from accounting.release.eras import Counting, ReleaseEra, release_era, show_ids_of
+from accounting.release.publish import PreparedRelease, made
 from accounting.release.types import Branch, Release
 from cuebot_acct import metrics
 from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASES
 from cuebot_acct.transactions import retry_transient
-from shows.selectors import Ownership, ownership
 
 logger = logging.getLogger(__name__)
 
@@ -36,17 +34,18 @@ logger = logging.getLogger(__name__)
 #    and the point's show via the job, when the job row still exists. Row locks make
 #    concurrent releases of one proc release it once: the loser's DELETE finds it gone.
 # 2. one host UPDATE gives the idle resources back (summed per host), in the same statement.
-# 3. the branch, per proc:
+# 3. the branch, per proc, as the site's era counts it (accounting.release.eras, chosen once):
 #    - local (b_local): layer_resource, job_resource int_local_* and the job's host_local
 #      reservation on that host (idle amounts back; deleted once the job is FINISHED or
 #      gone, as Cuebot removes it), whatever the show's flag;
-#    - scheduler-managed show: no accounting-table writes; with ACCOUNTING_NOTIFY_ENABLED,
-#      an acct_release NOTIFY in the transaction (accounting.notify); with
-#      ACCOUNTING_REDIS_ENABLED, registered in flight before the transaction (below) and
-#      published to Redis after commit (accounting.release.publish);
-#    - Cuebot-managed show: subscription, layer_resource, job_resource, folder_resource
-#      (the job's folder) and point (the job's department and show) decremented in
-#      centicores in the same transaction.
+#    - counted by the scheduler (a flagged show in the Redis and NOTIFY eras): no
+#      accounting-table writes; the NOTIFY era sends acct_release in the transaction, the
+#      Redis era registers it in flight before the transaction (below) and publishes it to
+#      Redis after commit (accounting.release.publish);
+#    - counted by Cuebot (every show in the Maestro era, an unflagged one in the others):
+#      subscription, layer_resource, job_resource, folder_resource (the job's folder) and
+#      point (the job's department and show) decremented in centicores in the same
+#      transaction, as Cuebot's procDestroyed and batchDeleteVirtualProcs do.
 # Local and Cuebot-managed procs share one set-based statement per table (lock order below).
 # What a proc whose job is gone cannot resolve (its folder, its point) is logged and counted.
 
@@ -271,15 +270,10 @@ _new_release = tuple.__new__
 _LOCAL, _SCHEDULER = Branch.LOCAL, Branch.SCHEDULER
 
 
-def _owners(rows: list[tuple]) -> dict[str, Ownership]:
-    """A releasing statement's rows' shows' owners: the flag read once per show, and only for shows
-    with procs that are not local (a local proc's branch does not depend on it)."""
-    return {show_id: ownership(show_id=show_id) for show_id in {row[2] for row in rows if not row[14]}}
-
-
-def _branches(owners: dict[str, Ownership]) -> dict[str, Branch]:
-    """The branch of each show's procs that are not local, from its owner."""
-    return {show_id: Branch.SCHEDULER if owner.scheduler_managed else Branch.CUEBOT for show_id, owner in owners.items()}
+def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
+    """Who counts a releasing statement's rows' procs, per show (the era reads the flag once per
+    show, and only for shows with procs that are not local)."""
+    return era.counting(show_ids=show_ids_of(rows, show=2, local=14))
 
 
 def _branch(row: tuple, *, branches: dict[str, Branch]) -> Branch:
@@ -405,38 +399,8 @@ def _publishable(releases: Sequence[Release]) -> tuple[list[Release], int]:
     return publishable, len(to_redis) - len(publishable)
 
 
-def _notify_releases(cursor, releases: Sequence[Release], *, commit: bool = False) -> None:
-    """NOTIFY era: acct_release for each scheduler-managed release, in this transaction.
-
-    The scheduler's recompute (every 15 s) leaves out the procs of FINISHED jobs (a killed job
-    is FINISHED before its procs go) and of jobs whose row is gone: once it has run, a
-    decrement for such a proc takes its store below SUM(proc). Those releases are not sent
-    (Cuebot sends them), which leaves the store high until the next recompute at worst: the
-    safe direction. A release whose job row is gone could not name its folder anyway.
-    commit: the notifications are the last thing the outermost transaction sends, and take
-    its COMMIT with them (accounting.notify.send.notify_and_commit).
-    """
-    heard, withheld = [], Counter()
-    for r in releases:
-        if r.branch is not Branch.SCHEDULER:
-            continue
-        if r.job_gone or r.job_finished:
-            withheld["job_gone" if r.job_gone else "job_finished"] += 1
-            continue
-        heard.append(ReleasedAmount(show_id=r.show_id, alloc_id=r.alloc_id, folder_id=r.folder_id, job_id=r.job_id,
-                                    layer_id=r.layer_id, dept_id=r.dept_id, cores=r.cores, gpus=r.gpus))
-    payloads = release_payloads(released=heard)
-    if commit:
-        notify_send.notify_and_commit(channel=RELEASE, payloads=payloads)
-    else:
-        notify_send.notify(cursor=cursor, channel=RELEASE, payloads=payloads)
-    if withheld:
-        transaction.on_commit(lambda: [metrics.NOTIFY_WITHHELD.labels(reason=reason).inc(n)
-                                       for reason, n in withheld.items()])
-
-
-def _publish_on_commit(registered: "_Registered", covered: Sequence[Release]) -> None:
-    publisher, prepared = release_publisher(), registered.narrowed_to(covered)
+def _publish_on_commit(registered: "_Registered", covered: Sequence[Release], era: ReleaseEra) -> None:
+    publisher, prepared = era.publisher, registered.narrowed_to(covered)
     transaction.on_commit(lambda: publisher.publish(prepared=prepared))
 
 
@@ -481,16 +445,16 @@ class _PreRead:
     releases: list[Release]  # in the order read
     branches: dict[str, Branch]  # per show of a proc that is not local
 
-    def in_one_statement(self, proc_ids: list[str]) -> bool:
+    def in_one_statement(self, proc_ids: list[str], era: ReleaseEra) -> bool:
         """Every proc asked for was read, each of a scheduler-managed show and not local: nothing to
-        write in PostgreSQL but the DELETE and the hosts, nothing to send in the transaction
-        (NOTIFY off), and no caller's transaction around. The releasing statement is then a
-        transaction on its own: no BEGIN and COMMIT round trips."""
+        write in PostgreSQL but the DELETE and the hosts, nothing to send in the transaction,
+        and no caller's transaction around. The releasing statement is then a transaction on its
+        own: no BEGIN and COMMIT round trips."""
         return (len(self.rows) == len(proc_ids) and all(r.branch is _SCHEDULER for r in self.releases)
-                and not notify_send.enabled() and not connection.in_atomic_block)
+                and not era.sends_in_transaction and not connection.in_atomic_block)
 
 
-def _pre_read(proc_ids: list[str]) -> _PreRead:
+def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
     """Redis era: what is registered in flight before the release locks anything (a plain
     SELECT, in the caller's transaction if there is one)."""
     with _release_cursor() as cursor:
@@ -499,51 +463,53 @@ def _pre_read(proc_ids: list[str]) -> _PreRead:
         else:
             cursor.execute(PRE_READ_MANY, {"ids": proc_ids})
         rows = cursor.fetchall()
-    owners = _owners(rows)
-    branches = _branches(owners)
-    releases = [_release_from_row(row, branch=_branch(row, branches=branches)) for row in rows]
+    counting = _counting(rows, era)
+    releases = [_release_from_row(row, branch=_branch(row, branches=counting.branches)) for row in rows]
     return _PreRead(rows={row[0]: (row, release) for row, release in zip(rows, releases)}, releases=releases,
-                    branches=branches, settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling))
+                    branches=counting.branches, settling=counting.settling)
 
 
-def _register(pre: _PreRead) -> _Registered | None:
+def _register(pre: _PreRead, era: ReleaseEra) -> _Registered | None:
     """Register the scheduler-managed releases in flight; no PostgreSQL lock is held."""
     candidates, _ = _publishable(pre.releases)
     if not candidates:
         return None
-    prepared = release_publisher().prepare(releases=candidates)
+    prepared = era.publisher.prepare(releases=candidates)
     return None if prepared is None else _Registered(prepared=prepared, releases={r.proc_id: r for r in candidates})
 
 
 def _release(proc_ids: list[str]) -> dict[str, Release]:
     # A deadlock victim is rerun whole when this is the outermost transaction (why that is
     # safe: cuebot_acct.transactions); inside a caller's transaction the error propagates.
-    return retry_transient(lambda: _release_once(proc_ids), operation="release")
+    # The era is chosen once, here: every step of the release (and of a rerun) asks the same one.
+    era = release_era()
+    return retry_transient(lambda: _release_once(proc_ids, era), operation="release")
 
 
-def _release_once(proc_ids: list[str]) -> dict[str, Release]:
+def _release_once(proc_ids: list[str], era: ReleaseEra) -> dict[str, Release]:
     registered: list[_Registered] = []
     try:
-        return _release_registered(proc_ids, registered)
+        return _release_registered(proc_ids, registered, era)
     except BaseException:
         # The release rolled back: nothing it deleted is gone, so the entry is settled at once
         # (a rerun registers its own). A settle that fails leaves the entry to expire: high.
         for entry in registered:
-            release_publisher().publish(prepared=made(prepared=entry.prepared, releases=[]))
+            era.publisher.publish(prepared=made(prepared=entry.prepared, releases=[]))
         raise
 
 
-def _release_registered(proc_ids: list[str], registered_out: list["_Registered"]) -> dict[str, Release]:
-    pre = _pre_read(proc_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
-    registered = _register(pre) if pre is not None else None
+def _release_registered(proc_ids: list[str], registered_out: list["_Registered"], era: ReleaseEra) -> dict[str, Release]:
+    pre = _pre_read(proc_ids, era) if era.reads_before_lock else None
+    registered = _register(pre, era) if pre is not None else None
     if registered is not None:
         registered_out.append(registered)
-    if pre is not None and pre.in_one_statement(proc_ids):
-        return _release_in_one_statement(proc_ids, pre=pre, registered=registered)
-    return _release_in_transaction(proc_ids, registered, read=pre.rows if pre is not None else None)
+    if pre is not None and pre.in_one_statement(proc_ids, era):
+        return _release_in_one_statement(proc_ids, pre=pre, registered=registered, era=era)
+    return _release_in_transaction(proc_ids, registered, era=era, read=pre.rows if pre is not None else None)
 
 
-def _release_in_one_statement(proc_ids: list[str], *, pre: _PreRead, registered: "_Registered | None") -> dict[str, Release]:
+def _release_in_one_statement(proc_ids: list[str], *, pre: _PreRead, registered: "_Registered | None",
+                              era: ReleaseEra) -> dict[str, Release]:
     """RELEASE_ONE or RELEASE_MANY on an autocommit connection: the DELETE and the host UPDATE
     are one statement, so one implicit transaction, committed when it returns. What follows a
     commit in the transactional path (publish, metrics) follows it here at once."""
@@ -560,12 +526,12 @@ def _release_in_one_statement(proc_ids: list[str], *, pre: _PreRead, registered:
     changed = 0
     if registered is not None:
         covered, changed = registered.covering(to_redis)
-        release_publisher().publish(prepared=registered.narrowed_to(covered))
+        era.publisher.publish(prepared=registered.narrowed_to(covered))
     _count_at_commit(releases, withheld=withheld, changed=changed)
     return {r.proc_id: r for r in releases}
 
 
-def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None", *,
+def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None", *, era: ReleaseEra,
                             read: dict[str, tuple] | None = None) -> dict[str, Release]:
     outermost = not connection.in_atomic_block
     with transaction.atomic(), _release_cursor() as cursor:
@@ -577,17 +543,17 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         rows = cursor.fetchall()
         if not rows:
             if registered is not None:  # released meanwhile by someone else: only settle the entry
-                _publish_on_commit(registered, [])
+                _publish_on_commit(registered, [], era)
             return {}
-        owners = _owners(rows)
-        releases = _releases_from_rows(rows, branches=_branches(owners), read=read)
+        counting = _counting(rows, era)
+        releases = _releases_from_rows(rows, branches=counting.branches, read=read)
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
-        settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and owners[r.show_id].settling})
+        settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and r.show_id in counting.settling})
         to_redis, withheld = _publishable(releases)
         changed = 0
         if registered is not None:
             covered, changed = registered.covering(to_redis)
-            _publish_on_commit(registered, covered)
+            _publish_on_commit(registered, covered, era)
         transaction.on_commit(lambda: _count_at_commit(releases, withheld=withheld, changed=changed))
         # Last in the block, since an outermost transaction's COMMIT goes with them: the
         # decrements and the notifications need nothing back, so one round trip for all of
@@ -598,10 +564,9 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         if in_pg:
             with (nullcontext() if settling else _committed_with_the_writes() if outermost else _one_round_trip()):
                 _adjust_pg_accounting(cursor, in_pg, settling=settling)
-                if notify_send.enabled():
-                    _notify_releases(cursor, releases)
-        elif notify_send.enabled():
-            _notify_releases(cursor, releases, commit=outermost)
+                era.send(cursor=cursor, releases=releases, commit=False)
+        elif era.sends_in_transaction:
+            era.send(cursor=cursor, releases=releases, commit=outermost)
     return {r.proc_id: r for r in releases}
 
 

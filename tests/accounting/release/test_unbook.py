@@ -275,8 +275,8 @@ def test_a_proc_resized_between_its_registration_and_its_delete_is_released_but_
     names = seed_keys(acct_redis, farm, cores=10)
     register = unbook._register
 
-    def registered_then_resized_by_cuebot(pre):
-        registered = register(pre)
+    def registered_then_resized_by_cuebot(pre, era):
+        registered = register(pre, era)
         with as_cuebot():
             Proc.objects.filter(pk=resized.id).update(int_cores_reserved=500)
         return registered
@@ -384,14 +384,17 @@ def test_missing_keys_are_not_created_and_counters_clamp_at_zero(farm, acct_redi
     assert acct_redis.get(keys.SEQ) == "2"
 
 
-def test_redis_disabled_publishes_nothing(farm, acct_redis, django_capture_on_commit_callbacks, settings):
+def test_redis_disabled_is_the_maestro_era_which_credits_the_tables_and_publishes_nothing(
+    farm, acct_redis, django_capture_on_commit_callbacks, settings
+):
     settings.ACCOUNTING_REDIS_ENABLED = False
     proc = farm.add_proc(cores=200)
     names = seed_keys(acct_redis, farm, cores=2)
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert unbook_proc(proc_id=proc.id).branch is Branch.SCHEDULER
+        assert unbook_proc(proc_id=proc.id).branch is Branch.CUEBOT
 
+    assert booked(farm)["sub"] == (0, 0)
     assert hashes(acct_redis, names) == {role: {"int_cores": "2", "int_gpus": "0"} for role in names}
     assert acct_redis.get(keys.SEQ) is None and acct_redis.hgetall(keys.INFLIGHT) == {}
 

@@ -81,8 +81,8 @@ def finished_jobs_left_out_of_the_snapshot(monkeypatch):
 def published_before_commit(monkeypatch):
     """The decrement sent at once instead of from transaction.on_commit: a rolled-back
     release still takes its procs off."""
-    def at_once(registered, covered):
-        publish.release_publisher().publish(prepared=publish.made(prepared=registered.prepared, releases=covered))
+    def at_once(registered, covered, era):
+        era.publisher.publish(prepared=publish.made(prepared=registered.prepared, releases=covered))
 
     monkeypatch.setattr(unbook, "_publish_on_commit", at_once)
 

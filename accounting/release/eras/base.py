@@ -1,0 +1,59 @@
+"""The questions every era answers for a release, and the answer the flag-owned eras share."""
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from accounting.release.publish import NoopReleasePublisher, ReleasePublisher
+from accounting.release.types import Branch, Release
+from shows.selectors import ownership
+
+
+@dataclass(frozen=True)
+class Counting:
+    """Who counts the non-local procs of each show a release touches."""
+
+    branches: dict[str, Branch]  # show id -> SCHEDULER (the scheduler's counters) or CUEBOT (the five tables)
+    # Shows switched back to Cuebot so recently that a booking on the old flag may yet commit:
+    # their rows are recomputed from proc instead of decremented (accounting.ownership.switching).
+    settling: frozenset[str]
+
+
+class ReleaseEra(Protocol):
+    name: str
+    publisher: ReleasePublisher  # prepare: before any lock; publish: after commit (or to settle a rollback)
+    reads_before_lock: bool  # whether the release reads its procs before locking them, for publisher.prepare
+    sends_in_transaction: bool  # whether send() writes anything
+
+    def counting(self, *, show_ids: Collection[str]) -> Counting: ...
+
+    def send(self, *, cursor, releases: Sequence[Release], commit: bool) -> None:
+        """Inside the release transaction, last; commit: the outermost transaction's COMMIT may go with it."""
+
+
+class FlagOwned:
+    """Redis and NOTIFY eras: the scheduler counts a flagged show's procs (Cuebot's tables stop
+    following them), Cuebot an unflagged one's; the flag is read through its shared cache."""
+
+    def counting(self, *, show_ids: Collection[str]) -> Counting:
+        owners = {show_id: ownership(show_id=show_id) for show_id in show_ids}
+        return Counting(
+            branches={show_id: Branch.SCHEDULER if owner.scheduler_managed else Branch.CUEBOT
+                      for show_id, owner in owners.items()},
+            settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling),
+        )
+
+
+class SendsNothing:
+    """An era whose scheduler hears nothing inside the transaction."""
+
+    sends_in_transaction = False
+
+    def send(self, *, cursor, releases: Sequence[Release], commit: bool) -> None:
+        return None
+
+
+class PublishesNothing:
+    """An era with no scheduler counters in Redis."""
+
+    publisher: ReleasePublisher = NoopReleasePublisher()
+    reads_before_lock = False
