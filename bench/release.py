@@ -300,6 +300,28 @@ class Floor:
             self.pg.commit()
         return len(proc_ids) / (time.perf_counter() - started)
 
+    def cuebot_batched(self, proc_ids: list[str], size: int = 100) -> float:
+        """Cuebot's batched release (batchDeleteVirtualProcs) the bare way, per batch: DELETE = ANY,
+        host refunds summed per host, each table's decrements summed per key and sent in key
+        order, table after table, COMMIT."""
+        started = time.perf_counter()
+        for i in range(0, len(proc_ids), size):
+            with self.pg.cursor() as cursor:
+                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i:i + size],))
+                rows = cursor.fetchall()
+                cursor.execute(FLOOR_HOSTS, _per_host(rows))
+                for sql, params in FLOOR_CUEBOT:
+                    per_key: dict[tuple, list[int]] = {}
+                    for row in rows:
+                        cores, gpus, *key = params(row)
+                        total = per_key.setdefault(tuple(key), [0, 0])
+                        total[0] += cores
+                        total[1] += gpus
+                    for key in sorted(per_key):
+                        cursor.execute(sql, (*per_key[key], *key))
+            self.pg.commit()
+        return len(proc_ids) / (time.perf_counter() - started)
+
     def close(self) -> None:
         self.pg.close()
         self.redis.close()
@@ -662,6 +684,37 @@ def cuebot_phase(n: int) -> None:
     print(count_line("per unbook_procs of 100", hundred))
 
 
+def maestro_phase(n: int) -> None:
+    """The Maestro era (OpenCue v1.34.20 and later): a flagged show's releases credit the five
+    tables, against Cuebot's own statements written plainly, single and batched."""
+    farm, floor, again = BenchFarm(scheduler_managed=True), Floor(), Floor()
+    try:
+        with eras(redis_on=False, notify_on=False):
+            warm(farm, floor)
+            again.cuebot(farm.add_procs(20))
+            floor.cuebot_batched(farm.add_procs(200))
+            with pinned(server_pids(floor, again)) as placement:
+                rates = interleaved_rates(farm, n, {"floor": floor.cuebot, "floor_again": again.cuebot,
+                                                    "batch_floor": floor.cuebot_batched, **LIBRARY_PATHS})
+            one, hundred = counts_per_call(farm)
+    finally:
+        floor.close()
+        again.close()
+        farm.remove()
+    print()
+    print(f"Maestro era (ACCOUNTING_SCHEDULER=maestro), flagged show, the five tables written in the transaction: "
+          f"{n} releases per path and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}")
+    print_rates(rates, [
+        ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
+        (A_A_LABEL, "floor_again", "floor", "1.00"),
+        ("batch floor: the same per 100, decrements summed per key", "batch_floor", "batch_floor", ""),
+        ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
+        ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
+    ])
+    print(count_line("per unbook_proc", one))
+    print(count_line("per unbook_procs of 100", hundred))
+
+
 # The NOTIFY era's floor: the release and its notification, written plainly.
 FLOOR_NOTIFY = "SELECT pg_notify('acct_release', %s)"
 FLOOR_NOTIFY_MANY = "SELECT pg_notify('acct_release', p) FROM unnest(%s::text[]) AS p"
@@ -780,7 +833,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, default=1000, help="releases per path and round (batches 5x)")
     parser.add_argument("--http-procs", type=int, default=600, help="releases per HTTP path and round")
-    parser.add_argument("--skip", choices=["http", "cuebot", "notify", "redis"], action="append", default=[])
+    parser.add_argument("--skip", choices=["http", "cuebot", "notify", "redis", "maestro"], action="append", default=[])
     options = parser.parse_args()
     if "redis" not in options.skip:
         scheduler_phase(options.procs, options.http_procs, with_http="http" not in options.skip)
@@ -788,6 +841,8 @@ def main() -> None:
         cuebot_phase(options.procs)
     if "notify" not in options.skip:
         notify_phase(options.procs)
+    if "maestro" not in options.skip:
+        maestro_phase(options.procs)
 
 
 if __name__ == "__main__":

@@ -42,8 +42,8 @@ def test_unreachable_redis_names_the_setting_and_url(test_services, setting):
     assert f"cannot reach Redis at {url}" in lines[0] and setting in lines[0]
 
 
-def test_accounting_redis_is_not_required_when_publishing_is_disabled(test_services):
-    result = manage("check_services", **{**test_services, "ACCOUNTING_REDIS_ENABLED": "false",
+def test_accounting_redis_is_not_required_in_the_maestro_era(test_services):
+    result = manage("check_services", **{**test_services, "ACCOUNTING_SCHEDULER": "maestro",
                                          "ACCOUNTING_REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0"})
     assert result.returncode == 0, result.stderr
     assert "ACCOUNTING_REDIS_URL" not in result.stdout
