@@ -37,7 +37,7 @@ UPDATE subscription s
          GROUP BY p.pk_show, h.pk_alloc
        ) t ON t.pk_show = s2.pk_show AND t.pk_alloc = s2.pk_alloc
  WHERE s.pk_subscription = s2.pk_subscription AND s2.pk_show = ANY(%(shows)s)
-   AND (%(only)s::text IS NULL OR s.pk_subscription = %(only)s)
+   AND (%(only)s::text[] IS NULL OR s.pk_subscription = ANY(%(only)s::text[]))
 RETURNING s.pk_subscription, COALESCE(t.cores, 0) > s2.int_cores AND COALESCE(t.cores, 0) > s2.int_burst
 """
 RESTORE_BURSTS = "UPDATE subscription SET int_burst = -int_burst - 1 WHERE pk_subscription = ANY(%(cores)s)"
@@ -53,7 +53,7 @@ UPDATE folder_resource r
          GROUP BY j.pk_folder
        ) t ON t.pk_folder = f.pk_folder
  WHERE r.pk_folder = f.pk_folder AND f.pk_show = ANY(%(shows)s)
-   AND (%(only)s::text IS NULL OR r.pk_folder_resource = %(only)s)
+   AND (%(only)s::text[] IS NULL OR r.pk_folder_resource = ANY(%(only)s::text[]))
 """
 
 JOBS = """
@@ -77,7 +77,7 @@ UPDATE job_resource r
          GROUP BY p.pk_job
        ) t ON t.pk_job = j.pk_job
  WHERE r.pk_job_resource = before.pk_job_resource AND j.pk_show = ANY(%(shows)s)
-   AND (%(only)s::text IS NULL OR r.pk_job_resource = %(only)s)
+   AND (%(only)s::text[] IS NULL OR r.pk_job_resource = ANY(%(only)s::text[]))
 RETURNING r.pk_job_resource,
           COALESCE(t.cores, 0) > before.int_cores AND COALESCE(t.cores, 0) > before.int_max_cores,
           COALESCE(t.gpus, 0) > before.int_gpus AND COALESCE(t.gpus, 0) > before.int_max_gpus
@@ -101,7 +101,7 @@ UPDATE layer_resource r
          GROUP BY p.pk_layer
        ) t ON t.pk_layer = l.pk_layer
  WHERE r.pk_layer = l.pk_layer AND j.pk_show = ANY(%(shows)s)
-   AND (%(only)s::text IS NULL OR r.pk_layer_resource = %(only)s)
+   AND (%(only)s::text[] IS NULL OR r.pk_layer_resource = ANY(%(only)s::text[]))
 """
 
 POINTS = """
@@ -115,15 +115,27 @@ UPDATE point pt
          GROUP BY j.pk_dept, j.pk_show
        ) t ON t.pk_dept = pt2.pk_dept AND t.pk_show = pt2.pk_show
  WHERE pt.pk_point = pt2.pk_point AND pt2.pk_show = ANY(%(shows)s)
-   AND (%(only)s::text IS NULL OR pt.pk_point = %(only)s)
+   AND (%(only)s::text[] IS NULL OR pt.pk_point = ANY(%(only)s::text[]))
 """
 
 @dataclass(frozen=True)
 class TableRecompute:
     table: str
     lock: str  # the show's rows, locked in primary-key order, returning their keys
-    update: str  # %(only)s NULL: every row of the shows; a key: that row alone
+    update: str  # %(only)s NULL: every row of the shows; an array of keys: those rows alone
+    keys: tuple[str, ...]  # the columns a release names the table's rows by (unique together)
+    pk: str
     restore: str | None = None  # moves back the caps `update` moved
+
+    @property
+    def lock_named(self) -> str:
+        """The rows named by one text[] per key column (%(k0)s, %(k1)s), locked in primary-key
+        order, returning their primary keys: the rows a release touches, not the show's."""
+        arrays = ", ".join(f"%(k{i})s::text[]" for i in range(len(self.keys)))
+        names = ", ".join(f"k{i}" for i in range(len(self.keys)))
+        match = " AND ".join(f"t.{key} = k.k{i}" for i, key in enumerate(self.keys))
+        return (f"SELECT t.{self.pk} FROM {self.table} t JOIN unnest({arrays}) AS k({names}) ON {match} "
+                f"ORDER BY t.{self.pk} FOR NO KEY UPDATE OF t")
 
 
 # In the lock order of the release path (accounting.release.unbook, Cuebot's), so a recompute
@@ -132,30 +144,30 @@ TABLES = (
     TableRecompute(
         "subscription",
         "SELECT pk_subscription FROM subscription WHERE pk_show = ANY(%(shows)s) ORDER BY pk_subscription FOR NO KEY UPDATE",
-        SUBSCRIPTIONS, RESTORE_BURSTS,
+        SUBSCRIPTIONS, keys=("pk_show", "pk_alloc"), pk="pk_subscription", restore=RESTORE_BURSTS,
     ),
     TableRecompute(
         "layer_resource",
         """SELECT r.pk_layer_resource FROM layer_resource r JOIN layer l ON l.pk_layer = r.pk_layer JOIN job j ON j.pk_job = l.pk_job
             WHERE j.pk_show = ANY(%(shows)s) ORDER BY r.pk_layer_resource FOR NO KEY UPDATE OF r""",
-        LAYERS,
+        LAYERS, keys=("pk_layer",), pk="pk_layer_resource",
     ),
     TableRecompute(
         "job_resource",
         """SELECT r.pk_job_resource FROM job_resource r JOIN job j ON j.pk_job = r.pk_job WHERE j.pk_show = ANY(%(shows)s)
             ORDER BY r.pk_job_resource FOR NO KEY UPDATE OF r""",
-        JOBS, RESTORE_JOB_MAXIMA,
+        JOBS, keys=("pk_job",), pk="pk_job_resource", restore=RESTORE_JOB_MAXIMA,
     ),
     TableRecompute(
         "folder_resource",
         """SELECT r.pk_folder_resource FROM folder_resource r JOIN folder f ON f.pk_folder = r.pk_folder
             WHERE f.pk_show = ANY(%(shows)s) ORDER BY r.pk_folder_resource FOR NO KEY UPDATE OF r""",
-        FOLDERS,
+        FOLDERS, keys=("pk_folder",), pk="pk_folder_resource",
     ),
     TableRecompute(
         "point",
         "SELECT pk_point FROM point WHERE pk_show = ANY(%(shows)s) ORDER BY pk_point FOR NO KEY UPDATE",
-        POINTS,
+        POINTS, keys=("pk_dept", "pk_show"), pk="pk_point",
     ),
 )
 
@@ -200,12 +212,29 @@ def recompute_table(*, cursor, table: TableRecompute, show_ids: list[str]) -> li
     keys = [key for (key,) in cursor.fetchall()]
     _, failed = run_row_by_row_on_failure(
         table=table.table, keys=lambda: keys,
-        run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=only),
+        run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=None if only is None else [only]),
     )
     return failed
 
 
-def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: str | None) -> list:
+def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named: Sequence[tuple]) -> list[RowFailure]:
+    """The rows named by these keys (tuples of table.keys' values) set to SUM(proc), locked
+    first in primary-key order and summed once they are held: a release's rows, not its show's,
+    so releases of one show wait for each other only where they share a row."""
+    if not named:
+        return []
+    cursor.execute(table.lock_named, {f"k{i}": [key[i] for key in named] for i in range(len(table.keys))})
+    pks = [pk for (pk,) in cursor.fetchall()]
+    if not pks:
+        return []
+    _, failed = run_row_by_row_on_failure(
+        table=table.table, keys=lambda: pks,
+        run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=pks if only is None else [only]),
+    )
+    return failed
+
+
+def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: list[str] | None) -> list:
     cursor.execute(table.update, {"shows": show_ids, "only": only})
     if table.restore:
         restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())

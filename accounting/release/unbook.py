@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from accounting.live.units import cores_from_centicores
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
-    recompute_table,
+    recompute_rows,
     report_row_failures,
 )
 from accounting.release.eras import Counting, ReleaseEra, release_era, show_ids_of
@@ -309,10 +309,13 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
 
     A show settling after its switch back to Cuebot (accounting.ownership.switching) may hold procs
     its rows never counted (bookings made on the old flag): decrementing would take them
-    below the truth. Its rows are recomputed from SUM(proc) instead, table by table in
-    the same lock order.
+    below the truth. The rows its releases touch are recomputed from SUM(proc) instead, table
+    by table in the same lock order; only those rows, so that the show's other releases, and
+    the releases of other shows waiting on the same hosts, do not queue behind a lock on all
+    of the show's rows.
     """
     sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
+    recomputed: dict[str, set[tuple]] = defaultdict(set)
 
     def add(table: str, key: tuple, *amounts: int, offset: int = 0) -> None:
         totals = sums[table][key]
@@ -328,6 +331,12 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
             add("host_local", (r.host_id, r.job_id), r.cores_centicores, r.memory, r.gpus, r.gpu_memory)
             continue
         if r.show_id in settling:
+            recomputed["subscription"].add((r.show_id, r.alloc_id))
+            recomputed["layer_resource"].add((r.layer_id,))
+            recomputed["job_resource"].add((r.job_id,))
+            if not r.job_gone:
+                recomputed["folder_resource"].add((r.folder_id,))
+                recomputed["point"].add((r.dept_id, r.point_show_id))
             continue
         add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
         add("job_resource", (r.job_id,), r.cores_centicores, r.gpus)
@@ -347,8 +356,9 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
             params = {k: [key[i] for key in row_keys] for i, k in enumerate(a.keys)}
             params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(a.amounts)}
             cursor.execute(ADJUSTMENT_SQL[a.table], params)
-        if settling and a.table in TABLE_RECOMPUTES:
-            failures += recompute_table(cursor=cursor, table=TABLE_RECOMPUTES[a.table], show_ids=list(settling))
+        if recomputed.get(a.table):
+            failures += recompute_rows(cursor=cursor, table=TABLE_RECOMPUTES[a.table], show_ids=list(settling),
+                                       named=sorted(recomputed[a.table]))
     report_row_failures(failures, operation="release of a settling show")
     _remove_finished_local_reservations(cursor, releases)
 

@@ -2,6 +2,7 @@
 import ast
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -74,3 +75,29 @@ def test_the_settling_recompute_of_a_show_gone_back_to_the_scheduler_writes_noth
     settle_recompute(show_id=farm.show.id)
 
     assert recomputed == []
+
+
+def test_a_settling_release_locks_only_the_rows_it_touches(farm):
+    """Another job's rows of the settling show, held by someone else, do not hold the release
+    up: it recomputes its own job's and layer's rows, not every row of the show."""
+    other_job, other_layer = farm.add_job()
+    farm.add_proc(cores=200, layer=other_layer)
+    mine = farm.add_proc(cores=100)
+    set_scheduler_managed(show=farm.show, managed=False)
+    late = straggler(farm, cores=300)
+    params = {k: v for k, v in connection.get_connection_params().items() if k != "cursor_factory"}
+    with psycopg.connect(**params) as holder:
+        holder.execute("SELECT 1 FROM job_resource WHERE pk_job = %s FOR UPDATE", [other_job.id])
+        holder.execute("SELECT 1 FROM layer_resource WHERE pk_layer = %s FOR UPDATE", [other_layer.id])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+        try:
+            assert unbook_proc(proc_id=mine.id).branch is Branch.CUEBOT
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+        holder.rollback()
+
+    assert accounting_mismatches(show_id=farm.show.id) == []  # the straggler counted in every row it shares
+    assert unbook_proc(proc_id=late).branch is Branch.CUEBOT
+    assert accounting_mismatches(show_id=farm.show.id) == []

@@ -1,0 +1,167 @@
+"""Ownership switches under load (Redis era): release p99 over HTTP while a show is switched to
+Cuebot and back to the scheduler mid-run, against the same run without switches; then how long
+the accounting Redis takes to equal SUM(proc) again.
+
+    ACCOUNTING_SCHEDULER=redis DJANGO_SETTINGS_MODULE=settings .venv/bin/python bench/switch.py [--procs 1500]
+
+Two gunicorn instances as scripts/server.py deploys them, 8 keep-alive HTTP clients (threads of
+this process) each on one instance, two bench farms of bench/release.py (each a scheduler-managed
+show; only the first one is switched), their procs released in a shuffled order. The flag cache
+and in-flight TTLs are shortened (5 s each, in the environment the instances inherit) so that a
+switch's settling window ends inside a run. Rounds alternate: without switches, then with one
+switch each way (to Cuebot once a third of the releases answered, back to the scheduler at two
+thirds). After each run the switched show's booked Redis counters are compared with SUM(proc)
+until they agree or one in-flight TTL has passed. Printed, never asserted.
+"""
+import argparse
+import http.client
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+os.environ.setdefault("ACCOUNTING_INFLIGHT_TTL_SECONDS", "5")
+os.environ.setdefault("SHOW_FLAG_CACHE_SECONDS", "5")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import release as bench_release  # noqa: E402  (bench/release.py: its farm and servers, django set up)
+from django.conf import settings  # noqa: E402
+
+from accounting.ownership.toggle import set_scheduler_managed  # noqa: E402
+from accounting.reconcile.drift import drift_report  # noqa: E402
+from accounting.reconcile.reseed import seed_show  # noqa: E402
+
+CLIENTS = 8
+ROUNDS = 3
+
+
+class Progress:
+    """How many releases answered; events at the thresholds the switcher waits for."""
+
+    def __init__(self, total: int) -> None:
+        self.lock, self.done = threading.Lock(), 0
+        self.thresholds = {total // 3: threading.Event(), 2 * total // 3: threading.Event()}
+
+    def one_more(self) -> None:
+        with self.lock:
+            self.done += 1
+            event = self.thresholds.get(self.done)
+        if event is not None:
+            event.set()
+
+    def reached(self, fraction: int) -> threading.Event:
+        return list(self.thresholds.values())[fraction]
+
+
+def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], progress: Progress) -> list[float]:
+    latencies: list[float] = []
+    failures: list[str] = []
+    barrier = threading.Barrier(CLIENTS)
+
+    def client(number: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", ports[number % len(ports)], timeout=30)
+        barrier.wait()
+        for proc_id in proc_ids[number::CLIENTS]:
+            sent = time.perf_counter()
+            conn.request("POST", f"/api/v1/procs/{proc_id}/unbook", headers={"Authorization": f"Bearer {token}"})
+            response = conn.getresponse()
+            response.read()
+            latencies.append(time.perf_counter() - sent)
+            progress.one_more()
+            if response.status != 200:
+                failures.append(f"{proc_id}: {response.status}")
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise SystemExit(f"bench: {len(failures)} HTTP releases failed, first: {failures[0]}")
+    return latencies
+
+
+def switcher(*, farm, progress: Progress) -> threading.Thread:
+    def switch() -> None:
+        progress.reached(0).wait()
+        set_scheduler_managed(show=farm.show, managed=False)
+        progress.reached(1).wait()
+        set_scheduler_managed(show=farm.show, managed=True)
+
+    return threading.Thread(target=switch)
+
+
+def booked_drift_cores(*, show_id: str) -> int:
+    """The switched show's booked Redis counters minus SUM(proc), in cores over its keys."""
+    return sum(row.difference for row in drift_report(show_ids=[show_id]).rows if row.field == "int_cores")
+
+
+def settled_after(*, show_id: str, seconds: float) -> tuple[float | None, int]:
+    """Seconds until Redis equals SUM(proc) for the show (None if not within `seconds`), and the
+    difference last seen."""
+    started = time.monotonic()
+    while True:
+        difference = booked_drift_cores(show_id=show_id)
+        if difference == 0:
+            return time.monotonic() - started, 0
+        if time.monotonic() - started > seconds:
+            return None, difference
+        time.sleep(0.25)  # polls a state that no event announces
+
+
+def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.Random) -> tuple[list[float], str]:
+    ids = [proc_id for farm in farms for proc_id in farm.add_procs(procs)]
+    rng.shuffle(ids)
+    for farm in farms:
+        seed_show(show_id=farm.show.id)  # Redis equals SUM(proc) when the run starts
+    progress = Progress(len(ids))
+    thread = switcher(farm=farms[0], progress=progress) if switched else None
+    if thread:
+        thread.start()
+    latencies = release_over_http(ports=ports, token=farms[0].token, proc_ids=ids, progress=progress)
+    if thread:
+        thread.join()
+    took, left = settled_after(show_id=farms[0].show.id, seconds=settings.ACCOUNTING_INFLIGHT_TTL_SECONDS)
+    settled = f"equal after {took:.1f} s" if took is not None else f"{left:+d} cores after {settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s"
+    return latencies, settled
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--procs", type=int, default=1500, help="procs per show and run")
+    parser.add_argument("--seed", type=int, default=2533)
+    options = parser.parse_args()
+    if not settings.ACCOUNTING_REDIS_ENABLED:
+        raise SystemExit("bench/switch.py measures the Redis era: run it with ACCOUNTING_SCHEDULER=redis")
+    rng = random.Random(options.seed)
+    farms = [bench_release.BenchFarm(), bench_release.BenchFarm()]
+    results: dict[bool, list[tuple[float, float, str]]] = {False: [], True: []}
+    try:
+        with ExitStack() as servers:
+            ports = [servers.enter_context(bench_release.gunicorn_server()) for _ in range(2)]
+            for _ in range(ROUNDS):
+                for switched in (False, True):
+                    latencies, settled = one_run(farms=farms, ports=ports, procs=options.procs, switched=switched, rng=rng)
+                    results[switched].append((bench_release.p99(latencies), statistics.median(latencies) * 1000, settled))
+    finally:
+        for farm in farms:
+            set_scheduler_managed(show=farm.show, managed=True)
+            farm.remove()
+    print(f"Switches under load: 2 gunicorn instances, {CLIENTS} HTTP clients, 2 shows x {options.procs} procs per run, "
+          f"{ROUNDS} rounds; flag cache and in-flight TTL {settings.SHOW_FLAG_CACHE_SECONDS} s / "
+          f"{settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s")
+    print(f"{'run':28s} {'p99 ms':>8s} {'p50 ms':>8s}  switched show's Redis against SUM(proc) after the run")
+    for switched in (False, True):
+        for p99, p50, settled in results[switched]:
+            print(f"{'one switch each way' if switched else 'no switch':28s} {p99:8.1f} {p50:8.1f}  {settled}")
+    ratios = sorted(b[0] / a[0] for a, b in zip(results[False], results[True]))
+    print(f"p99 with switches / without, per round: median {statistics.median(ratios):.2f} "
+          f"({ratios[0]:.2f}–{ratios[-1]:.2f}); target <= 2")
+
+
+if __name__ == "__main__":
+    main()
