@@ -53,6 +53,10 @@ def settle_recompute(*, show_id: str) -> None:
     switching.settle_recompute(show_id=show_id)
 
 
+def settle_reseed(*, show_id: str) -> None:
+    switching.settle_reseed(show_id=show_id)
+
+
 EMPTY_CHECKS_PER_RUN = 6
 EMPTY_CHECK_INTERVAL_SECONDS = 10
 

@@ -4,11 +4,12 @@ the accounting Redis takes to equal SUM(proc) again.
 
     ACCOUNTING_SCHEDULER=redis DJANGO_SETTINGS_MODULE=settings .venv/bin/python bench/switch.py [--procs 1500]
 
-Two gunicorn instances as scripts/server.py deploys them, 8 keep-alive HTTP clients (threads of
-this process) each on one instance, two bench farms of bench/release.py (each a scheduler-managed
-show; only the first one is switched), their procs released in a shuffled order. The flag cache
-and in-flight TTLs are shortened (5 s each, in the environment the instances inherit) so that a
-switch's settling window ends inside a run. Rounds alternate: without switches, then with one
+Two gunicorn instances as scripts/server.py deploys them and its task cluster (which runs the
+settling work a switch schedules), 8 keep-alive HTTP clients (threads of this process) each on
+one instance, two bench farms of bench/release.py (each a scheduler-managed show; only the first
+one is switched), their procs released in a shuffled order. The flag cache and in-flight TTLs
+are shortened (5 s and 20 s, in the environment the servers inherit) so that the settling work
+falls inside a round. Rounds alternate: without switches, then with one
 switch each way (to Cuebot once a third of the releases answered, back to the scheduler at two
 thirds). After each run the switched show's booked Redis counters are compared with SUM(proc)
 until they agree or one in-flight TTL has passed. Printed, never asserted.
@@ -18,14 +19,16 @@ import http.client
 import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-os.environ.setdefault("ACCOUNTING_INFLIGHT_TTL_SECONDS", "5")
+os.environ.setdefault("ACCOUNTING_INFLIGHT_TTL_SECONDS", "20")
 os.environ.setdefault("SHOW_FLAG_CACHE_SECONDS", "5")
+os.environ.setdefault("DJANGO_SECRET_KEY", "bench-switch-" + "k" * 50)  # the servers refuse the development key
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import release as bench_release  # noqa: E402  (bench/release.py: its farm and servers, django set up)
 from django.conf import settings  # noqa: E402
@@ -36,6 +39,18 @@ from accounting.reconcile.reseed import seed_show  # noqa: E402
 
 CLIENTS = 8
 ROUNDS = 3
+
+
+@contextmanager
+def task_cluster():
+    """`manage.py qcluster` as scripts/server.py starts it."""
+    process = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=bench_release.ROOT,
+                               env={**os.environ, "LOG_LEVEL": "WARNING"})
+    try:
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 class Progress:
@@ -143,6 +158,7 @@ def main() -> None:
     try:
         with ExitStack() as servers:
             ports = [servers.enter_context(bench_release.gunicorn_server()) for _ in range(2)]
+            servers.enter_context(task_cluster())
             for _ in range(ROUNDS):
                 for switched in (False, True):
                     latencies, settled = one_run(farms=farms, ports=ports, procs=options.procs, switched=switched, rng=rng)

@@ -5,7 +5,11 @@ Redis limits and booked counters are seeded at once, so it neither rejects every
 lack of limits nor starts at zero booked with procs running. The NOTIFY-era scheduler seeds
 itself: it reads the flag and recomputes the show from SUM(proc) and its limits from the
 tables on its own intervals, so there is nothing to send it at a switch. A failure never undoes the switch: it is logged, counted and
-retried in the task cluster, and until then the periodic reseed is the safety net.
+retried in the task cluster, and until then the periodic reseed is the safety net. A release
+made on the old flag (a process whose flag cache has not caught up yet) goes down Cuebot's
+branch and may commit after the seeding read SUM(proc); once the flag cache's TTL has passed
+none can, and the show's booked counters are reseeded once more (a one-off task), so Redis
+equals SUM(proc) again within that TTL plus the task cluster's scheduling delay.
 
 Back to Cuebot: the show's five PG accounting tables are recomputed from `proc`, so
 PostgreSQL is right at once instead of after the next cycle. That is not the end of it: a
@@ -27,8 +31,9 @@ from django.utils import timezone
 from django_q.models import Schedule
 from django_q.tasks import async_task
 
+from accounting.live.leases import LockBusy, named_lock
 from accounting.reconcile.recompute import recompute_pg_accounting
-from accounting.reconcile.reseed import close_show, seed_show
+from accounting.reconcile.reseed import FARM_LOCK, close_show, open_to_booking, reseed_booked, seed_show
 from cuebot_acct import metrics
 from shows.selectors import is_scheduler_managed, settling_cache_key
 
@@ -64,6 +69,9 @@ def before_switch_to_scheduler(*, show_id: str) -> None:
 def after_switch_to_scheduler(*, show_id: str) -> None:
     if not settings.ACCOUNTING_REDIS_ENABLED:
         return
+    _schedule_once(name=f"{SETTLE_RESEED_PREFIX}{show_id}", func="accounting.tasks.settle_reseed", show_id=show_id,
+                   seconds=settings.SHOW_FLAG_CACHE_SECONDS, failure_metric=metrics.SWITCH_SEED_FAILURES,
+                   consequence="a release made on the old flag may leave its Redis counters high until the next reseed")
     try:
         seed_show(show_id=show_id)
     except Exception:
@@ -105,6 +113,37 @@ def retry_seed_show(*, show_id: str, attempt: int) -> None:
 
 
 SETTLE_RECOMPUTE_PREFIX = "settle_recompute:"
+SETTLE_RESEED_PREFIX = "settle_reseed:"
+
+
+def _schedule_once(*, name: str, func: str, show_id: str, seconds: float, failure_metric, consequence: str) -> None:
+    """A one-off task for the show in the cluster, `seconds` from now (a later switch replaces it)."""
+    try:
+        Schedule.objects.update_or_create(name=name, defaults=dict(
+            func=func, kwargs={"show_id": show_id}, schedule_type=Schedule.ONCE, repeats=-1,
+            next_run=timezone.now() + timedelta(seconds=seconds),
+        ))
+    except Exception:
+        logger.error("could not schedule %s for show %s: %s", func, show_id, consequence, exc_info=True)
+        failure_metric.inc()
+
+
+def settle_reseed(*, show_id: str) -> None:
+    """The booked counters of a show switched to the scheduler, once more from SUM(proc), once no
+    release made on the old flag can still commit (the flag cache's TTL after the switch).
+
+    Such a release went down Cuebot's branch, which registers nothing in flight, and may have
+    committed after the seeding read SUM(proc): the seeding counted its proc, and nothing ever
+    takes it off. A reseed now finds it gone. A show that is not open to booking (back with
+    Cuebot, or its seeding still owed) is left to its own seeding."""
+    if not is_scheduler_managed(show_id=show_id) or not open_to_booking(show_ids=[show_id]):
+        logger.info("show %s is not open to booking on the scheduler's side; its settling reseed is dropped", show_id)
+        return
+    try:
+        with named_lock(name=f"{FARM_LOCK}:show:{show_id}"):
+            reseed_booked(show_ids=[show_id], scope="show")
+    except LockBusy:
+        logger.info("show %s is being seeded; its settling reseed is dropped (the seeding reads SUM(proc) now)", show_id)
 
 
 def settling_seconds() -> int:
@@ -123,16 +162,9 @@ def mark_settling(*, show_id: str) -> None:
 def after_switch_to_cuebot(*, show_id: str) -> None:
     # Runs in on_commit: the switch has committed and its caller must not see it fail.
     # The recompute already reran itself after a deadlock (cuebot_acct.transactions).
-    window = settling_seconds()
-    try:
-        Schedule.objects.update_or_create(name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}", defaults=dict(
-            func="accounting.tasks.settle_recompute", kwargs={"show_id": show_id}, schedule_type=Schedule.ONCE,
-            repeats=-1, next_run=timezone.now() + timedelta(seconds=window),
-        ))
-    except Exception:
-        logger.error("could not schedule the settling recompute of show %s after its switch back to Cuebot; a "
-                     "booking made on the old flag may leave its PG rows low until recomputed", show_id, exc_info=True)
-        metrics.SWITCH_RECOMPUTE_FAILURES.inc()
+    _schedule_once(name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}", func="accounting.tasks.settle_recompute", show_id=show_id,
+                   seconds=settling_seconds(), failure_metric=metrics.SWITCH_RECOMPUTE_FAILURES,
+                   consequence="a booking made on the old flag may leave its PG rows low until recomputed")
     recompute_after_switch_back(show_id=show_id, when="at the switch")
 
 

@@ -3,7 +3,13 @@
 To the scheduler: Redis gets the show's limits and its booked counters from its procs
 at once. Back to Cuebot: the five PG accounting tables equal SUM(proc) at once.
 """
+import ast
+from datetime import timedelta
+
 import pytest
+from django.test import override_settings
+from django.utils import timezone
+from django_q.models import Schedule
 
 from accounting.limits.changes import set_subscription_limits
 from accounting.live import keys
@@ -15,7 +21,7 @@ from accounting.models import (
     Point,
     Subscription,
 )
-from accounting.ownership.switching import SwitchRefused
+from accounting.ownership.switching import SwitchRefused, settle_reseed
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile.drift import drift_report
 from accounting.reconcile.reseed import redis_is_empty, reseed
@@ -215,3 +221,53 @@ def test_a_full_reseed_opens_a_show_whose_seeding_failed(busy_cuebot_farm, seede
     reseed(show_ids=[farm.show.id])  # booked counters, then limits
     assert seeded_redis.hmget(sub, "int_cores", "burst") == ["6", "200"]
     assert not seeded_redis.sismember(keys.CLOSED_SHOWS, farm.show.id)
+
+
+@pytest.mark.django_db
+def test_a_switch_to_the_scheduler_schedules_a_settling_reseed_one_flag_ttl_later(cuebot_farm, settings,
+                                                                                   django_capture_on_commit_callbacks):
+    before = timezone.now()
+    switch(cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
+
+    (schedule,) = Schedule.objects.filter(name=f"settle_reseed:{cuebot_farm.show.id}")
+    window = timedelta(seconds=settings.SHOW_FLAG_CACHE_SECONDS)
+    assert before + window <= schedule.next_run <= timezone.now() + window
+    assert (schedule.func, ast.literal_eval(schedule.kwargs), schedule.schedule_type) == (
+        "accounting.tasks.settle_reseed", {"show_id": cuebot_farm.show.id}, Schedule.ONCE)
+
+
+def released_on_the_old_flag(farm, proc) -> None:
+    """A release by a process whose flag cache still said Cuebot: the proc and the PG rows go,
+    nothing is registered in flight and nothing reaches Redis."""
+    with override_settings(ACCOUNTING_REDIS_ENABLED=False):  # the Maestro era's release: the five tables only
+        unbook_proc(proc_id=proc.id)
+
+
+@pytest.mark.django_db
+def test_the_settling_reseed_takes_off_a_release_made_on_the_old_flag_after_the_seeding(
+    cuebot_farm, acct_redis, django_capture_on_commit_callbacks
+):
+    kept, late = cuebot_farm.add_proc(cores=200), cuebot_farm.add_proc(cores=300)
+    switch(cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
+    released_on_the_old_flag(cuebot_farm, late)
+    job_key = keys.job(job_id=cuebot_farm.job.id)
+    assert acct_redis.hget(job_key, "int_cores") == "5"  # the seeding counted it: high
+
+    settle_reseed(show_id=cuebot_farm.show.id)
+
+    assert acct_redis.hget(job_key, "int_cores") == "2"
+    assert not drift_report(show_ids=[cuebot_farm.show.id]).drifted
+
+
+@pytest.mark.django_db
+def test_the_settling_reseed_of_a_show_back_with_cuebot_writes_nothing(cuebot_farm, acct_redis,
+                                                                     django_capture_on_commit_callbacks):
+    proc = cuebot_farm.add_proc(cores=300)
+    switch(cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
+    switch(cuebot_farm, managed=False, capture=django_capture_on_commit_callbacks)
+    unbook_proc(proc_id=proc.id)  # Cuebot's branch now: Redis keeps the counters it had
+    job_key = keys.job(job_id=cuebot_farm.job.id)
+
+    settle_reseed(show_id=cuebot_farm.show.id)
+
+    assert acct_redis.hget(job_key, "int_cores") == "3"
