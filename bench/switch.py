@@ -71,8 +71,9 @@ class Progress:
         return list(self.thresholds.values())[fraction]
 
 
-def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], progress: Progress) -> list[float]:
-    latencies: list[float] = []
+def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], progress: Progress) -> list[tuple[float, float]]:
+    """(when sent, latency) of each release."""
+    latencies: list[tuple[float, float]] = []
     failures: list[str] = []
     barrier = threading.Barrier(CLIENTS)
 
@@ -84,7 +85,7 @@ def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], prog
             conn.request("POST", f"/api/v1/procs/{proc_id}/unbook", headers={"Authorization": f"Bearer {token}"})
             response = conn.getresponse()
             response.read()
-            latencies.append(time.perf_counter() - sent)
+            latencies.append((sent, time.perf_counter() - sent))
             progress.one_more()
             if response.status != 200:
                 failures.append(f"{proc_id}: {response.status}")
@@ -100,11 +101,13 @@ def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], prog
     return latencies
 
 
-def switcher(*, farm, progress: Progress) -> threading.Thread:
+def switcher(*, farm, progress: Progress, switched_at: list[float]) -> threading.Thread:
     def switch() -> None:
         progress.reached(0).wait()
+        switched_at.append(time.perf_counter())
         set_scheduler_managed(show=farm.show, managed=False)
         progress.reached(1).wait()
+        switched_at.append(time.perf_counter())
         set_scheduler_managed(show=farm.show, managed=True)
 
     return threading.Thread(target=switch)
@@ -128,13 +131,20 @@ def settled_after(*, show_id: str, seconds: float) -> tuple[float | None, int]:
         time.sleep(0.25)  # polls a state that no event announces
 
 
-def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.Random) -> tuple[list[float], str]:
+def phase_p99s(latencies: list[tuple[float, float]], switched_at: list[float]) -> str:
+    """p99 of the releases sent before the first switch, between the two, and after the second."""
+    bounds = [float("-inf"), *switched_at, float("inf")]
+    phases = [[lat for sent, lat in latencies if low <= sent < high] for low, high in zip(bounds, bounds[1:])]
+    return " / ".join(f"{bench_release.p99(phase):.0f}" if len(phase) > 1 else "-" for phase in phases)
+
+
+def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.Random) -> tuple[list[float], str, str]:
     ids = [proc_id for farm in farms for proc_id in farm.add_procs(procs)]
     rng.shuffle(ids)
     for farm in farms:
         seed_show(show_id=farm.show.id)  # Redis equals SUM(proc) when the run starts
-    progress = Progress(len(ids))
-    thread = switcher(farm=farms[0], progress=progress) if switched else None
+    progress, switched_at = Progress(len(ids)), []
+    thread = switcher(farm=farms[0], progress=progress, switched_at=switched_at) if switched else None
     if thread:
         thread.start()
     latencies = release_over_http(ports=ports, token=farms[0].token, proc_ids=ids, progress=progress)
@@ -142,7 +152,7 @@ def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.
         thread.join()
     took, left = settled_after(show_id=farms[0].show.id, seconds=settings.ACCOUNTING_INFLIGHT_TTL_SECONDS)
     settled = f"equal after {took:.1f} s" if took is not None else f"{left:+d} cores after {settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s"
-    return latencies, settled
+    return [lat for _, lat in latencies], settled, phase_p99s(latencies, switched_at)
 
 
 def main() -> None:
@@ -154,15 +164,17 @@ def main() -> None:
         raise SystemExit("bench/switch.py measures the Redis era: run it with ACCOUNTING_SCHEDULER=redis")
     rng = random.Random(options.seed)
     farms = [bench_release.BenchFarm(), bench_release.BenchFarm()]
-    results: dict[bool, list[tuple[float, float, str]]] = {False: [], True: []}
+    results: dict[bool, list[tuple[float, float, str, str]]] = {False: [], True: []}
     try:
         with ExitStack() as servers:
             ports = [servers.enter_context(bench_release.gunicorn_server()) for _ in range(2)]
             servers.enter_context(task_cluster())
             for _ in range(ROUNDS):
                 for switched in (False, True):
-                    latencies, settled = one_run(farms=farms, ports=ports, procs=options.procs, switched=switched, rng=rng)
-                    results[switched].append((bench_release.p99(latencies), statistics.median(latencies) * 1000, settled))
+                    latencies, settled, phases = one_run(farms=farms, ports=ports, procs=options.procs, switched=switched,
+                                                         rng=rng)
+                    results[switched].append((bench_release.p99(latencies), statistics.median(latencies) * 1000, settled,
+                                              phases))
     finally:
         for farm in farms:
             set_scheduler_managed(show=farm.show, managed=True)
@@ -170,10 +182,10 @@ def main() -> None:
     print(f"Switches under load: 2 gunicorn instances, {CLIENTS} HTTP clients, 2 shows x {options.procs} procs per run, "
           f"{ROUNDS} rounds; flag cache and in-flight TTL {settings.SHOW_FLAG_CACHE_SECONDS} s / "
           f"{settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s")
-    print(f"{'run':28s} {'p99 ms':>8s} {'p50 ms':>8s}  switched show's Redis against SUM(proc) after the run")
+    print(f"{'run':22s} {'p99 ms':>7s} {'p50 ms':>7s}  {'p99 by phase':>16s}  switched show's Redis against SUM(proc) after")
     for switched in (False, True):
-        for p99, p50, settled in results[switched]:
-            print(f"{'one switch each way' if switched else 'no switch':28s} {p99:8.1f} {p50:8.1f}  {settled}")
+        for p99, p50, settled, phases in results[switched]:
+            print(f"{'one switch each way' if switched else 'no switch':22s} {p99:7.1f} {p50:7.1f}  {phases:>16s}  {settled}")
     ratios = sorted(b[0] / a[0] for a, b in zip(results[False], results[True]))
     print(f"p99 with switches / without, per round: median {statistics.median(ratios):.2f} "
           f"({ratios[0]:.2f}–{ratios[-1]:.2f}); target <= 2")

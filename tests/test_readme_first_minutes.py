@@ -107,7 +107,7 @@ def made_run(own_database, tmp_path):
     era = re.search(r"^DEMO_ERA := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1)
     lines = [line.replace("$(DEMO_ERA)", era).replace("$$", "$").replace("$(PY)", ".venv/bin/python").replace("$(BIND)", bind)
              for line in recipe("services") + recipe("run")]
-    assert lines[-1].startswith(".venv/bin/python scripts/server.py start"), lines
+    assert lines[-1].startswith(f"{era.replace('$$', '$')} .venv/bin/python scripts/server.py start"), lines
     lines[-1] += f" --state-dir {state}"  # never the .local/ pid files of a `make run` in this tree
     try:
         for line in lines:
