@@ -35,9 +35,10 @@ def recalculate_subs_task() -> int:
 
 
 def accounting_guardrail_task() -> bool:
-    """Drops records of vanished processes, then checks the live fleet; True when misconfigured."""
+    """Drops records of vanished processes, then checks the live fleet and the flagged shows;
+    True when an instance does not publish or a show is stranded."""
     delete_stale_instances()
-    return run_guardrail().misconfigured
+    return run_guardrail().failing
 
 
 def drift_check_task() -> int:

@@ -226,9 +226,12 @@ NOTIFY_WITHHELD = Counter(
     "scheduler's recompute leaves such procs out and a decrement could take its store below SUM(proc), by reason.",
     ["reason"],
 )
-# Upstream documents this name for the same condition (OpenCue's scheduler-accounting guide).
-NOTIFY_DISABLED = Gauge(
-    "cuebot_accounting_notify_disabled",
-    "1 while scheduler-managed shows exist and this instance sends no NOTIFY and publishes nothing to Redis.",
+# One series per show the guardrail has named: 1 while stranded, 0 once it is not (a show seen
+# stranded is remembered in the shared cache, so whichever process runs next clears it).
+STRANDED_SHOW = Gauge(
+    "cuebot_acct_stranded_show",
+    "1 while a scheduler-managed show has waiting frames and no proc booked for ACCOUNTING_STRANDED_MINUTES: "
+    "Cuebot's dispatcher skips flagged shows, so nothing books it.",
+    ["show"],
     multiprocess_mode="mostrecent",
 )

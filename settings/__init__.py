@@ -169,6 +169,9 @@ ACCOUNTING_RECONCILE_ENABLED = env.bool("ACCOUNTING_RECONCILE_ENABLED", default=
 # Whether the Rust scheduler runs its own booked reseed, which leaves out the procs of FINISHED
 # jobs: then the releases of such procs are not published (docs/redis-protocol.md).
 ACCOUNTING_SCHEDULER_RESEEDS = env.bool("ACCOUNTING_SCHEDULER_RESEEDS", default=True)
+# A scheduler-managed show with waiting frames and no proc booked for this long is booked by
+# nobody (Cuebot's dispatcher skips flagged shows): the guardrail names it.
+ACCOUNTING_STRANDED_MINUTES = env.int("ACCOUNTING_STRANDED_MINUTES", default=10)
 # TTL of the b_scheduler_managed cache (ShowDao's ~30 s in Cuebot).
 SHOW_FLAG_CACHE_SECONDS = env.int("SHOW_FLAG_CACHE_SECONDS", default=30)
 

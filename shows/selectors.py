@@ -1,8 +1,10 @@
-"""Reads about shows. The b_scheduler_managed flag is read through a shared cache."""
+"""Reads about shows. The b_scheduler_managed flag is read through a shared cache; the shows nothing books are read from PostgreSQL."""
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import connection
 from django.db.models import Q, QuerySet
 
 from shows.flag_tracking import show_keys
@@ -65,6 +67,36 @@ def refresh_flag_cache(*, show_id: str, managed: bool) -> None:
 def count_scheduler_managed_shows() -> int:
     """Straight from PostgreSQL: the guardrail must not trust a 30 s old answer."""
     return Show.objects.filter(b_scheduler_managed=True).count()
+
+
+@dataclass(frozen=True)
+class StrandedShow:
+    id: str
+    name: str
+    last_booked: datetime | None  # the newest booking of a proc still running, None when none runs
+
+
+# Cuebot's dispatcher skips flagged shows, so a flagged show's bookings come from its scheduler
+# alone; waiting frames of a live, unpaused job with no booking since `since` mean none comes.
+# A paused job's frames wait on purpose. Driven by the flagged shows: each costs one probe of
+# its pending jobs' frames and one of its procs (i_proc_pkshow).
+STRANDED_SHOWS = """
+SELECT s.pk_show, s.str_name, (SELECT max(p.ts_booked) FROM proc p WHERE p.pk_show = s.pk_show)
+  FROM show s
+ WHERE s.b_scheduler_managed
+   AND EXISTS (SELECT 1 FROM job j JOIN frame f ON f.pk_job = j.pk_job
+                WHERE j.pk_show = s.pk_show AND j.str_state = 'PENDING' AND NOT j.b_paused
+                  AND f.str_state = 'WAITING')
+   AND NOT EXISTS (SELECT 1 FROM proc p WHERE p.pk_show = s.pk_show AND p.ts_booked >= %(since)s)
+ ORDER BY s.str_name, s.pk_show
+"""
+
+
+def stranded_shows(*, since: datetime) -> list[StrandedShow]:
+    """Scheduler-managed shows with waiting frames and no proc booked since `since`: nothing books them."""
+    with connection.cursor() as cursor:
+        cursor.execute(STRANDED_SHOWS, {"since": since})
+        return [StrandedShow(id=id_, name=name, last_booked=last) for id_, name, last in cursor.fetchall()]
 
 
 class AmbiguousName(LookupError):

@@ -22,12 +22,13 @@ from accounting.models import (
     Subscription,
 )
 from accounting.reconcile.recompute import recompute_pg_accounting
-from accounting.simulation.farm_builder import insert_running_frame, new_layer
+from accounting.simulation.farm_builder import frame_number, insert_running_frame, new_layer
 from shows.models import (
     Alloc,
     Dept,
     Facility,
     Folder,
+    Frame,
     Host,
     HostStat,
     Job,
@@ -80,6 +81,15 @@ class Farm:
             cursor.execute("UPDATE proc SET pk_frame = NULL WHERE pk_job = %s", [job.id])
             for table in ("frame", "layer_resource", "layer", "job_resource", "job"):
                 cursor.execute(f"DELETE FROM {table} WHERE pk_job = %s", [job.id])
+
+    @as_cuebot()
+    def add_frame(self, *, state: str = "WAITING", layer: Layer | None = None) -> Frame:
+        """A frame of the layer (the farm's first by default) as a job launch leaves it: waiting to be booked."""
+        layer = layer or self.layer
+        frame_id = new_pk()
+        number = frame_number(frame_id)
+        return Frame.objects.create(id=frame_id, layer=layer, job_id=layer.job_id, str_name=f"{number:04d}-{layer.str_name}",
+                                    str_state=state, int_number=number, int_layer_order=0)
 
     @as_cuebot()
     def add_proc(self, *, cores: int = 100, gpus: int = 0, mem: int = 4096, local: bool = False,

@@ -273,40 +273,30 @@ class PointLimitsIn(LimitsIn):
     min_gpus: _limit(Point, "int_min_gpus", cores=False) = None
 
 
+# Cores only: centicores are PostgreSQL's storage, and an answer that carried both invited a
+# script to read the wrong one (a size of 16000 for 160 cores).
 LIMITS_IN_CORES = Field(description="The limits as they are now, in the units they are set in: cores (a number, "
-                                    "2.5 for a fractional one; -1 unlimited), GPUs and priorities as counts. The int_* "
-                                    "fields beside are the columns as PostgreSQL stores them (centicores).")
+                                    "2.5 for a fractional one; -1 unlimited), GPUs and priorities as counts.")
 
 
 class SubscriptionLimitsOut(Schema):
     id: str
     limits: dict[str, int | float] = LIMITS_IN_CORES
-    int_size: int = Field(description="centicores")
-    int_burst: int = Field(description="centicores")
 
 
 class FolderLimitsOut(Schema):
     folder_id: str
     limits: dict[str, int | float] = LIMITS_IN_CORES
-    int_min_cores: int = Field(description="centicores")
-    int_max_cores: int = Field(description="centicores, -1 unlimited")
-    int_min_gpus: int
-    int_max_gpus: int = Field(description="-1 unlimited")
 
 
 class JobLimitsOut(Schema):
     job_id: str
     limits: dict[str, int | float] = LIMITS_IN_CORES
-    int_max_cores: int = Field(description="centicores")
-    int_max_gpus: int
-    int_priority: int
 
 
 class PointLimitsOut(Schema):
     id: str
     limits: dict[str, int | float] = LIMITS_IN_CORES
-    int_min_cores: int = Field(description="centicores")
-    int_min_gpus: int
 
 
 LIMITS_DESCRIPTION = (
@@ -342,8 +332,7 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
     subscription = get_object_or_404(Subscription, pk=subscription_id)
     values = _centicores(payload, model=Subscription, cores=("size", "burst"))
     sub = _limited(lambda: set_subscription_limits(subscription=subscription, **values))
-    return {"id": sub.id, "int_size": sub.int_size, "int_burst": sub.int_burst,
-            "limits": {"size": cores_number(sub.int_size), "burst": cores_number(sub.int_burst)}}
+    return {"id": sub.id, "limits": {"size": cores_number(sub.int_size), "burst": cores_number(sub.int_burst)}}
 
 
 @router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(CHANGE_LIMITS),
@@ -353,8 +342,7 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
     resource = get_object_or_404(FolderResource, folder_id=folder_id)
     values = _centicores(payload, model=FolderResource, cores=("min_cores", "max_cores"))
     folder = _limited(lambda: set_folder_limits(folder_resource=resource, **values))
-    return {"folder_id": folder.folder_id, "int_min_cores": folder.int_min_cores, "int_max_cores": folder.int_max_cores,
-            "int_min_gpus": folder.int_min_gpus, "int_max_gpus": folder.int_max_gpus,
+    return {"folder_id": folder.folder_id,
             "limits": {"min_cores": cores_number(folder.int_min_cores), "max_cores": cores_number(folder.int_max_cores),
                        "min_gpus": folder.int_min_gpus, "max_gpus": folder.int_max_gpus}}
 
@@ -366,8 +354,7 @@ def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     resource = get_object_or_404(JobResource, job_id=job_id)
     values = _centicores(payload, model=JobResource, cores=("max_cores",))
     job = _limited(lambda: set_job_limits(job_resource=resource, **values))
-    return {"job_id": job.job_id, "int_max_cores": job.int_max_cores, "int_max_gpus": job.int_max_gpus,
-            "int_priority": job.int_priority,
+    return {"job_id": job.job_id,
             "limits": {"max_cores": cores_number(job.int_max_cores), "max_gpus": job.int_max_gpus, "priority": job.int_priority}}
 
 
@@ -378,5 +365,4 @@ def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
     point = get_object_or_404(Point, pk=point_id)
     values = _centicores(payload, model=Point, cores=("min_cores",))
     point = _limited(lambda: set_point_limits(point=point, **values))
-    return {"id": point.id, "int_min_cores": point.int_min_cores, "int_min_gpus": point.int_min_gpus,
-            "limits": {"min_cores": cores_number(point.int_min_cores), "min_gpus": point.int_min_gpus}}
+    return {"id": point.id, "limits": {"min_cores": cores_number(point.int_min_cores), "min_gpus": point.int_min_gpus}}

@@ -1,17 +1,23 @@
-"""The publish guardrail: scheduler-managed shows need every instance to tell the scheduler.
+"""The guardrail: every scheduler-managed show is booked by someone and counted by everyone.
 
-A release of a scheduler-managed show reaches the scheduler one of two ways, one per OpenCue
-era: a Lua script in Redis after commit (ACCOUNTING_REDIS_ENABLED) or a pg_notify in the
-transaction (ACCOUNTING_NOTIFY_ENABLED). An instance that does not publish the way the rest
-of the fleet does deletes procs without telling that scheduler, whose counters then only grow
-(it under-books until its next recompute or reseed). The fleet's eras are those any live
-instance (this one included) publishes on; an instance missing one of them, or publishing on
-none, is named.
+Two ways a flagged show goes wrong, both named with their fix:
 
-The guardrail never stops anything: it warns loudly, sets the gauge
-cuebot_redis_publish_misconfigured (and, when this process sends nothing at all,
-cuebot_accounting_notify_disabled, the name OpenCue documents for that) and raises the
-system check accounting.W001. It runs at web and task-cluster start and every minute
+Stranded, in every era: Cuebot's dispatcher skips flagged shows, so only the scheduler books
+them (Maestro, inside Cuebot, in the Maestro era; the Rust scheduler before). A flagged show
+with waiting frames and no proc booked for ACCOUNTING_STRANDED_MINUTES is booked by nobody
+(OpenCue's release notes: "otherwise they will stop booking").
+
+Not published, in the Redis and NOTIFY eras only: a release of a flagged show reaches the
+scheduler as a Lua script in Redis after commit or a pg_notify in the transaction. An instance
+that does not publish the way the rest of the fleet does deletes procs without telling that
+scheduler, whose counters then only grow (it under-books until its next recompute or reseed).
+The fleet's eras are those any live instance (this one included) publishes on. In the Maestro
+era Cuebot keeps the five tables for every show and Maestro reads them each tick: there is
+nothing to publish, and flagged shows are fine as long as Maestro plans them.
+
+The guardrail never stops anything: it warns loudly, sets the gauges
+cuebot_redis_publish_misconfigured and cuebot_acct_stranded_show{show} and raises the system
+check accounting.W001 (publishing). It runs at web and task-cluster start and every minute
 (schedule `accounting_guardrail`), and it looks at the whole live fleet as well as the
 process running it.
 """
@@ -19,14 +25,16 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
 
 from accounting.models import Instance
 from accounting.ownership.fleet import live_instances
-from cuebot_acct import metrics
-from shows.selectors import count_scheduler_managed_shows
+from cuebot_acct import metrics, schedulers
+from shows.selectors import StrandedShow, count_scheduler_managed_shows, stranded_shows
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +42,8 @@ MESSAGE = ("scheduler-managed shows exist but an instance does not tell the sche
            "fleet does (Redis, NOTIFY); bookings will silently over-count")
 ERA_NAMES = {"redis": "Redis", "notify": "NOTIFY"}
 ERA_SETTINGS = {"redis": "ACCOUNTING_REDIS_ENABLED", "notify": "ACCOUNTING_NOTIFY_ENABLED"}
+# The shows last seen stranded, fleet-wide: the process that finds one no longer stranded sets its series to 0.
+STRANDED_CACHE_KEY = "guardrail:stranded_shows"
 
 
 def local_eras() -> frozenset[str]:
@@ -44,20 +54,39 @@ def era_names(eras: frozenset[str]) -> str:
     return ", ".join(ERA_NAMES[e] for e in sorted(eras)) or "nothing"
 
 
+def stranded_fix(*, show: str, era: str) -> str:
+    """What to do about a stranded show, in one sentence: start what books flagged shows, or clear the flag."""
+    scheduler = ("turn Maestro on for it (maestro.enabled=managed, or facility for every show)" if era == schedulers.MAESTRO
+                 else "start the Rust scheduler that books flagged shows")
+    return f"nothing books show {show}: {scheduler} or clear its flag: set_scheduler_managed {show} off"
+
+
 @dataclass(frozen=True)
 class GuardrailReport:
     managed_shows: int
+    era: str  # this process's scheduler (cuebot_acct.schedulers)
     local: frozenset[str]  # the eras this process publishes on
     fleet: frozenset[str]  # the eras any live instance publishes on, this one included
+    stranded_minutes: int  # ACCOUNTING_STRANDED_MINUTES, as evaluated
     offenders: list[Instance] = field(default_factory=list)  # live instances missing one of the fleet's eras
+    stranded: list[StrandedShow] = field(default_factory=list)
+
+    @property
+    def publishes(self) -> bool:
+        """Whether releases must reach a scheduler at all: not in the Maestro era."""
+        return self.era != schedulers.MAESTRO
 
     @property
     def local_offends(self) -> bool:
-        return not self.local or self.local != self.fleet
+        return self.local != self.fleet
 
     @property
     def misconfigured(self) -> bool:
-        return self.managed_shows > 0 and (self.local_offends or bool(self.offenders))
+        return self.publishes and self.managed_shows > 0 and (self.local_offends or bool(self.offenders))
+
+    @property
+    def failing(self) -> bool:
+        return self.misconfigured or bool(self.stranded)
 
     @property
     def fleet_names(self) -> str:
@@ -65,9 +94,9 @@ class GuardrailReport:
 
     @property
     def hint(self) -> str:
-        wanted = " and ".join(f"{ERA_SETTINGS[e]}=true" for e in sorted(self.fleet)) or \
-            "ACCOUNTING_REDIS_ENABLED=true (Redis-era scheduler) or ACCOUNTING_NOTIFY_ENABLED=true (NOTIFY-era scheduler)"
-        return f"{self.managed_shows} show(s) are scheduler-managed. Set {wanted} on: " + "; ".join(self.culprits())
+        wanted = schedulers.from_flags(redis="redis" in self.fleet, notify="notify" in self.fleet)
+        return f"{self.managed_shows} show(s) are scheduler-managed. Set ACCOUNTING_SCHEDULER={wanted} on: " + \
+            "; ".join(self.culprits())
 
     def culprits(self) -> list[str]:
         names = [f"{i.role} {i.host} pid {i.pid} (version {i.version}, last seen {i.last_seen:%Y-%m-%d %H:%M:%S}Z, "
@@ -78,31 +107,44 @@ class GuardrailReport:
                 names.insert(0, local)
         return names
 
+    def stranded_fixes(self) -> list[str]:
+        return [stranded_fix(show=show.name, era=self.era) for show in self.stranded]
+
 
 def evaluate(*, now: datetime | None = None) -> GuardrailReport:
-    """Read-only: how many shows are managed, the fleet's eras and who misses one."""
+    """Read-only: how many shows are managed, which of them nothing books, the fleet's eras and who misses one."""
+    now = now or timezone.now()
     managed = count_scheduler_managed_shows()
+    era = schedulers.current()
     local = local_eras()
-    instances = live_instances(now=now) if managed else []
+    instances = live_instances(now=now) if managed and era != schedulers.MAESTRO else []
     fleet = local.union(*(i.eras for i in instances))
     offenders = [i for i in instances if not i.eras or i.eras != fleet]
-    return GuardrailReport(managed_shows=managed, local=local, fleet=fleet, offenders=offenders)
+    minutes = settings.ACCOUNTING_STRANDED_MINUTES
+    stranded = stranded_shows(since=now - timedelta(minutes=minutes)) if managed else []
+    return GuardrailReport(managed_shows=managed, era=era, local=local, fleet=fleet, offenders=offenders,
+                           stranded=stranded, stranded_minutes=minutes)
+
+
+def _set_stranded_gauge(*, report: GuardrailReport) -> None:
+    names = {show.name for show in report.stranded}
+    for name in set(cache.get(STRANDED_CACHE_KEY) or ()) - names:
+        metrics.STRANDED_SHOW.labels(show=name).set(0)
+    for name in names:
+        metrics.STRANDED_SHOW.labels(show=name).set(1)
+    cache.set(STRANDED_CACHE_KEY, sorted(names), timeout=None)
 
 
 def run_guardrail(*, now: datetime | None = None) -> GuardrailReport:
     """Evaluate, set the gauges and warn. Raises if the database cannot be read."""
     report = evaluate(now=now)
     metrics.PUBLISH_MISCONFIGURED.set(1 if report.misconfigured else 0)
-    silent = report.managed_shows > 0 and not report.local
-    metrics.NOTIFY_DISABLED.set(1 if silent else 0)
-    if silent:
-        logger.warning("ACCOUNTING_NOTIFY_ENABLED=false and ACCOUNTING_REDIS_ENABLED=false but %d scheduler-managed "
-                       "show(s) exist: the scheduler hears none of this instance's releases and relies on its periodic "
-                       "recompute (it under-books meanwhile), and a cap lowered here is not enforced until its limit "
-                       "reseed", report.managed_shows)
+    _set_stranded_gauge(report=report)
     if report.misconfigured:
         logger.warning("!!! %s: %d scheduler-managed show(s); the fleet publishes on %s; not publishing so: %s",
                        MESSAGE, report.managed_shows, era_names(report.fleet), "; ".join(report.culprits()))
+    for fix in report.stranded_fixes():
+        logger.warning("!!! stranded: waiting frames and no proc booked for %d minutes; %s", report.stranded_minutes, fix)
     return report
 
 

@@ -2,6 +2,7 @@
 from django.db import transaction
 
 from accounting.ownership import switching
+from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 from shows.selectors import refresh_flag_cache
 
@@ -9,27 +10,34 @@ from shows.selectors import refresh_flag_cache
 def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     """Flip `show.b_scheduler_managed` with one UPDATE; returns (old, new). No drain step.
 
-    A switch to the scheduler first closes the show's Redis keys to booking, in the transaction
-    (SwitchRefused, nothing changed, if Redis cannot be reached); a toggle that then rolls back
-    leaves them closed, which is harmless while Cuebot owns the show. Everything else happens
-    after commit: the shared flag cache takes the new value (every process sees it at once),
-    and a real change hands the show over: a switch to the scheduler seeds its Redis keys
-    (counters, then the limits that open them), a switch back recomputes its PG accounting
-    tables from `proc`.
+    Maestro era (cuebot_acct.schedulers): that UPDATE, then the shared flag cache takes the new
+    value after commit, and nothing else. Cuebot keeps the five tables for flagged shows too, so
+    there is nothing to hand over and the accounting Redis is never touched (cueadmin's
+    `-scheduler-managed SHOW on|off` is the same one UPDATE).
+
+    Redis and NOTIFY eras: a switch to the scheduler first closes the show's Redis keys to
+    booking, in the transaction (SwitchRefused, nothing changed, if Redis cannot be reached); a
+    toggle that then rolls back leaves them closed, which is harmless while Cuebot owns the show.
+    Everything else happens after commit: the shared flag cache takes the new value (every
+    process sees it at once), and a real change hands the show over: a switch to the scheduler
+    seeds its Redis keys (counters, then the limits that open them), a switch back recomputes
+    its PG accounting tables from `proc`.
     """
     with transaction.atomic():
         old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
-        if old != managed and not managed:
+        changed = old != managed
+        hand_over = changed and not cuebot_owns_every_show()
+        if hand_over and not managed:
             switching.mark_settling(show_id=show.pk)
-        if old != managed and managed:
+        if hand_over and managed:
             switching.before_switch_to_scheduler(show_id=show.pk)
-        if old != managed:
+        if changed:
             Show.objects.filter(pk=show.pk).update(b_scheduler_managed=managed)
         # robust: a cache hiccup is logged and must not stop the hand-over below.
         transaction.on_commit(lambda: refresh_flag_cache(show_id=show.pk, managed=managed), robust=True)
-        if old != managed and managed:
+        if hand_over and managed:
             transaction.on_commit(lambda: switching.after_switch_to_scheduler(show_id=show.pk))
-        elif old != managed:
+        elif hand_over:
             transaction.on_commit(lambda: switching.after_switch_to_cuebot(show_id=show.pk))
     show.b_scheduler_managed = managed
     return old, managed

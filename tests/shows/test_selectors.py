@@ -1,7 +1,11 @@
+from datetime import timedelta
+
 import pytest
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from accounting.ownership.toggle import set_scheduler_managed
 from shows.models import Show
@@ -11,7 +15,9 @@ from shows.selectors import (
     get_show_by_name,
     is_scheduler_managed,
     list_shows,
+    stranded_shows,
 )
+from tests.farms import build_farm
 
 pytestmark = pytest.mark.django_db
 
@@ -81,3 +87,16 @@ def test_an_unreachable_flag_cache_falls_back_to_postgresql(farm, settings, capl
     Show.objects.filter(pk=farm.show.pk).update(b_scheduler_managed=False)
     assert is_scheduler_managed(show_id=farm.show.id) is False
     assert any("Connection" in r.getMessage() or r.exc_info for r in caplog.records)
+
+
+def test_stranded_shows_is_one_read_only_statement_whatever_the_number_of_shows():
+    farms = [build_farm(managed=True) for _ in range(3)]
+    for farm in farms:
+        farm.add_frame()
+    farms[0].add_proc(cores=100)
+    with CaptureQueriesContext(connection) as queries:
+        found = stranded_shows(since=timezone.now() - timedelta(minutes=10))
+    assert [s.id for s in found] == [f.show.id for f in sorted(farms[1:], key=lambda f: f.show.str_name)]
+    assert all(s.last_booked is None for s in found)
+    (query,) = queries.captured_queries
+    assert query["sql"].lstrip().startswith("SELECT")

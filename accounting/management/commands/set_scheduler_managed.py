@@ -4,21 +4,22 @@ from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from shows.selectors import AmbiguousName, get_show_by_name
 
-VALUES = {"true": True, "false": False}
+# cueadmin -scheduler-managed SHOW on|off takes on/off; the earlier -setSchedulerManaged took true/false.
+VALUES = {"true": True, "on": True, "false": False, "off": False}
 
 
 class Command(BaseCommand):
-    help = ("Move a show to the scheduler (true) or back to Cuebot (false); "
-            "like `cueadmin -show SHOW -setSchedulerManaged true`. One UPDATE, no drain.")
+    help = ("Flag a show scheduler-managed (on or true) or clear its flag (off or false); "
+            "like `cueadmin -scheduler-managed SHOW on|off`. One UPDATE, no drain.")
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("show", help="show name")
-        parser.add_argument("value", help="true or false")
+        parser.add_argument("value", help="on or off (true or false)")
 
     def handle(self, *args, show: str, value: str, **options) -> None:
         managed = VALUES.get(value.lower())
         if managed is None:
-            raise CommandError(f"value must be true or false, got {value!r}; nothing changed", returncode=2)
+            raise CommandError(f"value must be on, off, true or false, got {value!r}; nothing changed", returncode=2)
         try:
             found = get_show_by_name(name=show)
         except AmbiguousName as error:

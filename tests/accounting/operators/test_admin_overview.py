@@ -65,6 +65,26 @@ def test_the_overview_names_a_fleet_member_that_does_not_publish(admin_client):
     assert "MISCONFIGURED" in text and "old-tasks pid 7" in text
 
 
+def test_maestro_era_the_overview_names_a_stranded_show_with_its_fix_and_asks_for_no_publishing(admin_client, settings):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    stranded, booking = build_farm(managed=True), build_farm(managed=True)
+    for farm in (stranded, booking):
+        farm.add_frame()
+    booking.add_proc(cores=100)
+    Instance.objects.create(host="maestro-web", pid=7, role="web", publishes_to_redis=False, version="1.0",
+                            started_at=timezone.now(), last_seen=timezone.now())
+
+    text = visible_text(admin_client.get(reverse("admin:index")).content.decode())
+
+    name = stranded.show.str_name
+    assert ("STRANDED: 1 scheduler-managed show with waiting frames and no proc booked for 10 minutes; Cuebot's "
+            f"dispatcher skips flagged shows, so nothing books it: nothing books show {name}: turn Maestro on for it "
+            f"(maestro.enabled=managed, or facility for every show) or clear its flag: set_scheduler_managed {name} off") in text
+    assert f"nothing books show {booking.show.str_name}" not in text
+    assert "Publishing: none needed. Maestro era" in text
+    assert "MISCONFIGURED" not in text and "ACCOUNTING_REDIS_ENABLED" not in text
+
+
 def test_a_staff_user_without_rights_reads_the_overview(client, django_user_model):
     build_farm(managed=True)
     client.force_login(staff(django_user_model))

@@ -98,7 +98,7 @@ def test_a_limit_beyond_its_column_is_a_422_naming_the_field(client, farm, limit
 def test_a_limit_at_its_columns_maximum_is_stored(client, farm, limits_token, path, field, top):
     response = patch_limits(client, farm, limits_token, path, json.dumps({field: top}))
     assert response.status_code == 200, response.content
-    assert top in response.json().values() or top * 100 in response.json().values()
+    assert response.json()["limits"][field] == top
 
 
 @pytest.mark.parametrize("body", ["[]", '[{"size": 5}]', "5", '"size"', "null", "true", '{"sise": 5}', '{"size": -2}',
@@ -170,14 +170,22 @@ def test_djangos_error_pages_are_json_under_the_api_only(rf, handler, status):
 
 
 @pytest.mark.django_db
-def test_a_limit_answer_speaks_the_units_it_was_set_in(client, farm, staff_token):
-    """`{"size": 160}` answers `"size": 160` (cores), not only the 16000 centicores stored."""
+def test_a_limit_answer_speaks_cores_only(client, farm, staff_token):
+    """`{"size": 160}` answers `"size": 160` (cores), and never the 16000 centicores stored beside it."""
     FolderResource.objects.filter(folder=farm.folder).update(int_min_cores=250)
     answers = {
         "sub": client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", data=json.dumps({"size": 160}),
                             content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
         "folder": client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", data=json.dumps({"max_cores": -1}),
                                content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
+        "job": client.patch(f"/api/v1/accounting/jobs/{farm.job.id}/limits", data=json.dumps({"max_cores": 50}),
+                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
+        "point": client.patch(f"/api/v1/accounting/points/{Point.objects.get(show=farm.show).id}/limits",
+                              data=json.dumps({"min_cores": 2}), content_type="application/json",
+                              HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
     }
-    assert answers["sub"]["limits"] == {"size": 160, "burst": 200} and answers["sub"]["int_size"] == 16000
+    assert answers["sub"] == {"id": farm.subscription.id, "limits": {"size": 160, "burst": 200}}
+    assert answers["job"] == {"job_id": farm.job.id, "limits": {"max_cores": 50, "max_gpus": 100, "priority": 1}}
+    assert set(answers["folder"]) == {"folder_id", "limits"} and set(answers["point"]) == {"id", "limits"}
+    assert answers["point"]["limits"] == {"min_cores": 2, "min_gpus": 0}
     assert answers["folder"]["limits"]["max_cores"] == -1 and answers["folder"]["limits"]["min_cores"] == 2.5

@@ -105,7 +105,8 @@ def test_a_web_process_registers_itself_and_warns_at_start(cuebot_farm):
     from shows.models import Show
 
     Show.objects.filter(pk=cuebot_farm.show.pk).update(b_scheduler_managed=True)
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "ACCOUNTING_REDIS_ENABLED": "false",
+    cuebot_farm.add_frame()  # waiting, and nothing books the flagged show: stranded
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "ACCOUNTING_SCHEDULER": "maestro",
            "DJANGO_SECRET_KEY": "a-key-of-this-test-" + "x" * 40,
            **service_database(),
            "CACHE_REDIS_URL": live.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": live.TASK_BROKER_REDIS_URL}
@@ -115,7 +116,7 @@ def test_a_web_process_registers_itself_and_warns_at_start(cuebot_farm):
     assert done.returncode == 0, done.stderr
     row = Instance.objects.get(pid=int(done.stdout.strip()))
     assert (row.role, row.publishes_to_redis) == ("web", False)
-    assert MESSAGE in done.stderr
+    assert f"nothing books show {cuebot_farm.show.str_name}" in done.stderr and MESSAGE not in done.stderr
 
 
 @pytest.mark.django_db

@@ -13,11 +13,14 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from accounting import checks
-from accounting.models import Instance
+from accounting.models import Instance, Proc
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.ownership.guardrail import MESSAGE, evaluate, run_guardrail
 from accounting.tasks import accounting_guardrail_task
+from shows.models import Job
+from tests.farms import build_farm
 from tests.processes import closed_port
+from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db
 ROOT = settings.BASE_DIR
@@ -34,8 +37,13 @@ def instance(*, host: str, pid: int, publishes: bool, seen_ago: timedelta = time
                                    version="0.1.0", started_at=now - timedelta(hours=1), last_seen=now - seen_ago)
 
 
-def notify_gauge() -> float:
-    return REGISTRY.get_sample_value("cuebot_accounting_notify_disabled")
+def stranded_gauge(show: str) -> float | None:
+    return REGISTRY.get_sample_value("cuebot_acct_stranded_show", {"show": show})
+
+
+@pytest.fixture
+def maestro(settings):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
 
 
 def test_no_managed_show_is_fine_even_without_publishing(cuebot_farm, settings):
@@ -46,8 +54,21 @@ def test_no_managed_show_is_fine_even_without_publishing(cuebot_farm, settings):
     assert checks.publish_guardrail() == []
 
 
-def test_managed_show_with_publishing_disabled_here_warns_sets_the_gauge_and_the_check(farm, settings, caplog):
+def test_maestro_era_flagged_shows_need_no_publishing_and_nothing_advises_redis_or_notify(farm, maestro, caplog):
+    """Both flags off is the Maestro era: Cuebot keeps the tables of flagged shows too, Maestro reads them."""
+    instance(host="web-a", pid=1, publishes=False)
+    with caplog.at_level(logging.WARNING, logger="accounting.ownership.guardrail"):
+        report = run_guardrail()
+    assert report.managed_shows == 1 and report.misconfigured is False and report.failing is False
+    assert report.offenders == [] and gauge() == 0
+    assert checks.publish_guardrail() == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_managed_show_with_publishing_missing_here_warns_sets_the_gauge_and_the_check(farm, settings, caplog):
     settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_NOTIFY_ENABLED = True  # while the fleet publishes to Redis
+    instance(host="web-a", pid=1, publishes=True)
     with caplog.at_level(logging.WARNING, logger="accounting.ownership.guardrail"):
         report = run_guardrail()
     assert report.misconfigured and report.managed_shows == 1
@@ -55,7 +76,7 @@ def test_managed_show_with_publishing_disabled_here_warns_sets_the_gauge_and_the
     assert any(MESSAGE in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     (warning,) = checks.publish_guardrail()
     assert warning.id == "accounting.W001" and warning.msg == MESSAGE
-    assert f"pid {os.getpid()}" in warning.hint
+    assert f"pid {os.getpid()}" in warning.hint and "Set ACCOUNTING_SCHEDULER=redis,notify on: this process" in warning.hint
 
 
 def test_managed_show_with_every_live_instance_publishing_is_fine(farm):
@@ -107,7 +128,7 @@ def test_command_is_quiet_and_exits_0_when_fine(farm, capsys):
 
 
 def test_manage_py_check_shows_w001(farm, settings):
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    instance(host="web-a", pid=1, publishes=False, notify=True)
     err = StringIO()
     call_command("check", stderr=err, stdout=StringIO())
     assert "(accounting.W001) " + MESSAGE in err.getvalue()
@@ -115,7 +136,7 @@ def test_manage_py_check_shows_w001(farm, settings):
 
 def run_check(database_url: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "DATABASE_URL": database_url,
-           "ACCOUNTING_REDIS_ENABLED": "false"}
+           "ACCOUNTING_SCHEDULER": "maestro"}
     return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
 
@@ -142,11 +163,11 @@ def test_check_does_not_crash_when_the_database_is_not_migrated():
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
-def test_the_gauge_is_on_metrics(client, farm, settings):
-    settings.ACCOUNTING_REDIS_ENABLED = False
+def test_the_gauge_is_on_metrics(client, farm):
+    quiet = instance(host="old-web", pid=3, publishes=False)
     run_guardrail()
     assert "cuebot_redis_publish_misconfigured 1.0" in client.get("/metrics").content.decode()
-    settings.ACCOUNTING_REDIS_ENABLED = True
+    quiet.delete()
     run_guardrail()
     assert "cuebot_redis_publish_misconfigured 0.0" in client.get("/metrics").content.decode()
 
@@ -159,7 +180,7 @@ def test_a_notify_era_fleet_is_fine_without_redis(farm, settings):
     instance(host="web-a", pid=1, publishes=False, notify=True)
     report = run_guardrail()
     assert report.misconfigured is False and report.fleet == {"notify"}
-    assert gauge() == 0 and notify_gauge() == 0
+    assert gauge() == 0
     assert checks.publish_guardrail() == []
 
 
@@ -172,7 +193,8 @@ def test_an_instance_that_misses_one_of_the_fleets_eras_is_named(farm, settings)
     assert report.misconfigured and [i.host for i in report.offenders] == ["old-web"]
     assert "publishes Redis)" in report.culprits()[0]
     (warning,) = checks.publish_guardrail()
-    assert "ACCOUNTING_NOTIFY_ENABLED=true and ACCOUNTING_REDIS_ENABLED=true" in warning.hint
+    assert "Set ACCOUNTING_SCHEDULER=redis,notify on: web old-web pid 2" in warning.hint
+    assert "ACCOUNTING_REDIS_ENABLED" not in warning.hint and "ACCOUNTING_NOTIFY_ENABLED" not in warning.hint
     assert "old-web pid 2" in warning.hint
 
 
@@ -184,16 +206,103 @@ def test_this_process_missing_an_era_the_fleet_uses_is_named(farm, settings):
     assert report.culprits()[0].startswith("this process") and report.culprits()[0].endswith("publishes Redis)")
 
 
-def test_sending_nothing_with_managed_shows_sets_upstreams_metric_and_warns(farm, settings, caplog):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
-    with caplog.at_level(logging.WARNING, logger="accounting.ownership.guardrail"):
-        run_guardrail()
-    assert notify_gauge() == 1
-    assert any("ACCOUNTING_NOTIFY_ENABLED=false and ACCOUNTING_REDIS_ENABLED=false" in r.getMessage()
-               for r in caplog.records)
+def test_an_instance_that_publishes_nothing_in_a_redis_era_fleet_is_told_to_run_the_fleets_scheduler(farm):
+    instance(host="maestro-web", pid=5, publishes=False)
+    report = run_guardrail()
+    assert report.misconfigured and [i.host for i in report.offenders] == ["maestro-web"]
+    assert report.hint.startswith("1 show(s) are scheduler-managed. Set ACCOUNTING_SCHEDULER=redis on: web maestro-web pid 5")
+
+
+def test_the_maestro_era_command_says_so(farm, maestro, capsys):
+    call_command("accounting_guardrail")
+    assert capsys.readouterr().out.strip() == ("ok: 1 scheduler-managed show(s), none stranded; Maestro era: Cuebot keeps "
+                                               "every show's accounting tables, nothing to publish")
 
 
 def test_the_command_says_which_eras_the_fleet_publishes_on(farm, settings, capsys):
     settings.ACCOUNTING_NOTIFY_ENABLED = True
     call_command("accounting_guardrail")
     assert capsys.readouterr().out.strip() == "ok: 1 scheduler-managed show(s); every live instance publishes on NOTIFY, Redis"
+
+
+# Stranded: a flagged show with waiting frames that nothing has booked for ACCOUNTING_STRANDED_MINUTES.
+
+
+def fix(show: str) -> str:
+    return (f"nothing books show {show}: turn Maestro on for it (maestro.enabled=managed, or facility for every show) "
+            f"or clear its flag: set_scheduler_managed {show} off")
+
+
+@as_cuebot()
+def booked_ago(proc, minutes: float) -> None:
+    Proc.objects.filter(pk=proc.pk).update(ts_booked=timezone.now() - timedelta(minutes=minutes))
+
+
+def test_maestro_era_a_flagged_show_nothing_books_is_named_with_its_fix_and_the_command_exits_1(farm, maestro, capsys,
+                                                                                                caplog):
+    farm.add_frame()
+    with pytest.raises(SystemExit) as exit_, caplog.at_level(logging.WARNING, logger="accounting.ownership.guardrail"):
+        call_command("accounting_guardrail")
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    name = farm.show.str_name
+    assert err.splitlines() == [
+        "STRANDED: 1 scheduler-managed show(s) with waiting frames and no proc booked for 10 minutes", f"  {fix(name)}"]
+    assert "MISCONFIGURED" not in err and "ACCOUNTING_" not in err
+    assert stranded_gauge(name) == 1 and gauge() == 0
+    assert any(fix(name) in r.getMessage() for r in caplog.records)
+    assert accounting_guardrail_task() is True
+
+
+def test_a_proc_booked_within_the_window_means_something_books_the_show(farm, maestro, settings):
+    settings.ACCOUNTING_STRANDED_MINUTES = 10
+    farm.add_frame()
+    proc = farm.add_proc(cores=100)
+    assert evaluate().stranded == []
+    booked_ago(proc, 9)
+    assert evaluate().stranded == []
+    booked_ago(proc, 11)
+    (stranded,) = evaluate().stranded
+    assert stranded.name == farm.show.str_name and stranded.last_booked < timezone.now() - timedelta(minutes=10)
+    settings.ACCOUNTING_STRANDED_MINUTES = 12
+    assert evaluate().stranded == []
+    assert evaluate(now=timezone.now() + timedelta(minutes=2)).stranded[0].id == farm.show.id
+
+
+def test_only_waiting_frames_of_a_pending_unpaused_job_of_a_flagged_show_count(maestro):
+    unflagged = build_farm(managed=False)
+    unflagged.add_frame()
+    running_only = build_farm(managed=True)
+    running_only.add_frame(state="RUNNING")
+    running_only.add_frame(state="DEPEND")
+    finished = build_farm(managed=True)
+    job, layer = finished.add_job(state="FINISHED")
+    finished.add_frame(layer=layer)
+    paused = build_farm(managed=True)
+    with as_cuebot():
+        Job.objects.filter(pk=paused.job.pk).update(b_paused=True)
+    paused.add_frame()
+    assert evaluate().stranded == []
+    waiting = build_farm(managed=True)
+    waiting.add_frame(layer=waiting.add_job()[1])
+    assert [s.name for s in evaluate().stranded] == [waiting.show.str_name]
+
+
+def test_the_stranded_series_goes_back_to_0_once_a_proc_is_booked(farm, maestro):
+    farm.add_frame()
+    run_guardrail()
+    assert stranded_gauge(farm.show.str_name) == 1
+    farm.add_proc(cores=100)
+    assert run_guardrail().stranded == []
+    assert stranded_gauge(farm.show.str_name) == 0
+
+
+def test_redis_era_a_stranded_show_is_named_with_the_schedulers_fix(farm, capsys):
+    instance(host="web-a", pid=1, publishes=True)
+    farm.add_frame()
+    with pytest.raises(SystemExit):
+        call_command("accounting_guardrail")
+    name = farm.show.str_name
+    assert capsys.readouterr().err.splitlines()[1] == (
+        f"  nothing books show {name}: start the Rust scheduler that books flagged shows or clear its flag: "
+        f"set_scheduler_managed {name} off")

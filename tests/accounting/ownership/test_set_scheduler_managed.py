@@ -17,7 +17,7 @@ def flag(show) -> bool:
     return Show.objects.get(pk=show.pk).b_scheduler_managed
 
 
-@pytest.mark.parametrize("value", ["true", "TRUE", "True"])
+@pytest.mark.parametrize("value", ["true", "TRUE", "True", "on", "ON"])
 def test_moves_a_show_to_the_scheduler_and_prints_old_and_new(cuebot_farm, value, capsys, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         call_command("set_scheduler_managed", cuebot_farm.show.str_name, value)
@@ -25,16 +25,17 @@ def test_moves_a_show_to_the_scheduler_and_prints_old_and_new(cuebot_farm, value
     assert flag(cuebot_farm.show) is True
 
 
-def test_moves_a_show_back_to_cuebot(farm, capsys, django_capture_on_commit_callbacks):
+@pytest.mark.parametrize("value", ["false", "off", "Off"])
+def test_moves_a_show_back_to_cuebot(farm, value, capsys, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        call_command("set_scheduler_managed", farm.show.str_name, "false")
+        call_command("set_scheduler_managed", farm.show.str_name, value)
     assert "b_scheduler_managed true -> false" in capsys.readouterr().out
     assert flag(farm.show) is False
 
 
-@pytest.mark.parametrize("value", ["yes", "1", "on", "", "truee"])
-def test_a_value_other_than_true_or_false_is_refused(cuebot_farm, value):
-    with pytest.raises(CommandError, match="value must be true or false") as error:
+@pytest.mark.parametrize("value", ["yes", "1", "onn", "", "truee"])
+def test_a_value_other_than_on_off_true_or_false_is_refused(cuebot_farm, value):
+    with pytest.raises(CommandError, match="value must be on, off, true or false") as error:
         call_command("set_scheduler_managed", cuebot_farm.show.str_name, value)
     assert error.value.returncode == 2
     assert flag(cuebot_farm.show) is False

@@ -109,7 +109,7 @@ def test_api_limit_change_in_cores_reaches_redis(farm, client, seeded_redis, acc
     with django_capture_on_commit_callbacks(execute=True):
         response = client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", {"burst": 300},
                                 content_type="application/json", **auth)
-        assert response.status_code == 200 and response.json()["int_burst"] == 30000, response.content
+        assert response.status_code == 200 and response.json()["limits"]["burst"] == 300, response.content
         response = client.patch(f"/api/v1/accounting/jobs/{farm.job.id}/limits", {"max_cores": 64, "priority": 9},
                                 content_type="application/json", **auth)
         assert response.status_code == 200
