@@ -247,7 +247,8 @@ def released_on_the_old_flag(farm, proc) -> None:
 def test_the_settling_reseed_takes_off_a_release_made_on_the_old_flag_after_the_seeding(
     cuebot_farm, acct_redis, django_capture_on_commit_callbacks
 ):
-    kept, late = cuebot_farm.add_proc(cores=200), cuebot_farm.add_proc(cores=300)
+    cuebot_farm.add_proc(cores=200)
+    late = cuebot_farm.add_proc(cores=300)
     switch(cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
     released_on_the_old_flag(cuebot_farm, late)
     job_key = keys.job(job_id=cuebot_farm.job.id)
