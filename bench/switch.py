@@ -11,8 +11,10 @@ one is switched), their procs released in a shuffled order. The flag cache and i
 are shortened (5 s and 20 s, in the environment the servers inherit) so that the settling work
 falls inside a round. Rounds alternate: without switches, then with one
 switch each way (to Cuebot once a third of the releases answered, back to the scheduler at two
-thirds). After each run the switched show's booked Redis counters are compared with SUM(proc)
-until they agree or one in-flight TTL has passed. Printed, never asserted.
+thirds). p99 is printed for the whole run, per phase (before the first switch, between, after
+the second) and per show (the switched one, the other). After each run the switched show's booked
+Redis counters are compared with SUM(proc) until they agree or one in-flight TTL has passed.
+Printed, never asserted.
 """
 import argparse
 import http.client
@@ -71,9 +73,11 @@ class Progress:
         return list(self.thresholds.values())[fraction]
 
 
-def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], progress: Progress) -> list[tuple[float, float]]:
-    """(when sent, latency) of each release."""
+def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], progress: Progress,
+                      shows: dict[str, int]) -> tuple[list[tuple[float, float]], list[int]]:
+    """(when sent, latency) of each release, and the index of its proc's show."""
     latencies: list[tuple[float, float]] = []
+    released_shows: list[int] = []
     failures: list[str] = []
     barrier = threading.Barrier(CLIENTS)
 
@@ -86,6 +90,7 @@ def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], prog
             response = conn.getresponse()
             response.read()
             latencies.append((sent, time.perf_counter() - sent))
+            released_shows.append(shows[proc_id])
             progress.one_more()
             if response.status != 200:
                 failures.append(f"{proc_id}: {response.status}")
@@ -98,7 +103,7 @@ def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], prog
         thread.join()
     if failures:
         raise SystemExit(f"bench: {len(failures)} HTTP releases failed, first: {failures[0]}")
-    return latencies
+    return latencies, released_shows
 
 
 def switcher(*, farm, progress: Progress, switched_at: list[float]) -> threading.Thread:
@@ -138,8 +143,15 @@ def phase_p99s(latencies: list[tuple[float, float]], switched_at: list[float]) -
     return " / ".join(f"{bench_release.p99(phase):.0f}" if len(phase) > 1 else "-" for phase in phases)
 
 
-def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.Random) -> tuple[list[float], str, str]:
-    ids = [proc_id for farm in farms for proc_id in farm.add_procs(procs)]
+def show_p99s(latencies: list[tuple[float, float]], shows: list[int]) -> str:
+    """p99 of the switched show's releases, then of the other show's."""
+    return " / ".join(f"{bench_release.p99([lat for (_, lat), s in zip(latencies, shows) if s == show]):.0f}"
+                      for show in (0, 1))
+
+
+def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.Random) -> tuple[list[float], str, str, str]:
+    shows = {proc_id: index for index, farm in enumerate(farms) for proc_id in farm.add_procs(procs)}
+    ids = list(shows)
     rng.shuffle(ids)
     for farm in farms:
         seed_show(show_id=farm.show.id)  # Redis equals SUM(proc) when the run starts
@@ -147,12 +159,13 @@ def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.
     thread = switcher(farm=farms[0], progress=progress, switched_at=switched_at) if switched else None
     if thread:
         thread.start()
-    latencies = release_over_http(ports=ports, token=farms[0].token, proc_ids=ids, progress=progress)
+    latencies, released_shows = release_over_http(ports=ports, token=farms[0].token, proc_ids=ids, progress=progress,
+                                                  shows=shows)
     if thread:
         thread.join()
     took, left = settled_after(show_id=farms[0].show.id, seconds=settings.ACCOUNTING_INFLIGHT_TTL_SECONDS)
     settled = f"equal after {took:.1f} s" if took is not None else f"{left:+d} cores after {settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s"
-    return [lat for _, lat in latencies], settled, phase_p99s(latencies, switched_at)
+    return [lat for _, lat in latencies], settled, phase_p99s(latencies, switched_at), show_p99s(latencies, released_shows)
 
 
 def main() -> None:
@@ -164,17 +177,17 @@ def main() -> None:
         raise SystemExit("bench/switch.py measures the Redis era: run it with ACCOUNTING_SCHEDULER=redis")
     rng = random.Random(options.seed)
     farms = [bench_release.BenchFarm(), bench_release.BenchFarm()]
-    results: dict[bool, list[tuple[float, float, str, str]]] = {False: [], True: []}
+    results: dict[bool, list[tuple[float, float, str, str, str]]] = {False: [], True: []}
     try:
         with ExitStack() as servers:
             ports = [servers.enter_context(bench_release.gunicorn_server()) for _ in range(2)]
             servers.enter_context(task_cluster())
             for _ in range(ROUNDS):
                 for switched in (False, True):
-                    latencies, settled, phases = one_run(farms=farms, ports=ports, procs=options.procs, switched=switched,
-                                                         rng=rng)
+                    latencies, settled, phases, by_show = one_run(farms=farms, ports=ports, procs=options.procs,
+                                                                  switched=switched, rng=rng)
                     results[switched].append((bench_release.p99(latencies), statistics.median(latencies) * 1000, settled,
-                                              phases))
+                                              phases, by_show))
     finally:
         for farm in farms:
             set_scheduler_managed(show=farm.show, managed=True)
@@ -182,10 +195,12 @@ def main() -> None:
     print(f"Switches under load: 2 gunicorn instances, {CLIENTS} HTTP clients, 2 shows x {options.procs} procs per run, "
           f"{ROUNDS} rounds; flag cache and in-flight TTL {settings.SHOW_FLAG_CACHE_SECONDS} s / "
           f"{settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s")
-    print(f"{'run':22s} {'p99 ms':>7s} {'p50 ms':>7s}  {'p99 by phase':>16s}  switched show's Redis against SUM(proc) after")
+    print(f"{'run':20s} {'p99 ms':>7s} {'p50 ms':>7s}  {'p99 by phase':>15s}  {'p99 by show':>11s}  "
+          "switched show's Redis against SUM(proc) after")
     for switched in (False, True):
-        for p99, p50, settled, phases in results[switched]:
-            print(f"{'one switch each way' if switched else 'no switch':22s} {p99:7.1f} {p50:7.1f}  {phases:>16s}  {settled}")
+        for p99, p50, settled, phases, by_show in results[switched]:
+            print(f"{'one switch each way' if switched else 'no switch':20s} {p99:7.1f} {p50:7.1f}  {phases:>15s}  "
+                  f"{by_show:>11s}  {settled}")
     ratios = sorted(b[0] / a[0] for a, b in zip(results[False], results[True]))
     print(f"p99 with switches / without, per round: median {statistics.median(ratios):.2f} "
           f"({ratios[0]:.2f}–{ratios[-1]:.2f}); target <= 2")

@@ -234,6 +234,43 @@ def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named:
     return failed
 
 
+def recompute_named_rows(*, show_ids: list[str], named: dict[str, Sequence[tuple]]) -> list[RowFailure]:
+    """recompute_rows for several tables at once, in two round trips: every named row locked,
+    table after table in the lock order (one pipeline), then every table's UPDATE (a second one,
+    whose statements each read a snapshot taken once all the locks are held). For a caller with
+    nothing else to lock in these tables in between (a release whose rows all belong to settling
+    shows). A statement that fails for a row is redone table by table, row by row (recompute_rows)."""
+    tables = [table for table in TABLES if named.get(table.table)]
+    if not tables:
+        return []
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        locks = []
+        for table in tables:
+            rows = named[table.table]
+            cursor = connection.cursor()
+            cursor.execute(table.lock_named, {f"k{i}": [key[i] for key in rows] for i in range(len(table.keys))})
+            locks.append(cursor)
+    pks = {table.table: [pk for (pk,) in cursor.fetchall()] for table, cursor in zip(tables, locks)}
+    try:
+        with transaction.atomic():
+            with connection.wrap_database_errors, connection.connection.pipeline():
+                updates = []
+                for table in tables:
+                    cursor = connection.cursor()
+                    cursor.execute(table.update, {"shows": show_ids, "only": pks[table.table]})
+                    updates.append(cursor)
+            for table, cursor in zip(tables, updates):
+                if table.restore:
+                    restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())
+        return []
+    except DatabaseError as error:
+        if sqlstate(error) in TRANSIENT_SQLSTATES:
+            raise
+    with connection.cursor() as cursor:
+        return [failure for table in tables
+                for failure in recompute_rows(cursor=cursor, table=table, show_ids=show_ids, named=named[table.table])]
+
+
 def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: list[str] | None) -> list:
     cursor.execute(table.update, {"shows": show_ids, "only": only})
     if table.restore:

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from accounting.live.units import cores_from_centicores
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
+    recompute_named_rows,
     recompute_rows,
     report_row_failures,
 )
@@ -345,6 +346,11 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
             add("folder_resource", (r.folder_id,), r.cores_centicores, r.gpus)
             add("point", (r.dept_id, r.point_show_id), r.cores_centicores, r.gpus)
     failures = []
+    if recomputed and not any(sums.values()):
+        # Only settling rows to write: all of them locked, then all of them set, in two round trips.
+        report_row_failures(recompute_named_rows(show_ids=list(settling), named=recomputed),
+                            operation="release of a settling show")
+        return
     for a in ADJUSTMENTS:
         rows = sums[a.table]
         if len(rows) == 1:

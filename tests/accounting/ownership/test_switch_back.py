@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import Schedule
 
+from accounting.models import JobResource, Subscription
 from accounting.ownership import switching
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.release.types import Branch
@@ -101,3 +102,21 @@ def test_a_settling_release_locks_only_the_rows_it_touches(farm):
     assert accounting_mismatches(show_id=farm.show.id) == []  # the straggler counted in every row it shares
     assert unbook_proc(proc_id=late).branch is Branch.CUEBOT
     assert accounting_mismatches(show_id=farm.show.id) == []
+
+
+def test_a_settling_release_counts_a_straggler_beyond_the_caps_and_leaves_the_caps_as_they_were(farm):
+    """The recompute raises a counter past its burst or job maximum: the verify triggers let it
+    through only because the cap moves in the same UPDATE, and it moves back."""
+    farm.add_proc(cores=100)
+    mine = farm.add_proc(cores=100)
+    set_scheduler_managed(show=farm.show, managed=False)
+    with as_cuebot():
+        Subscription.objects.filter(pk=farm.subscription.pk).update(int_burst=300)
+        JobResource.objects.filter(job=farm.job).update(int_max_cores=300)
+    straggler(farm, cores=400)  # 600 booked: above both caps
+
+    assert unbook_proc(proc_id=mine.id).branch is Branch.CUEBOT
+
+    assert accounting_mismatches(show_id=farm.show.id) == []
+    assert Subscription.objects.filter(pk=farm.subscription.pk).values_list("int_cores", "int_burst").get() == (500, 300)
+    assert JobResource.objects.filter(job=farm.job).values_list("int_cores", "int_max_cores").get() == (500, 300)
