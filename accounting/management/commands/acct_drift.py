@@ -4,10 +4,9 @@ import json
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.operators.selectors import field_label, key_labels, labelled_drift
+from accounting.operators.selectors import field_label, key_labels, labelled_drift, table_repair
 from accounting.reconcile.cuebot_drift import TableDriftReport, cuebot_table_drift, signed_cores
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
-from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.selectors import AmbiguousName, get_show_by_name
 
 EXPLANATIONS = {
@@ -15,15 +14,6 @@ EXPLANATIONS = {
     IN_FLIGHT: "differ by operations in flight",
     CLOSED: "differ on closed keys",
 }
-
-
-def table_repair(*, show: str | None) -> str:
-    """What repairs drift of Cuebot's tables in this era, as a command to type."""
-    if cuebot_owns_every_show():
-        return f"manage.py acct_reseed{f' --show {show}' if show else ''}"
-    # Outside the Maestro era acct_reseed rebuilds Redis only; the subscriptions are Cuebot's
-    # recalculate_subs's, and the other tables follow each release.
-    return "manage.py recalculate_subs (subscriptions)"
 
 
 class Command(BaseCommand):
