@@ -18,7 +18,7 @@ centicores here; `signed_cores` is the one conversion every face shows.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connection, transaction
 
 from accounting.live.units import cores_number
 from cuebot_acct.schedulers import cuebot_owns_every_show
@@ -212,7 +212,10 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
     owned = cuebot_owned_show_ids(show_ids=show_ids)
     if owned == []:
         return TableDriftReport(shows=0, rows=[])
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The planner's estimate of the name lookups passes JIT's threshold, and compiling
+        # cost more than the whole read (as recalculate_subs found for its aggregate).
+        cursor.execute("SET LOCAL jit = off")
         cursor.execute(DRIFT, {"shows": owned, **SET_IDS})
         fetched = cursor.fetchall()
         if owned is None:
