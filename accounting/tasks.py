@@ -19,7 +19,7 @@ from accounting.live.leases import LockBusy
 from accounting.ownership import switching
 from accounting.ownership.fleet import delete_stale_instances
 from accounting.ownership.guardrail import run_guardrail
-from accounting.reconcile.drift_check import run_drift_check
+from accounting.reconcile.drift_check import run_drift_check, run_table_drift_check
 from accounting.reconcile.recalculate_subs import recalculate_subs
 from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
@@ -42,8 +42,12 @@ def accounting_guardrail_task() -> bool:
 
 
 def drift_check_task() -> int:
-    """Shows with drift at this check (the gauges and the admin's overview get the detail)."""
-    return sum(1 for fields in run_drift_check().fields_drifted.values() if fields)
+    """Shows with drift at this check, in Cuebot's tables or (redis era) in Redis; the gauges and
+    the admin's pages get the detail."""
+    drifted = {name for name, rows in run_table_drift_check().rows_drifted.items() if rows}
+    if settings.ACCOUNTING_REDIS_ENABLED:
+        drifted |= {name for name, fields in run_drift_check().fields_drifted.items() if fields}
+    return len(drifted)
 
 
 def retry_seed_show(*, show_id: str, attempt: int) -> None:
@@ -123,8 +127,9 @@ class ScheduleSpec:
 SCHEDULES = (
     ScheduleSpec(name="recalculate_subs", func="accounting.tasks.recalculate_subs_task", minutes=120),
     ScheduleSpec(name="accounting_guardrail", func="accounting.tasks.accounting_guardrail_task", minutes=1),
-    # Not gated on reconciling: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check).
-    ScheduleSpec(name="acct-drift-check", func="accounting.tasks.drift_check_task", minutes=2, redis_era=True),
+    # Not gated on reconciling: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check);
+    # nor on Redis: Cuebot's own tables are checked in every era.
+    ScheduleSpec(name="acct-drift-check", func="accounting.tasks.drift_check_task", minutes=2),
     ScheduleSpec(name="acct-reconcile-booked", func="accounting.tasks.reconcile_booked", minutes=2, reconcile=True,
                  redis_era=True),
     ScheduleSpec(name="acct-reconcile-limits", func="accounting.tasks.reconcile_limits", minutes=5, reconcile=True,

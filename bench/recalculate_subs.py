@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """recalculate_subs against raw baselines, in the same process, on the demo farm.
 
-Baselines: the bare aggregate (SUM(proc) of the Cuebot-managed shows' non-local procs per
-show and allocation, fetched, nothing written), and accounting.reconcile.recompute.SUBSCRIPTIONS for
-those shows, i.e. the plain set-based rewrite of every subscription row from SUM(proc),
-with no lease, no drift filter and no FOR SHARE on the shows. Prints the median of each and
+Baselines: the bare aggregate (SUM(proc) of the non-local procs per show and allocation of the
+shows Cuebot owns in the era ACCOUNTING_SCHEDULER names, every show in the Maestro era, fetched,
+nothing written), and accounting.reconcile.recompute.SUBSCRIPTIONS for those shows, i.e. the
+plain set-based rewrite of every subscription row from SUM(proc), with no lock, no drift
+filter and no FOR SHARE on the shows. Prints the median of each and
 the ratios. Run after `manage.py migrate` (it completes the demo farm to the size asked for).
 """
 import argparse
@@ -27,6 +28,7 @@ from accounting.models import Subscription  # noqa: E402
 from accounting.reconcile.recalculate_subs import recalculate_subs  # noqa: E402
 from accounting.reconcile.recompute import SUBSCRIPTIONS  # noqa: E402
 from accounting.simulation.farm_builder import DemoFarmSize, build_demo_farm  # noqa: E402
+from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
 from shows.models import Show  # noqa: E402
 
 BARE_AGGREGATE = """
@@ -55,7 +57,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     build_demo_farm(size=DemoFarmSize(shows=args.shows, hosts=args.hosts, procs=args.procs))
-    cuebot_shows = list(Show.objects.filter(b_scheduler_managed=False).values_list("pk", flat=True))
+    # The shows recalculate_subs covers in the era the environment names: every show in the
+    # Maestro era (ACCOUNTING_SCHEDULER=maestro), the Cuebot-managed ones otherwise.
+    shows = Show.objects.all() if cuebot_owns_every_show() else Show.objects.filter(b_scheduler_managed=False)
+    cuebot_shows = list(shows.values_list("pk", flat=True))
     rows = Subscription.objects.filter(show_id__in=cuebot_shows).count()
 
     def drift_everything() -> None:
@@ -70,7 +75,7 @@ def main() -> None:
             cursor.execute(BARE_AGGREGATE, {"shows": cuebot_shows})
             cursor.fetchall()
 
-    print(f"farm: {Show.objects.count()} shows ({len(cuebot_shows)} Cuebot-managed), {rows} Cuebot subscription rows, "
+    print(f"farm: {Show.objects.count()} shows ({len(cuebot_shows)} whose rows Cuebot owns), {rows} such subscription rows, "
           f"{args.procs} procs; median of {args.rounds}")
     for label, before in (("every row drifted", drift_everything), ("nothing drifted", lambda: None)):
         bare = timed(bare_aggregate, rounds=args.rounds, before=before)

@@ -235,3 +235,20 @@ STRANDED_SHOW = Gauge(
     ["show"],
     multiprocess_mode="mostrecent",
 )
+
+
+# The periodic check of Cuebot's own tables (accounting.reconcile.drift_check.run_table_drift_check),
+# in every era: rows of the five tables that differ from SUM(proc), for the shows Cuebot owns.
+
+CUEBOT_TABLE_DRIFT_ROWS = Gauge(
+    "cuebot_acct_cuebot_table_drift_rows",
+    "Rows of Cuebot's five accounting tables that differ from SUM(proc), per show Cuebot owns (every show "
+    "in the Maestro era), at the last check.",
+    ["show"],
+    multiprocess_mode="mostrecent",
+)
+CUEBOT_TABLE_DRIFT_LAST_CHECK = Gauge(
+    "cuebot_acct_cuebot_table_drift_last_check_timestamp_seconds",
+    "Unix time of the last check of Cuebot's tables against SUM(proc) that completed.",
+    multiprocess_mode="mostrecent",
+)

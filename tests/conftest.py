@@ -134,3 +134,14 @@ def seeded_redis(acct_redis) -> redis.Redis:
 
     acct_redis.set(keys.SEEDED, keys.SEEDED_VALUE)
     return acct_redis
+
+
+@pytest.fixture
+def maestro_era(settings, fresh_accounting_client):
+    """The Maestro era (Cuebot owns every show's five tables) with the accounting Redis
+    pointed at a closed port: whatever reaches for it fails loudly."""
+    from tests.processes import closed_port
+
+    settings.ACCOUNTING_REDIS_ENABLED = settings.ACCOUNTING_NOTIFY_ENABLED = False
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    return settings

@@ -2,6 +2,7 @@
 import threading
 from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
@@ -32,7 +33,8 @@ from accounting.live.leases import held_locks
 from accounting.live.units import CoresRefused, cores_number, cores_text, not_a_number, parse_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.operators.auth import BearerToken
-from accounting.operators.selectors import drift_status, labelled_drift, release_names
+from accounting.operators.selectors import drift_status, labelled_drift, release_names, table_drift_status, table_repair
+from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import drift_report
 from accounting.release.types import Release
 from accounting.release.unbook import unbook_proc, unbook_procs
@@ -152,10 +154,17 @@ _live_drift = threading.Lock()
 
 @router.get("/accounting/drift", auth=BearerToken(VIEW_ACCOUNTING),
             response={200: dict[str, Any], 409: ErrorOut, 429: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
-            summary="Redis against PostgreSQL: one show live, or every show as of the last drift check",
-            description=f"Needs the permission {VIEW_ACCOUNTING}. With `show`, that show's keys and fields, read now "
-                        "(one such report at a time per process: 429 while another runs). Without, the periodic "
-                        "drift check's last result per scheduler-managed show (fields that differed, when it ran).")
+            summary="Cuebot's tables against SUM(proc), and Redis against PostgreSQL: one show live, or every show "
+                    "as of the last drift check",
+            description=f"Needs the permission {VIEW_ACCOUNTING}. With `show`, read now (one such report at a time "
+                        "per process: 429 while another runs): `cuebot_tables`, the rows of Cuebot's five tables that "
+                        "differ from SUM(proc) if Cuebot owns the show's rows (every show in the Maestro era), each "
+                        "named (`show / allocation`, `show / folder`, `job`, `job / layer`, `show / department`) with "
+                        "stored, true and difference in cores (a number, 2.5 for a fractional one) and GPUs, and "
+                        "`repair`, the command that repairs them; in the redis era also that show's Redis keys and "
+                        "fields beside it. Without, the periodic drift check's last result per show: "
+                        "`cuebot_tables.shows` (rows drifted), and the Redis fields per scheduler-managed show "
+                        "in the redis era.")
 def accounting_drift(request, show: DbText | None = None):
     if show is None:
         return _last_check()
@@ -168,20 +177,27 @@ def accounting_drift(request, show: DbText | None = None):
     if not _live_drift.acquire(blocking=False):
         raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
     try:
-        return labelled_drift(report=drift_report(show_ids=[found.id]).as_dict())
+        redis = labelled_drift(report=drift_report(show_ids=[found.id]).as_dict()) if settings.ACCOUNTING_REDIS_ENABLED else {}
+        tables = cuebot_table_drift(show_ids=[found.id])
+        return {**redis, "cuebot_tables": {**tables.as_dict(), "repair": table_repair(show=found.str_name)}}
     finally:
         _live_drift.release()
 
 
 def _last_check() -> dict[str, Any]:
-    status = drift_status()
-    names = dict(Show.objects.filter(pk__in=list(status.shows)).values_list("pk", "str_name"))
+    status, tables = drift_status(), table_drift_status()
+    names = dict(Show.objects.filter(pk__in=[*status.shows, *tables.shows]).values_list("pk", "str_name"))
     return {
         "source": "the periodic drift check (acct-drift-check); ask ?show=NAME for one show now",
         "checked_at": status.checked_at.isoformat() if status.checked_at else None,
         "error": status.error,
         "shows": [{"show": names.get(pk, pk), "show_id": pk, "fields_drifted": d.fields, "fields_checked": d.checked}
                   for pk, d in sorted(status.shows.items(), key=lambda item: names.get(item[0], item[0]))],
+        "cuebot_tables": {
+            "checked_at": tables.checked_at.isoformat() if tables.checked_at else None,
+            "shows": [{"show": names.get(pk, pk), "show_id": pk, "rows_drifted": rows}
+                      for pk, rows in sorted(tables.shows.items(), key=lambda item: names.get(item[0], item[0]))],
+        },
     }
 
 

@@ -1,11 +1,15 @@
 """The operator's pages beside the model admin: the farm overview (the admin's front page),
-the drift inspector per scheduler-managed show, and its "reseed this show" action.
+the drift inspector per show (Cuebot's own tables against SUM(proc) for a show whose rows Cuebot
+owns, every show in the Maestro era; Redis for a scheduler-managed show in the redis era), and
+its "reseed this show" action.
 
-Reads go through accounting.operators.selectors and accounting.reconcile.drift; the reseed through
-accounting.reconcile.reseed, with RESEED_REDIS, after a confirmation page, logged.
+Reads go through accounting.operators.selectors, accounting.reconcile.cuebot_drift and
+accounting.reconcile.drift; the reseed through accounting.reconcile.reseed, with RESEED_REDIS,
+after a confirmation page, logged.
 """
 import logging
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
@@ -15,10 +19,19 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from accounting.live.leases import LockBusy
-from accounting.operators.selectors import drift_status, farm_overview, field_label, key_labels
+from accounting.operators.selectors import (
+    drift_status,
+    farm_overview,
+    field_label,
+    key_labels,
+    table_drift_status,
+    table_repair,
+)
+from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, DriftRow, drift_report, subscription_bars
 from accounting.reconcile.reseed import redis_is_empty, reseed
 from cuebot_acct import permissions
+from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
 logger = logging.getLogger(__name__)
@@ -40,11 +53,14 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 
 def drift_index(request: HttpRequest) -> HttpResponse:
-    status = drift_status()
-    shows = [{"show": show, "drift": status.shows.get(show.pk)}
-             for show in Show.objects.filter(b_scheduler_managed=True).order_by("str_name")]
+    status, tables = drift_status(), table_drift_status()
+    redis_era, owned = settings.ACCOUNTING_REDIS_ENABLED, cuebot_owned_show_ids()
+    shows = [{"show": show, "drift": status.shows.get(show.pk) if redis_era else None,
+              "cuebots": owned is None or show.pk in owned, "tables": tables.shows.get(show.pk)}
+             for show in Show.objects.order_by("str_name")]
     return render(request, "admin/accounting/drift_index.html", {
-        **admin.site.each_context(request), "title": "Accounting drift", "shows": shows, "status": status})
+        **admin.site.each_context(request), "title": "Accounting drift", "shows": shows, "status": status,
+        "tables": tables, "redis_era": redis_era})
 
 
 def _entry(row: DriftRow, labels: dict[str, str]) -> dict:
@@ -54,11 +70,13 @@ def _entry(row: DriftRow, labels: dict[str, str]) -> dict:
 
 def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     show = get_object_or_404(Show, pk=show_id)
-    # Redis holds nothing for a Cuebot-managed show: every limit would read as missing.
-    report = drift_report(show_ids=[show.id]) if show.b_scheduler_managed else DriftReport(shows=[], fields_checked=0, rows=[])
+    # Redis holds nothing for a Cuebot-managed show (every limit would read as missing), and
+    # nothing the scheduler reads outside the redis era.
+    redis_compared = show.b_scheduler_managed and settings.ACCOUNTING_REDIS_ENABLED
+    report = drift_report(show_ids=[show.id]) if redis_compared else DriftReport(shows=[], fields_checked=0, rows=[])
     labels = key_labels(redis_keys={row.key for row in report.rows + report.explained})
     bars = []
-    for bar in subscription_bars(show=show) if show.b_scheduler_managed else []:
+    for bar in subscription_bars(show=show) if redis_compared else []:
         scale = max(bar.burst, bar.size, bar.booked_pg, bar.booked_redis or 0, 1)
         bars.append({
             "bar": bar,
@@ -75,6 +93,10 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "in_flight": [_entry(row, labels) for row in report.explained_by(IN_FLIGHT)],
         "closed": report.explained_by(CLOSED),
         "can_reseed": request.user.has_perm(permissions.RESEED_REDIS),
+        "redis_compared": redis_compared,
+        "tables_owned": bool(cuebot_owned_show_ids(show_ids=[show.id])),
+        "tables": cuebot_table_drift(show_ids=[show.id]),
+        "repair": table_repair(show=show.str_name),
     }
     return render(request, "admin/accounting/drift_show.html", context)
 
@@ -88,6 +110,10 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     drift_page = reverse("acct-drift-show", args=[show.pk])
     if not show.b_scheduler_managed:
         messages.error(request, f"{show.str_name} is Cuebot-managed: Redis holds nothing for it.")
+        return HttpResponseRedirect(drift_page)
+    if cuebot_owns_every_show():
+        messages.error(request, f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs "
+                                "Cuebot's tables.")
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(request, "admin/accounting/reseed_confirm.html", {

@@ -16,8 +16,9 @@ from accounting.live.units import centicores_from_cores, cores_text, format_core
 from accounting.models import Instance, Proc, Subscription
 from accounting.ownership.fleet import live_instances
 from accounting.ownership.guardrail import GuardrailReport, evaluate
-from accounting.reconcile.drift_check import STATUS_KEY
+from accounting.reconcile.drift_check import STATUS_KEY, TABLES_STATUS_KEY
 from cuebot_acct.redis_factory import accounting_redis
+from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 
 # --- Redis keys by name ---------------------------------------------------------------
@@ -149,6 +150,28 @@ def drift_status() -> DriftStatus:
         shows={pk: ShowDrift(fields=e["fields"], checked=e["checked"]) for pk, e in stored.get("shows", {}).items()},
         error=stored.get("error"), failed_at=_time(stored.get("failed_at")),
     )
+
+
+@dataclass(frozen=True)
+class TableDriftStatus:
+    checked_at: datetime | None
+    shows: dict[str, int]  # show id -> rows of Cuebot's tables drifted, every show Cuebot owns
+
+
+def table_drift_status() -> TableDriftStatus:
+    """The last check of Cuebot's own tables (accounting.reconcile.drift_check.run_table_drift_check)."""
+    stored = cache.get(TABLES_STATUS_KEY) or {}
+    return TableDriftStatus(checked_at=_time(stored.get("checked_at")),
+                            shows={pk: e["rows"] for pk, e in stored.get("shows", {}).items()})
+
+
+def table_repair(*, show: str | None) -> str:
+    """What repairs drift of Cuebot's tables in this era, as a command to type; every face says the same."""
+    if cuebot_owns_every_show():
+        return f"manage.py acct_reseed{f' --show {show}' if show else ''}"
+    # Outside the Maestro era acct_reseed rebuilds Redis only; Cuebot-managed subscriptions are
+    # recalculate_subs's, and the other tables follow each release.
+    return "manage.py recalculate_subs (subscriptions)"
 
 
 # --- Booked cores: where each number comes from ------------------------------------------

@@ -1,4 +1,12 @@
-"""The periodic drift check: every scheduler-managed show's drift, counted and exported.
+"""The periodic drift checks: Cuebot's own tables in every era, Redis in the redis era; counted and exported.
+
+run_table_drift_check: the rows of Cuebot's five tables that differ from SUM(proc), for the
+shows Cuebot owns (every show in the Maestro era), in one read-only statement; it sets
+cuebot_acct_cuebot_table_drift_rows{show} and its timestamp and records the result under
+TABLES_STATUS_KEY. A show Cuebot no longer owns is set to 0, as below. It needs no Redis but
+the cache.
+
+run_drift_check: every scheduler-managed show's Redis drift.
 
 It runs on its own schedule (`acct-drift-check`, accounting.tasks), whether or not this
 service reconciles (ACCOUNTING_RECONCILE_ENABLED): drift is worth an alert whoever heals it,
@@ -17,6 +25,7 @@ from dataclasses import dataclass
 import redis
 from django.core.cache import cache
 
+from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
 from accounting.reconcile.drift import drift_report
 from cuebot_acct import metrics
 from shows.models import Show
@@ -24,6 +33,7 @@ from shows.models import Show
 logger = logging.getLogger(__name__)
 
 STATUS_KEY = "acct-drift-status"
+TABLES_STATUS_KEY = "acct-table-drift-status"
 
 
 @dataclass(frozen=True)
@@ -56,3 +66,31 @@ def run_drift_check() -> DriftCheck:
     if drifted:
         logger.warning("drift check: Redis differs from PostgreSQL in %s", ", ".join(f"{n} ({f} fields)" for n, f in drifted.items()))
     return DriftCheck(checked_at=started, fields_drifted={entry["name"]: entry["fields"] for entry in status.values()})
+
+
+@dataclass(frozen=True)
+class TableDriftCheck:
+    checked_at: float
+    rows_drifted: dict[str, int]  # show name -> rows, every show Cuebot owns
+
+
+def run_table_drift_check() -> TableDriftCheck:
+    started = time.time()
+    owned = cuebot_owned_show_ids()
+    shows = Show.objects.all() if owned is None else Show.objects.filter(pk__in=owned)
+    names = dict(shows.values_list("pk", "str_name"))
+    drifted = cuebot_table_drift().rows_by_show()
+    status = {pk: {"name": name, "rows": drifted.get(pk, 0)} for pk, name in names.items()}
+    previous = (cache.get(TABLES_STATUS_KEY) or {}).get("shows", {})
+    for show_id, entry in previous.items():
+        if show_id not in status:
+            metrics.CUEBOT_TABLE_DRIFT_ROWS.labels(show=entry["name"]).set(0)
+    for entry in status.values():
+        metrics.CUEBOT_TABLE_DRIFT_ROWS.labels(show=entry["name"]).set(entry["rows"])
+    metrics.CUEBOT_TABLE_DRIFT_LAST_CHECK.set(started)
+    cache.set(TABLES_STATUS_KEY, {"checked_at": started, "shows": status}, timeout=None)
+    found = {entry["name"]: entry["rows"] for entry in status.values() if entry["rows"]}
+    if found:
+        logger.warning("drift check: Cuebot's tables differ from SUM(proc) in %s (manage.py acct_drift names the rows)",
+                       ", ".join(f"{name} ({rows} rows)" for name, rows in sorted(found.items())))
+    return TableDriftCheck(checked_at=started, rows_drifted={entry["name"]: entry["rows"] for entry in status.values()})

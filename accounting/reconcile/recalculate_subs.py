@@ -1,4 +1,4 @@
-"""recalculate_subs: Cuebot's 2-hourly subscription recompute, aware of who owns each show."""
+"""recalculate_subs: Cuebot's 2-hourly subscription recompute, aware of who owns each show in each era."""
 import logging
 from dataclasses import dataclass, field
 
@@ -13,28 +13,29 @@ from accounting.reconcile.recompute import (
     run_row_by_row_on_failure,
 )
 from cuebot_acct import metrics
+from cuebot_acct.schedulers import cuebot_owns_every_show
 
 logger = logging.getLogger(__name__)
 
 RECALCULATE_SUBS_LOCK = "recalculate_subs"
 
-# Subscriptions of Cuebot-managed shows whose int_cores/int_gpus differ from SUM(proc) of
-# their non-local procs (allocation through the proc's host). Scheduler-managed shows are
-# left out by the WHERE itself, so their rows are never touched. FOR SHARE holds the
-# Cuebot shows' rows until the statement ends: a toggle that commits meanwhile waits, and
-# one that committed first is re-read, so a show that just became scheduler-managed is
-# excluded too.
-SUBSCRIPTION_DRIFT = """
+# Subscriptions of the shows Cuebot owns whose int_cores/int_gpus differ from SUM(proc) of
+# their non-local procs (allocation through the proc's host). Outside the Maestro era
+# scheduler-managed shows are left out by the WHERE itself, so their rows are never touched,
+# and FOR SHARE holds the Cuebot shows' rows until the statement ends: a toggle that commits
+# meanwhile waits, and one that committed first is re-read, so a show that just became
+# scheduler-managed is excluded too. In the Maestro era Cuebot owns every show whatever its
+# flag (nothing else re-derives a flagged show's rows any more), so no show is filtered out
+# and no proc is tested against a list of shows.
+_SUBSCRIPTION_DRIFT = """
 WITH cuebot_shows AS (
-        SELECT pk_show, str_name FROM show WHERE NOT b_scheduler_managed FOR SHARE
+        SELECT pk_show, str_name FROM show {owned}
      ),
      booked AS (
-        -- The shows are filtered at the proc scan (the array is computed once), so only
-        -- Cuebot-managed procs are joined to their host.
         SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
           FROM proc p
           JOIN host h ON h.pk_host = p.pk_host
-         WHERE NOT p.b_local AND p.pk_show = ANY(ARRAY(SELECT pk_show FROM cuebot_shows))
+         WHERE NOT p.b_local {procs}
          GROUP BY p.pk_show, h.pk_alloc
      )
 SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
@@ -49,11 +50,19 @@ SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
         OR s.float_tier IS DISTINCT FROM tier(COALESCE(b.cores, 0), s.int_size)::numeric(16, 2))
    AND (%(only)s::text IS NULL OR s.pk_subscription = %(only)s)
 """
+# By cuebot_owns_every_show(). Outside the Maestro era the shows are filtered at the proc scan
+# (the array is computed once), so only Cuebot-managed procs are joined to their host.
+SUBSCRIPTION_DRIFT = {
+    False: _SUBSCRIPTION_DRIFT.format(
+        owned="WHERE NOT b_scheduler_managed FOR SHARE",
+        procs="AND p.pk_show = ANY(ARRAY(SELECT pk_show FROM cuebot_shows))"),
+    True: _SUBSCRIPTION_DRIFT.format(owned="", procs=""),
+}
 
 # A row legitimately above its burst gets its true SUM(proc) too: the burst moves in the
 # same UPDATE and back afterwards (accounting.reconcile.recompute explains the trick).
-FIX_SUBSCRIPTIONS = f"""
-WITH drift AS ({SUBSCRIPTION_DRIFT})
+FIX_SUBSCRIPTIONS = {every_show: f"""
+WITH drift AS ({drift})
 UPDATE subscription s
    SET int_cores = d.new_cores, int_gpus = d.new_gpus,
        int_burst = CASE WHEN d.new_cores > s.int_cores AND d.new_cores > s.int_burst THEN -s.int_burst - 1 ELSE s.int_burst END
@@ -61,12 +70,12 @@ UPDATE subscription s
  WHERE s.pk_subscription = d.pk_subscription
 RETURNING d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus, s.pk_subscription,
           d.new_cores > d.old_cores AND d.new_cores > d.old_burst
-"""
+""" for every_show, drift in SUBSCRIPTION_DRIFT.items()}
 
-SHOW_DRIFT = f"""
-WITH drift AS ({SUBSCRIPTION_DRIFT})
+SHOW_DRIFT = {every_show: f"""
+WITH drift AS ({drift})
 SELECT d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus, d.pk_subscription FROM drift d
-"""
+""" for every_show, drift in SUBSCRIPTION_DRIFT.items()}
 
 
 @dataclass(frozen=True)
@@ -90,51 +99,61 @@ class RecalculateSubsResult:
 # The rows recalculate_subs may write, for redoing it row by row.
 CUEBOT_MANAGED_SUBSCRIPTIONS = """
 SELECT s.pk_subscription FROM subscription s JOIN show c ON c.pk_show = s.pk_show
- WHERE NOT c.b_scheduler_managed ORDER BY s.pk_subscription
+ WHERE %(every_show)s OR NOT c.b_scheduler_managed ORDER BY s.pk_subscription
 """
 
 
-def _read_drift(cursor) -> list[tuple]:
-    cursor.execute(SHOW_DRIFT, {"only": None})
+def _read_drift(cursor, *, every_show: bool) -> list[tuple]:
+    cursor.execute(SHOW_DRIFT[every_show], {"only": None})
     return cursor.fetchall()
 
 
-def _cuebot_managed_subscriptions(cursor) -> list[str]:
-    cursor.execute(CUEBOT_MANAGED_SUBSCRIPTIONS)
+def _cuebot_managed_subscriptions(cursor, *, every_show: bool) -> list[str]:
+    cursor.execute(CUEBOT_MANAGED_SUBSCRIPTIONS, {"every_show": every_show})
     return [pk for (pk,) in cursor.fetchall()]
 
 
-def _fix_drift(cursor, only: str | None) -> list[tuple]:
-    cursor.execute(FIX_SUBSCRIPTIONS, {"only": only})
+def _fix_drift(cursor, only: str | None, *, every_show: bool) -> list[tuple]:
+    cursor.execute(FIX_SUBSCRIPTIONS[every_show], {"only": only})
     rows = cursor.fetchall()
     restore_moved_caps(cursor=cursor, restore=RESTORE_BURSTS, moved=[row[6:] for row in rows])
     return rows
 
 
-def _drift(*, dry_run: bool) -> tuple[list[SubscriptionChange], list[RowFailure]]:
+def _drift(*, dry_run: bool, every_show: bool) -> tuple[list[SubscriptionChange], list[RowFailure]]:
     with transaction.atomic(), connection.cursor() as cursor:
+        if every_show:
+            # The Maestro era's lock is PostgreSQL's, for this transaction: the accounting Redis,
+            # where the other eras' lease lives, may not exist there.
+            cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [RECALCULATE_SUBS_LOCK])
+            if not cursor.fetchone()[0]:
+                raise LockBusy(RECALCULATE_SUBS_LOCK)
         # JIT compilation cost more than the aggregate it would speed up, on every run.
         cursor.execute("SET LOCAL jit = off")
         if dry_run:
-            rows, failures = _read_drift(cursor), []
+            rows, failures = _read_drift(cursor, every_show=every_show), []
         else:
             rows, failures = run_row_by_row_on_failure(
-                table="subscription", run=lambda only: _fix_drift(cursor, only),
-                keys=lambda: _cuebot_managed_subscriptions(cursor),
+                table="subscription", run=lambda only: _fix_drift(cursor, only, every_show=every_show),
+                keys=lambda: _cuebot_managed_subscriptions(cursor, every_show=every_show),
             )
     changes = [SubscriptionChange(*row[:6]) for row in rows]
     return sorted(changes, key=lambda change: (change.show, change.alloc)), failures
 
 
 def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
-    """Make Cuebot-managed shows' subscription int_cores/int_gpus equal SUM(proc), in one statement.
+    """Make the subscription int_cores/int_gpus of the shows Cuebot owns (every show in the
+    Maestro era, the Cuebot-managed ones otherwise) equal SUM(proc), in one statement.
 
     One instance at a time, fleet-wide: a run that finds the lock held skips (ran=False).
     A dry run reads the same drift and writes nothing.
     """
     try:
-        with named_lock(name=RECALCULATE_SUBS_LOCK):
-            changes, failures = _drift(dry_run=dry_run)
+        if cuebot_owns_every_show():
+            changes, failures = _drift(dry_run=dry_run, every_show=True)
+        else:
+            with named_lock(name=RECALCULATE_SUBS_LOCK):
+                changes, failures = _drift(dry_run=dry_run, every_show=False)
     except LockBusy:
         metrics.RECALCULATE_SUBS_SKIPPED.inc()
         logger.info("recalculate_subs skipped: another instance is running it")

@@ -1,9 +1,12 @@
+"""acct_drift: Cuebot's own tables against SUM(proc) in every era, and Redis against PostgreSQL in the redis era."""
 import json
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.operators.selectors import field_label, key_labels, labelled_drift
-from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, drift_report
+from accounting.operators.selectors import field_label, key_labels, labelled_drift, table_repair
+from accounting.reconcile.cuebot_drift import TableDriftReport, cuebot_table_drift, signed_cores
+from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
 from shows.selectors import AmbiguousName, get_show_by_name
 
 EXPLANATIONS = {
@@ -15,12 +18,16 @@ EXPLANATIONS = {
 
 class Command(BaseCommand):
     help = (
-        "Compare Redis with PostgreSQL for every key of the scheduler-managed shows: booked counters "
-        "against SUM(proc) (per-proc conversion, in-flight operations included), limits against the "
-        "tables. One row per differing key and field (named, with the raw Redis field in brackets; --json "
-        "keeps it as `field` beside its `label`); exit 1 if anything drifted. Differences that are "
-        "not drift are counted apart: the scheduler's own sum-then-convert rounding, operations in "
-        "flight, and keys closed while Redis is not seeded, being rebuilt or owed a rebuild."
+        "Drift of the accounting, exit 1 if anything drifted. Always: Cuebot's five tables (subscription, "
+        "layer_resource, job_resource, folder_resource, point) against SUM(proc), for the shows Cuebot owns "
+        "(every show in the Maestro era, ACCOUNTING_SCHEDULER=maestro; the Cuebot-managed ones otherwise), one "
+        "row per drifted row with stored and true cores and GPUs; `manage.py acct_reseed` repairs them in the "
+        "Maestro era, where nothing else is read (no Redis). In the redis era also Redis against PostgreSQL for "
+        "every key of the scheduler-managed shows: booked counters against SUM(proc) (per-proc conversion, "
+        "in-flight operations included), limits against the tables. One row per differing key and field (named, "
+        "with the raw Redis field in brackets; --json keeps it as `field` beside its `label`). Differences that "
+        "are not drift are counted apart: the scheduler's own sum-then-convert rounding, operations in flight, "
+        "and keys closed while Redis is not seeded, being rebuilt or owed a rebuild."
     )
 
     def add_arguments(self, parser) -> None:
@@ -37,23 +44,42 @@ class Command(BaseCommand):
             if found is None:
                 raise CommandError(f"unknown show {show!r}", returncode=2)
             show_ids = [found.id]
-        report = drift_report(show_ids=show_ids)
+        tables = cuebot_table_drift(show_ids=show_ids)
+        report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
+        repair = table_repair(show=show)
         if options["json"]:
-            self.stdout.write(json.dumps(labelled_drift(report=report.as_dict()), indent=2))
+            self.stdout.write(json.dumps({
+                **(labelled_drift(report=report.as_dict()) if report else {}),
+                "cuebot_tables": {**tables.as_dict(), "repair": repair},
+            }, indent=2))
         else:
-            labels = key_labels(redis_keys={row.key for row in report.rows})
-            for row in report.rows:
-                cause = f"\tcause: {row.cause}" if row.cause else ""
-                field = f"{field_label(key=row.key, field=row.field)} ({row.field})"
-                self.stdout.write(f"{labels.get(row.key, row.key)}\t{field}\tredis={row.redis}\tpg={row.pg}"
-                                  f"\tdiff={row.difference:+d}{cause}\t{row.key}")
-            if report.redis_state != SEEDED:
-                self.stdout.write(f"the accounting Redis is {report.redis_state}: its keys are closed, nothing is drift")
-            explained = "".join(f", {len(rows)} {EXPLANATIONS[cause]} (not drift)"
-                                for cause in NOT_DRIFT if (rows := report.explained_by(cause)))
-            self.stdout.write(
-                f"{len(report.shows)} show(s), {report.fields_checked} fields checked, {len(report.rows)} drifted{explained}"
-            )
-        if report.drifted:
+            if report is not None:
+                self._write_redis(report)
+            self._write_tables(tables, repair=repair)
+        if tables.drifted or (report is not None and report.drifted):
             raise SystemExit(1)
 
+    def _write_tables(self, tables: TableDriftReport, *, repair: str) -> None:
+        for row in tables.rows:
+            cores = (f"cores stored={signed_cores(row.stored_cores)} true={signed_cores(row.true_cores)} "
+                     f"diff={signed_cores(row.cores_difference):+}")
+            gpus = f"gpus stored={row.stored_gpus} true={row.true_gpus} diff={row.gpus_difference:+d}"
+            self.stdout.write(f"{row.name}\t{row.table} ({row.columns})\t{cores}\t{gpus}\t{row.pk}")
+        advice = f"; repair: {repair}" if tables.drifted else ""
+        self.stdout.write(f"Cuebot's tables against SUM(proc): {tables.shows} show(s), "
+                          f"{len(tables.rows)} row(s) drifted{advice}")
+
+    def _write_redis(self, report: DriftReport) -> None:
+        labels = key_labels(redis_keys={row.key for row in report.rows})
+        for row in report.rows:
+            cause = f"\tcause: {row.cause}" if row.cause else ""
+            field = f"{field_label(key=row.key, field=row.field)} ({row.field})"
+            self.stdout.write(f"{labels.get(row.key, row.key)}\t{field}\tredis={row.redis}\tpg={row.pg}"
+                              f"\tdiff={row.difference:+d}{cause}\t{row.key}")
+        if report.redis_state != SEEDED:
+            self.stdout.write(f"the accounting Redis is {report.redis_state}: its keys are closed, nothing is drift")
+        explained = "".join(f", {len(rows)} {EXPLANATIONS[cause]} (not drift)"
+                            for cause in NOT_DRIFT if (rows := report.explained_by(cause)))
+        self.stdout.write(
+            f"{len(report.shows)} show(s), {report.fields_checked} fields checked, {len(report.rows)} drifted{explained}"
+        )

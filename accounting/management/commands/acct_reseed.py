@@ -1,15 +1,22 @@
+"""acct_reseed: rebuild what the scheduler books against from PostgreSQL's record, in the era the site runs."""
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from accounting.live.leases import LockBusy
+from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.failover import check_master
+from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.reconcile.reseed import reseed
+from cuebot_acct.schedulers import cuebot_owns_every_show
+from shows.models import Show
 from shows.selectors import AmbiguousName, get_show_by_name
 
 
 class Command(BaseCommand):
     help = (
-        "Rebuild the Redis live view of scheduler-managed shows from PostgreSQL: booked counters "
+        "Maestro era (ACCOUNTING_SCHEDULER=maestro): recompute Cuebot's five accounting tables of every show "
+        "(or --show) from SUM(proc), in one transaction, in the release path's lock order; no Redis is read or "
+        "written, and --limits/--booked do not apply. Exit 1 if a row could not be set. Other eras: rebuild the Redis live view of scheduler-managed shows from PostgreSQL: booked counters "
         "(SUM(proc), under the acct:seq compare-and-swap) and limits (unconditionally). Both by default. "
         "On a Redis that is a new master (a failover nothing noticed yet) the managed keys are closed and "
         "rebuilt first."
@@ -18,7 +25,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--limits", action="store_true", help="write limit fields")
         parser.add_argument("--booked", action="store_true", help="write booked counters")
-        parser.add_argument("--show", metavar="NAME", help="one show (must be scheduler-managed)")
+        parser.add_argument("--show", metavar="NAME", help="one show (outside the Maestro era: a scheduler-managed one)")
 
     def handle(self, *args, limits: bool, booked: bool, show: str | None, **options) -> None:
         if not limits and not booked:
@@ -31,9 +38,12 @@ class Command(BaseCommand):
                 raise CommandError(f"{error}; nothing changed", returncode=2) from None
             if found is None:
                 raise CommandError(f"unknown show {show!r}", returncode=2)
-            if not found.b_scheduler_managed:
+            if not found.b_scheduler_managed and not cuebot_owns_every_show():
                 raise CommandError(f"show {show!r} is Cuebot-managed; Redis holds nothing for it", returncode=2)
             show_ids = [found.id]
+        if cuebot_owns_every_show():
+            self._recompute_tables(show_ids=show_ids)
+            return
         try:
             # A new master not noticed yet (no task cluster running) is closed and rebuilt
             # first, as the task workers' watch would; its bookings stay refused until then.
@@ -54,3 +64,18 @@ class Command(BaseCommand):
         self.stdout.write(f"shows: {report.shows}")
         if report.booked is not None and not report.booked.written:
             raise CommandError("booked reseed skipped", returncode=1)
+
+    def _recompute_tables(self, *, show_ids: list[str] | None) -> None:
+        """The Maestro era's repair: Cuebot's tables from proc, the drift named before and after."""
+        shows = show_ids if show_ids is not None else list(Show.objects.order_by("pk").values_list("pk", flat=True))
+        before = cuebot_table_drift(show_ids=show_ids)
+        failures = recompute_pg_accounting(show_ids=shows)
+        after = cuebot_table_drift(show_ids=show_ids)
+        for row in before.rows:
+            self.stdout.write(f"recomputed {row.name}\t{row.table} ({row.columns})")
+        for failure in failures:
+            self.stderr.write(f"{failure.table} {failure.pk} left as it was: {failure.error}")
+        self.stdout.write(f"Cuebot's tables of {len(shows)} show(s) recomputed from SUM(proc): "
+                          f"{len(before.rows)} row(s) had drifted, {len(after.rows)} differ now")
+        if failures:
+            raise CommandError(f"{len(failures)} row(s) could not be set to SUM(proc)", returncode=1)

@@ -1,3 +1,4 @@
+"""recalculate_subs: Cuebot's subscription recompute from a shell, for the shows Cuebot owns in this era."""
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.live.units import format_cores
@@ -5,8 +6,9 @@ from accounting.reconcile.recalculate_subs import recalculate_subs
 
 
 class Command(BaseCommand):
-    help = ("Recompute subscription int_cores/int_gpus from SUM(proc) for Cuebot-managed shows "
-            "(scheduler-managed shows are never written), above a lowered burst too; the bursts stay as "
+    help = ("Recompute subscription int_cores/int_gpus from SUM(proc) for the shows Cuebot owns: every show in "
+            "the Maestro era (ACCOUNTING_SCHEDULER=maestro), flagged or not; otherwise the Cuebot-managed ones "
+            "(scheduler-managed shows are never written). Above a lowered burst too; the bursts stay as "
             "they are. --dry-run prints what would change. Exit 1 if a row could not be set.")
 
     def add_arguments(self, parser) -> None:

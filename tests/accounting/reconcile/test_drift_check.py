@@ -7,7 +7,7 @@ from prometheus_client import REGISTRY
 
 from accounting.live import keys
 from accounting.operators.selectors import drift_status
-from accounting.reconcile.drift_check import STATUS_KEY, run_drift_check
+from accounting.reconcile.drift_check import STATUS_KEY, TABLES_STATUS_KEY, run_drift_check, run_table_drift_check
 from accounting.reconcile.reseed import seed_show
 from cuebot_acct.redis_factory import accounting_redis
 from shows.models import Show
@@ -70,3 +70,33 @@ def test_the_task_runs_through_the_cluster(acct_redis):
     cache.delete(STATUS_KEY)
     assert result(async_task("accounting.tasks.drift_check_task")) == 0
     assert farm.show.pk in drift_status().shows
+
+
+def table_gauge(show: str) -> float | None:
+    return REGISTRY.get_sample_value("cuebot_acct_cuebot_table_drift_rows", {"show": show})
+
+
+def test_maestro_era_checks_cuebots_tables_of_every_show_without_redis(maestro_era, client):
+    """The scheduled task, as the task cluster runs it, with the accounting Redis unreachable."""
+    from django.db import connection
+
+    from accounting.tasks import drift_check_task
+    from tests.service_role import as_cuebot
+
+    flagged, unflagged = build_farm(managed=True), build_farm(managed=False)
+    flagged.add_proc(cores=200)
+    with as_cuebot(), connection.cursor() as cursor:
+        cursor.execute("UPDATE subscription SET int_cores = 0 WHERE pk_subscription = %s", [flagged.subscription.id])
+        cursor.execute("UPDATE point SET int_gpus = 2 WHERE pk_show = %s", [flagged.show.id])
+
+    assert drift_check_task() == 1
+
+    assert (table_gauge(flagged.show.str_name), table_gauge(unflagged.show.str_name)) == (2, 0)
+    checked = REGISTRY.get_sample_value("cuebot_acct_cuebot_table_drift_last_check_timestamp_seconds")
+    assert checked == cache.get(TABLES_STATUS_KEY)["checked_at"]
+    scraped = client.get("/metrics").content.decode()
+    assert f'cuebot_acct_cuebot_table_drift_rows{{show="{flagged.show.str_name}"}} 2.0' in scraped
+    # Redis era: the flagged show is the scheduler's, its gauge goes to 0 rather than stay stale.
+    maestro_era.ACCOUNTING_REDIS_ENABLED = True
+    assert run_table_drift_check().rows_drifted == {unflagged.show.str_name: 0}
+    assert table_gauge(flagged.show.str_name) == 0

@@ -106,10 +106,10 @@ def test_two_concurrent_runs_do_not_both_run(two_farms, monkeypatch):
     inside, proceed = threading.Event(), threading.Event()
     real_drift = recalculate_subs_module._drift
 
-    def held_inside(*, dry_run: bool):
+    def held_inside(*, dry_run: bool, every_show: bool):
         inside.set()
         assert proceed.wait(10)
-        return real_drift(dry_run=dry_run)
+        return real_drift(dry_run=dry_run, every_show=every_show)
 
     monkeypatch.setattr(recalculate_subs_module, "_drift", held_inside)
     results = {}
@@ -274,3 +274,41 @@ def test_one_row_that_cannot_be_fixed_does_not_block_the_others(two_farms, capsy
     assert row_version(cuebot.subscription)[2:] == (350, 1)
     assert row_version(huge.subscription)[2:] == (0, 0)
     assert f"subscription {huge.subscription.pk} left as it was: integer out of range" in capsys.readouterr().err
+
+
+def test_maestro_era_fixes_scheduler_managed_shows_too_without_redis(maestro_era, two_farms, capsys):
+    cuebot, managed = two_farms
+    drift(cuebot.subscription, cores=9900, gpus=5)
+    drift(managed.subscription, cores=-200, gpus=3)
+
+    call_command("recalculate_subs", "--dry-run")
+    assert f"{managed.show.str_name} / {managed.alloc.str_name}: cores -2 cores → 3 cores, gpus 3 → 0" in capsys.readouterr().out
+    result = recalculate_subs()
+
+    assert result.ran
+    assert sorted((c.show, c.old_cores, c.new_cores) for c in result.changes) == sorted([
+        (cuebot.show.str_name, 9900, 350), (managed.show.str_name, -200, 300)])
+    assert row_version(managed.subscription)[2:] == (300, 0)
+    assert row_version(cuebot.subscription)[2:] == (350, 1)
+
+
+def test_maestro_era_run_skips_while_another_holds_the_lock(maestro_era, two_farms):
+    _, managed = two_farms
+    drift(managed.subscription, cores=0)
+    outcome = []
+
+    def run_elsewhere():
+        try:
+            outcome.append(recalculate_subs())
+        finally:
+            connection.close()
+
+    with connection.cursor() as cursor:  # another instance's run holds the lock
+        cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [RECALCULATE_SUBS_LOCK])
+        thread = threading.Thread(target=run_elsewhere)
+        thread.start()
+        thread.join()
+        cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [RECALCULATE_SUBS_LOCK])
+    assert not outcome[0].ran
+    assert row_version(managed.subscription)[2:] == (0, 0)
+    assert recalculate_subs().ran and row_version(managed.subscription)[2:] == (300, 0)

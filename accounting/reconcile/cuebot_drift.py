@@ -1,0 +1,226 @@
+"""Cuebot's own accounting tables against SUM(proc), read-only: which rows drifted, and by how much.
+
+Why it exists: since the Maestro era (OpenCue v1.34.20) Cuebot writes subscription,
+layer_resource, job_resource, folder_resource and point for every show, flagged or not, and
+Maestro plans each tick from those rows. Nothing upstream re-derives them any more except
+recalculate_subs() (subscriptions of unflagged shows only), so a counter that drifted from
+its procs stays wrong and Maestro books against it. In the redis and NOTIFY eras Cuebot owns
+only the unflagged shows' rows; the flagged ones are the scheduler's (accounting.reconcile.drift).
+
+Counting rules are accounting.reconcile.recompute's, the repair's: a non-local proc counts in
+the subscription (its show, its host's allocation), its job's folder, its job, its layer and
+the point (its job's department and show); a local proc counts only in layer_resource and
+job_resource.int_local_cores/int_local_gpus. One statement per table computes the bare sum
+of its key and compares it with the stored rows in the same snapshot, so a booking or a
+release, which writes proc and the five tables in one transaction, is never half seen. (One
+statement for all five, scanning proc once with grouping sets, was 2x the five bare sums at
+1M procs: grouping sets do not run in parallel workers, the bare sums do.) Cores stay
+centicores here; `signed_cores` is the one conversion every face shows.
+"""
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+
+from accounting.live.units import cores_number
+from cuebot_acct.schedulers import cuebot_owns_every_show
+from shows.models import Show
+
+# One statement per table: the stored rows of the shows, LEFT JOINed to the bare SUM(proc) of
+# their key (which PostgreSQL may aggregate in parallel workers, as it would the bare sum), kept
+# where they differ; names are looked up for those rows only. %(shows)s NULL: every show (the
+# Maestro era's farm-wide check, with no array to test per proc); an array: those shows. Each
+# yields the row's key, its show, the six names (show, allocation, folder, job, layer,
+# department; NULL where the table has none), then stored and true centicores and GPUs.
+_SHOWS = "(%(shows)s::text[] IS NULL OR {column} = ANY(%(shows)s))"
+_NAMES = """COALESCE((SELECT str_name FROM show WHERE pk_show = {show}), {show}),
+       {alloc}, {folder}, {job}, {layer}, {dept}"""
+
+
+def _names(*, show: str, alloc: str = "NULL", folder: str = "NULL", job: str = "NULL", layer: str = "NULL",
+           dept: str = "NULL") -> str:
+    def looked_up(table: str, key: str) -> str:
+        return "NULL" if key == "NULL" else f"(SELECT str_name FROM {table} WHERE pk_{table} = {key})"
+
+    return _NAMES.format(show=show, alloc=looked_up("alloc", alloc), folder=looked_up("folder", folder),
+                         job=looked_up("job", job), layer=looked_up("layer", layer), dept=looked_up("dept", dept))
+
+
+QUERIES = {
+    "subscription": f"""
+SELECT s.pk_subscription, s.pk_show, {_names(show="s.pk_show", alloc="s.pk_alloc")},
+       s.int_cores, COALESCE(t.cores, 0), s.int_gpus, COALESCE(t.gpus, 0)
+  FROM subscription s
+  LEFT JOIN (SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+               FROM proc p JOIN host h ON h.pk_host = p.pk_host
+              WHERE NOT p.b_local AND {_SHOWS.format(column="p.pk_show")}
+              GROUP BY p.pk_show, h.pk_alloc) t ON t.pk_show = s.pk_show AND t.pk_alloc = s.pk_alloc
+ WHERE {_SHOWS.format(column="s.pk_show")}
+   AND (s.int_cores::bigint, s.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
+    "layer_resource": f"""
+SELECT r.pk_layer_resource, j.pk_show, {_names(show="j.pk_show", job="j.pk_job", layer="r.pk_layer")},
+       r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0)
+  FROM layer_resource r
+  JOIN job j ON j.pk_job = r.pk_job
+  LEFT JOIN (SELECT p.pk_layer, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+               FROM proc p WHERE {_SHOWS.format(column="p.pk_show")}
+              GROUP BY p.pk_layer) t ON t.pk_layer = r.pk_layer
+ WHERE {_SHOWS.format(column="j.pk_show")}
+   AND (r.int_cores::bigint, r.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
+    "job_resource": f"""
+SELECT r.pk_job_resource, j.pk_show, {_names(show="j.pk_show", job="j.pk_job")},
+       r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0),
+       r.int_local_cores, COALESCE(t.local_cores, 0), r.int_local_gpus, COALESCE(t.local_gpus, 0)
+  FROM job_resource r
+  JOIN job j ON j.pk_job = r.pk_job
+  LEFT JOIN (SELECT p.pk_job,
+                    SUM(p.int_cores_reserved) FILTER (WHERE NOT p.b_local) AS cores,
+                    SUM(p.int_gpus_reserved) FILTER (WHERE NOT p.b_local) AS gpus,
+                    SUM(p.int_cores_reserved) FILTER (WHERE p.b_local) AS local_cores,
+                    SUM(p.int_gpus_reserved) FILTER (WHERE p.b_local) AS local_gpus
+               FROM proc p WHERE {_SHOWS.format(column="p.pk_show")}
+              GROUP BY p.pk_job) t ON t.pk_job = r.pk_job
+ WHERE {_SHOWS.format(column="j.pk_show")}
+   AND (r.int_cores::bigint, r.int_gpus::bigint, r.int_local_cores::bigint, r.int_local_gpus::bigint)
+       IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0), COALESCE(t.local_cores, 0), COALESCE(t.local_gpus, 0))""",
+    "folder_resource": f"""
+SELECT r.pk_folder_resource, f.pk_show, {_names(show="f.pk_show", folder="f.pk_folder")},
+       r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0)
+  FROM folder_resource r
+  JOIN folder f ON f.pk_folder = r.pk_folder
+  LEFT JOIN (SELECT j.pk_folder, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+               FROM proc p JOIN job j ON j.pk_job = p.pk_job
+              WHERE NOT p.b_local AND {_SHOWS.format(column="p.pk_show")}
+              GROUP BY j.pk_folder) t ON t.pk_folder = r.pk_folder
+ WHERE {_SHOWS.format(column="f.pk_show")}
+   AND (r.int_cores::bigint, r.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
+    "point": f"""
+SELECT pt.pk_point, pt.pk_show, {_names(show="pt.pk_show", dept="pt.pk_dept")},
+       pt.int_cores, COALESCE(t.cores, 0), pt.int_gpus, COALESCE(t.gpus, 0)
+  FROM point pt
+  LEFT JOIN (SELECT j.pk_dept, j.pk_show, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
+               FROM proc p JOIN job j ON j.pk_job = p.pk_job
+              WHERE NOT p.b_local AND {_SHOWS.format(column="p.pk_show")}
+              GROUP BY j.pk_dept, j.pk_show) t ON t.pk_dept = pt.pk_dept AND t.pk_show = pt.pk_show
+ WHERE {_SHOWS.format(column="pt.pk_show")}
+   AND (pt.int_cores::bigint, pt.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
+}
+# The column pairs a query's values come in, four values each (stored cores, true cores, stored
+# GPUs, true GPUs): job_resource has both, the other tables the first.
+PAIRS = ("int_cores, int_gpus", "int_local_cores, int_local_gpus")
+
+# The five tables in the release path's lock order, for the faces that list rows by table.
+TABLE_ORDER = ("subscription", "layer_resource", "job_resource", "folder_resource", "point")
+
+
+def signed_cores(centicores: int) -> int | float:
+    """Centicores as a number of cores, for every face: exact (2.5, never 2), and signed. A
+    counter or a difference may be below zero, where units' -1 would read as unlimited, so
+    the magnitude is converted and the sign put back."""
+    magnitude = cores_number(abs(centicores))
+    return -magnitude if centicores < 0 else magnitude
+
+
+@dataclass(frozen=True)
+class TableDrift:
+    """One row of Cuebot's tables whose stored counters differ from SUM(proc)."""
+
+    table: str
+    columns: str  # the pair compared: "int_cores, int_gpus" or job_resource's "int_local_cores, int_local_gpus"
+    pk: str
+    show_id: str
+    name: str  # show / allocation, show / folder, job, job / layer, show / department
+    stored_cores: int  # centicores, as PostgreSQL stores them
+    true_cores: int
+    stored_gpus: int
+    true_gpus: int
+
+    @property
+    def cores_difference(self) -> int:
+        """Stored minus true, centicores: positive when the row reads more than its procs."""
+        return self.stored_cores - self.true_cores
+
+    @property
+    def gpus_difference(self) -> int:
+        return self.stored_gpus - self.true_gpus
+
+    def as_dict(self) -> dict:
+        return {"table": self.table, "columns": self.columns, "pk": self.pk, "show_id": self.show_id,
+                "name": self.name,
+                "cores": {"stored": signed_cores(self.stored_cores), "true": signed_cores(self.true_cores),
+                          "difference": signed_cores(self.cores_difference)},
+                "gpus": {"stored": self.stored_gpus, "true": self.true_gpus, "difference": self.gpus_difference},
+                "centicores": {"stored": self.stored_cores, "true": self.true_cores,
+                               "difference": self.cores_difference}}
+
+
+@dataclass(frozen=True)
+class TableDriftReport:
+    shows: int  # shows whose rows were compared (every one Cuebot owns, or the one asked for)
+    rows: list[TableDrift]
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.rows)
+
+    def rows_by_show(self) -> dict[str, int]:
+        """show id -> rows drifted."""
+        counts: dict[str, int] = {}
+        for row in self.rows:
+            counts[row.show_id] = counts.get(row.show_id, 0) + 1
+        return counts
+
+    def as_dict(self) -> dict:
+        return {"shows": self.shows, "rows_drifted": len(self.rows), "rows": [row.as_dict() for row in self.rows]}
+
+
+def cuebot_owned_show_ids(*, show_ids: Sequence[str] | None = None) -> list[str] | None:
+    """The shows whose five tables Cuebot writes, among `show_ids` (default: all). None means
+    every show (the Maestro era without a filter), which the query reads without an array."""
+    if cuebot_owns_every_show():
+        return None if show_ids is None else list(show_ids)
+    owned = Show.objects.filter(b_scheduler_managed=False)
+    if show_ids is not None:
+        owned = owned.filter(pk__in=list(show_ids))
+    return list(owned.order_by("pk").values_list("pk", flat=True))
+
+
+def _name(table: str, names: tuple) -> str:
+    show, alloc, folder, job, layer, dept = names
+    return {
+        "subscription": f"{show} / {alloc}",
+        "folder_resource": f"{show} / {folder}",
+        "job_resource": f"{job}",
+        "layer_resource": f"{job} / {layer}",
+        "point": f"{show} / {dept}",
+    }[table]
+
+
+def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftReport:
+    """Every row of the five tables, of the shows Cuebot owns (among `show_ids`, default all),
+    whose counters differ from SUM(proc); ordered by table (lock order), then name."""
+    owned = cuebot_owned_show_ids(show_ids=show_ids)
+    if owned == []:
+        return TableDriftReport(shows=0, rows=[])
+    rows: list[TableDrift] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The planner's estimate of the name lookups passes JIT's threshold, and compiling
+        # cost more than the whole read (as recalculate_subs found for its aggregate).
+        cursor.execute("SET LOCAL jit = off")
+        for table, sql in QUERIES.items():
+            cursor.execute(sql, {"shows": owned})
+            for pk, show_id, *rest in cursor.fetchall():
+                names, values = tuple(rest[:6]), [int(value) for value in rest[6:]]
+                for pair, (stored_cores, true_cores, stored_gpus, true_gpus) in zip(
+                        PAIRS, (values[i:i + 4] for i in range(0, len(values), 4)), strict=False):
+                    if (stored_cores, stored_gpus) != (true_cores, true_gpus):
+                        rows.append(TableDrift(table=table, columns=pair, pk=pk, show_id=show_id, name=_name(table, names),
+                                               stored_cores=stored_cores, true_cores=true_cores,
+                                               stored_gpus=stored_gpus, true_gpus=true_gpus))
+        if owned is None:
+            cursor.execute("SELECT count(*) FROM show")
+            shows = cursor.fetchone()[0]
+        else:
+            shows = len(owned)
+    rows.sort(key=lambda row: (TABLE_ORDER.index(row.table), row.name, row.columns, row.pk))
+    return TableDriftReport(shows=shows, rows=rows)
