@@ -336,9 +336,16 @@ class AllocationUse:
 @dataclass(frozen=True)
 class ShowOverview:
     show: Show
+    owner: str  # who plans and counts it: Cuebot, Maestro (Maestro era, flagged) or Scheduler
     source: str  # where `booked` comes from
     allocations: list[AllocationUse]
-    drift: ShowDrift | None  # None: not checked (Cuebot-managed, or not yet)
+    drift: ShowDrift | None  # Redis against PostgreSQL; None: not checked (Cuebot counts it, or not yet)
+    # Rows of Cuebot's tables off SUM(proc) at the last check, where Cuebot counts the show; None: not checked.
+    table_drift: int | None = None
+
+    @property
+    def counted_by_cuebot(self) -> bool:
+        return self.source != REDIS_LIVE
 
 
 @dataclass(frozen=True)
@@ -369,20 +376,26 @@ def farm_overview() -> FarmOverview:
     scheduler-managed shows, the PostgreSQL row for Cuebot's; both, and why they differ, for
     the former), drift; the guardrail and the fleet."""
     subscriptions = list(Subscription.objects.select_related("show", "alloc").order_by("show__str_name", "alloc__str_name"))
-    sources, redis_error = booked_sources(subscriptions=subscriptions)
-    status = drift_status()
+    # In the Maestro era Cuebot counts every show in its tables and no Redis holds any of them.
+    maestro = cuebot_owns_every_show()
+    sources, redis_error = booked_sources(subscriptions=[] if maestro else subscriptions)
+    sources |= {sub.pk: BookedSources(managed=False, pg_row=sub.int_cores, redis=None)
+                for sub in subscriptions if sub.pk not in sources}
+    status, tables = drift_status(), table_drift_status()
     per_show: dict[str, list[AllocationUse]] = {}
     for sub in subscriptions:
         source = sources[sub.pk]
-        booked = source.redis if sub.show.b_scheduler_managed else source.pg_row
+        booked = source.redis if sub.show.b_scheduler_managed and not maestro else source.pg_row
         # A burst of -1 is no "unlimited" (Cuebot compares it as a number): nothing books beyond 0.
         per_show.setdefault(sub.show_id, []).append(AllocationUse(
             alloc=sub.alloc.str_name, booked=booked, size=sub.int_size, burst=max(sub.int_burst, 0), sources=source))
-    shows = [
-        ShowOverview(show=show, source=REDIS_LIVE if show.b_scheduler_managed else f"{PG_ROW} (Cuebot's count)",
-                     allocations=per_show.get(show.pk, []),
-                     drift=status.shows.get(show.pk) if show.b_scheduler_managed else None)
-        for show in Show.objects.order_by("str_name")
-    ]
+    shows = []
+    for show in Show.objects.order_by("str_name"):
+        by_scheduler = show.b_scheduler_managed and not maestro
+        shows.append(ShowOverview(
+            show=show, owner="Scheduler" if by_scheduler else "Maestro" if show.b_scheduler_managed else "Cuebot",
+            source=REDIS_LIVE if by_scheduler else f"{PG_ROW} (Cuebot's count)", allocations=per_show.get(show.pk, []),
+            drift=status.shows.get(show.pk) if by_scheduler else None,
+            table_drift=None if by_scheduler else tables.shows.get(show.pk)))
     return FarmOverview(shows=shows, drift=status, guardrail=evaluate(), instances=live_instances(),
                         redis_error=redis_error)

@@ -11,13 +11,14 @@ from django.utils import timezone
 
 from accounting.live import keys
 from accounting.live.leases import named_lock
-from accounting.models import Instance
+from accounting.models import FolderResource, Instance, Subscription
 from accounting.reconcile.drift import drift_report
-from accounting.reconcile.drift_check import run_drift_check
+from accounting.reconcile.drift_check import run_drift_check, run_table_drift_check
 from accounting.reconcile.reseed import FARM_LOCK, seed_show
 from cuebot_acct.redis_factory import accounting_redis
 from tests.farms import build_farm
 from tests.processes import closed_port
+from tests.service_role import as_cuebot
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
 
@@ -83,6 +84,26 @@ def test_maestro_era_the_overview_names_a_stranded_show_with_its_fix_and_asks_fo
     assert f"nothing books show {booking.show.str_name}" not in text
     assert "Publishing: none needed. Maestro era" in text
     assert "MISCONFIGURED" not in text and "ACCOUNTING_REDIS_ENABLED" not in text
+
+
+def test_maestro_era_every_show_is_counted_in_cuebots_tables_and_a_flagged_one_is_maestros(admin_client, settings):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"  # no Redis is read
+    flagged = build_farm(managed=True)
+    flagged.add_proc(cores=250)
+    run_table_drift_check()
+    with as_cuebot():
+        Subscription.objects.filter(pk=flagged.subscription.pk).update(int_cores=900)
+        FolderResource.objects.filter(folder=flagged.folder).update(int_cores=900)
+    run_table_drift_check()
+
+    page = admin_client.get(reverse("admin:index")).content.decode()
+    row = visible_text(page.split(flagged.show.str_name, 1)[1].split("</tr>", 1)[0])
+
+    assert "Maestro PostgreSQL row (Cuebot's count)" in row
+    assert "9 / 100 (200) cores" in row  # the row as stored: 900 centicores
+    assert "missing in Redis" not in page and "Redis live" not in row
+    assert "2 rows of Cuebot's tables off SUM(proc)" in row
 
 
 def test_a_staff_user_without_rights_reads_the_overview(client, django_user_model):
