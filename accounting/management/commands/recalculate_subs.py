@@ -21,7 +21,7 @@ class Command(BaseCommand):
             return
         for c in result.changes:
             self.stdout.write(
-                f"{c.show} / {c.alloc}: cores {format_cores(c.old_cores)} → {format_cores(c.new_cores)}, "
+                f"{c.show} / {c.alloc}: {format_cores(c.old_cores)} → {format_cores(c.new_cores)}, "
                 f"gpus {c.old_gpus} → {c.new_gpus}"
             )
         verb = "would change" if dry_run else "changed"

@@ -86,7 +86,7 @@ def test_dry_run_prints_old_and_new_in_cores_and_writes_nothing(two_farms, capsy
     before = row_version(cuebot.subscription)
     call_command("recalculate_subs", "--dry-run")
     out = capsys.readouterr().out
-    assert f"{cuebot.show.str_name} / {cuebot.alloc.str_name}: cores 10 cores → 3.5 cores, gpus 0 → 1" in out
+    assert f"{cuebot.show.str_name} / {cuebot.alloc.str_name}: 10 cores → 3.5 cores, gpus 0 → 1" in out
     assert managed.show.str_name not in out
     assert "1 subscription row(s) would change" in out
     assert row_version(cuebot.subscription) == before
@@ -282,7 +282,7 @@ def test_maestro_era_fixes_scheduler_managed_shows_too_without_redis(maestro_era
     drift(managed.subscription, cores=-200, gpus=3)
 
     call_command("recalculate_subs", "--dry-run")
-    assert f"{managed.show.str_name} / {managed.alloc.str_name}: cores -2 cores → 3 cores, gpus 3 → 0" in capsys.readouterr().out
+    assert f"{managed.show.str_name} / {managed.alloc.str_name}: -2 cores → 3 cores, gpus 3 → 0" in capsys.readouterr().out
     result = recalculate_subs()
 
     assert result.ran
