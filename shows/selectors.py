@@ -25,6 +25,9 @@ class Ownership:
     # Switched back to Cuebot so recently that a booking made by a scheduler still seeing
     # the old flag may yet commit its proc (accounting.ownership.switching).
     settling: bool
+    # While settling: the PostgreSQL snapshot taken before the switch-back recompute (pg_snapshot
+    # text), once that recompute is done; a proc whose insert it sees was counted by it.
+    counted_before: str | None = None
 
 
 def is_scheduler_managed(*, show_id: str) -> bool:
@@ -47,7 +50,9 @@ def ownership(*, show_id: str) -> Ownership:
     managed = cached.get(flag_key)
     if managed is None:
         managed = _read_flag(show_id=show_id)
-    return Ownership(scheduler_managed=managed, settling=bool(cached.get(settling_key)))
+    settling = cached.get(settling_key)
+    return Ownership(scheduler_managed=managed, settling=bool(settling),
+                     counted_before=settling if isinstance(settling, str) else None)
 
 
 def _read_flag(*, show_id: str) -> bool:

@@ -35,7 +35,7 @@ from django_q.models import Schedule
 from django_q.tasks import async_task
 
 from accounting.live.leases import LockBusy, named_lock
-from accounting.reconcile.recompute import recompute_pg_accounting
+from accounting.reconcile.recompute import recompute_pg_accounting, xid_horizon
 from accounting.reconcile.reseed import FARM_LOCK, close_show, open_to_booking, reseed_booked, seed_show
 from cuebot_acct import metrics
 from shows.selectors import is_scheduler_managed, settling_cache_key
@@ -116,6 +116,7 @@ def retry_seed_show(*, show_id: str, attempt: int) -> None:
 
 
 SETTLE_RECOMPUTE_PREFIX = "settle_recompute:"
+AT_THE_SWITCH = "at the switch"
 SETTLE_RESEED_PREFIX = "settle_reseed:"
 
 
@@ -154,12 +155,14 @@ def settling_seconds() -> int:
     return settings.SHOW_FLAG_CACHE_SECONDS + settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
 
 
-def mark_settling(*, show_id: str) -> None:
+def mark_settling(*, show_id: str, counted_below: int | None = None) -> None:
     """Called inside the switch's transaction, before its UPDATE: a release that sees the
     new flag a moment after the commit must already find the show settling. Safe before the
     commit: if the switch rolls back the show stays scheduler-managed, and a scheduler-managed
-    show's releases never look at the mark."""
-    cache.set(settling_cache_key(show_id=show_id), True, timeout=settling_seconds())
+    show's releases never look at the mark. Marked again once the switch-back recompute is
+    done, with the xid horizon below which it counted every proc (shows.selectors.Ownership)."""
+    value = True if counted_below is None else str(counted_below)
+    cache.set(settling_cache_key(show_id=show_id), value, timeout=settling_seconds())
 
 
 def after_switch_to_cuebot(*, show_id: str) -> None:
@@ -168,7 +171,7 @@ def after_switch_to_cuebot(*, show_id: str) -> None:
     _schedule_once(name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}", func="accounting.tasks.settle_recompute", show_id=show_id,
                    seconds=settling_seconds(), failure_metric=metrics.SWITCH_RECOMPUTE_FAILURES,
                    consequence="a booking made on the old flag may leave its PG rows low until recomputed")
-    recompute_after_switch_back(show_id=show_id, when="at the switch")
+    recompute_after_switch_back(show_id=show_id, when=AT_THE_SWITCH)
 
 
 def settle_recompute(*, show_id: str) -> None:
@@ -179,9 +182,19 @@ def settle_recompute(*, show_id: str) -> None:
     recompute_after_switch_back(show_id=show_id, when="once settled")
 
 
+# How long the switch-back waits for the transactions running at the switch to end before its
+# recompute, so that it knows which procs it counted (accounting.reconcile.recompute.xid_horizon).
+COUNTED_WAIT_SECONDS = 5.0
+
+
 def recompute_after_switch_back(*, show_id: str, when: str) -> None:
     try:
-        recompute_pg_accounting(show_ids=[show_id])
+        horizon = xid_horizon(wait_seconds=COUNTED_WAIT_SECONDS) if when == AT_THE_SWITCH else None
+        failures = recompute_pg_accounting(show_ids=[show_id])
+        if horizon is not None and not failures:
+            # The settling releases of procs inserted below it decrement (this recompute counted
+            # them) instead of recomputing: the show's releases no longer queue on its rows.
+            mark_settling(show_id=show_id, counted_below=horizon)
     except Exception:
         logger.warning("recomputing the PG accounting tables of show %s %s after its switch back to Cuebot failed; "
                        "they keep their old values until recomputed", show_id, when, exc_info=True)

@@ -14,6 +14,7 @@ overflowing, and its own inverse), and a second UPDATE moves it back, as Cuebot'
 recalculate_subs() does. The caps end as they were; the counters end at SUM(proc).
 """
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -170,6 +171,55 @@ TABLES = (
         POINTS, keys=("pk_dept", "pk_show"), pk="pk_point",
     ),
 )
+
+
+# --- Which procs a recompute counted -------------------------------------------------------
+#
+# A recompute run once every transaction older than a horizon H (a 64-bit xid) has ended
+# counts every proc inserted by a transaction below H that still exists: such a proc is
+# committed (or gone) before the recompute's first statement, whatever savepoint inserted it
+# (a subtransaction's xid is above its parent's, and was below H only if assigned before H
+# was read). A proc inserted at or above H may or may not have been counted. H is the xmax of
+# a snapshot (the next xid to be assigned then); waiting is bounded, and a recompute whose wait
+# ran out has no horizon (every proc of its show then reads as uncounted).
+
+XID_HORIZON = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+# Transactions still running that were assigned an xid below the horizon, this one excepted
+# (its own rows are visible to its own recompute).
+OLDER_STILL_RUNNING = """
+SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x(xid)
+ WHERE x.xid::text::bigint < %(horizon)s AND x.xid IS DISTINCT FROM pg_current_xact_id_if_assigned()
+"""
+XID_WRAP = 2**32
+
+
+def xid_horizon(*, wait_seconds: float) -> int | None:
+    """A horizon every older transaction has ended by (the caller's own excepted), or None if
+    one still ran after `wait_seconds`."""
+    deadline = time.monotonic() + wait_seconds
+    with connection.cursor() as cursor:
+        cursor.execute(XID_HORIZON)
+        (horizon,) = cursor.fetchone()
+        while True:
+            cursor.execute(OLDER_STILL_RUNNING, {"horizon": horizon})
+            if cursor.fetchone()[0] == 0:
+                return horizon
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)  # PostgreSQL announces no transaction's end to a bystander
+
+
+def inserted_below(*, xmin: int, horizon: int) -> bool:
+    """Whether a row whose 32-bit xmin this is was inserted by a transaction below the 64-bit
+    horizon. An unfrozen row's xmin lies within 2^31 xids of the horizon (PostgreSQL freezes
+    rows before their xids wrap around), which places it; a frozen row, placed wrongly, can
+    only read as old, which it is, or as new, which costs a recompute and nothing else."""
+    full = (horizon - horizon % XID_WRAP) + xmin
+    if full > horizon + XID_WRAP // 2:
+        full -= XID_WRAP
+    elif full < horizon - XID_WRAP // 2:
+        full += XID_WRAP
+    return full < horizon
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from accounting.live.units import cores_from_centicores
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
+    inserted_below,
     recompute_named_rows,
     recompute_rows,
     report_row_failures,
@@ -80,7 +81,8 @@ WITH doomed AS MATERIALIZED (
       USING doomed d
       WHERE p.pk_proc = d.pk_proc
      RETURNING p.pk_proc, p.pk_host, p.pk_show, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
-               d.job_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+               d.job_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
+               p.xmin::text::bigint AS inserted_by
 ), per_host AS (
      SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem, SUM(int_gpus_reserved) AS gpus,
             SUM(int_gpu_mem_reserved) AS gpu_mem
@@ -96,7 +98,8 @@ WITH doomed AS MATERIALIZED (
       WHERE h.pk_host = l.pk_host
 )
 SELECT g.pk_proc, g.pk_host, g.pk_show, l.pk_alloc, g.pk_folder, g.pk_job, g.pk_layer, g.pk_dept, g.point_show,
-       g.job_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
+       g.job_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local,
+       g.inserted_by
   FROM gone g JOIN locked l ON l.pk_host = g.pk_host
 """
 
@@ -109,7 +112,8 @@ WITH gone AS (
      DELETE FROM proc p USING host h
       WHERE p.pk_proc = %(id)s AND h.pk_host = p.pk_host
      RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, p.pk_job, p.pk_layer,
-               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
+               p.xmin::text::bigint AS inserted_by
 ), given_back AS (
      UPDATE host h
         SET int_cores_idle = h.int_cores_idle + g.int_cores_reserved, int_mem_idle = h.int_mem_idle + g.int_mem_reserved,
@@ -118,7 +122,8 @@ WITH gone AS (
       WHERE h.pk_host = g.pk_host
 )
 SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_layer, j.pk_dept, j.pk_show,
-       j.str_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local
+       j.str_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local,
+       g.inserted_by
   FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
 """
 
@@ -130,7 +135,8 @@ SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_
 # five runs (`= ANY` of one element kept being planned anew, 0.5 ms a release).
 PRE_READ_ONE = """
 SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
-       j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+       j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
+       p.xmin::text::bigint
   FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
  WHERE p.pk_proc = %(id)s
 """
@@ -144,7 +150,8 @@ SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_
 # 0.59 of their floor, interleaved).
 PRE_READ_MANY = """
 SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
-       j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local
+       j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
+       p.xmin::text::bigint
   FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
  WHERE p.pk_proc = ANY(%(ids)b::text[])
 """
@@ -268,7 +275,7 @@ def _one_round_trip() -> Iterator[None]:
 
 _new_release = tuple.__new__
 # Bound once: each lookup of an enum member on its class costs a batch a loop's worth of time.
-_LOCAL, _SCHEDULER = Branch.LOCAL, Branch.SCHEDULER
+_LOCAL, _SCHEDULER, _CUEBOT = Branch.LOCAL, Branch.SCHEDULER, Branch.CUEBOT
 
 
 def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
@@ -280,6 +287,15 @@ def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
 def _branch(row: tuple, *, branches: dict[str, Branch]) -> Branch:
     """A releasing statement's row's branch: local by its proc, else its show's owner's."""
     return _LOCAL if row[14] else branches[row[2]]
+
+
+def _counted_at_switch_back(rows: list[tuple], counting: Counting) -> frozenset[str]:
+    """The procs of settling shows that their switch-back recompute counted: inserted below the
+    xid horizon it recorded (accounting.reconcile.recompute.inserted_below), by the xmin the
+    releasing statement returns last."""
+    horizons = {show_id: int(horizon) for show_id, horizon in counting.counted_before.items()}
+    return frozenset(row[0] for row in rows
+                     if row[2] in horizons and inserted_below(xmin=row[-1], horizon=horizons[row[2]]))
 
 
 def _release_from_row(row: tuple, *, branch: Branch) -> Release:
@@ -304,7 +320,8 @@ def _releases_from_rows(rows: list[tuple], *, branches: dict[str, Branch],
     return releases
 
 
-def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequence[str] = ()) -> None:
+def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequence[str] = (),
+                          counted: frozenset[str] = frozenset()) -> None:
     """Local and Cuebot-managed procs: one ordered statement per table with rows to change
     (a plain one-row UPDATE where a single row changes).
 
@@ -313,7 +330,8 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
     below the truth. The rows its releases touch are recomputed from SUM(proc) instead, table
     by table in the same lock order; only those rows, so that the show's other releases, and
     the releases of other shows waiting on the same hosts, do not queue behind a lock on all
-    of the show's rows.
+    of the show's rows. A proc the switch-back recompute counted (`counted`, by proc id) is
+    decremented as usual: its rows hold it, whatever else they miss.
     """
     sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
     recomputed: dict[str, set[tuple]] = defaultdict(set)
@@ -331,7 +349,7 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
             add("job_resource", (r.job_id,), r.cores_centicores, r.gpus, offset=2)
             add("host_local", (r.host_id, r.job_id), r.cores_centicores, r.memory, r.gpus, r.gpu_memory)
             continue
-        if r.show_id in settling:
+        if r.show_id in settling and r.proc_id not in counted:
             recomputed["subscription"].add((r.show_id, r.alloc_id))
             recomputed["layer_resource"].add((r.layer_id,))
             recomputed["job_resource"].add((r.job_id,))
@@ -565,6 +583,7 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         releases = _releases_from_rows(rows, branches=counting.branches, read=read)
         in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
         settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and r.show_id in counting.settling})
+        counted = _counted_at_switch_back(rows, counting) if settling else frozenset()
         to_redis, withheld = _publishable(releases)
         changed = 0
         if registered is not None:
@@ -578,8 +597,9 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         # pipeline, skipping all after an error, would not run), so it goes statement by
         # statement and the block commits as usual.
         if in_pg:
-            with (nullcontext() if settling else _committed_with_the_writes() if outermost else _one_round_trip()):
-                _adjust_pg_accounting(cursor, in_pg, settling=settling)
+            recomputing = any(r.show_id in settling and r.proc_id not in counted for r in in_pg if r.branch is _CUEBOT)
+            with (nullcontext() if recomputing else _committed_with_the_writes() if outermost else _one_round_trip()):
+                _adjust_pg_accounting(cursor, in_pg, settling=settling, counted=counted)
                 era.send(cursor=cursor, releases=releases, commit=False)
         elif era.sends_in_transaction:
             era.send(cursor=cursor, releases=releases, commit=outermost)

@@ -1,6 +1,6 @@
 """The questions every era answers for a release, and the answer the flag-owned eras share."""
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from accounting.release.publish import NoopReleasePublisher, ReleasePublisher
@@ -14,8 +14,10 @@ class Counting:
 
     branches: dict[str, Branch]  # show id -> SCHEDULER (the scheduler's counters) or CUEBOT (the five tables)
     # Shows switched back to Cuebot so recently that a booking on the old flag may yet commit:
-    # their rows are recomputed from proc instead of decremented (accounting.ownership.switching).
+    # their rows are recomputed from proc instead of decremented (accounting.ownership.switching),
+    # but for procs the switch-back recompute counted, where that is known (`counted_before`).
     settling: frozenset[str]
+    counted_before: dict[str, str] = field(default_factory=dict)  # settling show id -> pg_snapshot text
 
 
 class ReleaseEra(Protocol):
@@ -40,6 +42,8 @@ class FlagOwned:
             branches={show_id: Branch.SCHEDULER if owner.scheduler_managed else Branch.CUEBOT
                       for show_id, owner in owners.items()},
             settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling),
+            counted_before={show_id: owner.counted_before for show_id, owner in owners.items()
+                            if owner.settling and owner.counted_before},
         )
 
 
