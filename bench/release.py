@@ -609,28 +609,41 @@ def count_line(label: str, counts: dict) -> str:
             f"Redis accounting {counts['redis accounting']}, Redis cache {counts['redis cache']}")
 
 
+def against_floors(farm: BenchFarm, n: int, *, floors: tuple["Floor", "Floor"], single, again,
+                   batched) -> tuple[dict, str, dict, dict]:
+    """The library's paths in turns with a floor (single and batched) and the single floor on a
+    second connection (A/A), pinned with the floors' backends; then what a warm call sends."""
+    with pinned(server_pids(*floors)) as placement:
+        rates = interleaved_rates(farm, n, {"floor": single, "floor_again": again, "batch_floor": batched, **LIBRARY_PATHS})
+    return rates, placement, *counts_per_call(farm)
+
+
+def print_against_floors(rates: dict, *, floor: str, batch_floor: str, single_target: str, one: dict, hundred: dict,
+                         single: str = "unbook_proc") -> None:
+    print_rates(rates, [
+        (floor, "floor", "floor", ""),
+        (A_A_LABEL, "floor_again", "floor", "1.00"),
+        (batch_floor, "batch_floor", "batch_floor", ""),
+        (single, "unbook_proc", "floor", single_target),
+        ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
+    ])
+    print(count_line("per unbook_proc", one))
+    print(count_line("per unbook_procs of 100", hundred))
+
+
 def scheduler_phase(n: int, http_procs: int, *, with_http: bool) -> None:
     farm, floor, again = BenchFarm(), Floor(), Floor()
     try:
         warm(farm, floor)
         again.single(farm.add_procs(20))
-        with pinned(server_pids(floor, again)) as placement:
-            rates = interleaved_rates(farm, n, {
-                "floor": floor.single, "floor_again": again.single, "batch_floor": floor.batched, **LIBRARY_PATHS,
-            })
-        one, hundred = counts_per_call(farm)
+        rates, placement, one, hundred = against_floors(farm, n, floors=(floor, again), single=floor.single,
+                                                        again=again.single, batched=floor.batched)
         print(f"Scheduler-managed show: {n} releases per path and round ({BATCH_FACTOR * n} for batches), "
               f"{ROUNDS} interleaved rounds; PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}; "
               f"{placement}")
-        print_rates(rates, [
-            ("floor: DELETE, host UPDATE, COMMIT, one script", "floor", "floor", ""),
-            (A_A_LABEL, "floor_again", "floor", "1.00"),
-            ("batch floor: the same with = ANY($1), per 100", "batch_floor", "batch_floor", ""),
-            ("unbook_proc (warm flag)", "unbook_proc", "floor", ">= 0.80"),
-            ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
-        ])
-        print(count_line("per unbook_proc", one))
-        print(count_line("per unbook_procs of 100", hundred))
+        print_against_floors(rates, floor="floor: DELETE, host UPDATE, COMMIT, one script",
+                             batch_floor="batch floor: the same with = ANY($1), per 100", single="unbook_proc (warm flag)",
+                             single_target=">= 0.80", one=one, hundred=hundred)
 
         if not with_http:
             return
@@ -693,10 +706,8 @@ def maestro_phase(n: int) -> None:
             warm(farm, floor)
             again.cuebot(farm.add_procs(20))
             floor.cuebot_batched(farm.add_procs(200))
-            with pinned(server_pids(floor, again)) as placement:
-                rates = interleaved_rates(farm, n, {"floor": floor.cuebot, "floor_again": again.cuebot,
-                                                    "batch_floor": floor.cuebot_batched, **LIBRARY_PATHS})
-            one, hundred = counts_per_call(farm)
+            rates, placement, one, hundred = against_floors(farm, n, floors=(floor, again), single=floor.cuebot,
+                                                            again=again.cuebot, batched=floor.cuebot_batched)
     finally:
         floor.close()
         again.close()
@@ -704,15 +715,9 @@ def maestro_phase(n: int) -> None:
     print()
     print(f"Maestro era (ACCOUNTING_SCHEDULER=maestro), flagged show, the five tables written in the transaction: "
           f"{n} releases per path and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}")
-    print_rates(rates, [
-        ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
-        (A_A_LABEL, "floor_again", "floor", "1.00"),
-        ("batch floor: the same per 100, decrements summed per key", "batch_floor", "batch_floor", ""),
-        ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
-        ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
-    ])
-    print(count_line("per unbook_proc", one))
-    print(count_line("per unbook_procs of 100", hundred))
+    print_against_floors(rates, floor="floor: DELETE, host UPDATE, 5 decrements, COMMIT",
+                         batch_floor="batch floor: the same per 100, decrements summed per key", single_target=">= 0.90",
+                         one=one, hundred=hundred)
 
 
 # The NOTIFY era's floor: the release and its notification, written plainly.
