@@ -8,24 +8,22 @@ sums and the five tables and returns the rows that differ. Prints the median of 
 ratio, in the era ACCOUNTING_SCHEDULER names (maestro: every show). Run after
 `manage.py migrate` (it completes the demo farm to the size asked for).
 """
-import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
 
 import django  # noqa: E402
 
 django.setup()
 
+from demo_sized import demo_farm_from_arguments, timed  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from accounting.reconcile.cuebot_drift import cuebot_table_drift  # noqa: E402
-from accounting.simulation.farm_builder import DemoFarmSize, build_demo_farm  # noqa: E402
 
 BARE_SUMS = (
     """SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved), SUM(p.int_gpus_reserved)
@@ -41,23 +39,9 @@ BARE_SUMS = (
 )
 
 
-def timed(fn, *, rounds: int) -> float:
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--shows", type=int, default=20)
-    parser.add_argument("--hosts", type=int, default=400)
-    parser.add_argument("--procs", type=int, default=20000)
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
-    build_demo_farm(size=DemoFarmSize(shows=args.shows, hosts=args.hosts, procs=args.procs))
+    args = demo_farm_from_arguments(description=__doc__)
 
     def bare() -> None:
         with connection.cursor() as cursor:

@@ -8,26 +8,24 @@ plain set-based rewrite of every subscription row from SUM(proc), with no lock, 
 filter and no FOR SHARE on the shows. Prints the median of each and
 the ratios. Run after `manage.py migrate` (it completes the demo farm to the size asked for).
 """
-import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
 
 import django  # noqa: E402
 
 django.setup()
 
+from demo_sized import demo_farm_from_arguments, timed  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from accounting.models import Subscription  # noqa: E402
 from accounting.reconcile.recalculate_subs import recalculate_subs  # noqa: E402
 from accounting.reconcile.recompute import SUBSCRIPTIONS  # noqa: E402
-from accounting.simulation.farm_builder import DemoFarmSize, build_demo_farm  # noqa: E402
 from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
 from shows.models import Show  # noqa: E402
 
@@ -39,24 +37,9 @@ SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved), SUM(p.int_gpus_reserved
 """
 
 
-def timed(fn, *, rounds: int, before=lambda: None) -> float:
-    samples = []
-    for _ in range(rounds):
-        before()
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--shows", type=int, default=20)
-    parser.add_argument("--hosts", type=int, default=400)
-    parser.add_argument("--procs", type=int, default=20000)
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
-    build_demo_farm(size=DemoFarmSize(shows=args.shows, hosts=args.hosts, procs=args.procs))
+    args = demo_farm_from_arguments(description=__doc__)
     # The shows recalculate_subs covers in the era the environment names: every show in the
     # Maestro era (ACCOUNTING_SCHEDULER=maestro), the Cuebot-managed ones otherwise.
     shows = Show.objects.all() if cuebot_owns_every_show() else Show.objects.filter(b_scheduler_managed=False)
