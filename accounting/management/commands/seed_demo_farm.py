@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
@@ -45,6 +46,10 @@ class Command(BaseCommand):
             f"demo farm: {summary.shows} shows ({len(summary.scheduler_managed_show_ids)} scheduler-managed), "
             f"{summary.hosts} hosts, {summary.procs} procs ({summary.procs_added} new)"
         )
+        if not settings.ACCOUNTING_REDIS_ENABLED:
+            self.stdout.write(f"redis: nothing to seed (ACCOUNTING_SCHEDULER={settings.ACCOUNTING_SCHEDULER}: "
+                              "no scheduler counts in the accounting Redis)")
+            return
         # The PG build bypasses the booking path: seed Redis for the managed shows from it.
         # An empty Redis is bootstrapped without the in-flight wait: the demo farm is built
         # before anything books on it (make run starts the server afterwards).

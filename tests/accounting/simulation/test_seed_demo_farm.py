@@ -8,6 +8,7 @@ from django.db import connection
 from accounting.models import Proc, Subscription
 from shows.models import Host, Job, Show
 from tests.accounting.pg import accounting_mismatches
+from tests.processes import closed_port
 from tests.service_role import as_cuebot
 
 TABLE_COUNTS = ["facility", "alloc", "show", "dept", "folder", "folder_resource", "job", "job_resource", "layer", "layer_resource", "subscription", "point", "host", "proc"]
@@ -66,6 +67,16 @@ def test_demo_farm_accounting_tables_agree_with_sum_of_procs():
     assert Proc.objects.count() == 300
     assert_consistent()
     assert scalar("SELECT SUM(int_cores) FROM subscription") > 0
+
+
+@pytest.mark.django_db
+def test_in_the_maestro_era_the_demo_farm_seeds_no_redis(settings):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    out = seed("--shows", "4", "--hosts", "4", "--procs", "40")
+    assert "redis: nothing to seed (ACCOUNTING_SCHEDULER=maestro" in out
+    assert_consistent()  # the flagged shows' tables too: Cuebot counts every show in this era
 
 
 @pytest.mark.django_db
