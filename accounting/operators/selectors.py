@@ -355,6 +355,8 @@ class FarmOverview:
     guardrail: GuardrailReport
     instances: list[Instance]
     redis_error: str | None = None
+    tables_checked_at: datetime | None = None  # the last check of Cuebot's own tables
+    counts_in_redis: bool = True  # whether any show's counters live in Redis (not in the Maestro era)
 
 
 def _redis_booked(subscriptions: list[Subscription]) -> tuple[dict[str, int | None], str | None]:
@@ -398,4 +400,4 @@ def farm_overview() -> FarmOverview:
             drift=status.shows.get(show.pk) if by_scheduler else None,
             table_drift=None if by_scheduler else tables.shows.get(show.pk)))
     return FarmOverview(shows=shows, drift=status, guardrail=evaluate(), instances=live_instances(),
-                        redis_error=redis_error)
+                        redis_error=redis_error, tables_checked_at=tables.checked_at, counts_in_redis=not maestro)

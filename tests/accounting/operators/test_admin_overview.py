@@ -104,6 +104,8 @@ def test_maestro_era_every_show_is_counted_in_cuebots_tables_and_a_flagged_one_i
     assert "9 / 100 (200) cores" in row  # the row as stored: 900 centicores
     assert "missing in Redis" not in page and "Redis live" not in row
     assert "2 rows of Cuebot's tables off SUM(proc)" in row
+    text = visible_text(page)
+    assert "Cuebot's tables last checked against SUM(proc)" in text and "Drift not checked yet" not in text
 
 
 def test_a_staff_user_without_rights_reads_the_overview(client, django_user_model):
