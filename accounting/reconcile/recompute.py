@@ -184,11 +184,14 @@ TABLES = (
 # ran out has no horizon (every proc of its show then reads as uncounted).
 
 XID_HORIZON = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
-# Transactions still running that were assigned an xid below the horizon, this one excepted
-# (its own rows are visible to its own recompute).
-OLDER_STILL_RUNNING = """
-SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x(xid)
- WHERE x.xid::text::bigint < %(horizon)s AND x.xid IS DISTINCT FROM pg_current_xact_id_if_assigned()
+# The 32-bit xids of the transactions running in this database, this session's excepted (its
+# own rows are visible to its own recompute): each holds the lock on its xid (and on each of
+# its subtransactions' xids). Other databases of the cluster cannot insert procs here, so their
+# transactions are not waited for. pg_locks and pg_stat_activity's pid and datname are readable
+# by any role, the service's included.
+RUNNING_HERE = """
+SELECT l.transactionid::text::bigint FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'transactionid' AND l.granted AND a.datname = current_database() AND l.pid <> pg_backend_pid()
 """
 XID_WRAP = 2**32
 
@@ -201,8 +204,8 @@ def xid_horizon(*, wait_seconds: float) -> int | None:
         cursor.execute(XID_HORIZON)
         (horizon,) = cursor.fetchone()
         while True:
-            cursor.execute(OLDER_STILL_RUNNING, {"horizon": horizon})
-            if cursor.fetchone()[0] == 0:
+            cursor.execute(RUNNING_HERE)
+            if not any(inserted_below(xmin=xid, horizon=horizon) for (xid,) in cursor.fetchall()):
                 return horizon
             if time.monotonic() > deadline:
                 return None
