@@ -6,7 +6,7 @@ import argparse
 import statistics
 import time
 
-from accounting.simulation.farm_builder import DemoFarmSize, build_demo_farm
+from simulator.farm_builder import DemoFarmSize, build_demo_farm
 
 
 def demo_farm_from_arguments(*, description: str) -> argparse.Namespace:

@@ -73,17 +73,17 @@ from accounting.models import (  # noqa: E402
 )
 from accounting.operators.auth import grant_permissions, issue_token  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
-from accounting.simulation.farm_builder import (  # noqa: E402
+from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
+from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
+from shows.selectors import flag_cache_key  # noqa: E402
+from simulator.farm_builder import (  # noqa: E402
     ADD_HOST_STATS,
     FRAME_COLUMNS,
     PROC_COLUMNS,
     frame_number,
     new_layer,
 )
-from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
-from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
-from shows.selectors import flag_cache_key  # noqa: E402
 
 HOSTS = 8
 PROC_CORES = (100, 250, 400, 200)

@@ -9,7 +9,7 @@ separate run so tracing does not distort the timings) is measured at 100,000 pro
 
     DATABASE_URL=... ACCOUNTING_REDIS_URL=... .venv/bin/python bench/reseed.py [--procs 1000000]
 
-The farm is built with COPY through accounting.simulation.farm_builder (idempotent: a re-run reuses it), and every
+The farm is built with COPY through simulator.farm_builder (idempotent: a re-run reuses it), and every
 show of it is switched to scheduler-managed so all procs are in scope.
 """
 import argparse
@@ -33,7 +33,9 @@ from django.db import connection, transaction  # noqa: E402
 from accounting.reconcile.drift import drift_report  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.reconcile.reseed import reseed_booked  # noqa: E402
-from accounting.simulation.farm_builder import (  # noqa: E402
+from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from shows.models import Job, Show  # noqa: E402
+from simulator.farm_builder import (  # noqa: E402
     ADD_HOST_STATS,
     FRAME_COLUMNS,
     HOST_COLUMNS,
@@ -45,8 +47,6 @@ from accounting.simulation.farm_builder import (  # noqa: E402
     demo_id,
     host_rows,
 )
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
-from shows.models import Job, Show  # noqa: E402
 
 STRUCTURE = DemoFarmSize(shows=4, hosts=2000, procs=200_000)  # 20 procs a job -> ~10,000 jobs
 

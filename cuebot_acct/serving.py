@@ -1,5 +1,5 @@
 """The web server's command line as deployed, in one place: `scripts/server.py` starts it, and
-the farm simulator's HTTP releases go through the very same server (accounting.simulation)."""
+the farm simulator's HTTP releases go through the very same server (the simulator package, simulator/)."""
 
 
 def gunicorn_args(*, bind: str) -> list[str]:

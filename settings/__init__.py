@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "ninja",  # /api/v1/docs then uses Swagger UI from ninja's static files, not a CDN
     "shows",
     "accounting",
+    "simulator",  # simulate_farm and seed_demo_farm: the simulated farm, apart from the service
     "axes",  # admin login throttling
 ]
 

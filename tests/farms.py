@@ -3,7 +3,7 @@
     farm = build_farm(managed=True)
     proc = farm.add_proc(cores=250)
 
-Rows go in as Cuebot puts them in (see accounting.simulation.farm_builder): the resource rows come from
+Rows go in as Cuebot puts them in (see simulator.farm_builder): the resource rows come from
 Cuebot's insert triggers, limits are set on them afterwards, a proc runs a frame. Cuebot (or
 the scheduler) writes them, so they are written as the superuser (as_cuebot), never as the
 service's documented role the tests run as.
@@ -22,7 +22,6 @@ from accounting.models import (
     Subscription,
 )
 from accounting.reconcile.recompute import recompute_pg_accounting
-from accounting.simulation.farm_builder import frame_number, insert_running_frame, new_layer
 from shows.models import (
     Alloc,
     Dept,
@@ -36,6 +35,7 @@ from shows.models import (
     Show,
     new_pk,
 )
+from simulator.farm_builder import frame_number, insert_running_frame, new_layer
 from tests.service_role import as_cuebot
 
 _names = count(1)

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -137,6 +137,13 @@ def _ids(prepared: PreparedRelease) -> str:
 
 
 class RedisReleasePublisher:
+    def __init__(self, *, client: Callable[[], redis.Redis] | None = None) -> None:
+        # Where the scripts go: the accounting Redis, looked up at each call so a settings
+        # change takes effect at once. Another client only where a test or the simulator
+        # stands for the network between the publisher and Redis (its publish-drop fault),
+        # so everything this class does about a failed call (breaker, metric, WARN) is run.
+        self._client = client or accounting_redis
+
     def prepare(self, *, releases: Sequence[Release]) -> PreparedRelease | None:
         prepared = PreparedRelease(
             op_id=uuid.uuid4().hex,
@@ -151,7 +158,7 @@ class RedisReleasePublisher:
         ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
         try:
             script("release_prepare").run(
-                accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload, _bump()]
+                self._client(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload, _bump()]
             )
         except Exception as error:  # noqa: BLE001 - the release commits whatever Redis does
             if isinstance(error, _UNREACHABLE):
@@ -171,7 +178,7 @@ class RedisReleasePublisher:
         started = time.perf_counter()
         try:
             applied, seq, clamped = script("release").run(
-                accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
+                self._client(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
             )
         except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
             if isinstance(error, _UNREACHABLE):

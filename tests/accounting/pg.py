@@ -8,8 +8,8 @@ import pytest
 from django.db import DatabaseError, connection
 
 from accounting.models import Proc
-from accounting.reconcile.pg_truth import mismatches
 from accounting.release.unbook import unbook_proc, unbook_procs
+from simulator.pg_truth import mismatches
 from tests.service_role import as_cuebot
 
 

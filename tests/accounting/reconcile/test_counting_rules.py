@@ -8,9 +8,9 @@ from accounting.reconcile.drift import drift_report
 from accounting.reconcile.reseed import reseed_booked, seed_show
 from accounting.reconcile.snapshot import booked_rows
 from accounting.release.unbook import unbook_procs
-from accounting.simulation.reconcile import reseed_like_scheduler
 from cuebot_acct.metrics import RELEASE_WITHHELD
 from shows.models import Job
+from simulator.reconcile import reseed_like_scheduler
 from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db

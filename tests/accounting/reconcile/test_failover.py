@@ -16,7 +16,6 @@ from accounting.reconcile.reseed import bootstrap_if_empty, reseed_booked
 from accounting.reconcile.snapshot import booked_rows
 from accounting.release import publish as publisher
 from accounting.release.unbook import unbook_proc
-from accounting.simulation.workers import inflight_keys_pending
 from cuebot_acct.metrics import counter_total
 from cuebot_acct.redis_factory import (
     BadRedisUrl,
@@ -26,6 +25,7 @@ from cuebot_acct.redis_factory import (
     sentinel_target,
 )
 from shows.flag_tracking import TrackedKeys
+from simulator.workers import inflight_keys_pending
 from tests.farms import build_farm
 from tests.redis_topology import await_true, sentinel_topology
 from tests.service_role import as_cuebot

@@ -5,7 +5,7 @@ import pytest
 from accounting.live import keys
 from accounting.reconcile.reseed import reseed_booked, seed_show
 from accounting.release.unbook import unbook_proc
-from accounting.simulation.reconcile import reseed_like_scheduler
+from simulator.reconcile import reseed_like_scheduler
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
-from accounting.simulation.farm_builder import (
+from simulator.farm_builder import (
     DemoFarmSize,
     FarmRefused,
     build_demo_farm,

@@ -38,10 +38,10 @@ from accounting.models import FolderResource, JobResource, Subscription
 from accounting.notify.listen import decode, open_listener
 from accounting.notify.payloads import LIMIT_CHANGE, RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
-from accounting.simulation.farm import LayerRef, SimFarm
-from accounting.simulation.farm_builder import PROC_CORES
-from accounting.simulation.workers import PICK_PROCS, Gate, HostFull, HostView, insert_booked_proc
 from shows.models import Show
+from simulator.farm import LayerRef, SimFarm
+from simulator.farm_builder import PROC_CORES
+from simulator.workers import PICK_PROCS, Gate, HostFull, HostView, insert_booked_proc
 
 NOTIFY_FAULTS = ("listener-drop", "pg-restart", "release-rollback")
 RECOMPUTE_SECONDS = 1.0

@@ -26,15 +26,15 @@ from accounting.models import JobResource, Subscription
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile import reseed
 from accounting.release.unbook import unbook_proc, unbook_procs
-from accounting.simulation import reconcile
-from accounting.simulation.invariants import (
+from shows.models import Show
+from simulator import reconcile
+from simulator.invariants import (
     farm_keys,
     negative_counters,
     over_cap_after_booking,
 )
-from accounting.simulation.report import overlaps
-from accounting.simulation.workers import CLAIM_HOST, INSERT_PROC
-from shows.models import Show
+from simulator.report import overlaps
+from simulator.workers import CLAIM_HOST, INSERT_PROC
 from tests.farms import build_farm
 from tests.service_role import as_cuebot
 

@@ -4,6 +4,7 @@ accounting.reconcile.drift), in one place: the reconciler thread, the operator a
 import random
 from contextlib import closing
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.utils import timezone
 from django_q.models import Schedule
@@ -11,7 +12,7 @@ from django_q.models import Schedule
 from accounting.limits import changes as limits
 from accounting.live import keys
 from accounting.live.leases import LockBusy
-from accounting.live.scripts import script
+from accounting.live.scripts import LuaScript
 from accounting.live.units import UNLIMITED
 from accounting.models import FolderResource, JobResource, Subscription
 from accounting.ownership import switching
@@ -19,6 +20,13 @@ from accounting.reconcile import reseed
 from accounting.reconcile.drift import drift_report
 from accounting.reconcile.snapshot import booked_rows, chunked, managed_show_ids
 from cuebot_acct.redis_factory import accounting_redis
+
+# The reference design's reseed write, kept here and not beside the service's scripts
+# (accounting/live/lua/): only the simulator's scheduler-like reseeder runs it.
+REFERENCE_RESEED_WRITE = LuaScript(
+    name="reference_reseed_write",
+    source=(Path(__file__).resolve().parent / "lua" / "reference_reseed_write.lua").read_text(),
+)
 
 
 def bootstrap_if_empty() -> bool:
@@ -57,7 +65,7 @@ def reseed_like_scheduler(*, show_ids: list[str]) -> SchedulerReseed:
     with closing(booked_rows(show_ids=show_ids, finished_jobs=False)) as rows:
         for chunk in chunked(rows, reseed.CHUNK_KEYS):
             args = [seq_before, *(part for key, cores, gpus, _ in chunk for part in (key, cores, gpus))]
-            reply = script("reference_reseed_write").run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
+            reply = REFERENCE_RESEED_WRITE.run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
             if not int(reply[0]):
                 return SchedulerReseed(written=False, exposed_keys=exposed)
             exposed += int(reply[2])

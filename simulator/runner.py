@@ -14,16 +14,18 @@ from django.test.utils import override_settings
 from prometheus_client import REGISTRY
 
 from accounting.live.leases import LEASE_SECONDS
-from accounting.reconcile import pg_truth as pg_accounting
 from accounting.reconcile import reseed
-from accounting.release import publish as publisher
-from accounting.simulation import reconcile
-from accounting.simulation.farm import SimFarm, build_sim_farm, load_existing_farm
-from accounting.simulation.faults import FaultPlan
-from accounting.simulation.invariants import against_truth, farm_keys, negative_counters
-from accounting.simulation.processes import PrivateRedis, WebServer, private_redis, web_server
-from accounting.simulation.report import Report, Stats
-from accounting.simulation.workers import (
+from accounting.release.eras import publishers_wrapped
+from cuebot_acct.redis_factory import accounting_redis, sentinel_target
+from shows.models import Show
+from simulator import pg_truth as pg_accounting
+from simulator import reconcile
+from simulator.farm import SimFarm, build_sim_farm, load_existing_farm
+from simulator.faults import FaultPlan
+from simulator.invariants import against_truth, farm_keys, negative_counters
+from simulator.processes import PrivateRedis, WebServer, private_redis, web_server
+from simulator.report import Report, Stats
+from simulator.workers import (
     PublishDrop,
     SimContext,
     booker,
@@ -35,8 +37,6 @@ from accounting.simulation.workers import (
     redis_open,
     releaser,
 )
-from cuebot_acct.redis_factory import accounting_redis, sentinel_target
-from shows.models import Show
 
 
 @dataclass(frozen=True)
@@ -132,10 +132,10 @@ def _run(*, config: SimConfig, progress: Callable[[float, Stats], None], redis_s
     ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval,
                      reseeder=config.reseeder, redis_server=redis_server, web=web)
     clamped_before = REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0
-    real_script = publisher.script
+    seams = ExitStack()  # what the run puts into the service's seams, taken out when the workers stop
     if "publish-drop" in config.faults:
         ctx.publish_drop = PublishDrop(rng=ctx.rng("publish-drop"), stats=stats)
-        publisher.script = ctx.publish_drop.wrap(real_script)
+        seams.enter_context(publishers_wrapped(ctx.publish_drop.wrap))
     roles = [(booker, config.bookers), (releaser, config.releasers), (reconciler, 1), (operator, 1)]
     threads = [
         threading.Thread(target=body, args=(ctx, i), name=f"sim-{body.__name__}-{i}", daemon=True)
@@ -157,7 +157,7 @@ def _run(*, config: SimConfig, progress: Callable[[float, Stats], None], redis_s
         ctx.stop.set()
         for thread in threads:
             thread.join()
-        publisher.script = real_script
+        seams.close()
     seconds = time.monotonic() - started
     progress(seconds, stats)
     settle_inflight(ttl_seconds=config.inflight_ttl_seconds)

@@ -12,8 +12,8 @@ from django.db import connection, transaction
 
 from accounting.notify import payloads
 from accounting.notify.listen import open_listener
-from accounting.simulation.notify_era import NotifyStats, Scheduler, Store
 from shows.models import Show
+from simulator.notify_era import NotifyStats, Scheduler, Store
 
 # simulate_farm plays the scheduler too (it books procs, INSERT on proc) and, for its faults,
 # ends other backends: more than the service's role may do.

@@ -16,8 +16,8 @@ from accounting.live.scripts import script as real_script
 from accounting.models import FolderResource, JobResource, Subscription
 from accounting.reconcile import reseed
 from accounting.release import publish, unbook
-from accounting.simulation import runner
-from accounting.simulation.runner import SimConfig, run_simulation
+from simulator import runner
+from simulator.runner import SimConfig, run_simulation
 
 pytestmark = [pytest.mark.slow, pytest.mark.superuser, pytest.mark.django_db(transaction=True)]  # it books as the scheduler
 

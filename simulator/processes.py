@@ -29,7 +29,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from cuebot_acct.serving import gunicorn_args
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the project root, where gunicorn finds cuebot_acct
 START_SECONDS = 30
 
 

@@ -1,5 +1,6 @@
 """The threads of a run: bookers (the Rust scheduler), releasers (Cuebot), the reconciler,
-the operator and the chaos thread. Each has its own PostgreSQL connection (Django's are
+and the operator. There is no fault thread: each worker injects the faults due at its own
+injection point (faults.FaultPlan.take). Each has its own PostgreSQL connection (Django's are
 per thread) and closes it when it ends; all share the process's accounting Redis pool.
 """
 import logging
@@ -24,22 +25,23 @@ from accounting.live import booking, keys
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile import failover
-from accounting.reconcile import pg_truth as pg_accounting
 from accounting.reconcile.reseed import open_to_booking
+from accounting.release.publish import RedisReleasePublisher, ReleasePublisher
 from accounting.release.unbook import unbook_proc, unbook_procs
-from accounting.simulation import reconcile
-from accounting.simulation.farm import PROC_MEM_KB, LayerRef, SimFarm
-from accounting.simulation.farm_builder import PROC_CORES, insert_running_frame
-from accounting.simulation.faults import FaultPlan
-from accounting.simulation.invariants import against_truth, over_cap_after_booking
-from accounting.simulation.processes import PrivateRedis, WebServer
-from accounting.simulation.report import Stats
 from cuebot_acct.redis_factory import (
     accounting_redis,
     replication_state,
     sentinel_target,
 )
 from shows.models import Show
+from simulator import pg_truth as pg_accounting
+from simulator import reconcile
+from simulator.farm import PROC_MEM_KB, LayerRef, SimFarm
+from simulator.farm_builder import PROC_CORES, insert_running_frame
+from simulator.faults import FaultPlan
+from simulator.invariants import against_truth, over_cap_after_booking
+from simulator.processes import PrivateRedis, WebServer
+from simulator.report import Stats
 
 logger = logging.getLogger(__name__)
 
@@ -552,10 +554,12 @@ def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:
 class PublishDrop:
     """publish-drop: the next release publish's Redis call fails, once.
 
-    Installed by patching the name `script` in accounting.release.publish for the length of the
-    run: `release` resolves to a wrapper that, when armed, either fails before sending
-    (the publish never reached Redis) or sends and then loses the reply (it ran, and
-    must not be resent). Both leave the accounting correct or high, never low.
+    Installed for the run through the service's own seam (accounting.release.eras.publishers_wrapped):
+    when armed, the era's publish goes through the service's RedisReleasePublisher over a link
+    that either fails before sending (the publish never reached Redis) or sends and then loses
+    the reply (it ran, and must not be resent). What the publisher does about a failed call
+    (breaker, metric, WARN) is the service's own, unchanged. Both leave the accounting correct
+    or high, never low.
     """
 
     def __init__(self, *, rng: random.Random, stats: Stats) -> None:
@@ -574,27 +578,44 @@ class PublishDrop:
             self._armed -= 1
             return True
 
-    def wrap(self, real_script):
-        drop = self
+    def wrap(self, publisher: ReleasePublisher) -> ReleasePublisher:
+        """For publishers_wrapped: an era that publishes nothing to Redis has nothing to drop."""
+        if not isinstance(publisher, RedisReleasePublisher):
+            return publisher
+        return _DroppingPublisher(inner=publisher, drop=self)
 
-        class DroppingScript:
-            def __init__(self, inner) -> None:
-                self.inner = inner
 
-            def run(self, client, *, keys: list[str], args: list) -> object:
-                if not drop._consume():
-                    return self.inner.run(client, keys=keys, args=args)
-                drop.stats.count("faults", "publish-drop")
-                if drop.rng.random() < 0.5:
-                    self.inner.run(client, keys=keys, args=args)
-                    raise redis.exceptions.TimeoutError("simulated: reply lost after the release script ran")
-                raise redis.exceptions.TimeoutError("simulated: release publish never reached Redis")
+class _DroppingPublisher:
+    def __init__(self, *, inner: ReleasePublisher, drop: PublishDrop) -> None:
+        self.inner, self.drop = inner, drop
 
-        def patched(name: str):
-            found = real_script(name)
-            return DroppingScript(found) if name == "release" else found
+    def prepare(self, *, releases):
+        return self.inner.prepare(releases=releases)  # the fault is the publish's; release_prepare is untouched
 
-        return patched
+    def publish(self, *, prepared):
+        if not self.drop._consume():
+            return self.inner.publish(prepared=prepared)
+        self.drop.stats.count("faults", "publish-drop")
+        reply_lost = self.drop.rng.random() < 0.5
+        lossy = RedisReleasePublisher(client=lambda: _LossyLink(accounting_redis(), reply_lost=reply_lost))
+        return lossy.publish(prepared=prepared)
+
+
+class _LossyLink:
+    """The accounting Redis as one failing call sees it: the script's EVALSHA times out, before
+    it was sent or after it ran. SCRIPT LOAD (after a NOSCRIPT reply, which ran nothing) goes through."""
+
+    def __init__(self, client: redis.Redis, *, reply_lost: bool) -> None:
+        self.client, self.reply_lost = client, reply_lost
+
+    def evalsha(self, *args) -> object:
+        if self.reply_lost:
+            self.client.evalsha(*args)
+            raise redis.exceptions.TimeoutError("simulated: reply lost after the release script ran")
+        raise redis.exceptions.TimeoutError("simulated: release publish never reached Redis")
+
+    def script_load(self, source: str) -> str:
+        return self.client.script_load(source)
 
 
 def inflight_keys_pending() -> int:

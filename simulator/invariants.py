@@ -12,8 +12,8 @@ from django.db import connection
 
 from accounting.live import keys
 from accounting.live.units import cores_from_centicores
-from accounting.simulation.report import OverCap
 from cuebot_acct.redis_factory import accounting_redis
+from simulator.report import OverCap
 
 # Booked cores per proc, truncated like accounting.live.units (PG's integer division of a
 # non-negative bigint truncates), summed per key; GPUs as well; and the caps in force now.

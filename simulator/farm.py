@@ -16,18 +16,6 @@ from django.db import connection, transaction
 from accounting.live import keys
 from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
 from accounting.reconcile.recompute import recompute_pg_accounting
-from accounting.simulation.farm_builder import (
-    ADD_HOST_STATS,
-    DEPARTMENTS,
-    HOST_IDLE,
-    KB_PER_GB,
-    PROC_CORES,
-    frame_number,
-    new_layer,
-    refuse_foreign_shows,
-    refuse_without_cuebots_rights,
-)
-from accounting.simulation.invariants import farm_keys
 from cuebot_acct.redis_factory import accounting_redis
 from shows.models import (
     Alloc,
@@ -42,6 +30,18 @@ from shows.models import (
     new_pk,
 )
 from shows.selectors import flag_cache_key
+from simulator.farm_builder import (
+    ADD_HOST_STATS,
+    DEPARTMENTS,
+    HOST_IDLE,
+    KB_PER_GB,
+    PROC_CORES,
+    frame_number,
+    new_layer,
+    refuse_foreign_shows,
+    refuse_without_cuebots_rights,
+)
+from simulator.invariants import farm_keys
 
 PREFIX = "sim"
 HOST_CORES = 3200  # centicores

@@ -8,11 +8,11 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from accounting.live import keys
-from accounting.management.commands.simulate_farm import Command as SimulateFarm
 from accounting.reconcile.reseed import open_to_booking
-from accounting.simulation.farm import foreign_redis_keys, sim_show_ids
-from accounting.simulation.faults import FAULT_KINDS, FaultPlan, parse_faults
 from shows.models import Show
+from simulator.farm import foreign_redis_keys, sim_show_ids
+from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
+from simulator.management.commands.simulate_farm import Command as SimulateFarm
 from tests.service_role import as_cuebot
 
 

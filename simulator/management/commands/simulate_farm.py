@@ -12,15 +12,15 @@ from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.operators.auth import grant_permissions, issue_token
-from accounting.simulation.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
-from accounting.simulation.farm_builder import FarmRefused, refuse_without_cuebots_rights
-from accounting.simulation.faults import FAULT_KINDS, parse_faults
-from accounting.simulation.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
-from accounting.simulation.processes import ProcessRefused
-from accounting.simulation.runner import SimConfig, run_simulation
-from accounting.simulation.workers import RESEEDERS
 from cuebot_acct.permissions import RELEASE_PROCS
 from cuebot_acct.startup import redact
+from simulator.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
+from simulator.farm_builder import FarmRefused, refuse_without_cuebots_rights
+from simulator.faults import FAULT_KINDS, parse_faults
+from simulator.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
+from simulator.processes import ProcessRefused
+from simulator.runner import SimConfig, run_simulation
+from simulator.workers import RESEEDERS
 
 
 def at_least(minimum: int):

@@ -1,0 +1,1 @@
+"""The simulator's management commands (Django looks for them here)."""
