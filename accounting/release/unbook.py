@@ -21,6 +21,7 @@ from accounting.release.eras import Counting, ReleaseEra, release_era, show_ids_
 from accounting.release.publish import PreparedRelease, made
 from accounting.release.types import Branch, Release
 from cuebot_acct import metrics
+from cuebot_acct.cursors import django_cursor
 from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASES
 from cuebot_acct.transactions import retry_transient
 
@@ -228,9 +229,7 @@ class _PreparedStatementCursor(psycopg.Cursor):
 
 def _release_cursor():
     """A Django cursor wrapper (execute_wrappers, broken-transaction checks) over the above."""
-    connection.ensure_connection()
-    raw = _PreparedStatementCursor(connection.connection)
-    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    return django_cursor(_PreparedStatementCursor)
 
 
 @contextmanager
