@@ -2,7 +2,6 @@
 that fail with one readable line, not a traceback."""
 import sys
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
@@ -10,6 +9,9 @@ from django.db import OperationalError, connection
 
 from cuebot_acct.bad_setting import BadSetting
 from cuebot_acct.redis_factory import build_client
+
+# The one URL redactor (PostgreSQL's URLs too), by the name the commands that print a server use.
+from cuebot_acct.redis_factory import hide_password as redact
 
 
 class StartupRefused(Exception):
@@ -22,14 +24,6 @@ class ServiceUnreachable(StartupRefused):
 
 class CuebotSchemaIncomplete(StartupRefused):
     """OPENCUE_TABLES=existing and the site's database lacks what the project uses."""
-
-
-def redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def postgres_problem(error: Exception) -> ServiceUnreachable:

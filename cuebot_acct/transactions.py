@@ -16,12 +16,12 @@ transaction the abort took the caller's earlier work with it, and only the calle
 redo that: the error propagates unchanged.
 """
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from django.db import OperationalError, connection
+from redis.backoff import FullJitterBackoff
 
 from cuebot_acct import metrics
 
@@ -32,6 +32,8 @@ ATTEMPTS = 3
 # Full jitter on a doubling cap: 0-20 ms, then 0-40 ms. Enough to let the winner of a
 # deadlock commit; short, because a caller (Cuebot's dispatcher) is waiting.
 BACKOFF_SECONDS = 0.02
+# redis.backoff's full jitter, as the reseed's; the cap is the last rerun's bound, so it cuts nothing.
+_BACKOFF = FullJitterBackoff(cap=BACKOFF_SECONDS * 2 ** (ATTEMPTS - 2), base=BACKOFF_SECONDS)
 
 T = TypeVar("T")
 
@@ -58,5 +60,5 @@ def retry_transient(fn: Callable[[], T], *, operation: str) -> T:
             metrics.TRANSACTION_RETRIES.labels(operation=operation, sqlstate=state).inc()
             logger.info("%s rolled back by PostgreSQL (%s), attempt %d of %d; running it again",
                         operation, state, attempt, ATTEMPTS)
-            time.sleep(random.uniform(0, BACKOFF_SECONDS * 2 ** (attempt - 1)))
+            time.sleep(_BACKOFF.compute(attempt - 1))
             attempt += 1

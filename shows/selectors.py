@@ -121,6 +121,26 @@ def get_show_by_name(*, name: str) -> Show | None:
     return only_one(Show.objects.filter(str_name=name), what="show", name=name)
 
 
+class ShowNameUnusable(LookupError):
+    """No show carries the name (`several` False), or several do (True); the message says which."""
+
+    def __init__(self, message: str, *, several: bool):
+        super().__init__(message)
+        self.several = several
+
+
+def show_named(*, name: str) -> Show:
+    """The one show named `name`, for the faces that take a show's name (commands, API);
+    ShowNameUnusable when there is none or several, so each face maps one error."""
+    try:
+        found = get_show_by_name(name=name)
+    except AmbiguousName as error:
+        raise ShowNameUnusable(str(error), several=True) from None
+    if found is None:
+        raise ShowNameUnusable(f"no show named {name!r}", several=False)
+    return found
+
+
 def get_live_job(*, name_or_id: str) -> Job | None:
     """A job by id, or by its live name: `str_visible_name`, which Cuebot clears when the job
     finishes, while `str_name` stays and repeats when the job is launched again."""

@@ -1,12 +1,18 @@
 """Named leases in Redis for operations that must not overlap.
 
-A lock is a key with an owner token and a short lease: taken only when free (SET NX PX),
-renewed by a thread of its holder while the work runs (an owner-checked PEXPIRE), and
-released by its owner (a compare-and-delete script). A lock therefore lives about as long
-as its work: a holder that dies, or whose release in `finally` cannot reach a Redis that
-hung, stops renewing and the lease runs out within LEASE_SECONDS, not after the longest
-the work could ever take. They live in the accounting Redis because a cache flush must not
-drop them.
+A lock is redis-py's `redis.lock.Lock`: a key holding its owner's token with a short lease,
+taken only when free (SET NX PX, `blocking=False`), renewed by its owner (`reacquire`, an
+owner-checked PEXPIRE back to the full lease) and released by its owner (compare-and-delete).
+They live in the accounting Redis because a cache flush must not drop them.
+
+What is ours, and why:
+- The renewal thread. A lease outlives its holder by at most LEASE_SECONDS: a holder that
+  dies, or whose release in `finally` cannot reach a Redis that hung, stops renewing and the
+  lease runs out in seconds, not after the longest the work could ever take. redis-py's Lock
+  has no renewal of its own, only the calls one is made of.
+- The owner token (host:pid:random), so that `held_locks()` and the API name who holds a lock.
+  The Lock is built with `thread_local=False`: the renewal thread must see the token its
+  acquiring thread set.
 """
 import logging
 import os
@@ -18,8 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis
+from redis.exceptions import LockNotOwnedError
+from redis.lock import Lock
 
-from accounting.live.scripts import script
 from cuebot_acct.redis_factory import accounting_redis
 
 log = logging.getLogger(__name__)
@@ -46,28 +53,35 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
+def _lock(*, name: str, ttl_seconds: float | None = None) -> Lock:
+    return Lock(accounting_redis(), PREFIX + name, timeout=ttl_seconds, blocking=False, thread_local=False)
+
+
 def acquire(*, name: str, ttl_seconds: float, owner: str) -> bool:
-    return bool(accounting_redis().set(PREFIX + name, owner, nx=True, px=int(ttl_seconds * 1000)))
-
-
-def extend(*, name: str, owner: str, ttl_seconds: float) -> bool:
-    """Give the lease `ttl_seconds` from now; False when `owner` no longer holds it."""
-    return bool(script("lock_extend").run(accounting_redis(), keys=[PREFIX + name], args=[owner, int(ttl_seconds * 1000)]))
+    return _lock(name=name, ttl_seconds=ttl_seconds).acquire(token=owner)
 
 
 def release(*, name: str, owner: str) -> bool:
-    return bool(script("lock_release").run(accounting_redis(), keys=[PREFIX + name], args=[owner]))
+    """Delete the lock if `owner` holds it; False when it is gone or someone else's."""
+    try:
+        # do_release: the owner's compare-and-delete, for a caller that holds a token, not a Lock.
+        _lock(name=name).do_release(owner)
+    except LockNotOwnedError:
+        return False
+    return True
 
 
-def _renew_until(done: threading.Event, *, name: str, owner: str, ttl_seconds: float) -> None:
-    while not done.wait(ttl_seconds / RENEWALS_PER_LEASE):
+def _renew_until(done: threading.Event, *, lock: Lock) -> None:
+    while not done.wait(lock.timeout / RENEWALS_PER_LEASE):
         try:
-            if not extend(name=name, owner=owner, ttl_seconds=ttl_seconds):
-                log.warning("lock %s lost its lease while its work still runs (Redis stalled or restarted)", name)
-                return
+            lock.reacquire()
+        except LockNotOwnedError:
+            log.warning("lock %s lost its lease while its work still runs (Redis stalled or restarted)",
+                        lock.name[len(PREFIX):])
+            return
         except (redis.RedisError, OSError) as error:
             # The next renewal tries again; if Redis stays away the lease simply runs out.
-            log.warning("lock %s: lease renewal failed (%s)", name, error)
+            log.warning("lock %s: lease renewal failed (%s)", lock.name[len(PREFIX):], error)
 
 
 @contextmanager
@@ -75,10 +89,11 @@ def named_lock(*, name: str, ttl_seconds: float = LEASE_SECONDS) -> Iterator[str
     """Hold `name` for the block; LockBusy if someone else has it. The lease (`ttl_seconds`)
     is renewed while the block runs; released on error too."""
     owner = new_owner()
-    if not acquire(name=name, ttl_seconds=ttl_seconds, owner=owner):
+    lock = _lock(name=name, ttl_seconds=ttl_seconds)
+    if not lock.acquire(token=owner):
         raise LockBusy(name)
     done = threading.Event()
-    renewer = threading.Thread(target=_renew_until, args=(done,), kwargs=dict(name=name, owner=owner, ttl_seconds=ttl_seconds),
+    renewer = threading.Thread(target=_renew_until, args=(done,), kwargs=dict(lock=lock),
                                name=f"lock-lease:{name}", daemon=True)
     renewer.start()
     try:
@@ -86,7 +101,10 @@ def named_lock(*, name: str, ttl_seconds: float = LEASE_SECONDS) -> Iterator[str
     finally:
         done.set()
         renewer.join()
-        release(name=name, owner=owner)
+        try:
+            lock.release()
+        except LockNotOwnedError:
+            pass  # the lease ran out (the renewer said so) and the key is gone or another's
 
 
 def held_locks() -> list[HeldLock]:

@@ -1,36 +1,59 @@
-"""Loads the .lua files beside this module and runs them with EVALSHA.
+"""Loads the .lua files beside this module and runs them with redis-py's `Script`.
 
-A NOSCRIPT reply means the server did not run the script (its cache was flushed or
-Redis restarted), so loading and sending it again cannot apply it twice. Nothing else
-is ever resent: a timeout or a broken connection may hide a script that ran.
+`Script` sends EVALSHA and, on a NOSCRIPT reply only, loads the text and sends EVALSHA
+again: NOSCRIPT means the server did not run the script (its cache was flushed or Redis
+restarted), so the second send cannot apply it twice. Nothing else is ever resent: a
+timeout or a broken connection may hide a script that ran, and every client from
+`cuebot_acct.redis_factory` has redis-py's own retries off.
+
+What is ours, and why:
+- The client is passed on every call instead of being registered once
+  (`client.register_script`): callers take `accounting_redis()` at call time, and the tests
+  and the simulator hand in other clients (a stalled proxy, a restarted server), so one
+  loaded script follows whichever client runs it.
+- Shared Lua. Lua in Redis has no include, so a script that needs a rule another script
+  uses names it in a header line `-- shared: <name>` and the loader puts
+  `lua/shared/<name>.lua` before the script's text. What is sent (and hashed) is that
+  whole text; `LuaScript.source` holds it.
+- `LuaScript` keeps the script's name, for logs and for tests that watch which script ran.
 """
+import re
 from dataclasses import dataclass, field
 from functools import cache
-from hashlib import sha1
 from pathlib import Path
 
 import redis
+from redis.commands.core import Script
 
 LUA_DIR = Path(__file__).resolve().parent / "lua"
+SHARED_DIR = LUA_DIR / "shared"
+SHARED_LINE = re.compile(r"^-- shared: (\w+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class LuaScript:
     name: str
     source: str
-    sha: str = field(init=False)
+    _script: Script = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sha", sha1(self.source.encode()).hexdigest())
+        # Encoded here, so Script needs no registered client (it asks one only to encode str).
+        object.__setattr__(self, "_script", Script(None, self.source.encode()))
+
+    @property
+    def sha(self) -> str:
+        return self._script.sha
 
     def run(self, client: redis.Redis, *, keys: list[str], args: list) -> object:
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+        return self._script(keys=keys, args=args, client=client)
+
+
+def with_shared(text: str) -> str:
+    """The script's text after the shared snippets its `-- shared:` lines name, in that order."""
+    snippets = [(SHARED_DIR / f"{name}.lua").read_text() for name in SHARED_LINE.findall(text)]
+    return "".join(snippets) + text
 
 
 @cache
 def script(name: str) -> LuaScript:
-    return LuaScript(name=name, source=(LUA_DIR / f"{name}.lua").read_text())
+    return LuaScript(name=name, source=with_shared((LUA_DIR / f"{name}.lua").read_text()))

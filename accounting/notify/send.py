@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
+from cuebot_acct.cursors import django_cursor
 from cuebot_acct.metrics import NOTIFICATIONS
 
 _ONE = "SELECT pg_notify(%(channel)s, %(payload)s)"
@@ -45,11 +46,8 @@ def notify_and_commit(*, channel: str, payloads: Sequence[str]) -> None:
     if not payloads:
         return
     sql, params = _statement(channel=channel, payloads=payloads)
-    connection.ensure_connection()
-    raw = psycopg.ClientCursor(connection.connection)
-    # Through Django's cursor wrapper, as every statement of the release path goes (query log,
-    # execute wrappers, error translation).
-    with connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw) as cursor:
+    # Client-side binding: a simple query may hold several statements.
+    with django_cursor(psycopg.ClientCursor) as cursor:
         cursor.execute(f"{sql}; COMMIT", params)
     _count_at_commit(channel=channel, count=len(payloads))
 

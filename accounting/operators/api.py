@@ -51,7 +51,7 @@ from cuebot_acct.api_types import (
 )
 from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS, VIEW_ACCOUNTING
 from shows.models import Show
-from shows.selectors import AmbiguousName, get_show_by_name
+from shows.selectors import ShowNameUnusable, show_named
 
 router = Router(tags=["accounting"])
 
@@ -169,11 +169,9 @@ def accounting_drift(request, show: DbText | None = None):
     if show is None:
         return _last_check()
     try:
-        found = get_show_by_name(name=show)
-    except AmbiguousName as error:
-        raise HttpError(409, str(error)) from None
-    if found is None:
-        raise HttpError(404, f"unknown show {show!r}")
+        found = show_named(name=show)
+    except ShowNameUnusable as error:
+        raise HttpError(409 if error.several else 404, str(error)) from None
     if not _live_drift.acquire(blocking=False):
         raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
     try:

@@ -10,7 +10,7 @@ from accounting.ownership.toggle import set_scheduler_managed
 from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
 from cuebot_acct.permissions import CHANGE_OWNERSHIP, VIEW_ACCOUNTING
 from shows.models import Show
-from shows.selectors import AmbiguousName, get_show_by_name, list_shows
+from shows.selectors import ShowNameUnusable, list_shows, show_named
 
 router = Router(tags=["shows"])
 
@@ -39,12 +39,9 @@ class ManagedOut(Schema):
 
 def show_or_404(name: str) -> Show:
     try:
-        show = get_show_by_name(name=name)
-    except AmbiguousName as error:
-        raise HttpError(409, str(error)) from None
-    if show is None:
-        raise HttpError(404, f"no show named {name!r}")
-    return show
+        return show_named(name=name)
+    except ShowNameUnusable as error:
+        raise HttpError(409 if error.several else 404, str(error)) from None
 
 
 @router.get("", auth=BearerToken(VIEW_ACCOUNTING), response={200: list[ShowOut], **AUTH_ERRORS},

@@ -21,7 +21,6 @@ writes then refuse (limit_write.lua's guard), so no key opens before the bootstr
 waited out the in-flight TTL and rebuilt the booked counters (docs/redis-protocol.md).
 """
 import logging
-import random
 import threading
 import time
 import uuid
@@ -30,6 +29,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from django.conf import settings
+from redis.backoff import FullJitterBackoff
 
 from accounting.live import keys
 from accounting.live.leases import named_lock
@@ -70,10 +70,13 @@ class BookedOutcome:
     attempts: int
 
 
+# Full jitter (uniform in [0, min(cap, base * 2**attempt)]), so retries of several reseeds
+# (and of one reseed against a steady hot path) do not line up.
+_BACKOFF = FullJitterBackoff(cap=BACKOFF_CAP_SECONDS, base=BACKOFF_BASE_SECONDS)
+
+
 def backoff_seconds(*, attempt: int) -> float:
-    """Full jitter: uniform in [0, min(cap, base * 2**attempt)], so retries of several
-    reseeds (and of one reseed against a steady hot path) do not line up."""
-    return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt))
+    return _BACKOFF.compute(attempt)
 
 
 def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None], closed_token: str | None) -> int | None:

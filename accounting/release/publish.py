@@ -136,6 +136,16 @@ def _ids(prepared: PreparedRelease) -> str:
     return f"procs={','.join(prepared.proc_ids)} shows={','.join(prepared.show_ids)}"
 
 
+def _failed(*, stage: str, what: str, prepared: PreparedRelease, error: Exception) -> None:
+    """A release's Redis step failed: counted and logged, never resent (the caller returns
+    None and PostgreSQL's commit stands). A Redis that did not answer opens the breaker."""
+    if isinstance(error, _UNREACHABLE):
+        breaker.trip()
+    RELEASE_PUBLISH_FAILURES.labels(stage=stage).inc()
+    logger.warning("%s, Redis left high until the recompute: %s (%s: %s)",
+                   what, _ids(prepared), type(error).__name__, error)
+
+
 class RedisReleasePublisher:
     def __init__(self, *, client: Callable[[], redis.Redis] | None = None) -> None:
         # Where the scripts go: the accounting Redis, looked up at each call so a settings
@@ -161,13 +171,7 @@ class RedisReleasePublisher:
                 self._client(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload, _bump()]
             )
         except Exception as error:  # noqa: BLE001 - the release commits whatever Redis does
-            if isinstance(error, _UNREACHABLE):
-                breaker.trip()
-            RELEASE_PUBLISH_FAILURES.labels(stage="prepare").inc()
-            logger.warning(
-                "release in-flight registration failed, Redis left high until the recompute: %s (%s: %s)",
-                _ids(prepared), type(error).__name__, error,
-            )
+            _failed(stage="prepare", what="release in-flight registration failed", prepared=prepared, error=error)
             return None
         return prepared
 
@@ -181,13 +185,7 @@ class RedisReleasePublisher:
                 self._client(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
             )
         except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
-            if isinstance(error, _UNREACHABLE):
-                breaker.trip()
-            RELEASE_PUBLISH_FAILURES.labels(stage="publish").inc()
-            logger.warning(
-                "release publish failed and is not retried, Redis left high until the recompute: %s (%s: %s)",
-                _ids(prepared), type(error).__name__, error,
-            )
+            _failed(stage="publish", what="release publish failed and is not retried", prepared=prepared, error=error)
             return None
         finally:
             RELEASE_PUBLISH_SECONDS.observe(time.perf_counter() - started)

@@ -21,6 +21,7 @@ from accounting.release.eras import Counting, ReleaseEra, release_era, show_ids_
 from accounting.release.publish import PreparedRelease, made
 from accounting.release.types import Branch, Release
 from cuebot_acct import metrics
+from cuebot_acct.cursors import django_cursor
 from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASES
 from cuebot_acct.transactions import retry_transient
 
@@ -132,7 +133,8 @@ SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_
 # release of the host, Cuebot-managed ones included). What is registered is read here,
 # without a lock, in the shape the releasing statements return.
 # One proc by its key, the common call: PostgreSQL settles on a generic plan for it after
-# five runs (`= ANY` of one element kept being planned anew, 0.5 ms a release).
+# five runs (`= ANY` of one element kept being planned anew: docs/benchmarks.md, "Figures behind
+# the release path's comments").
 PRE_READ_ONE = """
 SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
        j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
@@ -140,14 +142,12 @@ SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_
   FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
  WHERE p.pk_proc = %(id)s
 """
-# A batch by `= ANY`: a batch of 100 reads in less time than with the ids joined as a relation
-# (index lookups row by row on all three tables): 0.56 against 0.71 ms, and bench/release.py's
-# batches 0.59 against 0.56 of their floor, interleaved. PostgreSQL keeps a generic plan for it
-# after its first five runs, as for the releasing statements (pg_prepared_statements after 30
-# batches: 26 generic, 5 custom).
+# A batch by `= ANY`: a batch reads in less time than with the ids joined as a relation
+# (index lookups row by row on all three tables), and PostgreSQL keeps a generic plan for it
+# after its first five runs, as for the releasing statements.
 # Arrays on the release path go in binary (`%(x)b`): as text, psycopg quotes each element and
-# PostgreSQL parses the literal back, about 100 µs per array of 100 ids (batches 0.64 against
-# 0.59 of their floor, interleaved).
+# PostgreSQL parses the literal back.
+# The measurements: docs/benchmarks.md, "Figures behind the release path's comments".
 PRE_READ_MANY = """
 SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
        j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
@@ -228,9 +228,7 @@ class _PreparedStatementCursor(psycopg.Cursor):
 
 def _release_cursor():
     """A Django cursor wrapper (execute_wrappers, broken-transaction checks) over the above."""
-    connection.ensure_connection()
-    raw = _PreparedStatementCursor(connection.connection)
-    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    return django_cursor(_PreparedStatementCursor)
 
 
 @contextmanager
@@ -300,8 +298,8 @@ def _counted_at_switch_back(rows: list[tuple], counting: Counting) -> frozenset[
 
 def _release_from_row(row: tuple, *, branch: Branch) -> Release:
     """A releasing statement's row is Release's fields in order, but for cores in Redis's unit and the
-    branch: built straight into the tuple, as a batch builds one per proc (a third of the keyword
-    constructor's time, 0.5 against 1.5 µs)."""
+    branch: built straight into the tuple, as a batch builds one per proc (far cheaper than the keyword
+    constructor: docs/benchmarks.md)."""
     return _new_release(Release, (*row[:11], cores_from_centicores(row[10]), *row[11:14], branch))
 
 

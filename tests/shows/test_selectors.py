@@ -10,11 +10,13 @@ from django.utils import timezone
 from accounting.ownership.toggle import set_scheduler_managed
 from shows.models import Show
 from shows.selectors import (
+    ShowNameUnusable,
     count_scheduler_managed_shows,
     flag_cache_key,
     get_show_by_name,
     is_scheduler_managed,
     list_shows,
+    show_named,
     stranded_shows,
 )
 from tests.farms import build_farm
@@ -72,6 +74,17 @@ def test_count_and_lookups(farm, cuebot_farm):
     assert get_show_by_name(name=farm.show.str_name) == farm.show
     assert get_show_by_name(name="no-such-show") is None
     assert [s.str_name for s in list_shows()] == sorted([farm.show.str_name, cuebot_farm.show.str_name])
+
+
+def test_show_named_is_the_one_show_or_one_error_saying_none_or_several(farm, cuebot_farm):
+    assert show_named(name=farm.show.str_name) == farm.show
+    with pytest.raises(ShowNameUnusable, match="no show named 'no-such-show'") as none:
+        show_named(name="no-such-show")
+    assert not none.value.several
+    Show.objects.filter(pk=cuebot_farm.show.pk).update(str_name=farm.show.str_name)
+    with pytest.raises(ShowNameUnusable, match="several shows are named") as several:
+        show_named(name=farm.show.str_name)
+    assert several.value.several
 
 
 def test_an_unreachable_flag_cache_falls_back_to_postgresql(farm, settings, caplog):

@@ -42,20 +42,17 @@ if not force then
     if burst == 0 or booked + cores > burst then
       return {0, 'subscription', booked, burst}
     end
-    for _, pair in ipairs({{KEYS[2], 'folder'}, {KEYS[3], 'job'}}) do
-      local cap = field(pair[1], 'int_max_cores')
-      local current = field(pair[1], 'int_cores')
-      if cap > 0 and current + cores > cap then
-        return {0, pair[2], current, cap}
-      end
-    end
   end
-  if gpus > 0 then
-    for _, pair in ipairs({{KEYS[2], 'folder'}, {KEYS[3], 'job'}}) do
-      local cap = field(pair[1], 'int_max_gpus')
-      local current = field(pair[1], 'int_gpus')
-      if cap > 0 and current + gpus > cap then
-        return {0, pair[2], current, cap}
+  -- The folder's and the job's caps, cores first, then GPUs: one loop over (delta, fields).
+  for _, amount in ipairs({{cores, 'int_max_cores', 'int_cores'}, {gpus, 'int_max_gpus', 'int_gpus'}}) do
+    local delta, cap_field, count_field = amount[1], amount[2], amount[3]
+    if delta > 0 then
+      for _, pair in ipairs({{KEYS[2], 'folder'}, {KEYS[3], 'job'}}) do
+        local cap = field(pair[1], cap_field)
+        local current = field(pair[1], count_field)
+        if cap > 0 and current + delta > cap then
+          return {0, pair[2], current, cap}
+        end
       end
     end
   end

@@ -19,20 +19,10 @@
 --         "open" for a write that follows the booked counters it opens keys on
 -- ARGV[3..] triples: key, field, value (cores already converted, -1 verbatim)
 -- Returns the new acct:seq, or 0 when refused (nothing written).
+-- Whether a key is already open: is_open(), shared with reseed_write.lua (lua/shared/open_key.lua).
+-- shared: open_key
 local publish = ARGV[2] == '1'
 local opens = ARGV[2] == 'open'
-local limit_fields = {size = true, burst = true, int_min_cores = true, int_max_cores = true, int_min_gpus = true,
-                      int_max_gpus = true, int_priority = true, show_id = true}
-
-local function already_open(key)
-  for name in pairs(limit_fields) do
-    if redis.call('HEXISTS', key, name) == 1 then
-      return true
-    end
-  end
-  return false
-end
-
 -- The show of a subscription key, when that show is closed by its switch; nil otherwise.
 local function closed_show(key)
   local show = string.match(key, '^acct:sub:([^:]+):')
@@ -56,7 +46,7 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then
     return 0
   end
   for i = 3, #ARGV, 3 do
-    if not already_open(ARGV[i]) then
+    if not is_open(ARGV[i]) then
       return refused()
     end
   end

@@ -21,6 +21,8 @@
 -- rejects a core booking without a burst), so while a rebuild holds the keys closed the only
 -- writers are releases. A key that carries a limit field was opened by someone else (a show
 -- switched meanwhile, seeded by its own journal write) and is skipped.
+-- Whether a key carries a limit field: is_open(), shared with limit_write.lua (lua/shared/open_key.lua).
+-- shared: open_key
 local mode = ARGV[1]
 local extra = {}
 local function add(parts, from)
@@ -67,20 +69,10 @@ for i = 1, #entries, 2 do
   end
 end
 
-local LIMIT_FIELDS = {'burst', 'size', 'int_max_cores', 'int_min_cores', 'int_max_gpus', 'int_min_gpus', 'int_priority'}
-local function open(key)
-  for _, name in ipairs(LIMIT_FIELDS) do
-    if redis.call('HEXISTS', key, name) == 1 then
-      return true
-    end
-  end
-  return false
-end
-
 local written, skipped = 0, 0
 for i = 3, #ARGV, 3 do
   local key = ARGV[i]
-  if mode == 'closed' and open(key) then
+  if mode == 'closed' and is_open(key) then
     skipped = skipped + 1
   else
     local amounts = extra[key] or {0, 0}

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from accounting.operators.selectors import field_label, key_labels, labelled_drift, table_repair
 from accounting.reconcile.cuebot_drift import TableDriftReport, cuebot_table_drift, signed_cores
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
-from shows.selectors import AmbiguousName, get_show_by_name
+from shows.selectors import ShowNameUnusable, show_named
 
 EXPLANATIONS = {
     ROUNDING: "differ only by the scheduler's sum-then-convert rounding",
@@ -38,11 +38,9 @@ class Command(BaseCommand):
         show_ids = None
         if show is not None:
             try:
-                found = get_show_by_name(name=show)
-            except AmbiguousName as error:
+                found = show_named(name=show)
+            except ShowNameUnusable as error:
                 raise CommandError(f"{error}; nothing changed", returncode=2) from None
-            if found is None:
-                raise CommandError(f"unknown show {show!r}", returncode=2)
             show_ids = [found.id]
         tables = cuebot_table_drift(show_ids=show_ids)
         report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None

@@ -9,7 +9,7 @@ from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.reconcile.reseed import reseed
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
-from shows.selectors import AmbiguousName, get_show_by_name
+from shows.selectors import ShowNameUnusable, show_named
 
 
 class Command(BaseCommand):
@@ -33,11 +33,9 @@ class Command(BaseCommand):
         show_ids = None
         if show is not None:
             try:
-                found = get_show_by_name(name=show)
-            except AmbiguousName as error:
+                found = show_named(name=show)
+            except ShowNameUnusable as error:
                 raise CommandError(f"{error}; nothing changed", returncode=2) from None
-            if found is None:
-                raise CommandError(f"unknown show {show!r}", returncode=2)
             if not found.b_scheduler_managed and not cuebot_owns_every_show():
                 raise CommandError(f"show {show!r} is Cuebot-managed; Redis holds nothing for it", returncode=2)
             show_ids = [found.id]

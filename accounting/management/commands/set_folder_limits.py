@@ -7,7 +7,7 @@ from accounting.limits.changes import InvalidLimit, set_folder_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import FolderResource
-from shows.selectors import AmbiguousName, get_show_by_name, only_one
+from shows.selectors import AmbiguousName, ShowNameUnusable, only_one, show_named
 
 
 class Command(BaseCommand):
@@ -28,10 +28,10 @@ class Command(BaseCommand):
         values = parse_limits(options, model=FolderResource, cores=["min_cores", "max_cores"], counts=["min_gpus", "max_gpus"],
                               unlimited=("max_cores", "max_gpus"))
         try:
-            found = get_show_by_name(name=show)
-            resource = found and only_one(FolderResource.objects.filter(folder__show=found, folder__str_name=folder),
-                                          what=f"folder of show {show!r}", name=folder)
-        except AmbiguousName as error:
+            found = show_named(name=show)
+            resource = only_one(FolderResource.objects.filter(folder__show=found, folder__str_name=folder),
+                                what=f"folder of show {show!r}", name=folder)
+        except (ShowNameUnusable, AmbiguousName) as error:  # the show's name, then the folder's
             raise CommandError(str(error), returncode=2) from None
         if not resource:
             raise CommandError(f"no folder {folder!r} in show {show!r}", returncode=2)

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
-from shows.selectors import AmbiguousName, get_show_by_name
+from shows.selectors import ShowNameUnusable, show_named
 
 # cueadmin -scheduler-managed SHOW on|off takes on/off; the earlier -setSchedulerManaged took true/false.
 VALUES = {"true": True, "on": True, "false": False, "off": False}
@@ -21,11 +21,9 @@ class Command(BaseCommand):
         if managed is None:
             raise CommandError(f"value must be on, off, true or false, got {value!r}; nothing changed", returncode=2)
         try:
-            found = get_show_by_name(name=show)
-        except AmbiguousName as error:
+            found = show_named(name=show)
+        except ShowNameUnusable as error:
             raise CommandError(f"{error}; nothing changed", returncode=2) from None
-        if found is None:
-            raise CommandError(f"no show named {show!r}; nothing changed", returncode=2)
         try:
             old, new = set_scheduler_managed(show=found, managed=managed)
         except SwitchRefused as error:

@@ -7,7 +7,7 @@ from accounting.limits.changes import InvalidLimit, set_subscription_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
 from accounting.models import Subscription
-from shows.selectors import AmbiguousName, get_show_by_name
+from shows.selectors import ShowNameUnusable, show_named
 
 
 class Command(BaseCommand):
@@ -25,10 +25,10 @@ class Command(BaseCommand):
     def handle(self, *args, show: str, alloc: str, **options) -> None:
         values = parse_limits(options, model=Subscription, cores=["size", "burst"], counts=[])
         try:
-            found = get_show_by_name(name=show)
-        except AmbiguousName as error:
+            found = show_named(name=show)
+        except ShowNameUnusable as error:
             raise CommandError(str(error), returncode=2) from None
-        subscription = Subscription.objects.filter(show=found, alloc__str_name=alloc).first() if found else None
+        subscription = Subscription.objects.filter(show=found, alloc__str_name=alloc).first()
         if subscription is None:
             raise CommandError(f"no subscription of show {show!r} on allocation {alloc!r}", returncode=2)
         try:

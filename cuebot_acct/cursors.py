@@ -1,0 +1,17 @@
+"""A Django cursor over a psycopg cursor class of the caller's choosing.
+
+The release path sends some statements through psycopg cursors Django does not make
+(prepared server-side statements; several statements in one simple query). They still go
+through Django's cursor wrapper, as every other statement does: the query log, execute
+wrappers and Django's error translation (a deadlock raised as the OperationalError that
+`cuebot_acct.transactions` reruns).
+"""
+import psycopg
+from django.db import connection
+
+
+def django_cursor(cursor_class: type[psycopg.Cursor]):
+    """A Django cursor wrapper around `cursor_class` on the default connection (opened if need be)."""
+    connection.ensure_connection()
+    raw = cursor_class(connection.connection)
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
