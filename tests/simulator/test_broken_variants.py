@@ -51,7 +51,7 @@ def burst_not_enforced(monkeypatch):
 
 
 def caps_not_enforced(monkeypatch):
-    booking_script_without(monkeypatch, "if cap > 0 and current + cores > cap then")
+    booking_script_without(monkeypatch, "if cap > 0 and current + delta > cap then")  # cores and GPUs: one loop
     with_farm_caps(monkeypatch, folder={"int_max_cores": 200}, job={"int_max_cores": 100})
 
 
