@@ -149,7 +149,8 @@ elif _flags or DEBUG:
                                                  notify=_flags.get("ACCOUNTING_NOTIFY_ENABLED", False))
 else:
     # Refused once the settings are complete (a module built on these, like settings.test, may
-    # still name it): accounting's AppConfig.ready(), which every process runs at start-up.
+    # still name it): accounting's AppConfig.ready(), which every process runs at start-up
+    # (a manage.py line that only prints help or a version is let through: cuebot_acct.startup).
     ACCOUNTING_SCHEDULER = None
 # Derived, for the code that asks one era's question (the Redis era: after commit, a Lua script
 # in the Redis the scheduler books against; the NOTIFY era: pg_notify on acct_release and
