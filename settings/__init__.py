@@ -137,6 +137,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # corrupts a site's counters. The demo (`make run`) and the suite run the design's Redis era.
 _scheduler = env.str("ACCOUNTING_SCHEDULER", default="")
 _flags = {name: env.bool(name) for name in ("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED") if name in os.environ}
+ACCOUNTING_SCHEDULER: str | None  # None: refused at start-up (below)
 if _scheduler.strip():
     ACCOUNTING_SCHEDULER = schedulers.parse(value=_scheduler)
     _named = dict(zip(("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED"), schedulers.flags_of(name=ACCOUNTING_SCHEDULER)))
