@@ -28,13 +28,18 @@ class AccountingConfig(AppConfig):
     verbose_name = "Accounting"
 
     def ready(self) -> None:
+        from django.core.checks import Tags, register
         from django.db.models.signals import pre_migrate
         from django_q.signals import post_spawn
 
-        from accounting import checks  # noqa: F401  (registers accounting.W001 and E001-E005)
+        from accounting.checks import cuebot_schema, publish_guardrail
         from cuebot_acct.schedulers import require_named
 
         require_named()  # a wrong guess of the site's scheduler corrupts its counters
+
+        # Both query PostgreSQL: tagged so, Django runs them only for a command that names the database.
+        register(cuebot_schema, Tags.database)  # accounting.E001-E005
+        register(publish_guardrail, Tags.database)  # accounting.W001
 
         post_spawn.connect(task_worker_started, dispatch_uid="accounting.task_worker_started")
         pre_migrate.connect(before_migrate, sender=self, dispatch_uid="accounting.before_migrate")

@@ -1,16 +1,27 @@
 """System checks: accounting.W001 (the publish guardrail) and accounting.E001-E005 (a
-site's Cuebot database lacks what the project reads or writes, OPENCUE_TABLES=existing)."""
+site's Cuebot database lacks what the project reads or writes, OPENCUE_TABLES=existing).
+
+Both query PostgreSQL, so AccountingConfig.ready() registers them with Tags.database, as
+django.contrib.auth does its own: Django then runs them only where a command names the database
+(`manage.py check --database default`, `migrate`), and `help`, `makemigrations` and every other
+command start without touching it."""
+from collections.abc import Sequence
+
 from django.conf import settings
-from django.core.checks import Error, Warning, register
-from django.db import DatabaseError, transaction
+from django.core.checks import Error, Warning
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, transaction
 
 from accounting.ownership.guardrail import MESSAGE, evaluate
 from shows.attach import schema_problems
 
 
-@register()
-def cuebot_schema(app_configs=None, **kwargs) -> list[Error]:
-    if settings.OPENCUE_TABLES != "existing":
+def asks_for_our_database(databases: Sequence[str] | None) -> bool:
+    """Whether the command named the one database these checks read (every query here goes to default)."""
+    return DEFAULT_DB_ALIAS in (databases or ())
+
+
+def cuebot_schema(app_configs=None, databases: Sequence[str] | None = None, **kwargs) -> list[Error]:
+    if settings.OPENCUE_TABLES != "existing" or not asks_for_our_database(databases):
         return []
     try:
         problems = schema_problems()
@@ -19,8 +30,9 @@ def cuebot_schema(app_configs=None, **kwargs) -> list[Error]:
     return [Error(problem.message, hint=problem.hint, id=problem.id) for problem in problems]
 
 
-@register()
-def publish_guardrail(app_configs=None, **kwargs) -> list[Warning]:
+def publish_guardrail(app_configs=None, databases: Sequence[str] | None = None, **kwargs) -> list[Warning]:
+    if not asks_for_our_database(databases):
+        return []
     try:
         # The savepoint keeps a failed query (tables not migrated yet) from breaking a caller's transaction.
         with transaction.atomic():

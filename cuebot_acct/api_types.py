@@ -76,7 +76,7 @@ AUTH_ERRORS = {401: ErrorOut, 403: MissingPermissionOut}
 class NotJson(Exception):
     """A body sent with a content type other than application/json."""
 
-    def __init__(self, content_type: str) -> None:
+    def __init__(self, content_type: str | None) -> None:
         super().__init__(f"the body must be application/json, not {content_type or 'no content type'}")
 
 

@@ -21,7 +21,7 @@ CONNECTION_SQLSTATE_CLASS = "08"
 SERVER_GOING_AWAY = {"57P01", "57P02", "57P03"}  # admin_shutdown, crash_shutdown, cannot_connect_now
 
 
-def _causes(error: BaseException):
+def _causes(error: BaseException | None):
     """The error and what it was raised from or during (Django wraps psycopg's errors)."""
     seen = set()
     while error is not None and id(error) not in seen:

@@ -29,9 +29,21 @@ def parse(*, value: str) -> str:
     return name
 
 
+# Set by manage.py (cuebot_acct.startup) for a command line that only prints: help, a command's
+# --help, --version. Django runs every app's ready() before printing those too, and a process
+# that acts on nothing cannot corrupt a counter, so the refusal below lets it through.
+_only_prints = False
+
+
+def let_printing_through() -> None:
+    """This process only prints help or a version: require_named() refuses nothing in it."""
+    global _only_prints
+    _only_prints = True
+
+
 def require_named() -> None:
     """Refuse to start (one line, naming the choices) a process whose settings name no scheduler."""
-    if settings.ACCOUNTING_SCHEDULER is None:
+    if settings.ACCOUNTING_SCHEDULER is None and not _only_prints:
         raise BadSetting(setting="ACCOUNTING_SCHEDULER", problem="is not set (DEBUG is off)", accepted=ACCEPTED)
 
 

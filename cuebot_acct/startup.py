@@ -78,6 +78,19 @@ def check_services() -> None:
     check_redis()
 
 
+# Django prints and exits, before any command acts, for these subcommands ("manage.py" alone is
+# help too) and for these options of any command (argparse answers them wherever they stand).
+PRINTING_COMMANDS = frozenset({"help", "version", "--help", "-h", "--version"})
+PRINTING_OPTIONS = frozenset({"--help", "-h", "--version"})
+
+
+def only_prints(argv: list[str]) -> bool:
+    """Whether this command line prints help or a version and acts on nothing. Only the first
+    word may be `help`: later it could be a show's name; after `--` an option is an argument."""
+    words = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    return not words or words[0] in PRINTING_COMMANDS or not PRINTING_OPTIONS.isdisjoint(words[1:])
+
+
 def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callable[[list[str]], int]]) -> None:
     """Run a management command; a malformed setting or an unreachable service ends it with one
     line, exit 1. `serving` maps the commands that serve (the task cluster) to the function
@@ -85,6 +98,10 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
     once, in one line, when they could not work (the development key, a service down)."""
     from django.core.management import execute_from_command_line
 
+    from cuebot_acct import schedulers
+
+    if only_prints(argv):
+        schedulers.let_printing_through()
     try:
         if len(argv) > 1 and argv[1] in serving:
             import django

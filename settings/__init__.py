@@ -138,6 +138,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # corrupts a site's counters. The demo (`make run`) and the suite run the design's Redis era.
 _scheduler = env.str("ACCOUNTING_SCHEDULER", default="")
 _flags = {name: env.bool(name) for name in ("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED") if name in os.environ}
+ACCOUNTING_SCHEDULER: str | None  # None: refused at start-up (below)
 if _scheduler.strip():
     ACCOUNTING_SCHEDULER = schedulers.parse(value=_scheduler)
     _named = dict(zip(("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED"), schedulers.flags_of(name=ACCOUNTING_SCHEDULER)))
@@ -150,7 +151,8 @@ elif _flags or DEBUG:
                                                  notify=_flags.get("ACCOUNTING_NOTIFY_ENABLED", False))
 else:
     # Refused once the settings are complete (a module built on these, like settings.test, may
-    # still name it): accounting's AppConfig.ready(), which every process runs at start-up.
+    # still name it): accounting's AppConfig.ready(), which every process runs at start-up
+    # (a manage.py line that only prints help or a version is let through: cuebot_acct.startup).
     ACCOUNTING_SCHEDULER = None
 # Derived, for the code that asks one era's question (the Redis era: after commit, a Lua script
 # in the Redis the scheduler books against; the NOTIFY era: pg_notify on acct_release and

@@ -33,4 +33,4 @@ ACCOUNTING_REDIS_TIMEOUT = 1.0
 Q_CLUSTER = {**Q_CLUSTER, "sync": True}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The suite never runs collectstatic; without a root, whitenoise has nothing to scan.
-STATIC_ROOT = None
+STATIC_ROOT = None  # type: ignore[assignment]  # settings' is a Path; None here on purpose

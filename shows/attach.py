@@ -104,7 +104,8 @@ def expected_columns() -> dict[str, dict[str, str]]:
     for model in cuebot_models():
         columns = tables.setdefault(model._meta.db_table, {})
         for field in model._meta.concrete_fields:
-            kind = field.target_field.get_internal_type() if field.is_relation else field.get_internal_type()
+            # A relation's column holds its target's key, so it has that field's type.
+            kind = field.target_field.get_internal_type() if field.is_relation else field.get_internal_type()  # type: ignore[attr-defined]
             columns[field.column] = kind
     return tables
 

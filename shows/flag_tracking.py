@@ -84,8 +84,10 @@ class TrackedKeys:
         try:
             # can_read, not a poll of the socket alone: pushes already read into the
             # parser's buffer count too.
-            while self._conn.can_read(timeout=0):
-                message = self._conn.read_response()
+            # self._conn, re-read each time: a concurrent _close() may clear it, answered by the
+            # AttributeError below (so the type checker's "may be None" is expected here).
+            while self._conn.can_read(timeout=0):  # type: ignore[union-attr]
+                message = self._conn.read_response()  # type: ignore[union-attr]
                 if not isinstance(message, list) or len(message) != 3 or message[0] != b"message":
                     continue
                 if message[1] != INVALIDATE_CHANNEL:

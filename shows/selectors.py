@@ -65,7 +65,8 @@ def _read_flag(*, show_id: str) -> bool:
 
 
 def refresh_flag_cache(*, show_id: str, managed: bool) -> None:
-    """Store a flag known to be committed. Call it from on_commit only (lesson 9)."""
+    """Store a flag known to be committed. Call it from on_commit only: a flag cached before a
+    rolled-back toggle would stay wrong for the cache's whole TTL (docs/design.md#lessons)."""
     cache.set(flag_cache_key(show_id=show_id), managed, timeout=settings.SHOW_FLAG_CACHE_SECONDS)
 
 

@@ -250,7 +250,7 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
         with transaction.atomic(), connection.cursor() as cursor:
             insert_booked_proc(cursor=cursor, layer=layer, host_id=host_id, centicores=cores, gpus=gpus)
             if slow:
-                # The straddle window of lessons item 4, held open: acct:seq already
+                # The straddle window (docs/design.md#lessons), held open: acct:seq already
                 # moved, the proc is not yet visible to a reseed's SUM(proc).
                 time.sleep(rng.uniform(*SLOW_COMMIT_SECONDS))
                 ctx.stats.count("faults", "slow-commit")

@@ -3,7 +3,7 @@
 Only in the Redis and NOTIFY eras: in the Maestro era Cuebot writes the five tables for every
 show, so a switch hands nothing over and the toggle calls nothing here.
 
-To the scheduler (lessons 1 and 2): in the Redis era (ACCOUNTING_REDIS_ENABLED) the show's
+To the scheduler (docs/design.md#lessons, the first two): in the Redis era (ACCOUNTING_REDIS_ENABLED) the show's
 Redis limits and booked counters are seeded at once, so it neither rejects everything for
 lack of limits nor starts at zero booked with procs running. The NOTIFY-era scheduler seeds
 itself: it reads the flag and recomputes the show from SUM(proc) and its limits from the

@@ -10,11 +10,13 @@ empty or promoted Redis writes closed keys instead (no journal needed: nothing b
 A write is refused only when Redis restarted or failed over since the reseed began, or its
 journal was trimmed past the beginning (a reseed slower than 20,000 settles); the cycle then
 restarts after a jittered backoff, up to a bound, after which it is skipped, logged and
-counted (lessons item 3). Limits are configuration and are written unconditionally
+counted: a reseed must be able to win under load, and say so when it does not (docs/design.md#lessons,
+the third). Limits are configuration and are written unconditionally
 (limit_write.lua, which bumps acct:seq).
 
 Order: booked counters before limits. A key whose limits exist is open for booking, so it
-must never be open with counters that read low (lessons items 1 and 2).
+must never be open with counters that read low (docs/design.md#lessons, the first two: a key
+without limits rejects every booking, and a switched show must start with its booked counters).
 
 Empty Redis (a restart: it runs without persistence): `acct:seeded` is missing. Limit
 writes then refuse (limit_write.lua's guard), so no key opens before the bootstrap has
@@ -195,8 +197,10 @@ def open_to_booking(*, show_ids: Sequence[str]) -> list[str]:
 
 def seed_show(*, show_id: str) -> None:
     """Seed one show that was just switched to the scheduler: booked counters from its procs
-    (under the CAS), then its limits. Raises ReseedSkipped, with no limits written (so the
-    show books nothing rather than overbooks), if the CAS never wins; the next reseed heals.
+    (plus what is in flight or settled since the reseed began, as reseed_booked writes them), then
+    its limits. Raises ReseedSkipped, with no limits written (so the show books nothing rather
+    than overbooks), if each attempt's write was refused (Redis restarted or failed over, or the
+    settle journal trimmed past the reseed's start); the next reseed heals.
 
     Its limits are written even on a Redis not seeded since a restart: until the switch the
     scheduler booked nothing for this show, so none of its bookings can straddle the restart.
@@ -299,7 +303,7 @@ def _bootstrap(*, wait: Callable[[float], object] | None,
 
 def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool:
     """Rebuild everything when Redis is empty. True when it did; ReseedSkipped if it could not
-    finish (booked CAS skipped, or Redis restarted again during the rebuild): no marker, so
+    finish (the booked write refused on every attempt: Redis restarted again during the rebuild): no marker, so
     the next check starts over. `wait` replaces the in-flight wait (tests control time)."""
     if not redis_is_empty():
         return False

@@ -72,6 +72,48 @@ logger = logging.getLogger(__name__)
 # foreign key, so the row is there), not by a second probe of host per proc in the DELETE.
 # Writers outside this order (an operator's SQL) can still deadlock with a release: that
 # is what the rerun in cuebot_acct.transactions is for.
+# The row the releasing statements and the pre-reads return, column by column, each from its
+# Cuebot table (PROC, HOST or JOB: the proc's, its host's, its job's) and column there: Release's
+# fields in Release's order, but for `cores` (Redis's unit, converted from cores_centicores) and
+# `branch` (its show's owner's), then what the path reads and Release does not keep. Every SELECT
+# list below is rendered from it, so a column's place in the row is its place here.
+PROC, HOST, JOB = "proc", "host", "job"
+ROW_SOURCES = {
+    "proc_id": (PROC, "pk_proc"),
+    "host_id": (PROC, "pk_host"),
+    "show_id": (PROC, "pk_show"),
+    "alloc_id": (HOST, "pk_alloc"),
+    "folder_id": (JOB, "pk_folder"),
+    "job_id": (PROC, "pk_job"),
+    "layer_id": (PROC, "pk_layer"),
+    "dept_id": (JOB, "pk_dept"),
+    "point_show_id": (JOB, "pk_show"),
+    "job_state": (JOB, "str_state"),
+    "cores_centicores": (PROC, "int_cores_reserved"),
+    "gpus": (PROC, "int_gpus_reserved"),
+    "memory": (PROC, "int_mem_reserved"),
+    "gpu_memory": (PROC, "int_gpu_mem_reserved"),
+    "is_local": (PROC, "b_local"),
+    "inserted_by": (PROC, "xmin::text::bigint"),  # the inserting transaction (_counted_at_switch_back)
+}
+ROW = tuple(ROW_SOURCES)
+PROC_ID, SHOW_ID, CORES_CENTICORES, IS_LOCAL, INSERTED_BY = (
+    ROW.index(name) for name in ("proc_id", "show_id", "cores_centicores", "is_local", "inserted_by"))
+# A Release is the row up to IS_LOCAL with cores put in after cores_centicores and the branch at
+# the end (_release_from_row): said once here, and refused at import if Release's fields move.
+_BEFORE_CORES, _AFTER_CORES = slice(0, CORES_CENTICORES + 1), slice(CORES_CENTICORES + 1, IS_LOCAL)
+if Release._fields != (*ROW[_BEFORE_CORES], "cores", *ROW[_AFTER_CORES], "branch"):
+    raise TypeError(f"accounting.release.unbook: ROW_SOURCES no longer lines up with Release's fields {Release._fields}")
+
+
+def _select_list(*, proc: str, host: str, job: str, named: dict[str, str] | None = None) -> str:
+    """ROW's columns in order, each `<alias>.<column> AS <name>` with the alias the statement gives
+    its proc, host and job; `named` gives a column an earlier CTE of the statement already returned."""
+    aliases, named = {PROC: proc, HOST: host, JOB: job}, named or {}
+    return ", ".join(f"{named.get(name) or aliases[table] + '.' + column} AS {name}"
+                     for name, (table, column) in ROW_SOURCES.items())
+
+
 RELEASE_MANY = """
 WITH doomed AS MATERIALIZED (
      SELECT p.pk_proc, j.pk_folder, j.pk_dept, j.pk_show AS point_show, j.str_state AS job_state
@@ -98,11 +140,10 @@ WITH doomed AS MATERIALIZED (
        FROM locked l
       WHERE h.pk_host = l.pk_host
 )
-SELECT g.pk_proc, g.pk_host, g.pk_show, l.pk_alloc, g.pk_folder, g.pk_job, g.pk_layer, g.pk_dept, g.point_show,
-       g.job_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local,
-       g.inserted_by
+SELECT {select}
   FROM gone g JOIN locked l ON l.pk_host = g.pk_host
-"""
+""".format(select=_select_list(proc="g", host="l", job="g",
+                               named={"point_show_id": "g.point_show", "job_state": "g.job_state", "inserted_by": "g.inserted_by"}))
 
 # One proc, the common call: one proc row and one host row, so no ordering CTE is needed.
 # The host UPDATE reads the DELETE's output, so it runs after the proc row is locked and
@@ -122,11 +163,9 @@ WITH gone AS (
        FROM gone g
       WHERE h.pk_host = g.pk_host
 )
-SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_layer, j.pk_dept, j.pk_show,
-       j.str_state, g.int_cores_reserved, g.int_gpus_reserved, g.int_mem_reserved, g.int_gpu_mem_reserved, g.b_local,
-       g.inserted_by
+SELECT {select}
   FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
-"""
+""".format(select=_select_list(proc="g", host="g", job="j", named={"inserted_by": "g.inserted_by"}))
 
 # The Redis era registers a release in flight before its transaction locks anything, so no
 # row lock is held while Redis is waited on (a stalled Redis would otherwise stall every
@@ -136,12 +175,10 @@ SELECT g.pk_proc, g.pk_host, g.pk_show, g.pk_alloc, j.pk_folder, g.pk_job, g.pk_
 # five runs (`= ANY` of one element kept being planned anew: docs/benchmarks.md, "Figures behind
 # the release path's comments").
 PRE_READ_ONE = """
-SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
-       j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
-       p.xmin::text::bigint
+SELECT {select}
   FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
  WHERE p.pk_proc = %(id)s
-"""
+""".format(select=_select_list(proc="p", host="h", job="j"))
 # A batch by `= ANY`: a batch reads in less time than with the ids joined as a relation
 # (index lookups row by row on all three tables), and PostgreSQL keeps a generic plan for it
 # after its first five runs, as for the releasing statements.
@@ -149,12 +186,10 @@ SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_
 # PostgreSQL parses the literal back.
 # The measurements: docs/benchmarks.md, "Figures behind the release path's comments".
 PRE_READ_MANY = """
-SELECT p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
-       j.str_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
-       p.xmin::text::bigint
+SELECT {select}
   FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
  WHERE p.pk_proc = ANY(%(ids)b::text[])
-"""
+""".format(select=_select_list(proc="p", host="h", job="j"))
 
 
 @dataclass(frozen=True)
@@ -279,28 +314,28 @@ _LOCAL, _SCHEDULER, _CUEBOT = Branch.LOCAL, Branch.SCHEDULER, Branch.CUEBOT
 def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
     """Who counts a releasing statement's rows' procs, per show (the era reads the flag once per
     show, and only for shows with procs that are not local)."""
-    return era.counting(show_ids=show_ids_of(rows, show=2, local=14))
+    return era.counting(show_ids=show_ids_of(rows, show=SHOW_ID, local=IS_LOCAL))
 
 
 def _branch(row: tuple, *, branches: dict[str, Branch]) -> Branch:
     """A releasing statement's row's branch: local by its proc, else its show's owner's."""
-    return _LOCAL if row[14] else branches[row[2]]
+    return _LOCAL if row[IS_LOCAL] else branches[row[SHOW_ID]]
 
 
 def _counted_at_switch_back(rows: list[tuple], counting: Counting) -> frozenset[str]:
     """The procs of settling shows that their switch-back recompute counted: inserted below the
     xid horizon it recorded (accounting.reconcile.recompute.inserted_below), by the xmin the
-    releasing statement returns last."""
+    releasing statement returns (inserted_by)."""
     horizons = {show_id: int(horizon) for show_id, horizon in counting.counted_before.items()}
-    return frozenset(row[0] for row in rows
-                     if row[2] in horizons and inserted_below(xmin=row[-1], horizon=horizons[row[2]]))
+    return frozenset(row[PROC_ID] for row in rows
+                     if row[SHOW_ID] in horizons and inserted_below(xmin=row[INSERTED_BY], horizon=horizons[row[SHOW_ID]]))
 
 
 def _release_from_row(row: tuple, *, branch: Branch) -> Release:
-    """A releasing statement's row is Release's fields in order, but for cores in Redis's unit and the
-    branch: built straight into the tuple, as a batch builds one per proc (far cheaper than the keyword
-    constructor: docs/benchmarks.md)."""
-    return _new_release(Release, (*row[:11], cores_from_centicores(row[10]), *row[11:14], branch))
+    """A releasing statement's row is Release's fields in order (ROW_SOURCES), but for cores in
+    Redis's unit and the branch: built straight into the tuple, as a batch builds one per proc
+    (far cheaper than the keyword constructor: docs/benchmarks.md)."""
+    return _new_release(Release, (*row[_BEFORE_CORES], cores_from_centicores(row[CORES_CENTICORES]), *row[_AFTER_CORES], branch))
 
 
 def _releases_from_rows(rows: list[tuple], *, branches: dict[str, Branch],
@@ -310,7 +345,7 @@ def _releases_from_rows(rows: list[tuple], *, branches: dict[str, Branch],
     read = read or {}
     releases = []
     for row in rows:
-        seen, branch = read.get(row[0]), _branch(row, branches=branches)
+        seen, branch = read.get(row[PROC_ID]), _branch(row, branches=branches)
         if seen is not None and seen[0] == row and seen[1].branch is branch:
             releases.append(seen[1])
         else:
@@ -497,7 +532,7 @@ def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
         rows = cursor.fetchall()
     counting = _counting(rows, era)
     releases = [_release_from_row(row, branch=_branch(row, branches=counting.branches)) for row in rows]
-    return _PreRead(rows={row[0]: (row, release) for row, release in zip(rows, releases)}, releases=releases,
+    return _PreRead(rows={row[PROC_ID]: (row, release) for row, release in zip(rows, releases)}, releases=releases,
                     branches=counting.branches, settling=counting.settling)
 
 

@@ -100,7 +100,7 @@ def test_migrate_on_a_cuebot_database_creates_only_the_projects_own_tables_in_th
     schemas = tables_by_schema(name)
     assert schemas["public"] == set(TABLES)
     assert {"django_migrations", "acct_api_token", "acct_instance", "auth_user", "django_q_task", "django_session"} <= schemas[OWN_SCHEMA]
-    checked = manage("check", **attached(url))
+    checked = manage("check", "--database", "default", **attached(url))
     assert checked.returncode == 0, checked.stderr
     assert "no issues" in checked.stdout
 
@@ -112,7 +112,7 @@ def test_the_check_names_a_missing_column_and_why_and_the_service_refuses_to_sta
     with server(name) as site:  # a site whose Cuebot predates V45
         site.execute("ALTER TABLE show DROP COLUMN b_scheduler_managed")
 
-    checked = manage("check", **attached(url))
+    checked = manage("check", "--database", "default", **attached(url))
     started = manage("check_services", **attached(url))
 
     assert checked.returncode == 1
@@ -133,7 +133,7 @@ def test_the_check_names_a_missing_table_function_and_privilege(cuebot_database)
         site.execute(f"GRANT USAGE, CREATE ON SCHEMA {OWN_SCHEMA} TO cuebot_acct_reader")
         site.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public, {OWN_SCHEMA} TO cuebot_acct_reader")
     try:
-        checked = manage("check", **attached(superuser.replace("postgres@", "cuebot_acct_reader@")))
+        checked = manage("check", "--database", "default", **attached(superuser.replace("postgres@", "cuebot_acct_reader@")))
     finally:
         with server(name) as site:
             site.execute("DROP OWNED BY cuebot_acct_reader")

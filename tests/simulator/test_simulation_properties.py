@@ -3,7 +3,7 @@ PostgreSQL and Redis, with the simulator's invariants checked after a final reco
 
 A booking is split into its two halves (the script, then the INSERT and settle), so a
 reseed, a release, a flag flip or a Redis restart can land between them: the straddle
-window of lessons item 4, generated rather than staged. Failures print the operations
+window (docs/design.md#lessons), generated rather than staged. Failures print the operations
 and a `@reproduce_failure` blob. The examples are derandomized (the same 30 on every
 run, so CI is reproducible); to explore further, drop `derandomize` and run with
 `--hypothesis-seed=N` (printed on failure), or raise max_examples locally.

@@ -17,7 +17,8 @@ class Command(BaseCommand):
         "Maestro era (ACCOUNTING_SCHEDULER=maestro): recompute Cuebot's five accounting tables of every show "
         "(or --show) from SUM(proc), in one transaction, in the release path's lock order; no Redis is read or "
         "written, and --limits/--booked do not apply. Exit 1 if a row could not be set. Other eras: rebuild the Redis live view of scheduler-managed shows from PostgreSQL: booked counters "
-        "(SUM(proc), under the acct:seq compare-and-swap) and limits (unconditionally). Both by default. "
+        "(SUM(proc) plus the bookings in flight or settled since the reseed began, from the settle journal; "
+        "no booking or release makes it retry) and limits (unconditionally). Both by default. "
         "On a Redis that is a new master (a failover nothing noticed yet) the managed keys are closed and "
         "rebuilt first."
     )

@@ -51,7 +51,7 @@ def test_no_managed_show_is_fine_even_without_publishing(cuebot_farm, settings):
     instance(host="web-a", pid=1, publishes=False)
     assert run_guardrail().misconfigured is False
     assert gauge() == 0
-    assert checks.publish_guardrail() == []
+    assert checks.publish_guardrail(databases=["default"]) == []
 
 
 def test_maestro_era_flagged_shows_need_no_publishing_and_nothing_advises_redis_or_notify(farm, maestro, caplog):
@@ -61,7 +61,7 @@ def test_maestro_era_flagged_shows_need_no_publishing_and_nothing_advises_redis_
         report = run_guardrail()
     assert report.managed_shows == 1 and report.misconfigured is False and report.failing is False
     assert report.offenders == [] and gauge() == 0
-    assert checks.publish_guardrail() == []
+    assert checks.publish_guardrail(databases=["default"]) == []
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
@@ -74,7 +74,7 @@ def test_managed_show_with_publishing_missing_here_warns_sets_the_gauge_and_the_
     assert report.misconfigured and report.managed_shows == 1
     assert gauge() == 1
     assert any(MESSAGE in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
-    (warning,) = checks.publish_guardrail()
+    (warning,) = checks.publish_guardrail(databases=["default"])
     assert warning.id == "accounting.W001" and warning.msg == MESSAGE
     assert f"pid {os.getpid()}" in warning.hint and "Set ACCOUNTING_SCHEDULER=redis,notify on: this process" in warning.hint
 
@@ -130,14 +130,14 @@ def test_command_is_quiet_and_exits_0_when_fine(farm, capsys):
 def test_manage_py_check_shows_w001(farm, settings):
     instance(host="web-a", pid=1, publishes=False, notify=True)
     err = StringIO()
-    call_command("check", stderr=err, stdout=StringIO())
+    call_command("check", databases=["default"], stderr=err, stdout=StringIO())
     assert "(accounting.W001) " + MESSAGE in err.getvalue()
 
 
 def run_check(database_url: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "DATABASE_URL": database_url,
            "ACCOUNTING_SCHEDULER": "maestro"}
-    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "manage.py", "check", "--database", "default"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
 
 
@@ -181,7 +181,7 @@ def test_a_notify_era_fleet_is_fine_without_redis(farm, settings):
     report = run_guardrail()
     assert report.misconfigured is False and report.fleet == {"notify"}
     assert gauge() == 0
-    assert checks.publish_guardrail() == []
+    assert checks.publish_guardrail(databases=["default"]) == []
 
 
 def test_an_instance_that_misses_one_of_the_fleets_eras_is_named(farm, settings):
@@ -192,7 +192,7 @@ def test_an_instance_that_misses_one_of_the_fleets_eras_is_named(farm, settings)
     report = run_guardrail()
     assert report.misconfigured and [i.host for i in report.offenders] == ["old-web"]
     assert "publishes Redis)" in report.culprits()[0]
-    (warning,) = checks.publish_guardrail()
+    (warning,) = checks.publish_guardrail(databases=["default"])
     assert "Set ACCOUNTING_SCHEDULER=redis,notify on: web old-web pid 2" in warning.hint
     assert "ACCOUNTING_REDIS_ENABLED" not in warning.hint and "ACCOUNTING_NOTIFY_ENABLED" not in warning.hint
     assert "old-web pid 2" in warning.hint

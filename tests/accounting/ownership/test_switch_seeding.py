@@ -1,4 +1,4 @@
-"""The real seeding when a show changes owner (lessons items 1 and 2), end to end.
+"""The real seeding when a show changes owner (docs/design.md#lessons, the first two), end to end.
 
 To the scheduler: Redis gets the show's limits and its booked counters from its procs
 at once. Back to Cuebot: the five PG accounting tables equal SUM(proc) at once.
