@@ -14,4 +14,6 @@ def django_cursor(cursor_class: type[psycopg.Cursor]):
     """A Django cursor wrapper around `cursor_class` on the default connection (opened if need be)."""
     connection.ensure_connection()
     raw = cursor_class(connection.connection)
-    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    # django-stubs type both methods as taking Django's wrapper; Django wraps the raw DB-API cursor.
+    wrap = connection.make_debug_cursor if connection.queries_logged else connection.make_cursor
+    return wrap(raw)  # type: ignore[arg-type]

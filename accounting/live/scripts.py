@@ -38,7 +38,7 @@ class LuaScript:
 
     def __post_init__(self) -> None:
         # Encoded here, so Script needs no registered client (it asks one only to encode str).
-        object.__setattr__(self, "_script", Script(None, self.source.encode()))
+        object.__setattr__(self, "_script", Script(None, self.source.encode()))  # type: ignore[arg-type]
 
     @property
     def sha(self) -> str:
