@@ -20,12 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
 
 import psycopg  # noqa: E402
+import redis  # noqa: E402
 from django.conf import settings  # noqa: E402
 from release import (  # noqa: E402  (bench/release.py: the in-process floor's statements and script)
     FLOOR_CUEBOT,
     FLOOR_DELETE,
     FLOOR_HOST,
     FLOOR_HOSTS,
+    FLOOR_SCRIPT,
     Floor,
     _per_host,
 )
@@ -34,6 +36,14 @@ MAESTRO = not settings.ACCOUNTING_REDIS_ENABLED
 # The release floor's DELETE, also returning the proc's id (column 12) for the batch's answer.
 DELETE_ONE = FLOOR_DELETE.replace("p.int_gpu_mem_reserved", "p.int_gpu_mem_reserved, p.pk_proc")
 DELETE_MANY = DELETE_ONE.replace("p.pk_proc = %s", "p.pk_proc = ANY(%s)")
+# The batch floor's host UPDATE, its rows locked in key order first: concurrent batches share
+# hosts, and an UPDATE ... FROM unnest locks them in whatever order its plan visits them
+# (PostgreSQL aborted one of two such batches, 40P01). The service locks hosts the same way.
+UPDATE_HOSTS = (
+    "WITH locked AS MATERIALIZED (SELECT pk_host FROM host WHERE pk_host = ANY(%s::text[]) "
+    "ORDER BY pk_host FOR NO KEY UPDATE) "
+    + FLOOR_HOSTS.replace("WHERE h.pk_host = d.pk_host", "WHERE h.pk_host = d.pk_host AND d.pk_host IN (SELECT pk_host FROM locked)")
+)
 PREFIX, SUFFIX = "/api/v1/procs/", "/unbook"
 _local = threading.local()
 
@@ -41,8 +51,21 @@ _local = threading.local()
 def _floor() -> Floor:
     floor = getattr(_local, "floor", None)
     if floor is None:
-        floor = _local.floor = Floor() if not MAESTRO else _PgOnly()
+        floor = _local.floor = _RedisFloor() if not MAESTRO else _PgOnly()
     return floor
+
+
+class _RedisFloor(Floor):
+    """A script flushed from Redis (SCRIPT FLUSH, by a test suite sharing the server) is loaded
+    again, as the service's scripts are (accounting.live.scripts): a floor answering 500 is
+    no floor."""
+
+    def publish(self, rows: list[tuple]) -> None:
+        try:
+            super().publish(rows)
+        except redis.exceptions.NoScriptError:
+            self.sha = self.redis.script_load(FLOOR_SCRIPT)
+            super().publish(rows)
 
 
 class _PgOnly(Floor):
@@ -78,7 +101,8 @@ def release(proc_ids: list[str], *, single: bool) -> list[tuple]:
             cursor.execute(DELETE_MANY, (proc_ids,))
             rows = cursor.fetchall()
             if rows:
-                cursor.execute(FLOOR_HOSTS, _per_host(rows))
+                hosts = _per_host(rows)
+                cursor.execute(UPDATE_HOSTS, (hosts[0], *hosts))
         if rows and MAESTRO:
             _decrements(cursor, rows)
     floor.pg.commit()
