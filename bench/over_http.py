@@ -40,7 +40,17 @@ CLIENTS = (1, 4)
 BATCH = 100
 SINGLE_SLICE = 60  # single releases per path and turn: 15 per client at 4 clients
 BATCH_SLICE = 8 * BATCH  # 8 batches per path and turn: 2 per client at 4 clients
+SIZING: dict[str, int] = {}  # gunicorn options overridden from the command line
 APPS = {"floor": "bench.floor_wsgi:application", "service": "cuebot_acct.wsgi"}
+
+
+def gunicorn_command(bind: str) -> list[str]:
+    """scripts/server.py's command, with --workers/--threads as the command line sets them
+    (both servers sized alike: the numbers behind docs/production.md's sizing)."""
+    command = server.gunicorn_command(bind)
+    for option, value in SIZING.items():
+        command[command.index(option) + 1] = str(value)
+    return command
 
 
 @contextmanager
@@ -51,7 +61,7 @@ def served(app: str):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "LOG_LEVEL": "WARNING",
            "PROMETHEUS_MULTIPROC_DIR": metrics_dir.name,
            "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or uuid.uuid4().hex * 2}
-    command = [app if arg == "cuebot_acct.wsgi" else arg for arg in server.gunicorn_command(f"127.0.0.1:{port}")]
+    command = [app if arg == "cuebot_acct.wsgi" else arg for arg in gunicorn_command(f"127.0.0.1:{port}")]
     process = subprocess.Popen([*command, "--log-level", "warning"], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 30
@@ -179,7 +189,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, default=240, help="single releases per path and round (batches: 13x)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, help="instead of the deployed command's, for both servers")
+    parser.add_argument("--threads", type=int, help="instead of the deployed command's, for both servers")
     options = parser.parse_args()
+    SIZING.update({f"--{name}": getattr(options, name) for name in ("workers", "threads") if getattr(options, name)})
     era = "redis" if settings.ACCOUNTING_REDIS_ENABLED else "maestro" if not settings.ACCOUNTING_NOTIFY_ENABLED else None
     if era is None:
         raise SystemExit("bench/over_http.py: the NOTIFY era has no HTTP floor here; ACCOUNTING_SCHEDULER=redis or maestro")
@@ -201,7 +214,7 @@ def main() -> None:
     finally:
         farm.remove()
     print(f"HTTP release against the bare WSGI floor, {era} era: gunicorn "
-          f"{' '.join(server.gunicorn_command('ADDR')[2:])}; {options.procs} single releases and "
+          f"{' '.join(gunicorn_command('ADDR')[2:])}; {options.procs} single releases and "
           f"{options.procs // SINGLE_SLICE * BATCH_SLICE} in batches per path and round, {options.rounds} interleaved rounds; "
           f"load at the end {os.getloadavg()[0]:.1f}")
     report(rates, latencies)
