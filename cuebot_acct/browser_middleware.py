@@ -1,13 +1,15 @@
-"""Django's browser middleware (sessions, CSRF, the session's user, messages), skipped for a
-request under /api/ that carries a bearer token (issue 35).
+"""Django's browser middleware (sessions, the session's user, messages), skipped for a request
+under /api/ that carries a bearer token (issue 35).
 
 Such a request is authenticated by its token alone (accounting.operators.auth.BearerToken sets
 request.user), its endpoints are CSRF-exempt (django-ninja's default), and it never reads the
-session or adds a message: the four middlewares would build a lazy session, a lazy user, a
-message store and CSRF bookkeeping on every release and then answer exactly what the endpoint
-answered. Skipping them changes no status, body or header: SessionMiddleware sets a cookie
-and `Vary: Cookie` only when the session was read, CsrfViewMiddleware a cookie only when a
-token was asked for, MessageMiddleware only when a message was added.
+session or adds a message: the three middlewares would build a lazy session, a lazy user and a
+message store on every release and then answer exactly what the endpoint answered. Skipping
+them changes no status, body or header: SessionMiddleware sets a cookie and `Vary: Cookie`
+only when the session was read, MessageMiddleware only when a message was added.
+
+CsrfViewMiddleware stays as Django's, by name: `check --deploy` (security.W003) looks for it
+so, and for the API's CSRF-exempt endpoints it only reads the CSRF cookie into the request.
 
 A request without a bearer header (the admin, a browser on /api/v1/docs, a client that forgot
 its token) goes through all of them as before. Login throttling (django-axes) acts on password
@@ -18,7 +20,6 @@ from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest
-from django.middleware.csrf import CsrfViewMiddleware
 
 
 def token_request(request: HttpRequest) -> bool:
@@ -40,14 +41,6 @@ class _NotForTokens:
 
 class BrowserSessionMiddleware(_NotForTokens, SessionMiddleware):
     pass
-
-
-class BrowserCsrfViewMiddleware(_NotForTokens, CsrfViewMiddleware):
-    def process_view(self, request, callback, callback_args, callback_kwargs):
-        # Registered by Django apart from __call__: skipped here too.
-        if token_request(request):
-            return None
-        return super().process_view(request, callback, callback_args, callback_kwargs)
 
 
 class BrowserAuthenticationMiddleware(_NotForTokens, AuthenticationMiddleware):
