@@ -56,11 +56,15 @@ MIDDLEWARE = [
     "cuebot_acct.api.JsonErrorsUnderApi",  # outermost: every error under /api/ leaves as JSON
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's session, user and message middleware, each skipped for an /api/ request
+    # carrying a bearer token, which uses none of them (cuebot_acct.browser_middleware).
+    "cuebot_acct.browser_middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # Django's own, by name (check --deploy's security.W003 wants it so); it does nothing for
+    # the API's endpoints, which django-ninja makes CSRF-exempt, beyond reading a cookie.
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "cuebot_acct.browser_middleware.BrowserAuthenticationMiddleware",
+    "cuebot_acct.browser_middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # answers a locked-out login with 429
 ]

@@ -10,6 +10,7 @@ from ninja.errors import HttpError
 from ninja.schema import DjangoGetter
 from pydantic import (
     AfterValidator,
+    BaseModel,
     ConfigDict,
     PlainValidator,
     StrictStr,
@@ -60,7 +61,12 @@ router = Router(tags=["accounting"])
 MAX_BATCH = 1000
 
 
-class ReleaseOut(Schema):
+# The release answers are plain pydantic models, not ninja Schemas: a Schema validates each
+# object through a Python wrap validator (DjangoGetter, for ORM objects): a batch of 100's
+# answer took 14.5 ms to validate and dump, 1.3 ms on pydantic alone (2 loaded cores; issue
+# 35). The answers are built from dicts here, never from ORM objects; their JSON and their
+# OpenAPI schema are the same.
+class ReleaseOut(BaseModel):
     proc_id: str
     host_id: str
     show_id: str
@@ -98,13 +104,13 @@ class UnbookBatchIn(Schema):
         return proc_ids
 
 
-class UnbookResult(Schema):
+class UnbookResult(BaseModel):
     proc_id: str
     status: Literal["released", "not_found"]
     release: ReleaseOut | None = None
 
 
-class UnbookBatchOut(Schema):
+class UnbookBatchOut(BaseModel):
     results: list[UnbookResult]
 
 

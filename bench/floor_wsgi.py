@@ -1,0 +1,134 @@
+"""The HTTP floor (issue 35): the plainest WSGI app that releases a proc, served by bench/http.py
+under the same gunicorn options as the service.
+
+    POST /api/v1/procs/<id>/unbook          one release
+    POST /api/v1/procs/unbook {"proc_ids"}  a batch, one transaction
+
+Per request, on a psycopg connection and a redis-py client of the serving thread's own: the
+release floor of bench/release.py (DELETE ... USING host, job RETURNING, host UPDATE, COMMIT,
+one EVALSHA of bench/floor_release.lua; in the Maestro era the five decrements before the
+COMMIT instead of the script), and a small JSON answer. No routing, authentication,
+validation or names: what any web backend doing the release would have to pay.
+"""
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
+
+import psycopg  # noqa: E402
+import redis  # noqa: E402
+from django.conf import settings  # noqa: E402
+from release import (  # noqa: E402  (bench/release.py: the in-process floor's statements and script)
+    FLOOR_CUEBOT,
+    FLOOR_DELETE,
+    FLOOR_HOST,
+    FLOOR_HOSTS,
+    FLOOR_SCRIPT,
+    Floor,
+    _per_host,
+)
+
+MAESTRO = not settings.ACCOUNTING_REDIS_ENABLED
+# The release floor's DELETE, also returning the proc's id (column 12) for the batch's answer.
+DELETE_ONE = FLOOR_DELETE.replace("p.int_gpu_mem_reserved", "p.int_gpu_mem_reserved, p.pk_proc")
+DELETE_MANY = DELETE_ONE.replace("p.pk_proc = %s", "p.pk_proc = ANY(%s)")
+# The batch floor's host UPDATE, its rows locked in key order first: concurrent batches share
+# hosts, and an UPDATE ... FROM unnest locks them in whatever order its plan visits them
+# (PostgreSQL aborted one of two such batches, 40P01). The service locks hosts the same way.
+UPDATE_HOSTS = (
+    "WITH locked AS MATERIALIZED (SELECT pk_host FROM host WHERE pk_host = ANY(%s::text[]) "
+    "ORDER BY pk_host FOR NO KEY UPDATE) "
+    + FLOOR_HOSTS.replace("WHERE h.pk_host = d.pk_host", "WHERE h.pk_host = d.pk_host AND d.pk_host IN (SELECT pk_host FROM locked)")
+)
+PREFIX, SUFFIX = "/api/v1/procs/", "/unbook"
+_local = threading.local()
+
+
+def _floor() -> Floor:
+    floor = getattr(_local, "floor", None)
+    if floor is None:
+        floor = _local.floor = _RedisFloor() if not MAESTRO else _PgOnly()
+    return floor
+
+
+class _RedisFloor(Floor):
+    """A script flushed from Redis (SCRIPT FLUSH, by a test suite sharing the server) is loaded
+    again, as the service's scripts are (accounting.live.scripts): a floor answering 500 is
+    no floor."""
+
+    def publish(self, rows: list[tuple]) -> None:
+        try:
+            super().publish(rows)
+        except redis.exceptions.NoScriptError:
+            self.sha = self.redis.script_load(FLOOR_SCRIPT)
+            super().publish(rows)
+
+
+class _PgOnly(Floor):
+    """The Maestro era's floor keeps no Redis client: that era has none."""
+
+    def __init__(self) -> None:  # noqa: D107 - no script to load
+        self.pg = psycopg.connect(settings.DATABASE_URL)
+
+
+def _decrements(cursor, rows: list[tuple]) -> None:
+    """Cuebot's five decrements, summed per key and sent in key order, table after table."""
+    for sql, params in FLOOR_CUEBOT:
+        per_key: dict[tuple, list[int]] = {}
+        for row in rows:
+            cores, gpus, *key = params(row)
+            total = per_key.setdefault(tuple(key), [0, 0])
+            total[0] += cores
+            total[1] += gpus
+        for key in sorted(per_key):
+            cursor.execute(sql, (*per_key[key], *key))
+
+
+def release(proc_ids: list[str], *, single: bool) -> list[tuple]:
+    floor = _floor()
+    with floor.pg.cursor() as cursor:
+        if single:
+            cursor.execute(DELETE_ONE, proc_ids)
+            rows = cursor.fetchall()
+            if rows:
+                row = rows[0]
+                cursor.execute(FLOOR_HOST, (row[8], row[10], row[9], row[11], row[0]))
+        else:
+            cursor.execute(DELETE_MANY, (proc_ids,))
+            rows = cursor.fetchall()
+            if rows:
+                hosts = _per_host(rows)
+                cursor.execute(UPDATE_HOSTS, (hosts[0], *hosts))
+        if rows and MAESTRO:
+            _decrements(cursor, rows)
+    floor.pg.commit()
+    if rows and not MAESTRO:
+        floor.publish(rows)
+    return rows
+
+
+def _answer(row: tuple, proc_id: str) -> dict:
+    return {"proc_id": proc_id, "host_id": row[0], "cores_centicores": row[8], "gpus": row[9]}
+
+
+def application(environ, start_response):
+    path = environ["PATH_INFO"]
+    if not (path.startswith(PREFIX) and path.endswith(SUFFIX)):
+        body, status = {"detail": f"no endpoint {path}"}, "404 Not Found"
+    elif path == PREFIX + "unbook":
+        proc_ids = json.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))["proc_ids"]
+        rows = {row[12]: row for row in release(proc_ids, single=False)}
+        body = {"results": [{"proc_id": p, "status": "released", "release": _answer(rows[p], p)} if p in rows
+                            else {"proc_id": p, "status": "not_found"} for p in proc_ids]}
+        status = "200 OK"
+    else:
+        proc_id = path[len(PREFIX):-len(SUFFIX)]
+        rows = release([proc_id], single=True)
+        body, status = (_answer(rows[0], proc_id), "200 OK") if rows else ({"detail": "no proc"}, "404 Not Found")
+    data = json.dumps(body).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    return [data]

@@ -1,0 +1,51 @@
+"""Django's browser middleware (sessions, the session's user, messages), skipped for a request
+under /api/ that carries a bearer token (issue 35).
+
+Such a request is authenticated by its token alone (accounting.operators.auth.BearerToken sets
+request.user), its endpoints are CSRF-exempt (django-ninja's default), and it never reads the
+session or adds a message: the three middlewares would build a lazy session, a lazy user and a
+message store on every release and then answer exactly what the endpoint answered. Skipping
+them changes no status, body or header: SessionMiddleware sets a cookie and `Vary: Cookie`
+only when the session was read, MessageMiddleware only when a message was added.
+
+CsrfViewMiddleware stays as Django's, by name: `check --deploy` (security.W003) looks for it
+so, and for the API's CSRF-exempt endpoints it only reads the CSRF cookie into the request.
+
+A request without a bearer header (the admin, a browser on /api/v1/docs, a client that forgot
+its token) goes through all of them as before. Login throttling (django-axes) acts on password
+logins only; its middleware, which only reads one attribute of the request, stays in place as
+it is (its system check wants it by name).
+"""
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.contrib.messages.middleware import MessageMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.http import HttpRequest
+
+
+def token_request(request: HttpRequest) -> bool:
+    """Under /api/ with an `Authorization: Bearer ...` header, the scheme read as django-ninja's
+    HttpBearer reads it (case-insensitively). Whether the token is valid is the endpoint's
+    question: a wrong one is answered 401 there, with no session either way."""
+    return (request.path_info.startswith("/api/")
+            and request.META.get("HTTP_AUTHORIZATION", "")[:7].lower() == "bearer ")
+
+
+class _NotForTokens:
+    """The wrapped middleware's whole work, but for token requests (see the module)."""
+
+    def __call__(self, request: HttpRequest):
+        if token_request(request):
+            return self.get_response(request)  # a coroutine under ASGI, awaited by the caller
+        return super().__call__(request)
+
+
+class BrowserSessionMiddleware(_NotForTokens, SessionMiddleware):
+    pass
+
+
+class BrowserAuthenticationMiddleware(_NotForTokens, AuthenticationMiddleware):
+    pass
+
+
+class BrowserMessageMiddleware(_NotForTokens, MessageMiddleware):
+    pass
