@@ -20,6 +20,7 @@ from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest
+from django.utils.deprecation import MiddlewareMixin
 
 
 def token_request(request: HttpRequest) -> bool:
@@ -30,8 +31,9 @@ def token_request(request: HttpRequest) -> bool:
             and request.META.get("HTTP_AUTHORIZATION", "")[:7].lower() == "bearer ")
 
 
-class _NotForTokens:
-    """The wrapped middleware's whole work, but for token requests (see the module)."""
+class _NotForTokens(MiddlewareMixin):
+    """The wrapped middleware's whole work, but for token requests (see the module). A mixin of
+    Django's middleware base, which the three wrapped classes share, so it precedes them in the MRO."""
 
     def __call__(self, request: HttpRequest):
         if token_request(request):
