@@ -15,7 +15,7 @@ recalculate_subs() does. The caps end as they were; the counters end at SUM(proc
 """
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.db import DatabaseError, connection, transaction
@@ -270,7 +270,7 @@ def recompute_table(*, cursor, table: TableRecompute, show_ids: list[str]) -> li
     return failed
 
 
-def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named: Sequence[tuple]) -> list[RowFailure]:
+def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named: Collection[tuple]) -> list[RowFailure]:
     """The rows named by these keys (tuples of table.keys' values) set to SUM(proc), locked
     first in primary-key order and summed once they are held: a release's rows, not its show's,
     so releases of one show wait for each other only where they share a row."""
@@ -287,7 +287,7 @@ def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named:
     return failed
 
 
-def recompute_named_rows(*, show_ids: list[str], named: dict[str, Sequence[tuple]]) -> list[RowFailure]:
+def recompute_named_rows(*, show_ids: list[str], named: Mapping[str, Collection[tuple]]) -> list[RowFailure]:
     """recompute_rows for several tables at once, in two round trips: every named row locked,
     table after table in the lock order (one pipeline), then every table's UPDATE (a second one,
     whose statements each read a snapshot taken once all the locks are held). For a caller with
