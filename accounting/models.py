@@ -218,7 +218,7 @@ class ApiToken(models.Model):
     class Meta:
         db_table = "acct_api_token"
         verbose_name = "API token"
-        permissions = permissions.DECLARED
+        permissions = list(permissions.DECLARED)  # a copy: the declared list is typed list[tuple[str, str]], Meta wants str | lazy text
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
