@@ -21,6 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from django.conf import settings
@@ -59,9 +60,10 @@ def close_managed_keys(*, recorded: str) -> bool:
     fields = [(key, name) for key, name, _ in limit_rows(show_ids=managed_show_ids())]
     for n, chunk in enumerate(list(chunked(fields, CLOSE_CHUNK_FIELDS)) or [[]]):
         args = [recorded if n == 0 else "", *(part for pair in chunk for part in pair)]
-        closed = int(script("failover_close").run(
+        # failover_close.lua returns 0 or 1 on every path: an integer reply.
+        closed = int(cast(int, script("failover_close").run(
             client, keys=[keys.MASTER, keys.SEEDED, keys.BOOTSTRAPPING, keys.REBUILD_OWED], args=args,
-        ))
+        )))
         if not closed:
             return n > 0  # a later chunk refused: a rebuild (or a newer close) took over
     return True

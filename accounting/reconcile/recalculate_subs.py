@@ -130,6 +130,7 @@ def _drift(*, dry_run: bool, every_show: bool) -> tuple[list[SubscriptionChange]
                 raise LockBusy(RECALCULATE_SUBS_LOCK)
         # JIT compilation cost more than the aggregate it would speed up, on every run.
         cursor.execute("SET LOCAL jit = off")
+        failures: list[RowFailure]
         if dry_run:
             rows, failures = _read_drift(cursor, every_show=every_show), []
         else:

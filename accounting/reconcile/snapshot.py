@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from accounting.live import keys
 from accounting.live.units import UNLIMITED, cores_from_centicores
 from accounting.models import FolderResource, JobResource, Point, Subscription
-from shows.models import Show
+from shows.models import CuebotTable, Show
 
 
 def chunked(rows: Iterable, size: int) -> Iterator[list]:
@@ -104,12 +104,12 @@ LIMIT_FIELDS = {
 }
 
 
-def redis_limits(*, model: type, column: Callable[[str], int]) -> list[tuple[str, int]]:
+def redis_limits(*, model: type[CuebotTable], column: Callable[[str], int]) -> list[tuple[str, int]]:
     """(Redis field, value) of one limit row, reading each PG column through `column`."""
     return [(field, convert(column(name))) for field, name, convert in LIMIT_FIELDS[model]]
 
 
-def _columns(model: type) -> list[str]:
+def _columns(model: type[CuebotTable]) -> list[str]:
     return [name for _, name, _ in LIMIT_FIELDS[model]]
 
 
