@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from redis.exceptions import LockNotOwnedError
@@ -72,6 +73,8 @@ def release(*, name: str, owner: str) -> bool:
 
 
 def _renew_until(done: threading.Event, *, lock: Lock) -> None:
+    # named_lock, the only caller, builds the lock with its ttl_seconds, a float: never None here.
+    assert lock.timeout is not None
     while not done.wait(lock.timeout / RENEWALS_PER_LEASE):
         try:
             lock.reacquire()
@@ -113,5 +116,7 @@ def held_locks() -> list[HeldLock]:
     for key in client.scan_iter(match=PREFIX + "*", count=500):
         owner, ttl_ms = client.get(key), client.pttl(key)
         if owner is not None and ttl_ms > 0:
-            found.append(HeldLock(name=key.decode()[len(PREFIX):], owner=owner.decode(), ttl_ms=ttl_ms))
+            # The accounting client does not decode responses: key and value are bytes.
+            name = cast(bytes, key).decode()[len(PREFIX):]
+            found.append(HeldLock(name=name, owner=cast(bytes, owner).decode(), ttl_ms=ttl_ms))
     return sorted(found, key=lambda lock: lock.name)
