@@ -9,18 +9,23 @@ from accounting.notify.listen import Heard
 from accounting.notify.payloads import RELEASE
 from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 
+# the tables a payload's ids name
+Named = type[Show | Alloc | Folder | Job | Layer | Dept]
+
 # payload field -> the table its id names
-_NAMED = {"show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": Layer, "dept": Dept}
-_VERTEX = {"sub": None, "folder": Folder, "job": Job}
+_NAMED: dict[str, Named] = {
+    "show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": Layer, "dept": Dept}
+# keyed by whatever the payload's "vertex" holds (a decoded JSON value, or None when it is absent)
+_VERTEX: dict[object, Named | None] = {"sub": None, "folder": Folder, "job": Job}
 
 
 @dataclass
 class Names:
     """A cache of id -> name for the life of one listening command."""
 
-    known: dict[tuple[type, str], str] = field(default_factory=dict)
+    known: dict[tuple[Named, str], str] = field(default_factory=dict)
 
-    def of(self, *, model: type, id: str) -> str:
+    def of(self, *, model: Named, id: str) -> str:
         if (model, id) not in self.known:
             name = model.objects.filter(pk=id).values_list("str_name", flat=True).first()
             self.known[(model, id)] = name if name is not None else "gone"
