@@ -89,7 +89,8 @@ _NAMED = {"show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": L
 def names_of(*, wanted: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str], str]:
     """(kind, id) -> name for kinds show, alloc, folder, job, layer, dept; "gone" where no row."""
     now = time.monotonic()
-    found, missing = {}, {}
+    found: dict[tuple[str, str], str] = {}
+    missing: dict[str, set[str]] = {}
     for kind, id in wanted:
         if id is None:
             continue
@@ -112,7 +113,8 @@ def _names_by_kind(*, missing: dict[str, set[str]]) -> dict[tuple[str, str], str
     """(kind, id) -> name for ids not in the memo, in one round trip whatever the kinds: a
     release of a job not seen lately misses its job and layer, often its folder too, and a
     query per kind made that first answer pay up to six (issue 35)."""
-    parts, params = [], []
+    parts: list[str] = []
+    params: list[str | list[str]] = []
     for kind, ids in missing.items():
         meta = _NAMED[kind]._meta
         table, pk = connection.ops.quote_name(meta.db_table), connection.ops.quote_name(meta.pk.column)
@@ -255,6 +257,7 @@ class BookedSources:
                 f"{PROC_NOW} is {format_cores(self.proc_exact)}"),
                 f"row {format_cores(self.pg_row)}, {PROC_NOW} {cores_text(self.proc_exact)}"))
         if self.redis != self.proc_per_proc:
+            assert self.redis is not None  # differ (checked above) holds only where Redis has a value
             off = self.redis - self.proc_per_proc
             reasons.append(BookedReason(DRIFT, (
                 f"Redis is {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW} counted per proc: "
