@@ -9,6 +9,7 @@ INSERT fails, `rollback` undoes the Redis half, but only while the entry is stil
 undoing a booking that a reseed may already have erased would push the counters low.
 """
 from dataclasses import dataclass
+from typing import cast
 
 from django.conf import settings
 
@@ -37,7 +38,8 @@ def _delta_cores(centicores: int) -> int:
 
 def _run(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,
          cores: int, gpus: int, force: bool, op_id: str | None, op_mode: str) -> BookingResult:
-    reply = script("booking").run(
+    # booking.lua returns a table on every path ({ok, seq} or {0, table, current, limit}): a list reply.
+    reply = cast(list, script("booking").run(
         accounting_redis(),
         keys=[
             *keys.of_proc(show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
@@ -47,7 +49,7 @@ def _run(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: 
             keys.MASTER,
         ],
         args=[cores, gpus, "1" if force else "0", op_id or "", op_mode, settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000],
-    )
+    ))
     if int(reply[0]) == 1:
         return BookingResult(ok=True, seq=int(reply[1]))
     table = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
