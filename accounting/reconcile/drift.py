@@ -25,6 +25,7 @@ Neither are two other states, each named as such and never counted as drift:
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import cast
 
 from accounting.live import keys
 from accounting.live.scripts import script
@@ -108,7 +109,7 @@ def live_inflight_amounts() -> dict[str, tuple[int, int]]:
     now_ms = seconds * 1000 + micros // 1000
     amounts: dict[str, tuple[int, int]] = {}
     for value in client.hvals(keys.INFLIGHT):
-        parts = value.decode().split("|")
+        parts = cast(bytes, value).decode().split("|")  # the accounting client does not decode: bytes
         if int(parts[0]) <= now_ms:
             continue
         for i in range(1, len(parts) - 2, 3):
@@ -117,13 +118,14 @@ def live_inflight_amounts() -> dict[str, tuple[int, int]]:
     return amounts
 
 
-def _as_int(raw: bytes | None) -> int | None:
+def _as_int(raw: bytes | str | None) -> int | None:
     return None if raw is None else int(raw)
 
 
 def _compare(*, mode: str, triples: list[tuple[str, str, int]]) -> list[DriftRow]:
     """Differing (key, field) among the triples, compared inside Redis (drift_read.lua)."""
-    reply = script("drift_read").run(accounting_redis(), keys=[], args=[mode, *(p for t in triples for p in t)])
+    # drift_read.lua returns its flat table on every path: a list reply.
+    reply = cast(list, script("drift_read").run(accounting_redis(), keys=[], args=[mode, *(p for t in triples for p in t)]))
     rows = []
     for i in range(0, len(reply), 2):
         key, field, pg = triples[int(reply[i]) - 1]
@@ -153,7 +155,8 @@ def _booked_cause(row: DriftRow, *, inflight: dict[str, tuple[int, int]], summed
 
 
 def _limit_drift(*, show_ids: Sequence[str], fields_per_key: Counter) -> Iterator[tuple[int, list[DriftRow]]]:
-    refused = {key.decode() for key in accounting_redis().hkeys(keys.LIMITS_REFUSED)}
+    # the accounting client does not decode responses: the fields are bytes
+    refused = {cast(bytes, key).decode() for key in accounting_redis().hkeys(keys.LIMITS_REFUSED)}
     numeric = ((key, name, value) for key, name, value in limit_rows(show_ids=show_ids) if name != "show_id")
     for chunk in chunked(numeric, 2 * CHUNK):
         fields_per_key.update(key for key, _, _ in chunk)
@@ -192,7 +195,9 @@ def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
     shows = list(show_ids) if show_ids is not None else managed_show_ids()
     state = redis_state()
     inflight = live_inflight_amounts()
-    checked, found, fields_per_key = 0, [], Counter()
+    checked = 0
+    found: list[DriftRow] = []
+    fields_per_key: Counter[str] = Counter()
     for part in (_booked_drift(show_ids=shows, inflight=inflight),
                  _limit_drift(show_ids=shows, fields_per_key=fields_per_key)):
         for count, rows in part:
