@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
+from typing import cast
 
 from django.conf import settings
 from redis.backoff import FullJitterBackoff
@@ -98,8 +99,9 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None],
             args = list(mode)
             for key, cores, gpus, _ in chunk:
                 args += [key, cores, gpus]
-            ok, count, *_ = script("reseed_write").run(
-                client, keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING, keys.SETTLED_SEQ, keys.SETTLED], args=args)
+            # reseed_write.lua returns a table on every path ({1, written, skipped} or {0, why}): a list reply.
+            ok, count, *_ = cast(list, script("reseed_write").run(
+                client, keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING, keys.SETTLED_SEQ, keys.SETTLED], args=args))
             if not int(ok):
                 log.info("booked reseed write refused: %s", count.decode() if isinstance(count, bytes) else count)
                 return None
@@ -144,8 +146,9 @@ def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (ke
     guard_key, guard_value = guard or (keys.SEEDED, "")
     for chunk in chunked(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
         args = [guard_value, "open" if opens else "0"] + [part for triple in chunk for part in triple]
-        if not int(script("limit_write").run(client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
-                                             args=args)):
+        # limit_write.lua returns 0 or the new sequence number on every path: an integer reply.
+        if not int(cast(int, script("limit_write").run(client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
+                                                       args=args))):
             log.warning("limit write stopped after %d fields: the accounting Redis is not seeded (restarted?)", written)
             return None
         written += len(chunk)
@@ -229,10 +232,11 @@ def _claim_rebuild_if_only_show(*, show_id: str) -> str | None:
 
 def _finish_rebuild(*, token: str) -> bool:
     """Mark Redis seeded if the rebuild that holds `token` still owns it (bootstrap_finish.lua)."""
-    return bool(int(script("bootstrap_finish").run(
+    # bootstrap_finish.lua returns 0 or 1 on every path: an integer reply.
+    return bool(int(cast(int, script("bootstrap_finish").run(
         accounting_redis(), keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
         args=[token, keys.SEEDED_VALUE],
-    )))
+    ))))
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Both readers stream: the booked snapshot is one query through a server-side curs
 the limit rows are read table by table with iterators, so memory depends on the number of
 keys, never on the number of procs.
 """
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from itertools import islice
 
 from django.db import connection, transaction
@@ -117,7 +117,9 @@ def managed_show_ids() -> list[str]:
     return list(Show.objects.filter(b_scheduler_managed=True).order_by("pk").values_list("pk", flat=True))
 
 
-def booked_rows(*, show_ids: Sequence[str], finished_jobs: bool = True) -> Iterator[tuple[str, int, int, int]]:
+def booked_rows(
+    *, show_ids: Sequence[str], finished_jobs: bool = True
+) -> Generator[tuple[str, int, int, int], None, None]:
     """(key, int_cores, int_gpus, int_cores summed first) for every booked key of these shows, streamed.
 
     finished_jobs=False leaves out the procs of FINISHED jobs, as the Rust scheduler's own
