@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, cast
 
 import redis
 from django.conf import settings
@@ -62,6 +62,8 @@ def release_keys(release: Release) -> tuple[str, ...]:
     if release.job_gone:
         return (keys.sub(show_id=release.show_id, alloc_id=release.alloc_id), keys.job(job_id=release.job_id),
                 keys.layer(layer_id=release.layer_id))
+    # The job row is there (job_gone is folder_id None): its pk_folder and pk_dept are NOT NULL.
+    assert release.folder_id is not None and release.dept_id is not None
     return keys.of_proc(
         show_id=release.show_id, alloc_id=release.alloc_id, folder_id=release.folder_id,
         job_id=release.job_id, layer_id=release.layer_id, dept_id=release.dept_id, point_show_id=release.point_show_id,
@@ -73,7 +75,8 @@ def summed_deltas(releases: Sequence[Release]) -> dict[str, tuple[int, int]]:
     # Procs of one layer name the same keys: sum per layer first, name the keys once per layer.
     per_layer: dict[tuple, list] = {}
     for release in releases:
-        ids = release[KEY_IDS]
+        # a tuple: mypy types a named tuple's slice by a non-literal slice as one of its fields
+        ids = cast(tuple, release[KEY_IDS])
         entry = per_layer.get(ids)
         if entry is None:
             per_layer[ids] = [release, release.cores, release.gpus]
@@ -181,9 +184,10 @@ class RedisReleasePublisher:
             args += [cores, gpus]
         started = time.perf_counter()
         try:
-            applied, seq, clamped = script("release").run(
+            # release.lua returns {applied, seq, clamped} on every path: a list reply.
+            applied, seq, clamped = cast(list, script("release").run(
                 self._client(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
-            )
+            ))
         except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
             _failed(stage="publish", what="release publish failed and is not retried", prepared=prepared, error=error)
             return None

@@ -26,13 +26,16 @@ def send_releases(*, cursor, releases: Sequence[Release], commit: bool) -> None:
     commit: the notifications are the last thing the outermost transaction sends, and take
     its COMMIT with them (accounting.notify.send.notify_and_commit).
     """
-    heard, withheld = [], Counter()
+    heard: list[ReleasedAmount] = []
+    withheld: Counter[str] = Counter()
     for r in releases:
         if r.branch is not Branch.SCHEDULER:
             continue
         if r.job_gone or r.job_finished:
             withheld["job_gone" if r.job_gone else "job_finished"] += 1
             continue
+        # The job row is there (job_gone is folder_id None): its pk_folder and pk_dept are NOT NULL.
+        assert r.folder_id is not None and r.dept_id is not None
         heard.append(ReleasedAmount(show_id=r.show_id, alloc_id=r.alloc_id, folder_id=r.folder_id, job_id=r.job_id,
                                     layer_id=r.layer_id, dept_id=r.dept_id, cores=r.cores, gpus=r.gpus))
     payloads = release_payloads(released=heard)
@@ -41,8 +44,11 @@ def send_releases(*, cursor, releases: Sequence[Release], commit: bool) -> None:
     else:
         notify_send.notify(cursor=cursor, channel=RELEASE, payloads=payloads)
     if withheld:
-        transaction.on_commit(lambda: [metrics.NOTIFY_WITHHELD.labels(reason=reason).inc(n)
-                                       for reason, n in withheld.items()])
+        def count_withheld() -> None:
+            for reason, n in withheld.items():
+                metrics.NOTIFY_WITHHELD.labels(reason=reason).inc(n)
+
+        transaction.on_commit(count_withheld)
 
 
 class NotifyEra(FlagOwned, PublishesNothing):
