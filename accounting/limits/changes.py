@@ -21,10 +21,11 @@ The managed flag is read from PostgreSQL inside the transaction, not from the 30
 limit changes are rare and must follow the flag as committed.
 """
 import logging
+from typing import TypeVar, cast
 
 import redis
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 
 from accounting.live import keys
 from accounting.live.scripts import script
@@ -45,6 +46,8 @@ from shows.models import Show
 log = logging.getLogger(__name__)
 
 LimitInstance = Subscription | FolderResource | JobResource | Point
+# one of the four, the same one in and out (_apply)
+L = TypeVar("L", Subscription, FolderResource, JobResource, Point)
 
 
 class InvalidLimit(ValueError):
@@ -74,16 +77,18 @@ WHOLE_CORES_COLUMNS = {(FolderResource, "int_max_cores"), (FolderResource, "int_
 
 # Cuebot's tier trigger stores -int_size in subscription.float_tier, NUMERIC(16, 2), while
 # nothing is booked: a larger size fails there although the bigint column would hold it.
-TIER_BOUND = {(Subscription, "int_size"): 10**14 - 1}
+TIER_BOUND: dict[tuple[type[models.Model], str], int] = {(Subscription, "int_size"): 10**14 - 1}
 
 
-def column_max(*, model: type, column: str) -> int:
+def column_max(*, model: type[models.Model], column: str) -> int:
     """The largest value `column` can take (integer or bigint, and Cuebot's triggers), in PG units."""
-    top = connection.ops.integer_field_range(model._meta.get_field(column).get_internal_type())[1]
+    # `column` names one of the model's own integer columns, never a relation or generic key
+    field = cast(models.Field, model._meta.get_field(column))
+    top = connection.ops.integer_field_range(field.get_internal_type())[1]
     return min(top, TIER_BOUND.get((model, column), top))
 
 
-def check_limit(*, model: type, name: str, value: int | None) -> None:
+def check_limit(*, model: type[models.Model], name: str, value: int | None) -> None:
     """Raise InvalidLimit unless the column may hold `value` (PG units) as Cuebot would write it."""
     if value is None:
         return
@@ -121,10 +126,11 @@ def limit_fields(*, instance: LimitInstance) -> tuple[str, str, list[tuple[str, 
 def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:
     """After commit: write, or WARN + count + swallow (the limit reseed heals)."""
     try:
-        written = script("limit_write").run(
+        # limit_write.lua returns 0 or the new sequence number on every path: an integer reply.
+        written = cast(int, script("limit_write").run(
             accounting_redis(), keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
             args=[keys.SEEDED_VALUE, "1", *(part for f, v in fields for part in (key, f, v))],
-        )
+        ))
     except (redis.RedisError, OSError) as error:
         LIMIT_PUBLISH_FAILURES.inc()
         log.warning("limit write to Redis failed for %s (%s); the limit reseed will heal it", key, error)
@@ -179,7 +185,7 @@ def notify_limit_changes(*, instance: LimitInstance, changed: list[str]) -> None
         notify_send.notify(cursor=cursor, channel=LIMIT_CHANGE, payloads=payloads)
 
 
-def _apply(instance: LimitInstance, changes: dict[str, int | None]) -> LimitInstance:
+def _apply(instance: L, changes: dict[str, int | None]) -> L:
     for name, value in changes.items():
         check_limit(model=type(instance), name=name, value=value)
     with transaction.atomic():
