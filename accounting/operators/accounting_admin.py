@@ -7,6 +7,7 @@ here. Rights follow cuebot_acct.permissions: CHANGE_LIMITS to edit a limit, RELE
 to delete procs.
 """
 from collections.abc import Callable
+from typing import Protocol, cast
 
 from django.contrib import admin
 from django.template.loader import render_to_string
@@ -74,7 +75,9 @@ class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
     limit_keywords: dict[str, str]
 
     def get_readonly_fields(self, request, obj=None) -> list[str]:
-        return [name for name in self.fields if name not in self.limit_keywords]
+        # every LimitAdmin names its fields as a flat list of names (never None, never grouped)
+        fields = cast(list[str], self.fields)
+        return [name for name in fields if name not in self.limit_keywords]
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -115,12 +118,19 @@ class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
             type(self).limit_service(**{self.service_argument: obj}, **changes)
 
 
+class _WithSources(Protocol):
+    """A Subscription row once its booked_sources memo is set (not a model field)."""
+
+    booked_sources: BookedSources
+
+
 def _sources(obj: Subscription) -> BookedSources:
     """The subscription's booked cores by source: read for the whole page by the list
     (SubscriptionAdmin.changelist_view), else once for this row (the change form)."""
-    if not hasattr(obj, "booked_sources"):
-        obj.booked_sources = booked_sources(subscriptions=[obj])[0][obj.pk]
-    return obj.booked_sources
+    memo = cast(_WithSources, obj)
+    if not hasattr(memo, "booked_sources"):
+        memo.booked_sources = booked_sources(subscriptions=[obj])[0][obj.pk]
+    return memo.booked_sources
 
 
 @admin.register(Subscription)
