@@ -127,6 +127,8 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     except LockBusy:
         messages.error(request, "Another reseed holds the lock; nothing was written. Try again in a minute.")
         return HttpResponseRedirect(drift_page)
+    # booked=True: every path of reseed reports the booked cycle's outcome (never None here)
+    assert report.booked is not None
     if report.bootstrapped:
         outcome = "Redis was empty: the whole farm was rebuilt (bootstrap)"
         level = messages.WARNING
@@ -138,6 +140,8 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         outcome = f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
         level = messages.SUCCESS
     logger.warning("admin reseed of show %s by %s: %s", show.str_name, request.user.get_username(), outcome)
+    # RESEED_REDIS was checked above: an authenticated user, whose pk is set (an anonymous one's is None)
+    assert request.user.pk is not None
     LogEntry.objects.log_actions(user_id=request.user.pk, queryset=[show], action_flag=CHANGE,
                                  change_message=f"Reseeded Redis: {outcome}", single_object=True)
     messages.add_message(request, level, f"Reseeded {show.str_name}: {outcome}.")
