@@ -37,7 +37,7 @@ stop:
 	$(PY) scripts/services.py down
 
 # The test settings' servers only, no database (pytest-django makes its own), promtool and Chromium;
-# then the import layers (.importlinter), the lint rules (ruff.toml), the types (mypy.ini) and the suite; then the
+# then the import layers (.importlinter), the lint rules and the format (ruff.toml), the types (mypy.ini) and the suite; then the
 # servers this run started are stopped again (those that already answered are left running).
 test: venv
 	DJANGO_SETTINGS_MODULE=settings.test $(PY) scripts/services.py with --tests -- $(MAKE) --no-print-directory test-suite
@@ -46,6 +46,7 @@ test: venv
 test-suite:
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/ruff format --check --no-cache .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -9,6 +9,7 @@ meets the second failure while it is already stopping and dies of it with a trac
 (benoitc/gunicorn#2393 and its many duplicates); checking once here, before any worker
 exists, leaves one line. The command line is unchanged; this file only adds the hook.
 """
+
 import os
 import sys
 

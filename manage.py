@@ -2,6 +2,7 @@
 """Django's command-line utility for cuebot-acct: every command reports a malformed setting or an
 unreachable service in one line (cuebot_acct.startup), and `qcluster` runs the task cluster
 under this project's supervision (cuebot_acct.taskcluster) instead of django-q2's command."""
+
 import os
 import sys
 

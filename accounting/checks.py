@@ -5,6 +5,7 @@ Both query PostgreSQL, so AccountingConfig.ready() registers them with Tags.data
 django.contrib.auth does its own: Django then runs them only where a command names the database
 (`manage.py check --database default`, `migrate`), and `help`, `makemigrations` and every other
 command start without touching it."""
+
 from collections.abc import Sequence
 
 from django.conf import settings
@@ -41,8 +42,10 @@ def publish_guardrail(app_configs=None, databases: Sequence[str] | None = None, 
         return []  # unreachable or not migrated: nothing to check yet, and `check` must not crash
     if not report.misconfigured:
         return []
-    return [Warning(
-        MESSAGE,
-        hint=report.hint,
-        id="accounting.W001",
-    )]
+    return [
+        Warning(
+            MESSAGE,
+            hint=report.hint,
+            id="accounting.W001",
+        )
+    ]

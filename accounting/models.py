@@ -5,6 +5,7 @@ pk_<table>, foreign keys on pk_<model>, other fields named as their columns, cen
 in every int_*cores* column). ApiToken and Instance are the project's own tables,
 created by its own migration, never in one with Cuebot's.
 """
+
 import hashlib
 
 from django.conf import settings
@@ -218,7 +219,9 @@ class ApiToken(models.Model):
     class Meta:
         db_table = "acct_api_token"
         verbose_name = "API token"
-        permissions = list(permissions.DECLARED)  # a copy: the declared list is typed list[tuple[str, str]], Meta wants str | lazy text
+        permissions = list(
+            permissions.DECLARED
+        )  # a copy: the declared list is typed list[tuple[str, str]], Meta wants str | lazy text
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
@@ -256,4 +259,6 @@ class Instance(models.Model):
     @property
     def eras(self) -> frozenset[str]:
         """How this process tells the scheduler of releases: "redis", "notify", both or neither."""
-        return frozenset(era for era, on in (("redis", self.publishes_to_redis), ("notify", self.publishes_notify)) if on)
+        return frozenset(
+            era for era, on in (("redis", self.publishes_to_redis), ("notify", self.publishes_notify)) if on
+        )

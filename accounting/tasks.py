@@ -8,6 +8,7 @@ The reconciliation tasks are for a deployment that runs without the Rust schedul
 reseed loops: ACCOUNTING_RECONCILE_ENABLED turns them on. A run that finds the reseed
 lock taken skips.
 """
+
 import logging
 import threading
 from dataclasses import dataclass
@@ -100,7 +101,9 @@ def check_empty_redis() -> bool:
         return False
 
 
-def watch_empty_redis(*, checks: int = EMPTY_CHECKS_PER_RUN, interval_seconds: float = EMPTY_CHECK_INTERVAL_SECONDS) -> None:
+def watch_empty_redis(
+    *, checks: int = EMPTY_CHECKS_PER_RUN, interval_seconds: float = EMPTY_CHECK_INTERVAL_SECONDS
+) -> None:
     pause = threading.Event()  # never set: a plain interval between checks
     for n in range(checks):
         check_empty_redis()
@@ -130,13 +133,28 @@ SCHEDULES = (
     # Not gated on reconciling: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check);
     # nor on Redis: Cuebot's own tables are checked in every era.
     ScheduleSpec(name="acct-drift-check", func="accounting.tasks.drift_check_task", minutes=2),
-    ScheduleSpec(name="acct-reconcile-booked", func="accounting.tasks.reconcile_booked", minutes=2, reconcile=True,
-                 redis_era=True),
-    ScheduleSpec(name="acct-reconcile-limits", func="accounting.tasks.reconcile_limits", minutes=5, reconcile=True,
-                 redis_era=True),
+    ScheduleSpec(
+        name="acct-reconcile-booked",
+        func="accounting.tasks.reconcile_booked",
+        minutes=2,
+        reconcile=True,
+        redis_era=True,
+    ),
+    ScheduleSpec(
+        name="acct-reconcile-limits",
+        func="accounting.tasks.reconcile_limits",
+        minutes=5,
+        reconcile=True,
+        redis_era=True,
+    ),
     # django-q2 schedules are minute-granular; the task checks six times, 10 s apart.
-    ScheduleSpec(name="acct-empty-redis-watch", func="accounting.tasks.watch_empty_redis", minutes=1, reconcile=True,
-                 redis_era=True),
+    ScheduleSpec(
+        name="acct-empty-redis-watch",
+        func="accounting.tasks.watch_empty_redis",
+        minutes=1,
+        reconcile=True,
+        redis_era=True,
+    ),
 )
 
 

@@ -12,6 +12,7 @@ worktree and given this tree's bench/release.py and bench/floor_release.lua, so 
 measured by the same bench, with this interpreter and this environment (the base must run against
 the database as it is migrated now). The worktree is removed afterwards. Printed, never asserted.
 """
+
 import argparse
 import re
 import shlex
@@ -48,8 +49,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the git revision to measure this tree against")
     parser.add_argument("--runs", type=int, default=5, help="bench runs per tree, in turns")
-    parser.add_argument("--bench-args", default="--skip http --skip cuebot --skip notify",
-                        help="arguments for bench/release.py (quoted, one string)")
+    parser.add_argument(
+        "--bench-args",
+        default="--skip http --skip cuebot --skip notify",
+        help="arguments for bench/release.py (quoted, one string)",
+    )
     options = parser.parse_args()
     bench_args = shlex.split(options.bench_args)
     seen: dict[str, dict[str, list[float]]] = {}
@@ -63,8 +67,10 @@ def main() -> None:
                 print(f"run {run + 1} of {options.runs} done", file=sys.stderr)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=True)
-    print(f"bench/release.py {options.bench_args}, {options.runs} runs per tree in turns; "
-          f"median ratio to its floor per run, then the median of the runs")
+    print(
+        f"bench/release.py {options.bench_args}, {options.runs} runs per tree in turns; "
+        f"median ratio to its floor per run, then the median of the runs"
+    )
     print(f"{'path':52s}  {options.base[:12]:>12s}  {'this tree':>9s}  {'change':>6s}  runs (base | this)")
     for path, sides in seen.items():
         if len(sides["base"]) != options.runs or len(sides["this"]) != options.runs:

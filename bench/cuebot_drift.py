@@ -8,6 +8,7 @@ sums and the five tables and returns the rows that differ. Prints the median of 
 ratio, in the era ACCOUNTING_SCHEDULER names (maestro: every show). Run after
 `manage.py migrate` (it completes the demo farm to the size asked for).
 """
+
 import os
 import sys
 from pathlib import Path
@@ -39,7 +40,6 @@ BARE_SUMS = (
 )
 
 
-
 def main() -> None:
     args = demo_farm_from_arguments(description=__doc__)
 
@@ -51,8 +51,10 @@ def main() -> None:
 
     bare_s = timed(bare, rounds=args.rounds)
     ours = timed(cuebot_table_drift, rounds=args.rounds)
-    print(f"{args.procs} procs, median of {args.rounds}: five bare sums {bare_s * 1000:7.2f} ms, "
-          f"cuebot_table_drift {ours * 1000:7.2f} ms = {ours / bare_s:.2f}x ({len(cuebot_table_drift().rows)} rows drifted)")
+    print(
+        f"{args.procs} procs, median of {args.rounds}: five bare sums {bare_s * 1000:7.2f} ms, "
+        f"cuebot_table_drift {ours * 1000:7.2f} ms = {ours / bare_s:.2f}x ({len(cuebot_table_drift().rows)} rows drifted)"
+    )
 
 
 if __name__ == "__main__":

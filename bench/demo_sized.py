@@ -2,6 +2,7 @@
 
 Imported by bench/recalculate_subs.py and bench/cuebot_drift.py once Django is set up.
 """
+
 import argparse
 import statistics
 import time

@@ -10,6 +10,7 @@ one EVALSHA of bench/floor_release.lua; in the Maestro era the five decrements b
 COMMIT instead of the script), and a small JSON answer. No routing, authentication,
 validation or names: what any web backend doing the release would have to pay.
 """
+
 import json
 import os
 import sys
@@ -42,7 +43,9 @@ DELETE_MANY = DELETE_ONE.replace("p.pk_proc = %s", "p.pk_proc = ANY(%s)")
 UPDATE_HOSTS = (
     "WITH locked AS MATERIALIZED (SELECT pk_host FROM host WHERE pk_host = ANY(%s::text[]) "
     "ORDER BY pk_host FOR NO KEY UPDATE) "
-    + FLOOR_HOSTS.replace("WHERE h.pk_host = d.pk_host", "WHERE h.pk_host = d.pk_host AND d.pk_host IN (SELECT pk_host FROM locked)")
+    + FLOOR_HOSTS.replace(
+        "WHERE h.pk_host = d.pk_host", "WHERE h.pk_host = d.pk_host AND d.pk_host IN (SELECT pk_host FROM locked)"
+    )
 )
 PREFIX, SUFFIX = "/api/v1/procs/", "/unbook"
 _local = threading.local()
@@ -122,11 +125,17 @@ def application(environ, start_response):
     elif path == PREFIX + "unbook":
         proc_ids = json.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))["proc_ids"]
         rows = {row[12]: row for row in release(proc_ids, single=False)}
-        body = {"results": [{"proc_id": p, "status": "released", "release": _answer(rows[p], p)} if p in rows
-                            else {"proc_id": p, "status": "not_found"} for p in proc_ids]}
+        body = {
+            "results": [
+                {"proc_id": p, "status": "released", "release": _answer(rows[p], p)}
+                if p in rows
+                else {"proc_id": p, "status": "not_found"}
+                for p in proc_ids
+            ]
+        }
         status = "200 OK"
     else:
-        proc_id = path[len(PREFIX):-len(SUFFIX)]
+        proc_id = path[len(PREFIX) : -len(SUFFIX)]
         rows = release([proc_id], single=True)
         body, status = (_answer(rows[0], proc_id), "200 OK") if rows else ({"detail": "no proc"}, "404 Not Found")
     data = json.dumps(body).encode()

@@ -14,6 +14,7 @@ of releases, so a change in machine load hits every path alike; a path's ratio t
 the spread. p50 and p99 are over every request of every round. The bench builds its own farm
 (bench/release.py's BenchFarm: every show scheduler-managed) and removes it afterwards.
 """
+
 import argparse
 import http.client
 import json
@@ -58,9 +59,13 @@ def served(app: str):
     """`app` under scripts/server.py's gunicorn command, the app argument swapped."""
     port = free_port()
     metrics_dir = tempfile.TemporaryDirectory()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "LOG_LEVEL": "WARNING",
-           "PROMETHEUS_MULTIPROC_DIR": metrics_dir.name,
-           "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or uuid.uuid4().hex * 2}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "settings",
+        "LOG_LEVEL": "WARNING",
+        "PROMETHEUS_MULTIPROC_DIR": metrics_dir.name,
+        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or uuid.uuid4().hex * 2,
+    }
     command = [app if arg == "cuebot_acct.wsgi" else arg for arg in gunicorn_command(f"127.0.0.1:{port}")]
     process = subprocess.Popen([*command, "--log-level", "warning"], cwd=ROOT, env=env)
     try:
@@ -86,8 +91,10 @@ def served(app: str):
 def _requests(proc_ids: list[str], batch: bool) -> list[tuple[str, bytes | None]]:
     if not batch:
         return [(f"/api/v1/procs/{p}/unbook", None) for p in proc_ids]
-    return [("/api/v1/procs/unbook", json.dumps({"proc_ids": proc_ids[i:i + BATCH]}).encode())
-            for i in range(0, len(proc_ids), BATCH)]
+    return [
+        ("/api/v1/procs/unbook", json.dumps({"proc_ids": proc_ids[i : i + BATCH]}).encode())
+        for i in range(0, len(proc_ids), BATCH)
+    ]
 
 
 def _client(port: int, token: str, requests: list, barrier, done) -> None:
@@ -112,8 +119,9 @@ def http_run(port: int, token: str, proc_ids: list[str], *, clients: int, batch:
     requests = _requests(proc_ids, batch)
     context = multiprocessing.get_context("fork")
     barrier, done = context.Barrier(clients + 1), context.Queue()
-    workers = [context.Process(target=_client, args=(port, token, requests[i::clients], barrier, done))
-               for i in range(clients)]
+    workers = [
+        context.Process(target=_client, args=(port, token, requests[i::clients], barrier, done)) for i in range(clients)
+    ]
     for worker in workers:
         worker.start()
     barrier.wait()
@@ -172,17 +180,21 @@ def quantile(values: list[float], q: int) -> float:
 
 
 def report(rates: dict, latencies: dict) -> None:
-    print(f"{'path':34s} {'releases/s':>10s}  {'x floor, median (spread)':>24s}  {'p50 ms':>7s} {'p99 ms':>7s}"
-          f"  {'p99 x floor':>11s}")
+    print(
+        f"{'path':34s} {'releases/s':>10s}  {'x floor, median (spread)':>24s}  {'p50 ms':>7s} {'p99 ms':>7s}"
+        f"  {'p99 x floor':>11s}"
+    )
     for path in paths():
         app, clients, batch = path
         floor = ("floor", clients, batch)
         ratios = sorted(a / b for a, b in zip(rates[path], rates[floor]))
         tail = quantile(latencies[path], 99) / quantile(latencies[floor], 99)
         label = f"{app}, {'batches of 100' if batch else 'single'}, {clients} client{'s' if clients > 1 else ''}"
-        print(f"{label:34s} {statistics.median(rates[path]):10.0f}  "
-              f"{statistics.median(ratios):5.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f}){'':7s}  "
-              f"{quantile(latencies[path], 50):7.2f} {quantile(latencies[path], 99):7.2f}  {tail:11.2f}")
+        print(
+            f"{label:34s} {statistics.median(rates[path]):10.0f}  "
+            f"{statistics.median(ratios):5.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f}){'':7s}  "
+            f"{quantile(latencies[path], 50):7.2f} {quantile(latencies[path], 99):7.2f}  {tail:11.2f}"
+        )
 
 
 def main() -> None:
@@ -193,9 +205,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="instead of the deployed command's, for both servers")
     options = parser.parse_args()
     SIZING.update({f"--{name}": getattr(options, name) for name in ("workers", "threads") if getattr(options, name)})
-    era = "redis" if settings.ACCOUNTING_REDIS_ENABLED else "maestro" if not settings.ACCOUNTING_NOTIFY_ENABLED else None
+    era = (
+        "redis" if settings.ACCOUNTING_REDIS_ENABLED else "maestro" if not settings.ACCOUNTING_NOTIFY_ENABLED else None
+    )
     if era is None:
-        raise SystemExit("bench/over_http.py: the NOTIFY era has no HTTP floor here; ACCOUNTING_SCHEDULER=redis or maestro")
+        raise SystemExit(
+            "bench/over_http.py: the NOTIFY era has no HTTP floor here; ACCOUNTING_SCHEDULER=redis or maestro"
+        )
     farm = BenchFarm()
     try:
         if era == "redis":
@@ -206,17 +222,24 @@ def main() -> None:
             for app in APPS:  # warm: connections, prepared statements, the token and name caches
                 for clients in CLIENTS:
                     for batch in (False, True):
-                        http_run(ports[app], farm.token, farm.add_procs(BATCH_SLICE if batch else SINGLE_SLICE),
-                                 clients=clients, batch=batch)
+                        http_run(
+                            ports[app],
+                            farm.token,
+                            farm.add_procs(BATCH_SLICE if batch else SINGLE_SLICE),
+                            clients=clients,
+                            batch=batch,
+                        )
             if era == "redis":
                 top_up(farm)
             rates, latencies = measure(farm, ports, procs=options.procs, rounds=options.rounds)
     finally:
         farm.remove()
-    print(f"HTTP release against the bare WSGI floor, {era} era: gunicorn "
-          f"{' '.join(gunicorn_command('ADDR')[2:])}; {options.procs} single releases and "
-          f"{options.procs // SINGLE_SLICE * BATCH_SLICE} in batches per path and round, {options.rounds} interleaved rounds; "
-          f"load at the end {os.getloadavg()[0]:.1f}")
+    print(
+        f"HTTP release against the bare WSGI floor, {era} era: gunicorn "
+        f"{' '.join(gunicorn_command('ADDR')[2:])}; {options.procs} single releases and "
+        f"{options.procs // SINGLE_SLICE * BATCH_SLICE} in batches per path and round, {options.rounds} interleaved rounds; "
+        f"load at the end {os.getloadavg()[0]:.1f}"
+    )
     report(rates, latencies)
 
 

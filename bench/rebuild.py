@@ -14,6 +14,7 @@ scheduler's protocol: booking.lua with an op id, the proc INSERT, booking_settle
 reseed timed against the same reseed with no load: how many attempts it took, or whether it
 was skipped. Printed, never asserted; docs/redis-protocol.md states the bound.
 """
+
 import argparse
 import multiprocessing
 import shutil
@@ -50,8 +51,10 @@ def private_redis():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     directory = tempfile.mkdtemp()
-    server = subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--save", "", "--appendonly", "no",
-                               "--dir", directory], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [shutil.which("redis-server"), "--port", str(port), "--save", "", "--appendonly", "no", "--dir", directory],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         url = f"redis://127.0.0.1:{port}/0"
         deadline = time.monotonic() + 10
@@ -105,8 +108,10 @@ def release_load(proc_ids: list[str], rate: float, *, farm=None):
     accounting_redis.cache_clear()
     context = multiprocessing.get_context("fork")
     stop = context.Event()
-    workers = [context.Process(target=_release_at, args=(proc_ids[i::RELEASERS], rate / RELEASERS, stop))
-               for i in range(RELEASERS)]
+    workers = [
+        context.Process(target=_release_at, args=(proc_ids[i::RELEASERS], rate / RELEASERS, stop))
+        for i in range(RELEASERS)
+    ]
     if farm is not None:
         workers += [context.Process(target=_book_at, args=(farm, rate / RELEASERS, stop)) for _ in range(RELEASERS)]
     for worker in workers:
@@ -139,8 +144,10 @@ def timed_reseed(farm) -> tuple[float, str]:
 def print_rounds(results: dict[str, list[tuple[float, str]]], *, extra: float = 0.0) -> None:
     for label, runs in results.items():
         seconds = sorted(s for s, _ in runs)
-        print(f"{label:10s} {statistics.median(seconds):9.2f} s ({seconds[0]:.2f}–{seconds[-1]:.2f})"
-              f"{statistics.median(seconds) - extra:17.2f} s      {', '.join(o for _, o in runs)}")
+        print(
+            f"{label:10s} {statistics.median(seconds):9.2f} s ({seconds[0]:.2f}–{seconds[-1]:.2f})"
+            f"{statistics.median(seconds) - extra:17.2f} s      {', '.join(o for _, o in runs)}"
+        )
     base, load = (statistics.median(s for s, _ in results[k]) for k in ("no load", "load"))
     print(f"load / no load: {load / base:.2f}")
 
@@ -169,9 +176,11 @@ def main() -> None:
                     reseeds["load"].append(timed_reseed(farm))
         finally:
             farm.remove()
-    print(f"Rebuild of an empty Redis, {options.procs} procs on the farm, in-flight TTL {TTL_SECONDS} s, "
-          f"{ROUNDS} rounds; load: {options.rate:g} releases/s from {RELEASERS} processes; "
-          f"ACCOUNTING_SCHEDULER_RESEEDS={settings.ACCOUNTING_SCHEDULER_RESEEDS}")
+    print(
+        f"Rebuild of an empty Redis, {options.procs} procs on the farm, in-flight TTL {TTL_SECONDS} s, "
+        f"{ROUNDS} rounds; load: {options.rate:g} releases/s from {RELEASERS} processes; "
+        f"ACCOUNTING_SCHEDULER_RESEEDS={settings.ACCOUNTING_SCHEDULER_RESEEDS}"
+    )
     print(f"{'':10s} {'keys closed, median (spread)':>30s}  {'after the TTL wait':>18s}  outcomes")
     print_rounds(results, extra=TTL_SECONDS)
     print(f"\nPeriodic booked reseed of open keys; load: {options.rate:g} releases/s and {options.rate:g} bookings/s")

@@ -9,6 +9,7 @@ filter and no FOR SHARE on the shows, and OpenCue's own recalculate_subs() (V45'
 skips flagged shows; the test suite's rendering of it, in a pg_temp function). Prints the
 median of each and the ratios. Run after `manage.py migrate` (it completes the demo farm to the size asked for).
 """
+
 import os
 import sys
 from pathlib import Path
@@ -68,16 +69,20 @@ def main() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(CUEBOT_RECALCULATE_SUBS)
-    print(f"farm: {Show.objects.count()} shows ({len(cuebot_shows)} whose rows Cuebot owns), {rows} such subscription rows, "
-          f"{args.procs} procs; median of {args.rounds}; OpenCue's function covers the unflagged shows only")
+    print(
+        f"farm: {Show.objects.count()} shows ({len(cuebot_shows)} whose rows Cuebot owns), {rows} such subscription rows, "
+        f"{args.procs} procs; median of {args.rounds}; OpenCue's function covers the unflagged shows only"
+    )
     for label, before in (("rows 1 core low", drift_everything), ("nothing drifted", lambda: None)):
         bare = timed(bare_aggregate, rounds=args.rounds, before=before)
         raw = timed(baseline, rounds=args.rounds, before=before)
         theirs = timed(opencues, rounds=args.rounds, before=before)
         ours = timed(lambda: recalculate_subs(), rounds=args.rounds, before=before)
-        print(f"{label:>18}: bare aggregate {bare * 1000:7.2f} ms, raw rewrite {raw * 1000:7.2f} ms, OpenCue's "
-              f"{theirs * 1000:7.2f} ms, recalculate_subs {ours * 1000:7.2f} ms = {ours / bare:.2f}x the aggregate, "
-              f"{ours / raw:.2f}x the rewrite, {ours / theirs:.2f}x OpenCue's")
+        print(
+            f"{label:>18}: bare aggregate {bare * 1000:7.2f} ms, raw rewrite {raw * 1000:7.2f} ms, OpenCue's "
+            f"{theirs * 1000:7.2f} ms, recalculate_subs {ours * 1000:7.2f} ms = {ours / bare:.2f}x the aggregate, "
+            f"{ours / raw:.2f}x the rewrite, {ours / theirs:.2f}x OpenCue's"
+        )
 
 
 if __name__ == "__main__":

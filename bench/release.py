@@ -27,6 +27,7 @@ RETURNING, host UPDATE, one pg_notify per proc with its payload formatted in pla
 once with notify on against the same with both eras off: PostgreSQL serialises the commits
 of transactions that notified, so the throughput ratio and p99 are printed per count.
 """
+
 import argparse
 import http.client
 import multiprocessing
@@ -111,8 +112,15 @@ class BenchFarm:
         Point.objects.create(show=self.show, dept=self.dept, **booked)
         self.folder = Folder.objects.create(show=self.show, dept=self.dept, str_name="root", b_default=True)
         self.job = Job.objects.create(
-            folder=self.folder, show=self.show, dept=self.dept, facility=self.facility, str_name=f"bench-{run}",
-            str_visible_name=f"bench-{run}", str_shot="sh001", str_user="bench", str_state="PENDING",
+            folder=self.folder,
+            show=self.show,
+            dept=self.dept,
+            facility=self.facility,
+            str_name=f"bench-{run}",
+            str_visible_name=f"bench-{run}",
+            str_shot="sh001",
+            str_user="bench",
+            str_state="PENDING",
         )
         self.layer = new_layer(job_id=self.job.id, name="render", mem_min=1024)
         self.layer.save(force_insert=True)
@@ -120,16 +128,29 @@ class BenchFarm:
         FolderResource.objects.filter(folder=self.folder).update(**booked)
         JobResource.objects.filter(job=self.job).update(int_max_cores=10**9, int_max_gpus=10**9, **booked)
         LayerResource.objects.filter(layer=self.layer).update(**booked)
-        self.hosts = Host.objects.bulk_create([
-            Host(alloc=self.alloc, str_name=f"bench-{run}-{h}", str_lock_state="OPEN", int_cores=10**9,
-                 int_cores_idle=10**9, int_mem=10**12, int_mem_idle=10**12)
-            for h in range(HOSTS)
-        ])
+        self.hosts = Host.objects.bulk_create(
+            [
+                Host(
+                    alloc=self.alloc,
+                    str_name=f"bench-{run}-{h}",
+                    str_lock_state="OPEN",
+                    int_cores=10**9,
+                    int_cores_idle=10**9,
+                    int_mem=10**12,
+                    int_mem_idle=10**12,
+                )
+                for h in range(HOSTS)
+            ]
+        )
         with connection.cursor() as cursor:
             cursor.execute(ADD_HOST_STATS, {"hosts": [h.id for h in self.hosts]})
         self.redis_keys = keys.of_proc(
-            show_id=self.show.id, alloc_id=self.alloc.id, folder_id=self.folder.id,
-            job_id=self.job.id, layer_id=self.layer.id, dept_id=self.dept.id,
+            show_id=self.show.id,
+            alloc_id=self.alloc.id,
+            folder_id=self.folder.id,
+            job_id=self.job.id,
+            layer_id=self.layer.id,
+            dept_id=self.dept.id,
         )
         client = accounting_redis()
         for key in self.redis_keys:  # high enough that no release clamps
@@ -140,8 +161,14 @@ class BenchFarm:
 
     def key_ids(self) -> dict[str, str]:
         """The ids booking.book names the farm's five keys by."""
-        return dict(show_id=self.show.id, alloc_id=self.alloc.id, folder_id=self.folder.id, job_id=self.job.id,
-                    layer_id=self.layer.id, dept_id=self.dept.id)
+        return dict(
+            show_id=self.show.id,
+            alloc_id=self.alloc.id,
+            folder_id=self.folder.id,
+            job_id=self.job.id,
+            layer_id=self.layer.id,
+            dept_id=self.dept.id,
+        )
 
     def add_procs(self, n: int) -> list[str]:
         ids = []
@@ -151,13 +178,32 @@ class BenchFarm:
                 self.frame_numbers.add(frame_number(pid))
                 ids.append(pid)
         frames = (
-            (pid, self.layer.id, self.job.id, f"{frame_number(pid):04d}-render", "RUNNING", frame_number(pid), 0,
-             PROC_CORES[i % len(PROC_CORES)], self.hosts[i % HOSTS].str_name)
+            (
+                pid,
+                self.layer.id,
+                self.job.id,
+                f"{frame_number(pid):04d}-render",
+                "RUNNING",
+                frame_number(pid),
+                0,
+                PROC_CORES[i % len(PROC_CORES)],
+                self.hosts[i % HOSTS].str_name,
+            )
             for i, pid in enumerate(ids)
         )
         rows = (
-            (pid, self.hosts[i % HOSTS].id, self.job.id, self.show.id, self.layer.id, pid,
-             PROC_CORES[i % len(PROC_CORES)], 0, 4096, 0)
+            (
+                pid,
+                self.hosts[i % HOSTS].id,
+                self.job.id,
+                self.show.id,
+                self.layer.id,
+                pid,
+                PROC_CORES[i % len(PROC_CORES)],
+                0,
+                4096,
+                0,
+            )
             for i, pid in enumerate(ids)
         )
         # On a connection of its own, opened here (the benches fork releasers, which must not share
@@ -176,16 +222,32 @@ class BenchFarm:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("DELETE FROM proc WHERE pk_show = %s", [self.show.id])
             for statement in (
-                "DELETE FROM frame WHERE pk_job = %(job)s", "DELETE FROM layer_resource WHERE pk_job = %(job)s",
-                "DELETE FROM layer WHERE pk_job = %(job)s", "DELETE FROM job_resource WHERE pk_job = %(job)s",
-                "DELETE FROM job WHERE pk_job = %(job)s", "DELETE FROM folder_resource WHERE pk_folder = %(folder)s",
-                "DELETE FROM folder WHERE pk_folder = %(folder)s", "DELETE FROM point WHERE pk_show = %(show)s",
-                "DELETE FROM subscription WHERE pk_show = %(show)s", "DELETE FROM host WHERE pk_alloc = %(alloc)s",
-                "DELETE FROM show WHERE pk_show = %(show)s", "DELETE FROM dept WHERE pk_dept = %(dept)s",
-                "DELETE FROM alloc WHERE pk_alloc = %(alloc)s", "DELETE FROM facility WHERE pk_facility = %(facility)s",
+                "DELETE FROM frame WHERE pk_job = %(job)s",
+                "DELETE FROM layer_resource WHERE pk_job = %(job)s",
+                "DELETE FROM layer WHERE pk_job = %(job)s",
+                "DELETE FROM job_resource WHERE pk_job = %(job)s",
+                "DELETE FROM job WHERE pk_job = %(job)s",
+                "DELETE FROM folder_resource WHERE pk_folder = %(folder)s",
+                "DELETE FROM folder WHERE pk_folder = %(folder)s",
+                "DELETE FROM point WHERE pk_show = %(show)s",
+                "DELETE FROM subscription WHERE pk_show = %(show)s",
+                "DELETE FROM host WHERE pk_alloc = %(alloc)s",
+                "DELETE FROM show WHERE pk_show = %(show)s",
+                "DELETE FROM dept WHERE pk_dept = %(dept)s",
+                "DELETE FROM alloc WHERE pk_alloc = %(alloc)s",
+                "DELETE FROM facility WHERE pk_facility = %(facility)s",
             ):
-                cursor.execute(statement, {"job": self.job.id, "folder": self.folder.id, "show": self.show.id,
-                                           "dept": self.dept.id, "alloc": self.alloc.id, "facility": self.facility.id})
+                cursor.execute(
+                    statement,
+                    {
+                        "job": self.job.id,
+                        "folder": self.folder.id,
+                        "show": self.show.id,
+                        "dept": self.dept.id,
+                        "alloc": self.alloc.id,
+                        "facility": self.facility.id,
+                    },
+                )
             self.user.delete()
         accounting_redis().delete(*self.redis_keys)
         cache.delete(flag_cache_key(show_id=self.show.id))
@@ -213,24 +275,41 @@ UPDATE host h SET int_cores_idle = h.int_cores_idle + d.cores, int_mem_idle = h.
 """
 # Cuebot's own decrements, one statement per table in its lock order.
 FLOOR_CUEBOT = (
-    ("UPDATE subscription SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_show = %s AND pk_alloc = %s",
-     lambda r: (r[8], r[9], r[1], r[2])),
-    ("UPDATE layer_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_layer = %s",
-     lambda r: (r[8], r[9], r[5])),
-    ("UPDATE job_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_job = %s",
-     lambda r: (r[8], r[9], r[4])),
-    ("UPDATE folder_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_folder = %s",
-     lambda r: (r[8], r[9], r[3])),
-    ("UPDATE point SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_dept = %s AND pk_show = %s",
-     lambda r: (r[8], r[9], r[6], r[7])),
+    (
+        "UPDATE subscription SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_show = %s AND pk_alloc = %s",
+        lambda r: (r[8], r[9], r[1], r[2]),
+    ),
+    (
+        "UPDATE layer_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_layer = %s",
+        lambda r: (r[8], r[9], r[5]),
+    ),
+    (
+        "UPDATE job_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_job = %s",
+        lambda r: (r[8], r[9], r[4]),
+    ),
+    (
+        "UPDATE folder_resource SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_folder = %s",
+        lambda r: (r[8], r[9], r[3]),
+    ),
+    (
+        "UPDATE point SET int_cores = int_cores - %s, int_gpus = int_gpus - %s WHERE pk_dept = %s AND pk_show = %s",
+        lambda r: (r[8], r[9], r[6], r[7]),
+    ),
 )
 FLOOR_SCRIPT = (Path(__file__).resolve().parent / "floor_release.lua").read_text()
 
 
 def _floor_keys(row: tuple) -> tuple[str, ...]:
     (_, show, alloc, folder, job, layer, dept, point_show, *_) = row
-    return keys.of_proc(show_id=show, alloc_id=alloc, folder_id=folder, job_id=job, layer_id=layer, dept_id=dept,
-                        point_show_id=point_show)
+    return keys.of_proc(
+        show_id=show,
+        alloc_id=alloc,
+        folder_id=folder,
+        job_id=job,
+        layer_id=layer,
+        dept_id=dept,
+        point_show_id=point_show,
+    )
 
 
 def _per_host(rows: list[tuple]) -> tuple:
@@ -280,7 +359,7 @@ class Floor:
         started = time.perf_counter()
         for i in range(0, len(proc_ids), size):
             with self.pg.cursor() as cursor:
-                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i:i + size],))
+                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i : i + size],))
                 rows = cursor.fetchall()
                 cursor.execute(FLOOR_HOSTS, _per_host(rows))
             self.pg.commit()
@@ -307,7 +386,7 @@ class Floor:
         started = time.perf_counter()
         for i in range(0, len(proc_ids), size):
             with self.pg.cursor() as cursor:
-                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i:i + size],))
+                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i : i + size],))
                 rows = cursor.fetchall()
                 cursor.execute(FLOOR_HOSTS, _per_host(rows))
                 for sql, params in FLOOR_CUEBOT:
@@ -339,7 +418,9 @@ BATCH_FACTOR = 5
 HTTP_SLICE = 60  # releases per HTTP path in turn: 15 per client at 4 clients
 LIBRARY_PATHS = {
     "unbook_proc": lambda ids: timed(lambda: [unbook_proc(proc_id=p) for p in ids], len(ids)),
-    "unbook_procs": lambda ids: timed(lambda: [unbook_procs(proc_ids=ids[i:i + 100]) for i in range(0, len(ids), 100)], len(ids)),
+    "unbook_procs": lambda ids: timed(
+        lambda: [unbook_procs(proc_ids=ids[i : i + 100]) for i in range(0, len(ids), 100)], len(ids)
+    ),
 }
 
 
@@ -361,8 +442,9 @@ def vacuum_churned() -> None:
         cursor.execute("VACUUM proc, frame, host")
 
 
-def interleaved_rates(farm: "BenchFarm", n: int, paths: dict, *, batched=("unbook_procs", "batch_floor"),
-                      slice_size: int = SLICE) -> dict[str, list[float]]:
+def interleaved_rates(
+    farm: "BenchFarm", n: int, paths: dict, *, batched=("unbook_procs", "batch_floor"), slice_size: int = SLICE
+) -> dict[str, list[float]]:
     """Releases/s per path and round, over ROUNDS rounds. Within a round the paths take
     turns in slices of `slice_size` releases (BATCH_FACTOR times more for a batched path),
     so a change in machine load hits every path alike; ratios are taken within a round."""
@@ -375,7 +457,7 @@ def interleaved_rates(farm: "BenchFarm", n: int, paths: dict, *, batched=("unboo
         for i in range(slices):
             for name, release in paths.items():
                 size = len(ids[name]) // slices
-                chunk = ids[name][i * size:(i + 1) * size]
+                chunk = ids[name][i * size : (i + 1) * size]
                 seconds[name] += len(chunk) / release(chunk)
         for name in paths:
             rates[name].append(len(ids[name]) // slices * slices / seconds[name])
@@ -418,8 +500,10 @@ def pinned(server_pids: list[int]) -> Iterator[str]:
             saved.pop(pid, None)
     servers = sum(1 for pid in saved if pid)  # pid 0 is the bench itself
     try:
-        yield (f"bench on CPU {cpus[0]}, {servers} of {len(server_pids)} server processes on CPU "
-               f"{','.join(map(str, cpus[1:]))}")
+        yield (
+            f"bench on CPU {cpus[0]}, {servers} of {len(server_pids)} server processes on CPU "
+            f"{','.join(map(str, cpus[1:]))}"
+        )
     finally:
         for pid, cpu_set in saved.items():
             try:
@@ -454,9 +538,16 @@ def gunicorn_server():
     """The web server exactly as scripts/server.py deploys it (workers, threads, metrics dir)."""
     port = free_port()
     metrics_dir = tempfile.TemporaryDirectory()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "LOG_LEVEL": "WARNING",
-           "PROMETHEUS_MULTIPROC_DIR": metrics_dir.name, "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or uuid.uuid4().hex * 2}
-    process = subprocess.Popen(server.gunicorn_command(f"127.0.0.1:{port}") + ["--log-level", "warning"], cwd=ROOT, env=env)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "settings",
+        "LOG_LEVEL": "WARNING",
+        "PROMETHEUS_MULTIPROC_DIR": metrics_dir.name,
+        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or uuid.uuid4().hex * 2,
+    }
+    process = subprocess.Popen(
+        server.gunicorn_command(f"127.0.0.1:{port}") + ["--log-level", "warning"], cwd=ROOT, env=env
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -522,8 +613,10 @@ def in_process_capacity(proc_ids: list[str], processes: int) -> float:
     connections.close_all()  # each child opens its own; none inherits this one's socket
     context = multiprocessing.get_context("fork")
     barrier, done = context.Barrier(processes + 1), context.Queue()
-    workers = [context.Process(target=_in_process_worker, args=(proc_ids[i::processes], barrier, done))
-               for i in range(processes)]
+    workers = [
+        context.Process(target=_in_process_worker, args=(proc_ids[i::processes], barrier, done))
+        for i in range(processes)
+    ]
     for worker in workers:
         worker.start()
     barrier.wait()
@@ -574,8 +667,9 @@ def counting_round_trips():
                 del client.execute_command
             trace.seek(0)
             directions = [line[:1] for line in trace]
-            counts["pg round trips"] = sum(1 for sent, answer in zip(directions, directions[1:])
-                                           if sent == b"F" and answer == b"B")
+            counts["pg round trips"] = sum(
+                1 for sent, answer in zip(directions, directions[1:]) if sent == b"F" and answer == b"B"
+            )
 
 
 def counts_per_call(farm: BenchFarm) -> tuple[dict, dict]:
@@ -605,28 +699,44 @@ def print_rates(rates: dict[str, list[float]], rows: list[tuple[str, str, str, s
 
 
 def count_line(label: str, counts: dict) -> str:
-    return (f"{label}: SQL {counts['sql']}, PG round trips {counts['pg round trips']} (BEGIN and COMMIT included), "
-            f"Redis accounting {counts['redis accounting']}, Redis cache {counts['redis cache']}")
+    return (
+        f"{label}: SQL {counts['sql']}, PG round trips {counts['pg round trips']} (BEGIN and COMMIT included), "
+        f"Redis accounting {counts['redis accounting']}, Redis cache {counts['redis cache']}"
+    )
 
 
-def against_floors(farm: BenchFarm, n: int, *, floors: tuple["Floor", "Floor"], single, again,
-                   batched) -> tuple[dict, str, dict, dict]:
+def against_floors(
+    farm: BenchFarm, n: int, *, floors: tuple["Floor", "Floor"], single, again, batched
+) -> tuple[dict, str, dict, dict]:
     """The library's paths in turns with a floor (single and batched) and the single floor on a
     second connection (A/A), pinned with the floors' backends; then what a warm call sends."""
     with pinned(server_pids(*floors)) as placement:
-        rates = interleaved_rates(farm, n, {"floor": single, "floor_again": again, "batch_floor": batched, **LIBRARY_PATHS})
+        rates = interleaved_rates(
+            farm, n, {"floor": single, "floor_again": again, "batch_floor": batched, **LIBRARY_PATHS}
+        )
     return rates, placement, *counts_per_call(farm)
 
 
-def print_against_floors(rates: dict, *, floor: str, batch_floor: str, single_target: str, one: dict, hundred: dict,
-                         single: str = "unbook_proc") -> None:
-    print_rates(rates, [
-        (floor, "floor", "floor", ""),
-        (A_A_LABEL, "floor_again", "floor", "1.00"),
-        (batch_floor, "batch_floor", "batch_floor", ""),
-        (single, "unbook_proc", "floor", single_target),
-        ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
-    ])
+def print_against_floors(
+    rates: dict,
+    *,
+    floor: str,
+    batch_floor: str,
+    single_target: str,
+    one: dict,
+    hundred: dict,
+    single: str = "unbook_proc",
+) -> None:
+    print_rates(
+        rates,
+        [
+            (floor, "floor", "floor", ""),
+            (A_A_LABEL, "floor_again", "floor", "1.00"),
+            (batch_floor, "batch_floor", "batch_floor", ""),
+            (single, "unbook_proc", "floor", single_target),
+            ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
+        ],
+    )
     print(count_line("per unbook_proc", one))
     print(count_line("per unbook_procs of 100", hundred))
 
@@ -636,28 +746,46 @@ def scheduler_phase(n: int, http_procs: int, *, with_http: bool) -> None:
     try:
         warm(farm, floor)
         again.single(farm.add_procs(20))
-        rates, placement, one, hundred = against_floors(farm, n, floors=(floor, again), single=floor.single,
-                                                        again=again.single, batched=floor.batched)
-        print(f"Scheduler-managed show: {n} releases per path and round ({BATCH_FACTOR * n} for batches), "
-              f"{ROUNDS} interleaved rounds; PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}; "
-              f"{placement}")
-        print_against_floors(rates, floor="floor: DELETE, host UPDATE, COMMIT, one script",
-                             batch_floor="batch floor: the same with = ANY($1), per 100", single="unbook_proc (warm flag)",
-                             single_target=">= 0.80", one=one, hundred=hundred)
+        rates, placement, one, hundred = against_floors(
+            farm, n, floors=(floor, again), single=floor.single, again=again.single, batched=floor.batched
+        )
+        print(
+            f"Scheduler-managed show: {n} releases per path and round ({BATCH_FACTOR * n} for batches), "
+            f"{ROUNDS} interleaved rounds; PG {connection.settings_dict['HOST']}, Redis {settings.ACCOUNTING_REDIS_URL}; "
+            f"{placement}"
+        )
+        print_against_floors(
+            rates,
+            floor="floor: DELETE, host UPDATE, COMMIT, one script",
+            batch_floor="batch floor: the same with = ANY($1), per 100",
+            single="unbook_proc (warm flag)",
+            single_target=">= 0.80",
+            one=one,
+            hundred=hundred,
+        )
 
         if not with_http:
             return
         latencies: dict[int, list[float]] = {1: [], HTTP_CLIENTS: []}
         with gunicorn_server() as port:
             http_rate(port, farm.token, farm.add_procs(4 * HTTP_CLIENTS), HTTP_CLIENTS, [])  # warm the workers
-            http = interleaved_rates(farm, http_procs, {
-                "in-process": LIBRARY_PATHS["unbook_proc"],
-                "http 1": lambda ids: http_rate(port, farm.token, ids, 1, latencies[1]),
-                "capacity": lambda ids: in_process_capacity(ids, HTTP_CLIENTS),
-                f"http {HTTP_CLIENTS}": lambda ids: http_rate(port, farm.token, ids, HTTP_CLIENTS, latencies[HTTP_CLIENTS]),
-            }, slice_size=HTTP_SLICE)
-        print(f"HTTP POST /api/v1/procs/{{id}}/unbook, gunicorn as scripts/server.py runs it "
-              f"({' '.join(server.gunicorn_command('ADDR')[1:])}), {http_procs} releases per path and round")
+            http = interleaved_rates(
+                farm,
+                http_procs,
+                {
+                    "in-process": LIBRARY_PATHS["unbook_proc"],
+                    "http 1": lambda ids: http_rate(port, farm.token, ids, 1, latencies[1]),
+                    "capacity": lambda ids: in_process_capacity(ids, HTTP_CLIENTS),
+                    f"http {HTTP_CLIENTS}": lambda ids: http_rate(
+                        port, farm.token, ids, HTTP_CLIENTS, latencies[HTTP_CLIENTS]
+                    ),
+                },
+                slice_size=HTTP_SLICE,
+            )
+        print(
+            f"HTTP POST /api/v1/procs/{{id}}/unbook, gunicorn as scripts/server.py runs it "
+            f"({' '.join(server.gunicorn_command('ADDR')[1:])}), {http_procs} releases per path and round"
+        )
         print(f"{'path':52s} {'releases/s':>11s}  {'x in-process, median (spread)':>28s}  target   p99")
         for label, path, base, target, clients in (
             ("unbook_proc in-process, 1 caller", "in-process", "in-process", "", None),
@@ -666,7 +794,9 @@ def scheduler_phase(n: int, http_procs: int, *, with_http: bool) -> None:
             (f"HTTP, {HTTP_CLIENTS} clients", f"http {HTTP_CLIENTS}", "capacity", ">= 0.80", HTTP_CLIENTS),
         ):
             tail = f"  {p99(latencies[clients]):5.1f} ms" if clients else ""
-            print(f"{label:52s} {statistics.median(http[path]):11.0f}  {ratio_text(http, path, base):>28s}  {target:7s}{tail}")
+            print(
+                f"{label:52s} {statistics.median(http[path]):11.0f}  {ratio_text(http, path, base):>28s}  {target:7s}{tail}"
+            )
     finally:
         floor.close()
         again.close()
@@ -686,13 +816,18 @@ def cuebot_phase(n: int) -> None:
         floor.close()
         farm.remove()
     print()
-    print(f"Cuebot-managed show (PG accounting tables written in the transaction, no Redis): {n} releases per path "
-          f"and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}")
-    print_rates(rates, [
-        ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
-        ("unbook_proc", "unbook_proc", "floor", ">= 0.80"),
-        ("unbook_procs, batches of 100 (vs the one-by-one floor)", "unbook_procs", "floor", ""),
-    ])
+    print(
+        f"Cuebot-managed show (PG accounting tables written in the transaction, no Redis): {n} releases per path "
+        f"and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}"
+    )
+    print_rates(
+        rates,
+        [
+            ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
+            ("unbook_proc", "unbook_proc", "floor", ">= 0.80"),
+            ("unbook_procs, batches of 100 (vs the one-by-one floor)", "unbook_procs", "floor", ""),
+        ],
+    )
     print(count_line("per unbook_proc", one))
     print(count_line("per unbook_procs of 100", hundred))
 
@@ -706,18 +841,26 @@ def maestro_phase(n: int) -> None:
             warm(farm, floor)
             again.cuebot(farm.add_procs(20))
             floor.cuebot_batched(farm.add_procs(200))
-            rates, placement, one, hundred = against_floors(farm, n, floors=(floor, again), single=floor.cuebot,
-                                                            again=again.cuebot, batched=floor.cuebot_batched)
+            rates, placement, one, hundred = against_floors(
+                farm, n, floors=(floor, again), single=floor.cuebot, again=again.cuebot, batched=floor.cuebot_batched
+            )
     finally:
         floor.close()
         again.close()
         farm.remove()
     print()
-    print(f"Maestro era (ACCOUNTING_SCHEDULER=maestro), flagged show, the five tables written in the transaction: "
-          f"{n} releases per path and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}")
-    print_against_floors(rates, floor="floor: DELETE, host UPDATE, 5 decrements, COMMIT",
-                         batch_floor="batch floor: the same per 100, decrements summed per key", single_target=">= 0.90",
-                         one=one, hundred=hundred)
+    print(
+        f"Maestro era (ACCOUNTING_SCHEDULER=maestro), flagged show, the five tables written in the transaction: "
+        f"{n} releases per path and round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}"
+    )
+    print_against_floors(
+        rates,
+        floor="floor: DELETE, host UPDATE, 5 decrements, COMMIT",
+        batch_floor="batch floor: the same per 100, decrements summed per key",
+        single_target=">= 0.90",
+        one=one,
+        hundred=hundred,
+    )
 
 
 # The NOTIFY era's floor: the release and its notification, written plainly.
@@ -727,8 +870,10 @@ FLOOR_NOTIFY_MANY = "SELECT pg_notify('acct_release', p) FROM unnest(%s::text[])
 
 def _floor_payload(row: tuple) -> str:
     (_, show, alloc, folder, job, layer, dept, _, cores, gpus, *_) = row
-    return (f'{{"show":"{show}","alloc":"{alloc}","folder":"{folder}","job":"{job}","layer":"{layer}",'
-            f'"dept":"{dept}","cores":{-(cores // 100)},"gpus":{-gpus}}}')
+    return (
+        f'{{"show":"{show}","alloc":"{alloc}","folder":"{folder}","job":"{job}","layer":"{layer}",'
+        f'"dept":"{dept}","cores":{-(cores // 100)},"gpus":{-gpus}}}'
+    )
 
 
 class NotifyFloor(Floor):
@@ -747,7 +892,7 @@ class NotifyFloor(Floor):
         started = time.perf_counter()
         for i in range(0, len(proc_ids), size):
             with self.pg.cursor() as cursor:
-                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i:i + size],))
+                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i : i + size],))
                 rows = cursor.fetchall()
                 cursor.execute(FLOOR_HOSTS, _per_host(rows))
                 cursor.execute(FLOOR_NOTIFY_MANY, ([_floor_payload(row) for row in rows],))
@@ -770,8 +915,9 @@ def concurrent_releases(proc_ids: list[str], processes: int) -> tuple[float, lis
     connections.close_all()
     context = multiprocessing.get_context("fork")
     barrier, done = context.Barrier(processes + 1), context.Queue()
-    workers = [context.Process(target=_timed_worker, args=(proc_ids[i::processes], barrier, done))
-               for i in range(processes)]
+    workers = [
+        context.Process(target=_timed_worker, args=(proc_ids[i::processes], barrier, done)) for i in range(processes)
+    ]
     for worker in workers:
         worker.start()
     barrier.wait()
@@ -801,8 +947,11 @@ def notify_phase(n: int) -> None:
             warm(farm, floor)
             again.single(farm.add_procs(20))
             with pinned(server_pids(floor, again)) as placement:
-                rates = interleaved_rates(farm, n, {"floor": floor.single, "floor_again": again.single,
-                                                    "batch_floor": floor.batched, **LIBRARY_PATHS})
+                rates = interleaved_rates(
+                    farm,
+                    n,
+                    {"floor": floor.single, "floor_again": again.single, "batch_floor": floor.batched, **LIBRARY_PATHS},
+                )
         concurrency = {}
         for clients in (1, 4, 8):
             for label, notify_on in (("off", False), ("notify", True)):
@@ -814,24 +963,33 @@ def notify_phase(n: int) -> None:
         again.close()
         farm.remove()
     print()
-    print(f"NOTIFY era (ACCOUNTING_NOTIFY_ENABLED, Redis off), scheduler-managed show: {n} releases per path and "
-          f"round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}")
-    print_rates(rates, [
-        ("floor: DELETE, host UPDATE, pg_notify, COMMIT", "floor", "floor", ""),
-        (A_A_LABEL, "floor_again", "floor", "1.00"),
-        ("batch floor: the same per 100, one pg_notify per proc", "batch_floor", "batch_floor", ""),
-        ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
-        ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
-    ])
-    print(f"{'processes releasing at once':30s} {'both eras off':>14s} {'notify on':>10s}  "
-          f"{'ratio, median (spread)':>24s}  {'p99 off':>8s} {'p99 notify':>10s}")
+    print(
+        f"NOTIFY era (ACCOUNTING_NOTIFY_ENABLED, Redis off), scheduler-managed show: {n} releases per path and "
+        f"round ({BATCH_FACTOR * n} for batches), {ROUNDS} interleaved rounds; {placement}"
+    )
+    print_rates(
+        rates,
+        [
+            ("floor: DELETE, host UPDATE, pg_notify, COMMIT", "floor", "floor", ""),
+            (A_A_LABEL, "floor_again", "floor", "1.00"),
+            ("batch floor: the same per 100, one pg_notify per proc", "batch_floor", "batch_floor", ""),
+            ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
+            ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
+        ],
+    )
+    print(
+        f"{'processes releasing at once':30s} {'both eras off':>14s} {'notify on':>10s}  "
+        f"{'ratio, median (spread)':>24s}  {'p99 off':>8s} {'p99 notify':>10s}"
+    )
     for clients in (1, 4, 8):
         off, on = concurrency[(clients, "off")], concurrency[(clients, "notify")]
         ratios = sorted(a[0] / b[0] for a, b in zip(on, off))
         p99s = [p99([lat for _, lats in results for lat in lats]) for results in (off, on)]
-        print(f"{clients:<30d} {statistics.median(r for r, _ in off):14.0f} {statistics.median(r for r, _ in on):10.0f}  "
-              f"{statistics.median(ratios):5.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f}){'':9s}  "
-              f"{p99s[0]:6.1f} ms {p99s[1]:7.1f} ms")
+        print(
+            f"{clients:<30d} {statistics.median(r for r, _ in off):14.0f} {statistics.median(r for r, _ in on):10.0f}  "
+            f"{statistics.median(ratios):5.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f}){'':9s}  "
+            f"{p99s[0]:6.1f} ms {p99s[1]:7.1f} ms"
+        )
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ separate run so tracing does not distort the timings) is measured at 100,000 pro
 The farm is built with COPY through simulator.farm_builder (idempotent: a re-run reuses it), and every
 show of it is switched to scheduler-managed so all procs are in scope.
 """
+
 import argparse
 import os
 import statistics
@@ -78,19 +79,47 @@ def build(*, procs: int) -> tuple[list[str], int]:
         show_of_job = dict(Job.objects.filter(pk__in={l.job_id for l in layers}).values_list("pk", "show_id"))
         with connection.cursor() as cursor:
             cursor.execute(ADD_HOST_STATS, {"hosts": [demo_id(f"host:{h}") for h in range(STRUCTURE.hosts)]})
-            cursor.execute("SELECT count(*) FROM proc p JOIN frame f ON f.pk_frame = p.pk_frame WHERE f.str_name LIKE 'bench-%%'")
+            cursor.execute(
+                "SELECT count(*) FROM proc p JOIN frame f ON f.pk_frame = p.pk_frame WHERE f.str_name LIKE 'bench-%%'"
+            )
             have = cursor.fetchone()[0]
             if have > procs:
-                cursor.execute("DELETE FROM proc WHERE pk_frame IN (SELECT pk_frame FROM frame WHERE str_name LIKE 'bench-%%')")
+                cursor.execute(
+                    "DELETE FROM proc WHERE pk_frame IN (SELECT pk_frame FROM frame WHERE str_name LIKE 'bench-%%')"
+                )
                 have = 0
         layer_of = [layers[p % len(layers)] for p in range(have, procs)]
-        copy_rows(table="frame", columns=FRAME_COLUMNS, rows=(
-            (bench_frame_id(p), layer.id, layer.job_id, f"bench-{p}", "RUNNING", p, 0, PROC_CORES[p % len(PROC_CORES)], None)
-            for p, layer in zip(range(have, procs), layer_of)
-        ))
+        copy_rows(
+            table="frame",
+            columns=FRAME_COLUMNS,
+            rows=(
+                (
+                    bench_frame_id(p),
+                    layer.id,
+                    layer.job_id,
+                    f"bench-{p}",
+                    "RUNNING",
+                    p,
+                    0,
+                    PROC_CORES[p % len(PROC_CORES)],
+                    None,
+                )
+                for p, layer in zip(range(have, procs), layer_of)
+            ),
+        )
         rows = (
-            (bench_proc_id(p), demo_id(f"host:{p % STRUCTURE.hosts}"), layer.job_id, show_of_job[layer.job_id], layer.id,
-             bench_frame_id(p), PROC_CORES[p % len(PROC_CORES)], 1 if p % 16 == 0 else 0, 4 * 1024 * 1024, 0)
+            (
+                bench_proc_id(p),
+                demo_id(f"host:{p % STRUCTURE.hosts}"),
+                layer.job_id,
+                show_of_job[layer.job_id],
+                layer.id,
+                bench_frame_id(p),
+                PROC_CORES[p % len(PROC_CORES)],
+                1 if p % 16 == 0 else 0,
+                4 * 1024 * 1024,
+                0,
+            )
             for p, layer in zip(range(have, procs), layer_of)
         )
         added = copy_rows(table="proc", columns=PROC_COLUMNS, rows=rows)
@@ -157,7 +186,9 @@ def measure(*, procs: int, repeat: int) -> dict:
     call_command("acct_reseed", "--limits", stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))
     reseed(show_ids)  # warm: caches, plans, Redis keys exist
     result = {
-        "procs": procs, "jobs": jobs, "build_s": built,
+        "procs": procs,
+        "jobs": jobs,
+        "build_s": built,
         "bare_s": timed(lambda: bare(show_ids=show_ids), repeat=repeat),
         "reseed_s": timed(lambda: reseed(show_ids), repeat=repeat),
     }

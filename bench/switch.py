@@ -18,6 +18,7 @@ the second) and per show (the switched one, the other). After each run the switc
 Redis counters are compared with SUM(proc) until they agree or one in-flight TTL has passed.
 Printed, never asserted.
 """
+
 import argparse
 import http.client
 import os
@@ -49,8 +50,9 @@ ROUNDS = 3
 @contextmanager
 def task_cluster():
     """`manage.py qcluster` as scripts/server.py starts it."""
-    process = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=bench_release.ROOT,
-                               env={**os.environ, "LOG_LEVEL": "WARNING"})
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "qcluster"], cwd=bench_release.ROOT, env={**os.environ, "LOG_LEVEL": "WARNING"}
+    )
     try:
         yield
     finally:
@@ -76,8 +78,9 @@ class Progress:
         return list(self.thresholds.values())[fraction]
 
 
-def release_over_http(*, ports: list[int], token: str, proc_ids: list[str], progress: Progress,
-                      shows: dict[str, int]) -> tuple[list[tuple[float, float]], list[int]]:
+def release_over_http(
+    *, ports: list[int], token: str, proc_ids: list[str], progress: Progress, shows: dict[str, int]
+) -> tuple[list[tuple[float, float]], list[int]]:
     """(when sent, latency) of each release, and the index of its proc's show."""
     latencies: list[tuple[float, float]] = []
     released_shows: list[int] = []
@@ -121,8 +124,11 @@ def switcher(*, farm, progress: Progress, switched_at: list[float]) -> threading
     return threading.Thread(target=switch)
 
 
-LEFT_HIGH = ("cuebot_acct_release_publish_failures_total", "cuebot_acct_release_withheld_total",
-             "cuebot_acct_release_publish_stale_total")
+LEFT_HIGH = (
+    "cuebot_acct_release_publish_failures_total",
+    "cuebot_acct_release_withheld_total",
+    "cuebot_acct_release_publish_stale_total",
+)
 
 
 def left_high(ports: list[int]) -> int:
@@ -166,11 +172,14 @@ def phase_p99s(latencies: list[tuple[float, float]], switched_at: list[float]) -
 
 def show_p99s(latencies: list[tuple[float, float]], shows: list[int]) -> str:
     """p99 of the switched show's releases, then of the other show's."""
-    return " / ".join(f"{bench_release.p99([lat for (_, lat), s in zip(latencies, shows) if s == show]):.0f}"
-                      for show in (0, 1))
+    return " / ".join(
+        f"{bench_release.p99([lat for (_, lat), s in zip(latencies, shows) if s == show]):.0f}" for show in (0, 1)
+    )
 
 
-def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.Random) -> tuple[list[float], str, str, str]:
+def one_run(
+    *, farms, ports: list[int], procs: int, switched: bool, rng: random.Random
+) -> tuple[list[float], str, str, str]:
     shows = {proc_id: index for index, farm in enumerate(farms) for proc_id in farm.add_procs(procs)}
     ids = list(shows)
     rng.shuffle(ids)
@@ -180,16 +189,26 @@ def one_run(*, farms, ports: list[int], procs: int, switched: bool, rng: random.
     thread = switcher(farm=farms[0], progress=progress, switched_at=switched_at) if switched else None
     if thread:
         thread.start()
-    latencies, released_shows = release_over_http(ports=ports, token=farms[0].token, proc_ids=ids, progress=progress,
-                                                  shows=shows)
+    latencies, released_shows = release_over_http(
+        ports=ports, token=farms[0].token, proc_ids=ids, progress=progress, shows=shows
+    )
     if thread:
         thread.join()
     took, left = settled_after(show_id=farms[0].show.id, seconds=settings.ACCOUNTING_INFLIGHT_TTL_SECONDS)
     while Schedule.objects.filter(name__endswith=farms[0].show.id).exists():
         time.sleep(0.25)  # the task cluster's settling tasks, which no event announces
-    settled = f"equal after {took:.1f} s" if took is not None else f"{left:+d} cores after {settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s"
+    settled = (
+        f"equal after {took:.1f} s"
+        if took is not None
+        else f"{left:+d} cores after {settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s"
+    )
     settled += f" ({left_high(ports) - high_before} releases left out of Redis by design)"
-    return [lat for _, lat in latencies], settled, phase_p99s(latencies, switched_at), show_p99s(latencies, released_shows)
+    return (
+        [lat for _, lat in latencies],
+        settled,
+        phase_p99s(latencies, switched_at),
+        show_p99s(latencies, released_shows),
+    )
 
 
 def main() -> None:
@@ -208,26 +227,36 @@ def main() -> None:
             servers.enter_context(task_cluster())
             for _ in range(ROUNDS):
                 for switched in (False, True):
-                    latencies, settled, phases, by_show = one_run(farms=farms, ports=ports, procs=options.procs,
-                                                                  switched=switched, rng=rng)
-                    results[switched].append((bench_release.p99(latencies), statistics.median(latencies) * 1000, settled,
-                                              phases, by_show))
+                    latencies, settled, phases, by_show = one_run(
+                        farms=farms, ports=ports, procs=options.procs, switched=switched, rng=rng
+                    )
+                    results[switched].append(
+                        (bench_release.p99(latencies), statistics.median(latencies) * 1000, settled, phases, by_show)
+                    )
     finally:
         for farm in farms:
             set_scheduler_managed(show=farm.show, managed=True)
             farm.remove()
-    print(f"Switches under load: 2 gunicorn instances, {CLIENTS} HTTP clients, 2 shows x {options.procs} procs per run, "
-          f"{ROUNDS} rounds; flag cache and in-flight TTL {settings.SHOW_FLAG_CACHE_SECONDS} s / "
-          f"{settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s")
-    print(f"{'run':20s} {'p99 ms':>7s} {'p50 ms':>7s}  {'p99 by phase':>15s}  {'p99 by show':>11s}  "
-          "switched show's Redis against SUM(proc) after")
+    print(
+        f"Switches under load: 2 gunicorn instances, {CLIENTS} HTTP clients, 2 shows x {options.procs} procs per run, "
+        f"{ROUNDS} rounds; flag cache and in-flight TTL {settings.SHOW_FLAG_CACHE_SECONDS} s / "
+        f"{settings.ACCOUNTING_INFLIGHT_TTL_SECONDS} s"
+    )
+    print(
+        f"{'run':20s} {'p99 ms':>7s} {'p50 ms':>7s}  {'p99 by phase':>15s}  {'p99 by show':>11s}  "
+        "switched show's Redis against SUM(proc) after"
+    )
     for switched in (False, True):
         for p99, p50, settled, phases, by_show in results[switched]:
-            print(f"{'one switch each way' if switched else 'no switch':20s} {p99:7.1f} {p50:7.1f}  {phases:>15s}  "
-                  f"{by_show:>11s}  {settled}")
+            print(
+                f"{'one switch each way' if switched else 'no switch':20s} {p99:7.1f} {p50:7.1f}  {phases:>15s}  "
+                f"{by_show:>11s}  {settled}"
+            )
     ratios = sorted(b[0] / a[0] for a, b in zip(results[False], results[True]))
-    print(f"p99 with switches / without, per round: median {statistics.median(ratios):.2f} "
-          f"({ratios[0]:.2f}–{ratios[-1]:.2f}); target <= 2")
+    print(
+        f"p99 with switches / without, per round: median {statistics.median(ratios):.2f} "
+        f"({ratios[0]:.2f}–{ratios[-1]:.2f}); target <= 2"
+    )
 
 
 if __name__ == "__main__":

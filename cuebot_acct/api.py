@@ -5,6 +5,7 @@ no app. Every error the API answers is JSON `{"detail": ...}`: validation (422),
 oversized body (413) and an unexpected failure (500) included; paths under /api/ that
 match no endpoint answer a JSON 404 (cuebot_acct.urls).
 """
+
 import json
 import logging
 
@@ -18,6 +19,7 @@ from ninja.parser import Parser
 from cuebot_acct.api_types import JsonNumber, MissingPermission, NotJson
 
 log = logging.getLogger(__name__)
+
 
 class JsonOnly(Parser):
     """A body is read only when it says it is JSON: a form or text/plain is refused (415), not
@@ -86,9 +88,14 @@ class JsonErrorsUnderApi:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if (_under_api(request) and response.status_code >= 400
-                and not response.get("Content-Type", "").startswith("application/json")):
-            detail = f"method {request.method} not allowed here" if response.status_code == 405 else response.reason_phrase
+        if (
+            _under_api(request)
+            and response.status_code >= 400
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            detail = (
+                f"method {request.method} not allowed here" if response.status_code == 405 else response.reason_phrase
+            )
             json_response = JsonResponse({"detail": detail}, status=response.status_code)
             if response.has_header("Allow"):
                 json_response["Allow"] = response["Allow"]

@@ -5,6 +5,7 @@ only to fail there (a 500). Every string that is used to look something up is th
 so such input is refused up front with a 422 and nothing is touched. The error schemas
 below document the answers every endpoint may give (docs/api.md, "Errors").
 """
+
 from typing import Annotated, Any
 
 from ninja import Field, Schema
@@ -44,7 +45,7 @@ def whole_number(value: object) -> object:
     """JSON integers only: true/false, "5", 1.0 and 1e3 are refused (pydantic would read them
     as 1/0, 5, 1 and 1000)."""
     if isinstance(value, bool | str | float | JsonNumber):
-        raise ValueError("must be a JSON integer (digits only: not 1.0, 1e3, true or \"5\")")
+        raise ValueError('must be a JSON integer (digits only: not 1.0, 1e3, true or "5")')
     return value
 
 

@@ -7,6 +7,7 @@ with a traceback through Django's settings loader. The entry points (`manage.py`
 module, the task cluster) catch this class and print its message alone; it is an
 ImproperlyConfigured, so any other caller still sees Django's usual configuration error.
 """
+
 from django.core.exceptions import ImproperlyConfigured
 
 

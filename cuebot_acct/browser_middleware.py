@@ -16,6 +16,7 @@ its token) goes through all of them as before. Login throttling (django-axes) ac
 logins only; its middleware, which only reads one attribute of the request, stays in place as
 it is (its system check wants it by name).
 """
+
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
@@ -27,8 +28,7 @@ def token_request(request: HttpRequest) -> bool:
     """Under /api/ with an `Authorization: Bearer ...` header, the scheme read as django-ninja's
     HttpBearer reads it (case-insensitively). Whether the token is valid is the endpoint's
     question: a wrong one is answered 401 there, with no session either way."""
-    return (request.path_info.startswith("/api/")
-            and request.META.get("HTTP_AUTHORIZATION", "")[:7].lower() == "bearer ")
+    return request.path_info.startswith("/api/") and request.META.get("HTTP_AUTHORIZATION", "")[:7].lower() == "bearer "
 
 
 class _NotForTokens(MiddlewareMixin):

@@ -6,6 +6,7 @@ through Django's cursor wrapper, as every other statement does: the query log, e
 wrappers and Django's error translation (a deadlock raised as the OperationalError that
 `cuebot_acct.transactions` reruns).
 """
+
 import psycopg
 from django.db import connection
 

@@ -8,6 +8,7 @@ Two Django mechanisms together keep a site's database Cuebot's own:
   Django then records the migration as applied without running it, and the project's
   own tables, in migrations of their own, are created as usual.
 """
+
 from django.conf import settings
 
 CUEBOT_TABLES_HINT = "cuebot_tables"

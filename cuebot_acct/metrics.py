@@ -3,6 +3,7 @@
 When PROMETHEUS_MULTIPROC_DIR is set (make run sets it), gunicorn workers and the task
 cluster write to it and /metrics aggregates them all.
 """
+
 import os
 
 from prometheus_client import (
@@ -32,9 +33,7 @@ def render() -> tuple[bytes, str]:
 
 # Release path (accounting.release.unbook.unbook_proc/unbook_procs, accounting.release.publish).
 
-RELEASES = Counter(
-    "cuebot_acct_releases_total", "Procs released, counted at commit, by accounting branch.", ["branch"]
-)
+RELEASES = Counter("cuebot_acct_releases_total", "Procs released, counted at commit, by accounting branch.", ["branch"])
 RELEASE_PUBLISH_FAILURES = Counter(
     "cuebot_acct_release_publish_failures_total",
     "Release publishes to Redis that failed and were dropped (Redis left counting high), by stage.",

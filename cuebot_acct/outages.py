@@ -9,6 +9,7 @@ line. Any other exception keeps its traceback, including PostgreSQL errors that 
 the connection (a deadlock or a cancelled statement is an OperationalError too, and its
 traceback matters).
 """
+
 import logging
 
 import psycopg

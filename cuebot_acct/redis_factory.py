@@ -16,6 +16,7 @@ the caller decides (the release publisher logs it and lets the recompute heal Re
 high). A pooled connection that died while idle is still replaced before use:
 redis-py checks it when handing it out, which is before anything is sent.
 """
+
 from dataclasses import dataclass
 from functools import cache
 from urllib.parse import unquote, urlsplit
@@ -65,7 +66,7 @@ def sentinel_target(url: str) -> SentinelTarget | None:
     """The parts of a redis+sentinel:// URL; None for any other URL; BadRedisUrl when malformed."""
     if not url.startswith(SENTINEL_SCHEME):
         return None
-    rest = url[len(SENTINEL_SCHEME):]
+    rest = url[len(SENTINEL_SCHEME) :]
     netloc, _, path = rest.partition("/")
     userinfo, _, hosts = netloc.rpartition("@")
     password = unquote(userinfo.partition(":")[2]) if userinfo else None
@@ -116,8 +117,9 @@ def build_pool(*, url: str, timeout: float) -> redis.ConnectionPool:
     if target is None:
         return redis.ConnectionPool.from_url(url, **timeouts, **_pool_options())
     sentinels = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts)
-    return SentinelConnectionPool(target.master_name, sentinels, db=target.db, password=target.password,
-                                  **timeouts, **_pool_options())
+    return SentinelConnectionPool(
+        target.master_name, sentinels, db=target.db, password=target.password, **timeouts, **_pool_options()
+    )
 
 
 def connection_options(*, url: str, timeout: float) -> dict:
@@ -173,8 +175,12 @@ def django_cache(*, url: str, options: dict) -> dict:
     return {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": [f"redis://{target.master_name}/{target.db}"],
-        "OPTIONS": {**options, "CONNECTION_FACTORY": "cuebot_acct.redis_factory.DjangoRedisSentinelConnectionFactory",
-                    "SENTINELS": list(target.sentinels), "PASSWORD": target.password},
+        "OPTIONS": {
+            **options,
+            "CONNECTION_FACTORY": "cuebot_acct.redis_factory.DjangoRedisSentinelConnectionFactory",
+            "SENTINELS": list(target.sentinels),
+            "PASSWORD": target.password,
+        },
     }
 
 
@@ -190,8 +196,12 @@ class DjangoRedisSentinelConnectionFactory(SentinelConnectionFactory):
 
     def __init__(self, options: dict) -> None:
         timeout = options.get("SOCKET_TIMEOUT", 5.0)
-        super().__init__({
-            **options, "SOCKET_TIMEOUT": timeout, "SOCKET_CONNECT_TIMEOUT": timeout,
-            "SENTINEL_KWARGS": {"socket_timeout": timeout, "socket_connect_timeout": timeout},
-            "CONNECTION_POOL_KWARGS": {**options.get("CONNECTION_POOL_KWARGS", {}), **_pool_options()},
-        })
+        super().__init__(
+            {
+                **options,
+                "SOCKET_TIMEOUT": timeout,
+                "SOCKET_CONNECT_TIMEOUT": timeout,
+                "SENTINEL_KWARGS": {"socket_timeout": timeout, "socket_connect_timeout": timeout},
+                "CONNECTION_POOL_KWARGS": {**options.get("CONNECTION_POOL_KWARGS", {}), **_pool_options()},
+            }
+        )

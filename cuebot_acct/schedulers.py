@@ -6,6 +6,7 @@ Maestro era (v1.34.20 and later) gives the five accounting tables back to Cuebot
 show. A wrong guess corrupts a site's counters, so the name is parsed here, once, for the
 settings, and every other module asks the two functions below instead of reading flags.
 """
+
 from django.conf import settings
 
 from cuebot_acct.bad_setting import BadSetting

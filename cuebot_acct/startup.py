@@ -1,5 +1,6 @@
 """Start-up checks (services reachable; a site's Cuebot schema complete is shows.attach's)
 that fail with one readable line, not a traceback."""
+
 import sys
 from collections.abc import Callable
 
@@ -43,8 +44,10 @@ def redis_problem(*, setting: str, url: str, error: Exception) -> ServiceUnreach
 def check_secret_key() -> None:
     """A serving process never signs sessions and CSRF tokens with the published development key."""
     if not settings.DEBUG and settings.SECRET_KEY == settings.DEVELOPMENT_SECRET_KEY:
-        raise StartupRefused("DJANGO_SECRET_KEY is not set: refusing to serve with the development key while DEBUG is off; "
-                             "set a long random DJANGO_SECRET_KEY (`make run` keeps one in .local/secret_key)")
+        raise StartupRefused(
+            "DJANGO_SECRET_KEY is not set: refusing to serve with the development key while DEBUG is off; "
+            "set a long random DJANGO_SECRET_KEY (`make run` keeps one in .local/secret_key)"
+        )
 
 
 def check_postgres() -> None:
@@ -87,7 +90,7 @@ PRINTING_OPTIONS = frozenset({"--help", "-h", "--version"})
 def only_prints(argv: list[str]) -> bool:
     """Whether this command line prints help or a version and acts on nothing. Only the first
     word may be `help`: later it could be a show's name; after `--` an option is an argument."""
-    words = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    words = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
     return not words or words[0] in PRINTING_COMMANDS or not PRINTING_OPTIONS.isdisjoint(words[1:])
 
 

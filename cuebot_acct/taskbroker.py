@@ -11,6 +11,7 @@ returns nothing (the pusher then checks its stop event, as after an empty queue)
 write that cannot reach Redis is skipped (the key lives 3 s and only feeds `qmonitor`).
 Anything else fails as django-q2 would have it fail.
 """
+
 import logging
 import threading
 

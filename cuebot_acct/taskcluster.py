@@ -20,6 +20,7 @@ Here the command's main process does three things besides starting the same clus
 The start-up checks (secret key, PostgreSQL and every Redis) run before this, in
 `cuebot_acct.startup.run_with_clear_service_errors`.
 """
+
 import argparse
 import logging
 import os
@@ -74,8 +75,9 @@ class Watchdog(threading.Thread):
         try:
             self.broker.ping()
         except (redis.ConnectionError, redis.TimeoutError) as error:
-            problems["the task broker"] = redis_problem(setting="TASK_BROKER_REDIS_URL", url=settings.TASK_BROKER_REDIS_URL,
-                                                        error=error)
+            problems["the task broker"] = redis_problem(
+                setting="TASK_BROKER_REDIS_URL", url=settings.TASK_BROKER_REDIS_URL, error=error
+            )
         return problems
 
     def run(self) -> None:

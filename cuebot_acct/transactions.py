@@ -15,6 +15,7 @@ This holds only when the function opens the outermost transaction. Inside a call
 transaction the abort took the caller's earlier work with it, and only the caller can
 redo that: the error propagates unchanged.
 """
+
 import logging
 import time
 from collections.abc import Callable
@@ -58,7 +59,12 @@ def retry_transient(fn: Callable[[], T], *, operation: str) -> T:
             if state not in TRANSIENT_SQLSTATES or attempt == ATTEMPTS:
                 raise
             metrics.TRANSACTION_RETRIES.labels(operation=operation, sqlstate=state).inc()
-            logger.info("%s rolled back by PostgreSQL (%s), attempt %d of %d; running it again",
-                        operation, state, attempt, ATTEMPTS)
+            logger.info(
+                "%s rolled back by PostgreSQL (%s), attempt %d of %d; running it again",
+                operation,
+                state,
+                attempt,
+                ATTEMPTS,
+            )
             time.sleep(_BACKOFF.compute(attempt - 1))
             attempt += 1

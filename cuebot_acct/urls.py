@@ -1,5 +1,6 @@
 """The URLconf: where the apps' pages and routers are put together (the composition root,
 with wsgi.py and asgi.py the only modules of cuebot_acct that import the apps)."""
+
 from django.contrib import admin
 from django.urls import path
 

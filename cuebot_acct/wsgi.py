@@ -6,6 +6,7 @@ arbiter stops instead of booting workers forever, so systemd sees the failure.
 Once the services answer, the worker records itself in the fleet register (and keeps
 doing so every 30 s) and runs the publish guardrail, which warns but never stops it.
 """
+
 import os
 import sys
 

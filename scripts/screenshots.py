@@ -11,6 +11,7 @@ client: tests/accounting/operators/test_admin_in_chromium.py). Usage (docs/admin
 
     make screenshots                     # or: .venv/bin/python scripts/screenshots.py --url http://127.0.0.1:8000
 """
+
 import argparse
 import base64
 import json
@@ -30,12 +31,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-MISSING_BROWSER = ("no Chromium found (looked for chromium, chromium-browser, google-chrome). "
-                   "On Debian: apt-get install -y chromium (`make test` installs it: scripts/services.py up --tests)")
+MISSING_BROWSER = (
+    "no Chromium found (looked for chromium, chromium-browser, google-chrome). "
+    "On Debian: apt-get install -y chromium (`make test` installs it: scripts/services.py up --tests)"
+)
 # This machine's network is closed: without these, Chromium's background connections (updates,
 # sync, QUIC probes) are refused many at a time and slow every start.
-BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+BROWSER_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
 USERNAME = "screenshots-bot"
 
 
@@ -49,8 +61,12 @@ class DevTools:
         self.timeout = timeout
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         key = base64.b64encode(secrets.token_bytes(16)).decode()
-        self.sock.sendall((f"GET /{path} HTTP/1.1\r\nHost: {host_port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        self.sock.sendall(
+            (
+                f"GET /{path} HTTP/1.1\r\nHost: {host_port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         response = b""
         while b"\r\n\r\n" not in response:
             response += self.sock.recv(4096)
@@ -130,9 +146,11 @@ class DevTools:
         """Through the admin's login form, as a person does; raises if the admin sends it back."""
         self.open(f"{base}/admin/login/")
         self.events.clear()
-        self.evaluate(f"document.getElementById('id_username').value = {json.dumps(username)};"
-                      f"document.getElementById('id_password').value = {json.dumps(password)};"
-                      "document.querySelector('#login-form').submit();")
+        self.evaluate(
+            f"document.getElementById('id_username').value = {json.dumps(username)};"
+            f"document.getElementById('id_password').value = {json.dumps(password)};"
+            "document.querySelector('#login-form').submit();"
+        )
         self.wait_for_event("Page.loadEventFired")
         if self.evaluate("location.pathname").startswith("/admin/login"):
             raise RuntimeError(f"login as {username} failed")
@@ -152,9 +170,18 @@ def find_browser() -> str | None:
 def start_browser(binary: str, profile: str) -> tuple[subprocess.Popen, str]:
     """Chromium with an empty profile; (the process, its first page's DevTools WebSocket URL)."""
     browser = subprocess.Popen(
-        [binary, *BROWSER_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1280,900",
-         "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+        [
+            binary,
+            *BROWSER_FLAGS,
+            "--remote-debugging-port=0",
+            f"--user-data-dir={profile}",
+            "--window-size=1280,900",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
     )
     try:
         # Chromium announces its endpoint on stderr ("DevTools listening on ws://…"): reading up to
@@ -189,8 +216,12 @@ def pages() -> list[tuple[str, str]]:
     which is where the drift and booked sources show; empty if there is no such show."""
     from accounting.models import Proc, Subscription
 
-    subscription = (Subscription.objects.filter(show__b_scheduler_managed=True).select_related("show")
-                    .order_by("show__str_name", "alloc__str_name").first())
+    subscription = (
+        Subscription.objects.filter(show__b_scheduler_managed=True)
+        .select_related("show")
+        .order_by("show__str_name", "alloc__str_name")
+        .first()
+    )
     if subscription is None:
         return []
     show_id = subscription.show_id
@@ -208,8 +239,12 @@ def pages() -> list[tuple[str, str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the running service (default: http://127.0.0.1:8000)")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "screenshots"), help="directory for the PNGs (default: docs/screenshots)")
+    parser.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="the running service (default: http://127.0.0.1:8000)"
+    )
+    parser.add_argument(
+        "--out", default=str(ROOT / "docs" / "screenshots"), help="directory for the PNGs (default: docs/screenshots)"
+    )
     parser.add_argument("--width", type=int, default=1280, help="page width in pixels (default: 1280)")
     args = parser.parse_args()
 
@@ -227,7 +262,10 @@ def main() -> int:
 
     shots = pages()
     if not shots:
-        print("screenshots: no scheduler-managed show with a subscription; run `make run` (it seeds a demo farm)", file=sys.stderr)
+        print(
+            "screenshots: no scheduler-managed show with a subscription; run `make run` (it seeds a demo farm)",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +283,13 @@ def main() -> int:
             for name, path in [("login.png", "/admin/login/"), *shots]:
                 if name != "login.png" and tools.evaluate("location.pathname").startswith("/admin/login"):
                     tools.login(base, username=USERNAME, password=password)
-                tools.call("Emulation.setDeviceMetricsOverride", width=args.width, height=900, deviceScaleFactor=1, mobile=False)
+                tools.call(
+                    "Emulation.setDeviceMetricsOverride",
+                    width=args.width,
+                    height=900,
+                    deviceScaleFactor=1,
+                    mobile=False,
+                )
                 tools.open(base + path)
                 size = tools.screenshot(out / name, width=args.width)
                 print(f"screenshots: {out / name} ({size // 1024} KB) <- {path}")

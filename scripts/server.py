@@ -9,6 +9,7 @@ whole group is gone, and only then says so and removes the pid file. A group sti
 after --grace seconds is killed (SIGKILL); one that even that does not end is reported, its
 pid file kept, and the exit status is 1.
 """
+
 import argparse
 import os
 import secrets
@@ -118,7 +119,9 @@ def port_taken(bind: str) -> bool:
 
 def start(state: Path, bind: str) -> None:
     if not running(state, "gunicorn") and port_taken(bind):
-        sys.exit(f"server: {bind} is already in use by another program; stop it, or run `make run BIND=127.0.0.1:<free port>`")
+        sys.exit(
+            f"server: {bind} is already in use by another program; stop it, or run `make run BIND=127.0.0.1:<free port>`"
+        )
     (state / "log").mkdir(parents=True, exist_ok=True)
     if not os.environ.get("DJANGO_SECRET_KEY"):
         os.environ["DJANGO_SECRET_KEY"] = demo_secret_key(state)
@@ -131,8 +134,10 @@ def start(state: Path, bind: str) -> None:
     print(f"cuebot-acct is running: http://{bind}/api/v1/docs  http://{bind}/admin/  http://{bind}/metrics")
     era = os.environ.get("ACCOUNTING_SCHEDULER", "")
     if era == "redis":
-        print("the demo runs the design's Redis era (ACCOUNTING_SCHEDULER=redis), which OpenCue never released; "
-              "a site on OpenCue v1.34.20 or later sets ACCOUNTING_SCHEDULER=maestro")
+        print(
+            "the demo runs the design's Redis era (ACCOUNTING_SCHEDULER=redis), which OpenCue never released; "
+            "a site on OpenCue v1.34.20 or later sets ACCOUNTING_SCHEDULER=maestro"
+        )
     else:
         print(f"scheduler: ACCOUNTING_SCHEDULER={era}")
 
@@ -164,7 +169,9 @@ def stop_one(state: Path, name: str, grace: float) -> bool:
         pass
     how = "stopped"
     if not wait_gone(pid, grace):
-        print(f"server: {name} (pid {pid}) still running {grace:g} s after SIGTERM; sending SIGKILL to its process group")
+        print(
+            f"server: {name} (pid {pid}) still running {grace:g} s after SIGTERM; sending SIGKILL to its process group"
+        )
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -190,10 +197,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("--bind", default="127.0.0.1:8000", help="gunicorn's address (default: %(default)s)")
-    parser.add_argument("--state-dir", type=Path, default=ROOT / ".local",
-                        help="where pid files and logs are kept (default: .local/)")
-    parser.add_argument("--grace", type=float, default=30.0,
-                        help="seconds to wait after SIGTERM before SIGKILL (default: %(default)s)")
+    parser.add_argument(
+        "--state-dir", type=Path, default=ROOT / ".local", help="where pid files and logs are kept (default: .local/)"
+    )
+    parser.add_argument(
+        "--grace", type=float, default=30.0, help="seconds to wait after SIGTERM before SIGKILL (default: %(default)s)"
+    )
     arguments = parser.parse_args()
     if arguments.action == "start":
         start(arguments.state_dir, arguments.bind)

@@ -19,6 +19,7 @@ installed quietly: as root, it is named with the reason and installed with apt-g
 output shown, then said to be installed; otherwise the script stops, naming the package and
 the command that installs it.
 """
+
 import os
 import shutil
 import signal
@@ -79,8 +80,12 @@ def ensure_promtool() -> None:
         return
     apt_install("prometheus", why="its promtool checks the alert rules in the suite", recommends=False)
     if shutil.which("systemctl"):
-        subprocess.run(["systemctl", "disable", "--now", "prometheus"], check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            ["systemctl", "disable", "--now", "prometheus"],
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         say("stopped and disabled the Prometheus server the package enabled (only promtool is used)")
     if not shutil.which("promtool"):
         sys.exit("services: the prometheus package did not install promtool")
@@ -129,7 +134,11 @@ def start_postgres(*, host: str, port: int, user: str) -> None:
         )
     options = f"-p {port} -k {run_dir} -c listen_addresses={host or '127.0.0.1'}"
     say(f"starting PostgreSQL on {host}:{port}")
-    subprocess.run(as_postgres_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start"]), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        as_postgres_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start"]),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     (STARTED / "postgres").write_text(str(bin_dir))
 
 
@@ -158,7 +167,9 @@ def postgres_up(url: str, *, create_database: bool) -> bool:
         wait_until_answers(host, port, what="PostgreSQL")
         started = True
     else:
-        sys.exit(f"services: PostgreSQL at {host}:{port} does not answer and is not local; start it or set DATABASE_URL")
+        sys.exit(
+            f"services: PostgreSQL at {host}:{port} does not answer and is not local; start it or set DATABASE_URL"
+        )
     if create_database:
         ensure_database(url)
     return started
@@ -180,9 +191,23 @@ def redis_up(host: str, port: int) -> Path | None:
     say(f"starting Redis on {host}:{port} (no persistence)")
     subprocess.run(
         [
-            "redis-server", "--port", str(port), "--bind", host or "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--daemonize", "yes", "--pidfile", str(pidfile), "--dir", str(work),
-            "--logfile", str(LOCAL / "log" / f"redis-{port}.log"),
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            host or "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(pidfile),
+            "--dir",
+            str(work),
+            "--logfile",
+            str(LOCAL / "log" / f"redis-{port}.log"),
         ],
         check=True,
     )
@@ -221,8 +246,13 @@ def stop(name: str) -> None:
     if name == "postgres":
         bin_dir = Path(record.read_text())
         say("stopping the project-local PostgreSQL")
-        subprocess.run(as_postgres_user([str(bin_dir / "pg_ctl"), "-D", str(LOCAL / "postgres" / "data"), "-m", "fast", "-w", "stop"]),
-                       check=False, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            as_postgres_user(
+                [str(bin_dir / "pg_ctl"), "-D", str(LOCAL / "postgres" / "data"), "-m", "fast", "-w", "stop"]
+            ),
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
     else:
         say(f"stopping the project-local Redis ({record.stem})")
         try:
@@ -275,7 +305,7 @@ if __name__ == "__main__":
     elif arguments == ["down"]:
         down()
     elif arguments[:1] == ["with"] and "--" in arguments and arguments.index("--") < len(arguments) - 1:
-        options, command = arguments[1:arguments.index("--")], arguments[arguments.index("--") + 1:]
+        options, command = arguments[1 : arguments.index("--")], arguments[arguments.index("--") + 1 :]
         if options not in ([], ["--tests"]):
             sys.exit("usage: services.py with [--tests] -- COMMAND...")
         sys.exit(run_with_services(command, tests=options == ["--tests"]))

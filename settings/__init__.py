@@ -2,6 +2,7 @@
 
 The README lists each variable, its default and the Cuebot property it replaces.
 """
+
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -117,8 +118,11 @@ DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 # database, where they are never created, altered or dropped (cuebot_acct.db_router).
 OPENCUE_TABLES = env.str("OPENCUE_TABLES", default="create")
 if OPENCUE_TABLES not in ("create", "existing"):
-    raise BadSetting(setting="OPENCUE_TABLES", problem=f"is {OPENCUE_TABLES!r}",
-                     accepted="'create' (the project creates Cuebot's tables) or 'existing' (a site's Cuebot database)")
+    raise BadSetting(
+        setting="OPENCUE_TABLES",
+        problem=f"is {OPENCUE_TABLES!r}",
+        accepted="'create' (the project creates Cuebot's tables) or 'existing' (a site's Cuebot database)",
+    )
 # A PostgreSQL schema for the project's own tables (Django's, django-q2's, tokens, the
 # instance register), so that none of them sits among Cuebot's. Empty: the role's default.
 OWN_TABLES_SCHEMA = env.str("OWN_TABLES_SCHEMA", default="")
@@ -127,7 +131,9 @@ CUEBOT_SCHEMA = env.str("CUEBOT_SCHEMA", default="public")
 if OWN_TABLES_SCHEMA:
     for name, value in (("OWN_TABLES_SCHEMA", OWN_TABLES_SCHEMA), ("CUEBOT_SCHEMA", CUEBOT_SCHEMA)):
         if not value.isidentifier() or value != value.lower():
-            raise BadSetting(setting=name, problem=f"is {value!r}", accepted="a lower-case SQL identifier (letters, digits, _)")
+            raise BadSetting(
+                setting=name, problem=f"is {value!r}", accepted="a lower-case SQL identifier (letters, digits, _)"
+            )
     DATABASES["default"]["OPTIONS"]["options"] = f"-c search_path={OWN_TABLES_SCHEMA},{CUEBOT_SCHEMA}"
 DATABASE_ROUTERS = ["cuebot_acct.db_router.CuebotTablesRouter"]
 
@@ -141,18 +147,26 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # maestro. With neither, a production process (DEBUG off) refuses to start: a wrong guess
 # corrupts a site's counters. The demo (`make run`) and the suite run the design's Redis era.
 _scheduler = env.str("ACCOUNTING_SCHEDULER", default="")
-_flags = {name: env.bool(name) for name in ("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED") if name in os.environ}
+_flags = {
+    name: env.bool(name) for name in ("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED") if name in os.environ
+}
 ACCOUNTING_SCHEDULER: str | None  # None: refused at start-up (below)
 if _scheduler.strip():
     ACCOUNTING_SCHEDULER = schedulers.parse(value=_scheduler)
-    _named = dict(zip(("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED"), schedulers.flags_of(name=ACCOUNTING_SCHEDULER)))
+    _named = dict(
+        zip(("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED"), schedulers.flags_of(name=ACCOUNTING_SCHEDULER))
+    )
     for _name, _value in _flags.items():
         if _value != _named[_name]:
-            raise BadSetting(setting=_name, problem=f"is {str(_value).lower()} but ACCOUNTING_SCHEDULER is {ACCOUNTING_SCHEDULER!r}",
-                             accepted="leave it unset (ACCOUNTING_SCHEDULER decides) or make the two agree")
+            raise BadSetting(
+                setting=_name,
+                problem=f"is {str(_value).lower()} but ACCOUNTING_SCHEDULER is {ACCOUNTING_SCHEDULER!r}",
+                accepted="leave it unset (ACCOUNTING_SCHEDULER decides) or make the two agree",
+            )
 elif _flags or DEBUG:
-    ACCOUNTING_SCHEDULER = schedulers.from_flags(redis=_flags.get("ACCOUNTING_REDIS_ENABLED", True),
-                                                 notify=_flags.get("ACCOUNTING_NOTIFY_ENABLED", False))
+    ACCOUNTING_SCHEDULER = schedulers.from_flags(
+        redis=_flags.get("ACCOUNTING_REDIS_ENABLED", True), notify=_flags.get("ACCOUNTING_NOTIFY_ENABLED", False)
+    )
 else:
     # Refused once the settings are complete (a module built on these, like settings.test, may
     # still name it): accounting's AppConfig.ready(), which every process runs at start-up
@@ -191,8 +205,11 @@ AUTH_TOKEN_CACHE_SECONDS = env.int("AUTH_TOKEN_CACHE_SECONDS", default=10)
 CACHE_REDIS_URL = env.str("CACHE_REDIS_URL", default="redis://127.0.0.1:6379/1")
 TASK_BROKER_REDIS_URL = env.str("TASK_BROKER_REDIS_URL", default="redis://127.0.0.1:6379/2")
 # A malformed URL stops the process here, in one line naming the variable (cuebot_acct.bad_setting).
-for _name, _url in (("ACCOUNTING_REDIS_URL", ACCOUNTING_REDIS_URL), ("CACHE_REDIS_URL", CACHE_REDIS_URL),
-                    ("TASK_BROKER_REDIS_URL", TASK_BROKER_REDIS_URL)):
+for _name, _url in (
+    ("ACCOUNTING_REDIS_URL", ACCOUNTING_REDIS_URL),
+    ("CACHE_REDIS_URL", CACHE_REDIS_URL),
+    ("TASK_BROKER_REDIS_URL", TASK_BROKER_REDIS_URL),
+):
     check_redis_url(setting=_name, url=_url)
 
 # Every Redis client (accounting, cache, broker) is built by cuebot_acct.redis_factory.
@@ -253,6 +270,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # An unreachable PostgreSQL or Redis is logged in one line, without a traceback (cuebot_acct.outages).
     "filters": {"outage_in_one_line": {"()": "cuebot_acct.outages.OutageInOneLine"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outage_in_one_line"]}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outage_in_one_line"]}
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }

@@ -4,6 +4,7 @@ pytest-django creates test_<name> in PostgreSQL. Redis uses three database index
 counted down from TEST_REDIS_DB (accounting, cache, broker); the suite flushes them
 between tests, so they must not be ones a running service uses.
 """
+
 import os
 
 from cuebot_acct.redis_factory import django_cache

@@ -9,6 +9,7 @@ at start-up).
 With OPENCUE_TABLES=create, `migrate` refuses a database that already holds Cuebot's
 tables it did not create: running the project's DDL there would fail half-way, or worse.
 """
+
 from dataclasses import dataclass
 
 from django.apps import apps
@@ -68,8 +69,7 @@ def grant_statements(*, role: str, schema: str = "public") -> list[str]:
     checks (accounting.E004) verify: the one source of both, held to the page by a test."""
     tables = sorted(expected_columns())
     read_only = [table for table in tables if table not in WRITES]
-    statements = [f"GRANT USAGE ON SCHEMA {schema} TO {role};",
-                  f"GRANT SELECT ON {', '.join(read_only)} TO {role};"]
+    statements = [f"GRANT USAGE ON SCHEMA {schema} TO {role};", f"GRANT SELECT ON {', '.join(read_only)} TO {role};"]
     by_privileges: dict[tuple[str, ...], list[str]] = {}
     for table in tables:
         if table in WRITES:
@@ -141,42 +141,59 @@ def schema_problems() -> list[SchemaProblem]:
     problems = []
     for table, columns in sorted(expected.items()):
         if table not in found:
-            problems.append(SchemaProblem(
-                "accounting.E001", f"Cuebot table '{table}' is missing (searched: {search_path()})",
-                "Point DATABASE_URL at the Cuebot database, or CUEBOT_SCHEMA at the schema that holds its tables.",
-            ))
+            problems.append(
+                SchemaProblem(
+                    "accounting.E001",
+                    f"Cuebot table '{table}' is missing (searched: {search_path()})",
+                    "Point DATABASE_URL at the Cuebot database, or CUEBOT_SCHEMA at the schema that holds its tables.",
+                )
+            )
             continue
         for column, kind in sorted(columns.items()):
             actual = found[table].get(column)
             if actual is None:
                 why = COLUMN_ORIGINS.get((table, column), UNKNOWN_ORIGIN)
-                problems.append(SchemaProblem(
-                    "accounting.E002", f"column {table}.{column} is missing: {why}",
-                    "Bring the Cuebot database up to date with Cuebot's own migrations; this project never alters it.",
-                ))
+                problems.append(
+                    SchemaProblem(
+                        "accounting.E002",
+                        f"column {table}.{column} is missing: {why}",
+                        "Bring the Cuebot database up to date with Cuebot's own migrations; this project never alters it.",
+                    )
+                )
             elif actual not in TYPE_FAMILIES[kind]:
-                problems.append(SchemaProblem(
-                    "accounting.E003",
-                    f"column {table}.{column} is {actual}; the project reads and writes it as one of "
-                    f"{', '.join(sorted(TYPE_FAMILIES[kind]))}",
-                    UNKNOWN_ORIGIN,
-                ))
+                problems.append(
+                    SchemaProblem(
+                        "accounting.E003",
+                        f"column {table}.{column} is {actual}; the project reads and writes it as one of "
+                        f"{', '.join(sorted(TYPE_FAMILIES[kind]))}",
+                        UNKNOWN_ORIGIN,
+                    )
+                )
     for function in missing_functions:
-        problems.append(SchemaProblem(
-            "accounting.E005", f"Cuebot's function {function} is missing: {FUNCTIONS[function]}", UNKNOWN_ORIGIN,
-        ))
+        problems.append(
+            SchemaProblem(
+                "accounting.E005",
+                f"Cuebot's function {function} is missing: {FUNCTIONS[function]}",
+                UNKNOWN_ORIGIN,
+            )
+        )
     for table, privilege in sorted(denied):
-        problems.append(SchemaProblem(
-            "accounting.E004", f"the database role may not {privilege} on {table}",
-            f"GRANT {', '.join(WRITES.get(table, ('SELECT',)))} ON {table} TO the service's role (see docs/attaching.md).",
-        ))
+        problems.append(
+            SchemaProblem(
+                "accounting.E004",
+                f"the database role may not {privilege} on {table}",
+                f"GRANT {', '.join(WRITES.get(table, ('SELECT',)))} ON {table} TO the service's role (see docs/attaching.md).",
+            )
+        )
     for table in cannot_lock:
-        problems.append(SchemaProblem(
-            "accounting.E004",
-            f"the database role may not lock rows of {table} (a batch release locks them in key order, "
-            "and a row lock needs UPDATE on one of its columns)",
-            f"GRANT UPDATE ({ROW_LOCKS[table]}) ON {table} TO the service's role (see docs/attaching.md).",
-        ))
+        problems.append(
+            SchemaProblem(
+                "accounting.E004",
+                f"the database role may not lock rows of {table} (a batch release locks them in key order, "
+                "and a row lock needs UPDATE on one of its columns)",
+                f"GRANT UPDATE ({ROW_LOCKS[table]}) ON {table} TO the service's role (see docs/attaching.md).",
+            )
+        )
     return problems
 
 
@@ -202,7 +219,8 @@ def refuse_foreign_cuebot_tables(*, plan: list) -> None:
     if settings.OPENCUE_TABLES != "create":
         return
     creates_tables = any(
-        (migration.app_label, migration.name) == CUEBOT_TABLES_MIGRATION and not backwards for migration, backwards in plan
+        (migration.app_label, migration.name) == CUEBOT_TABLES_MIGRATION and not backwards
+        for migration, backwards in plan
     )
     if not creates_tables:
         return

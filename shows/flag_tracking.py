@@ -16,6 +16,7 @@ SHOW_FLAG_CACHE_SECONDS (the key's own expiry reaches here as a push too, this o
 a channel that died silently). A value read from Redis is kept only if the channel was up
 before the read and no push for its key arrived by the time it is stored.
 """
+
 import logging
 import os
 import threading
@@ -98,7 +99,7 @@ class TrackedKeys:
                     dropped = dropped or bool(dropping)
                     continue
                 for full_key in invalidated:
-                    key = full_key.decode()[len(self.cache_prefix()):]
+                    key = full_key.decode()[len(self.cache_prefix()) :]
                     self._values.pop(key, None)
                     dropped = dropped or key in dropping
         except (redis.RedisError, OSError, AttributeError) as error:
@@ -119,8 +120,9 @@ class TrackedKeys:
             conn.connect()
             conn.send_command("CLIENT", "ID")
             client_id = conn.read_response()
-            conn.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST",
-                              "PREFIX", self.cache_prefix() + self.prefix)
+            conn.send_command(
+                "CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", "PREFIX", self.cache_prefix() + self.prefix
+            )
             conn.read_response()
             conn.send_command("SUBSCRIBE", INVALIDATE_CHANNEL)
             conn.read_response()
@@ -147,5 +149,7 @@ def show_keys() -> TrackedKeys:
     with _trackers_lock:
         tracker = _trackers.get(url)
         if tracker is None or tracker.ttl_seconds != settings.SHOW_FLAG_CACHE_SECONDS:
-            tracker = _trackers[url] = TrackedKeys(url=url, prefix="show:", ttl_seconds=settings.SHOW_FLAG_CACHE_SECONDS)
+            tracker = _trackers[url] = TrackedKeys(
+                url=url, prefix="show:", ttl_seconds=settings.SHOW_FLAG_CACHE_SECONDS
+            )
         return tracker

@@ -13,6 +13,7 @@ Naming: the primary key field is `id` on column pk_<table>; a foreign key `show`
 on column pk_show (so `proc.show_id` is the text UUID); every other field carries its
 column's name. Cores are centicores (1 core = 100) everywhere in PostgreSQL.
 """
+
 import re
 import uuid
 

@@ -1,4 +1,5 @@
 """Reads about shows. The b_scheduler_managed flag is read through a shared cache; the shows nothing books are read from PostgreSQL."""
+
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -51,8 +52,11 @@ def ownership(*, show_id: str) -> Ownership:
     if managed is None:
         managed = _read_flag(show_id=show_id)
     settling = cached.get(settling_key)
-    return Ownership(scheduler_managed=managed, settling=bool(settling),
-                     counted_before=settling if isinstance(settling, str) else None)
+    return Ownership(
+        scheduler_managed=managed,
+        settling=bool(settling),
+        counted_before=settling if isinstance(settling, str) else None,
+    )
 
 
 def _read_flag(*, show_id: str) -> bool:

@@ -6,6 +6,7 @@ key and the demo farm is never touched. Limits are tight on purpose: subscriptio
 bind before the hosts fill up, and job and folder caps bind often, so bookings are
 rejected by every table and the over-cap invariant is exercised.
 """
+
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -84,7 +85,8 @@ def foreign_redis_keys(*, own_show_ids: list[str]) -> list[str]:
     own = set(farm_keys(show_ids=own_show_ids))
     client = accounting_redis()
     return sorted(
-        key for key in (k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(match="acct:*", count=1000))
+        key
+        for key in (k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(match="acct:*", count=1000))
         if key.startswith(SHOW_KEY_PREFIXES) and key not in own
     )
 
@@ -127,7 +129,7 @@ def remove_sim_farm() -> None:
             cursor.execute(statement, params)
     client = accounting_redis()
     for start in range(0, len(redis_keys), 1000):
-        client.delete(*redis_keys[start:start + 1000])
+        client.delete(*redis_keys[start : start + 1000])
     cache.delete_many([flag_cache_key(show_id=s) for s in show_ids])
 
 
@@ -149,9 +151,15 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
         host_rows = Host.objects.bulk_create(
             [
                 Host(
-                    alloc=allocs[h % 2], str_name=f"{PREFIX}-host-{h + 1:05d}", str_lock_state="OPEN",
-                    int_cores=HOST_CORES, int_cores_idle=HOST_CORES, int_mem=HOST_MEM_KB, int_mem_idle=HOST_MEM_KB,
-                    int_gpus=GPU_HOST_GPUS if h % 2 else 0, int_gpus_idle=GPU_HOST_GPUS if h % 2 else 0,
+                    alloc=allocs[h % 2],
+                    str_name=f"{PREFIX}-host-{h + 1:05d}",
+                    str_lock_state="OPEN",
+                    int_cores=HOST_CORES,
+                    int_cores_idle=HOST_CORES,
+                    int_mem=HOST_MEM_KB,
+                    int_mem_idle=HOST_MEM_KB,
+                    int_gpus=GPU_HOST_GPUS if h % 2 else 0,
+                    int_gpus_idle=GPU_HOST_GPUS if h % 2 else 0,
                 )
                 for h in range(hosts)
             ],
@@ -168,32 +176,49 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
             for a in allocs
         }
         Subscription.objects.bulk_create(
-            [Subscription(show=s, alloc=a, int_size=burst[s.id, a.id] * 2 // 3, int_burst=burst[s.id, a.id]) for s in show_rows for a in allocs]
+            [
+                Subscription(show=s, alloc=a, int_size=burst[s.id, a.id] * 2 // 3, int_burst=burst[s.id, a.id])
+                for s in show_rows
+                for a in allocs
+            ]
         )
         Point.objects.bulk_create([Point(show=s, dept=d) for s in show_rows for d in depts])
         folders = Folder.objects.bulk_create(
-            [Folder(show=s, dept=d, str_name=d.str_name, b_default=d.str_name.endswith("lighting")) for s in show_rows for d in depts]
+            [
+                Folder(show=s, dept=d, str_name=d.str_name, b_default=d.str_name.endswith("lighting"))
+                for s in show_rows
+                for d in depts
+            ]
         )
         show_burst = {s.id: sum(burst[s.id, a.id] for a in allocs) for s in show_rows}
         folder_max = {f.id: rng.choice([-1, show_burst[f.show_id] * 2 // 5 // 100 * 100]) for f in folders}
         # Cuebot's trigger made each folder's resource row (pk = pk_folder); set its cap.
         FolderResource.objects.bulk_update(
-            [FolderResource(id=f.id, folder_id=f.id, int_max_cores=folder_max[f.id]) for f in folders], ["int_max_cores"]
+            [FolderResource(id=f.id, folder_id=f.id, int_max_cores=folder_max[f.id]) for f in folders],
+            ["int_max_cores"],
         )
         job_rows = []
         for n in range(max(jobs, len(folders))):
             f = folders[n % len(folders)]
             job_rows.append(
                 Job(
-                    folder=f, show_id=f.show_id, dept_id=f.dept_id, facility=facility, str_state="PENDING",
-                    str_name=f"{PREFIX}-{n + 1:06d}-{f.str_name}", str_visible_name=f"{PREFIX}-{n + 1:06d}-{f.str_name}",
-                    str_shot=f"sh{n % 100:03d}", str_user="sim",
+                    folder=f,
+                    show_id=f.show_id,
+                    dept_id=f.dept_id,
+                    facility=facility,
+                    str_state="PENDING",
+                    str_name=f"{PREFIX}-{n + 1:06d}-{f.str_name}",
+                    str_visible_name=f"{PREFIX}-{n + 1:06d}-{f.str_name}",
+                    str_shot=f"sh{n % 100:03d}",
+                    str_user="sim",
                 )
             )
         Job.objects.bulk_create(job_rows, batch_size=2000)
         job_max = {j.id: rng.choice([600, 1000, 1500, 2000, 3000]) for j in job_rows}
         JobResource.objects.bulk_update(
-            [JobResource(id=j.id, job_id=j.id, int_max_cores=job_max[j.id]) for j in job_rows], ["int_max_cores"], batch_size=2000
+            [JobResource(id=j.id, job_id=j.id, int_max_cores=job_max[j.id]) for j in job_rows],
+            ["int_max_cores"],
+            batch_size=2000,
         )
         layer_rows = Layer.objects.bulk_create(
             [new_layer(job_id=j.id, name=kind, mem_min=PROC_MEM_KB) for j in job_rows for kind in ("render", "comp")],
@@ -204,21 +229,37 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
         layers_by_show: dict[str, list[LayerRef]] = defaultdict(list)
         for l in layer_rows:
             j = job_by_id[l.job_id]
-            layers_by_show[j.show_id].append(LayerRef(show_id=j.show_id, folder_id=j.folder_id, dept_id=j.dept_id, job_id=j.id, layer_id=l.id))
+            layers_by_show[j.show_id].append(
+                LayerRef(show_id=j.show_id, folder_id=j.folder_id, dept_id=j.dept_id, job_id=j.id, layer_id=l.id)
+            )
         add_initial_procs(
-            rng=rng, layers_by_show=layers_by_show, hosts=host_rows, burst=burst, folder_max=folder_max, job_max=job_max,
+            rng=rng,
+            layers_by_show=layers_by_show,
+            hosts=host_rows,
+            burst=burst,
+            folder_max=folder_max,
+            job_max=job_max,
         )
         with connection.cursor() as cursor:
             cursor.execute(HOST_IDLE, {"hosts": [h.id for h in host_rows]})
         recompute_pg_accounting(show_ids=[s.id for s in show_rows])
     return SimFarm(
-        show_ids=[s.id for s in show_rows], layers_by_show=dict(layers_by_show), host_ids=[h.id for h in host_rows],
+        show_ids=[s.id for s in show_rows],
+        layers_by_show=dict(layers_by_show),
+        host_ids=[h.id for h in host_rows],
         gpu_host_ids={h.id for h in host_rows if h.int_gpus},
     )
 
 
-def add_initial_procs(*, rng: random.Random, layers_by_show: dict[str, list[LayerRef]], hosts: list[Host],
-                      burst: dict[tuple[str, str], int], folder_max: dict[str, int], job_max: dict[str, int]) -> None:
+def add_initial_procs(
+    *,
+    rng: random.Random,
+    layers_by_show: dict[str, list[LayerRef]],
+    hosts: list[Host],
+    burst: dict[tuple[str, str], int],
+    folder_max: dict[str, int],
+    job_max: dict[str, int],
+) -> None:
     """Running procs for every show (Cuebot-managed ones too), each within every cap, in cores per proc."""
     booked: dict[object, int] = defaultdict(int)
     idle = {h.id: h.int_cores for h in hosts}
@@ -241,13 +282,29 @@ def add_initial_procs(*, rng: random.Random, layers_by_show: dict[str, list[Laye
                 booked[key] += whole
             idle[host.id] -= cores
             frame_id = new_pk()
-            frames.append(Frame(
-                id=frame_id, layer_id=layer.layer_id, job_id=layer.job_id, str_name=f"{frame_number(frame_id):04d}-initial",
-                str_state="RUNNING", int_number=frame_number(frame_id), int_layer_order=0, int_cores=cores, str_host=host.str_name,
-            ))
+            frames.append(
+                Frame(
+                    id=frame_id,
+                    layer_id=layer.layer_id,
+                    job_id=layer.job_id,
+                    str_name=f"{frame_number(frame_id):04d}-initial",
+                    str_state="RUNNING",
+                    int_number=frame_number(frame_id),
+                    int_layer_order=0,
+                    int_cores=cores,
+                    str_host=host.str_name,
+                )
+            )
             procs.append(
-                Proc(host_id=host.id, job_id=layer.job_id, show_id=show_id, layer_id=layer.layer_id, frame_id=frame_id,
-                     int_cores_reserved=cores, int_mem_reserved=PROC_MEM_KB)
+                Proc(
+                    host_id=host.id,
+                    job_id=layer.job_id,
+                    show_id=show_id,
+                    layer_id=layer.layer_id,
+                    frame_id=frame_id,
+                    int_cores_reserved=cores,
+                    int_mem_reserved=PROC_MEM_KB,
+                )
             )
     Frame.objects.bulk_create(frames, batch_size=2000)
     Proc.objects.bulk_create(procs, batch_size=2000)
@@ -261,9 +318,14 @@ def load_existing_farm() -> SimFarm:
         "pk", "job_id", "job__show_id", "job__folder_id", "job__dept_id"
     )
     for layer_id, job_id, show_id, folder_id, dept_id in rows.iterator(chunk_size=5000):
-        layers_by_show[show_id].append(LayerRef(show_id=show_id, folder_id=folder_id, dept_id=dept_id, job_id=job_id, layer_id=layer_id))
+        layers_by_show[show_id].append(
+            LayerRef(show_id=show_id, folder_id=folder_id, dept_id=dept_id, job_id=job_id, layer_id=layer_id)
+        )
     hosts = list(Host.objects.values_list("pk", "int_gpus"))
     return SimFarm(
-        show_ids=list(Show.objects.values_list("pk", flat=True)), layers_by_show=dict(layers_by_show),
-        host_ids=[h for h, _ in hosts], gpu_host_ids={h for h, g in hosts if g}, own=False,
+        show_ids=list(Show.objects.values_list("pk", flat=True)),
+        layers_by_show=dict(layers_by_show),
+        host_ids=[h for h, _ in hosts],
+        gpu_host_ids={h for h, g in hosts if g},
+        own=False,
     )

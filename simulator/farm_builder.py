@@ -8,6 +8,7 @@ frame (proc.pk_frame references it), every local proc draws on a host_local rese
 Ids of the demo farm are uuid5 of the object's name, so building it twice finds the
 same rows and inserts nothing new (every insert is ON CONFLICT DO NOTHING).
 """
+
 import math
 import uuid
 from collections.abc import Callable, Iterable
@@ -86,7 +87,13 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
     facility = Facility(id=demo_id("facility"), str_name="demo")
     Facility.objects.bulk_create([facility], ignore_conflicts=True)
     allocs = [
-        Alloc(id=demo_id(f"alloc:{tag}"), str_name=f"demo.{tag}", facility_id=facility.id, str_tag=tag, b_default=tag == "general")
+        Alloc(
+            id=demo_id(f"alloc:{tag}"),
+            str_name=f"demo.{tag}",
+            facility_id=facility.id,
+            str_tag=tag,
+            b_default=tag == "general",
+        )
         for tag in ("general", "gpu")
     ]
     Alloc.objects.bulk_create(allocs, ignore_conflicts=True)
@@ -104,7 +111,9 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
     share = max(100, farm_cores // max(1, size.shows * len(allocs)))
     Subscription.objects.bulk_create(
         [
-            Subscription(id=demo_id(f"sub:{s.id}:{a.id}"), show_id=s.id, alloc_id=a.id, int_size=share, int_burst=2 * share)
+            Subscription(
+                id=demo_id(f"sub:{s.id}:{a.id}"), show_id=s.id, alloc_id=a.id, int_size=share, int_burst=2 * share
+            )
             for s in shows
             for a in allocs
         ],
@@ -115,7 +124,13 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
         ignore_conflicts=True,
     )
     folders = [
-        Folder(id=demo_id(f"folder:{s.id}:{d.str_name}"), show_id=s.id, dept_id=d.id, str_name=d.str_name, b_default=d.str_name == "lighting")
+        Folder(
+            id=demo_id(f"folder:{s.id}:{d.str_name}"),
+            show_id=s.id,
+            dept_id=d.id,
+            str_name=d.str_name,
+            b_default=d.str_name == "lighting",
+        )
         for s in shows
         for d in depts
     ]
@@ -127,9 +142,16 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
             name = f"{show_name}-{f.str_name}-job{n + 1:04d}"
             jobs.append(
                 Job(
-                    id=demo_id(f"job:{name}"), folder_id=f.id, show_id=f.show_id, dept_id=f.dept_id,
-                    facility_id=facility.id, str_name=name, str_visible_name=name, str_shot=f"sh{n % 100:03d}",
-                    str_user="demo", str_state="PENDING",
+                    id=demo_id(f"job:{name}"),
+                    folder_id=f.id,
+                    show_id=f.show_id,
+                    dept_id=f.dept_id,
+                    facility_id=facility.id,
+                    str_name=name,
+                    str_visible_name=name,
+                    str_shot=f"sh{n % 100:03d}",
+                    str_user="demo",
+                    str_state="PENDING",
                 )
             )
         # One finished job per folder: reseeds and drift checks must leave it out. Cuebot
@@ -137,8 +159,15 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
         name = f"{show_name}-{f.str_name}-finished"
         jobs.append(
             Job(
-                id=demo_id(f"job:{name}"), folder_id=f.id, show_id=f.show_id, dept_id=f.dept_id,
-                facility_id=facility.id, str_name=name, str_shot="sh999", str_user="demo", str_state="FINISHED",
+                id=demo_id(f"job:{name}"),
+                folder_id=f.id,
+                show_id=f.show_id,
+                dept_id=f.dept_id,
+                facility_id=facility.id,
+                str_name=name,
+                str_shot="sh999",
+                str_user="demo",
+                str_state="FINISHED",
             )
         )
     Job.objects.bulk_create(jobs, ignore_conflicts=True, batch_size=2000)
@@ -153,9 +182,43 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
     return shows, allocs, running_layers
 
 
-HOST_COLUMNS = ["pk_host", "pk_alloc", "str_name", "str_lock_state", "int_cores", "int_cores_idle", "int_mem", "int_mem_idle", "int_gpus", "int_gpus_idle", "int_gpu_mem", "int_gpu_mem_idle"]
-FRAME_COLUMNS = ["pk_frame", "pk_layer", "pk_job", "str_name", "str_state", "int_number", "int_layer_order", "int_cores", "str_host"]
-PROC_COLUMNS = ["pk_proc", "pk_host", "pk_job", "pk_show", "pk_layer", "pk_frame", "int_cores_reserved", "int_gpus_reserved", "int_mem_reserved", "int_gpu_mem_reserved"]
+HOST_COLUMNS = [
+    "pk_host",
+    "pk_alloc",
+    "str_name",
+    "str_lock_state",
+    "int_cores",
+    "int_cores_idle",
+    "int_mem",
+    "int_mem_idle",
+    "int_gpus",
+    "int_gpus_idle",
+    "int_gpu_mem",
+    "int_gpu_mem_idle",
+]
+FRAME_COLUMNS = [
+    "pk_frame",
+    "pk_layer",
+    "pk_job",
+    "str_name",
+    "str_state",
+    "int_number",
+    "int_layer_order",
+    "int_cores",
+    "str_host",
+]
+PROC_COLUMNS = [
+    "pk_proc",
+    "pk_host",
+    "pk_job",
+    "pk_show",
+    "pk_layer",
+    "pk_frame",
+    "int_cores_reserved",
+    "int_gpus_reserved",
+    "int_mem_reserved",
+    "int_gpu_mem_reserved",
+]
 GPU_HOST_GPUS = 4
 GPU_MEM_KB = 16 * KB_PER_GB
 
@@ -176,8 +239,14 @@ SELECT %(frame)s, l.pk_layer, l.pk_job, %(number)s || '-' || l.str_name, 'RUNNIN
 
 def new_layer(*, id: str | None = None, job_id: str, name: str, mem_min: int) -> Layer:
     """A layer as a job launch creates it (str_cmd and str_range are required by Cuebot)."""
-    layer = Layer(job_id=job_id, str_name=name, str_type="Render", str_cmd=f"render --layer {name}", str_range="1-1000",
-                  int_mem_min=mem_min)
+    layer = Layer(
+        job_id=job_id,
+        str_name=name,
+        str_type="Render",
+        str_cmd=f"render --layer {name}",
+        str_range="1-1000",
+        int_mem_min=mem_min,
+    )
     if id:
         layer.id = id
     return layer
@@ -189,8 +258,16 @@ def frame_number(frame_id: str) -> int:
 
 
 def insert_running_frame(*, cursor, frame_id: str, layer_id: str, host_id: str, cores: int) -> None:
-    cursor.execute(INSERT_RUNNING_FRAME, {"frame": frame_id, "layer": layer_id, "host": host_id, "cores": cores,
-                                          "number": f"{frame_number(frame_id):04d}"})
+    cursor.execute(
+        INSERT_RUNNING_FRAME,
+        {
+            "frame": frame_id,
+            "layer": layer_id,
+            "host": host_id,
+            "cores": cores,
+            "number": f"{frame_number(frame_id):04d}",
+        },
+    )
 
 
 def host_rows(*, size: DemoFarmSize, allocs: list[Alloc]) -> Iterable[tuple]:
@@ -198,8 +275,18 @@ def host_rows(*, size: DemoFarmSize, allocs: list[Alloc]) -> Iterable[tuple]:
         alloc = allocs[h % len(allocs)]
         gpus = GPU_HOST_GPUS if alloc.str_tag == "gpu" else 0
         yield (
-            demo_id(f"host:{h}"), alloc.id, host_name(h), "OPEN",
-            size.host_cores, size.host_cores, size.host_mem_kb, size.host_mem_kb, gpus, gpus, gpus * GPU_MEM_KB, gpus * GPU_MEM_KB,
+            demo_id(f"host:{h}"),
+            alloc.id,
+            host_name(h),
+            "OPEN",
+            size.host_cores,
+            size.host_cores,
+            size.host_mem_kb,
+            size.host_mem_kb,
+            gpus,
+            gpus,
+            gpus * GPU_MEM_KB,
+            gpus * GPU_MEM_KB,
         )
 
 
@@ -229,17 +316,34 @@ def frame_rows(*, procs: Iterable[DemoProc]) -> Iterable[tuple]:
     for proc in procs:
         number = proc.index + 1
         yield (
-            demo_id(f"frame:{proc.index}"), proc.layer.id, proc.layer.job_id, f"{number:04d}-{proc.layer.str_name}", "RUNNING",
-            number, 0, proc.cores, host_name(proc.host),
+            demo_id(f"frame:{proc.index}"),
+            proc.layer.id,
+            proc.layer.job_id,
+            f"{number:04d}-{proc.layer.str_name}",
+            "RUNNING",
+            number,
+            0,
+            proc.cores,
+            host_name(proc.host),
         )
 
 
-def proc_rows(*, procs: Iterable[DemoProc], show_of_job: dict[str, str], progress: Callable[[int], None]) -> Iterable[tuple]:
+def proc_rows(
+    *, procs: Iterable[DemoProc], show_of_job: dict[str, str], progress: Callable[[int], None]
+) -> Iterable[tuple]:
     count = 0
     for proc in procs:
         yield (
-            demo_id(f"proc:{proc.index}"), demo_id(f"host:{proc.host}"), proc.layer.job_id, show_of_job[proc.layer.job_id],
-            proc.layer.id, demo_id(f"frame:{proc.index}"), proc.cores, proc.gpus, 4 * KB_PER_GB, proc.gpus * GPU_MEM_KB,
+            demo_id(f"proc:{proc.index}"),
+            demo_id(f"host:{proc.host}"),
+            proc.layer.job_id,
+            show_of_job[proc.layer.job_id],
+            proc.layer.id,
+            demo_id(f"frame:{proc.index}"),
+            proc.cores,
+            proc.gpus,
+            4 * KB_PER_GB,
+            proc.gpus * GPU_MEM_KB,
         )
         count += 1
         if count % 1000 == 0:
@@ -270,8 +374,21 @@ UPDATE host h
 # What a generated farm inserts: Cuebot's own rows (and the scheduler's procs), which the
 # service's documented role may not write (shows.attach.grant_statements): on a scratch
 # Cuebot database the demo and the simulator run as Cuebot's role, or the database owner.
-FARM_INSERTS = ("facility", "alloc", "show", "dept", "subscription", "point", "folder", "job", "layer", "host",
-                "host_stat", "frame", "proc")
+FARM_INSERTS = (
+    "facility",
+    "alloc",
+    "show",
+    "dept",
+    "subscription",
+    "point",
+    "folder",
+    "job",
+    "layer",
+    "host",
+    "host_stat",
+    "frame",
+    "proc",
+)
 
 
 def refuse_without_cuebots_rights(*, command: str) -> None:
@@ -321,13 +438,26 @@ def build_demo_farm(*, size: DemoFarmSize, progress: Callable[[int], None] = lam
         added = 0
         if size.procs and layers and size.hosts:
             show_of_job = dict(Job.objects.filter(pk__in={l.job_id for l in layers}).values_list("pk", "show_id"))
-            copy_rows(table="frame", columns=FRAME_COLUMNS, rows=frame_rows(procs=demo_procs(size=size, allocs=allocs, layers=layers)))
+            copy_rows(
+                table="frame",
+                columns=FRAME_COLUMNS,
+                rows=frame_rows(procs=demo_procs(size=size, allocs=allocs, layers=layers)),
+            )
             added = copy_rows(
-                table="proc", columns=PROC_COLUMNS,
-                rows=proc_rows(procs=demo_procs(size=size, allocs=allocs, layers=layers), show_of_job=show_of_job, progress=progress),
+                table="proc",
+                columns=PROC_COLUMNS,
+                rows=proc_rows(
+                    procs=demo_procs(size=size, allocs=allocs, layers=layers),
+                    show_of_job=show_of_job,
+                    progress=progress,
+                ),
             )
         with connection.cursor() as cursor:
             cursor.execute(HOST_IDLE, {"hosts": host_ids})
         recompute_pg_accounting(show_ids=[s.id for s in shows])
-    managed = list(Show.objects.filter(pk__in=[s.id for s in shows], b_scheduler_managed=True).values_list("pk", flat=True))
-    return DemoFarmSummary(shows=len(shows), hosts=size.hosts, procs=size.procs, procs_added=added, scheduler_managed_show_ids=managed)
+    managed = list(
+        Show.objects.filter(pk__in=[s.id for s in shows], b_scheduler_managed=True).values_list("pk", flat=True)
+    )
+    return DemoFarmSummary(
+        shows=len(shows), hosts=size.hosts, procs=size.procs, procs_added=added, scheduler_managed_show_ids=managed
+    )

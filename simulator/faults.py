@@ -5,26 +5,27 @@ it becomes due. A worker that can inject that kind calls `take(kind)` at its nat
 injection point; the first caller after an offset has passed gets True and injects it.
 Thread timing still varies between runs; the schedule and every random choice do not.
 """
+
 import random
 import threading
 import time
 
 FAULT_KINDS = (
-    "redis-restart",    # FLUSHDB of the accounting database and SCRIPT FLUSH: an empty Redis
-    "publish-drop",     # one release publish fails as if Redis timed out
+    "redis-restart",  # FLUSHDB of the accounting database and SCRIPT FLUSH: an empty Redis
+    "publish-drop",  # one release publish fails as if Redis timed out
     "crash-after-lua",  # a booker dies between the booking script and the proc INSERT
-    "pg-rollback",      # a release transaction rolls back after the proc DELETE
-    "flag-flip",        # an operator switches a show between Cuebot and the scheduler
-    "limit-change",     # an operator changes a burst, folder cap or job cap
-    "slow-commit",      # a booking holds its INSERT transaction open before committing
-    "job-kill",         # a job is killed: FINISHED first, its procs released 0.5-2.5 s later
-    "redis-kill",       # the run's own accounting Redis is killed with SIGKILL and started again, empty
-    "http-release",     # a release goes through the HTTP API of the web server as deployed (gunicorn)
+    "pg-rollback",  # a release transaction rolls back after the proc DELETE
+    "flag-flip",  # an operator switches a show between Cuebot and the scheduler
+    "limit-change",  # an operator changes a burst, folder cap or job cap
+    "slow-commit",  # a booking holds its INSERT transaction open before committing
+    "job-kill",  # a job is killed: FINISHED first, its procs released 0.5-2.5 s later
+    "redis-kill",  # the run's own accounting Redis is killed with SIGKILL and started again, empty
+    "http-release",  # a release goes through the HTTP API of the web server as deployed (gunicorn)
 )
 
 # Faults that need a topology the run does not build: named one by one, never part of "all".
 TOPOLOGY_FAULTS = (
-    "failover",         # SENTINEL FAILOVER: a replica is promoted (ACCOUNTING_REDIS_URL must be redis+sentinel://)
+    "failover",  # SENTINEL FAILOVER: a replica is promoted (ACCOUNTING_REDIS_URL must be redis+sentinel://)
 )
 
 # Mean seconds between two firings of a kind; every selected kind fires at least once.
@@ -53,8 +54,10 @@ def parse_faults(text: str) -> tuple[str, ...]:
     kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
     unknown = [k for k in kinds if k not in FAULT_KINDS + TOPOLOGY_FAULTS]
     if unknown:
-        raise ValueError(f"unknown fault kind(s): {', '.join(unknown)}; choose from "
-                         f"{', '.join(FAULT_KINDS + TOPOLOGY_FAULTS)} or 'all' (which leaves out {', '.join(TOPOLOGY_FAULTS)})")
+        raise ValueError(
+            f"unknown fault kind(s): {', '.join(unknown)}; choose from "
+            f"{', '.join(FAULT_KINDS + TOPOLOGY_FAULTS)} or 'all' (which leaves out {', '.join(TOPOLOGY_FAULTS)})"
+        )
     return kinds
 
 

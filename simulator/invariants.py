@@ -6,6 +6,7 @@ The truth here (`TRUTH`) is written apart from the reseed's snapshot on purpose:
 that leaves procs out (the upstream scheduler's FINISHED-job rule, say) must be caught by the
 invariants, not copied into them.
 """
+
 import time
 
 from django.db import connection
@@ -95,8 +96,18 @@ def against_truth(*, show_ids: list[str]) -> tuple[list[tuple], list[tuple]]:
     return low, high
 
 
-def _over(found: list, table: str, key: str, show_id: str, booked: int, cap: int | None, *, unit: str,
-          started: float, centicores: bool) -> None:
+def _over(
+    found: list,
+    table: str,
+    key: str,
+    show_id: str,
+    booked: int,
+    cap: int | None,
+    *,
+    unit: str,
+    started: float,
+    centicores: bool,
+) -> None:
     """A max cap not above 0 is no cap (booking.lua skips it); the caller passes a burst as a
     cap of at least 0 (a burst below 0 admits nothing, as one of 0)."""
     if cap is None or (cap <= 0 and table != "subscription"):
@@ -106,7 +117,9 @@ def _over(found: list, table: str, key: str, show_id: str, booked: int, cap: int
         found.append(OverCap(table, key, show_id, booked, limit, unit=unit, started=started, checked=time.monotonic()))
 
 
-def over_cap_after_booking(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, started: float) -> list[OverCap]:
+def over_cap_after_booking(
+    *, show_id: str, alloc_id: str, folder_id: str, job_id: str, started: float
+) -> list[OverCap]:
     """Keys of a just-committed booking whose SUM(proc) exceeds the cap in force: cores
     against the burst and the folder's and job's max cores, GPUs against their max GPUs.
 
@@ -117,14 +130,30 @@ def over_cap_after_booking(*, show_id: str, alloc_id: str, folder_id: str, job_i
     """
     with connection.cursor() as cursor:
         cursor.execute(BOOKED_AND_CAPS, {"show": show_id, "alloc": alloc_id, "folder": folder_id, "job": job_id})
-        (sub_cores, burst, folder_cores, folder_max, folder_gpus, folder_max_gpus,
-         job_cores, job_max, job_gpus, job_max_gpus) = (None if v is None else int(v) for v in cursor.fetchone())
+        (
+            sub_cores,
+            burst,
+            folder_cores,
+            folder_max,
+            folder_gpus,
+            folder_max_gpus,
+            job_cores,
+            job_max,
+            job_gpus,
+            job_max_gpus,
+        ) = (None if v is None else int(v) for v in cursor.fetchone())
     found: list[OverCap] = []
-    sub, folder, job = keys.sub(show_id=show_id, alloc_id=alloc_id), keys.folder(folder_id=folder_id), keys.job(job_id=job_id)
+    sub, folder, job = (
+        keys.sub(show_id=show_id, alloc_id=alloc_id),
+        keys.folder(folder_id=folder_id),
+        keys.job(job_id=job_id),
+    )
     _over(found, "subscription", sub, show_id, sub_cores, burst, unit="cores", started=started, centicores=True)
     _over(found, "folder", folder, show_id, folder_cores, folder_max, unit="cores", started=started, centicores=True)
     _over(found, "job", job, show_id, job_cores, job_max, unit="cores", started=started, centicores=True)
-    _over(found, "folder", folder, show_id, folder_gpus, folder_max_gpus, unit="gpus", started=started, centicores=False)
+    _over(
+        found, "folder", folder, show_id, folder_gpus, folder_max_gpus, unit="gpus", started=started, centicores=False
+    )
     _over(found, "job", job, show_id, job_gpus, job_max_gpus, unit="gpus", started=started, centicores=False)
     return found
 
@@ -134,7 +163,7 @@ def negative_counters(*, redis_keys: list[str]) -> list[tuple[str, str, int]]:
     client = accounting_redis()
     found = []
     for start in range(0, len(redis_keys), 500):
-        chunk = redis_keys[start:start + 500]
+        chunk = redis_keys[start : start + 500]
         with client.pipeline(transaction=False) as pipe:
             for key in chunk:
                 pipe.hmget(key, "int_cores", "int_gpus")

@@ -19,6 +19,7 @@ notification heard up to a marker) and at the end: the store never below SUM(pro
 well as cores; with no connection lost, every committed release heard exactly once and
 nothing from a rolled-back one (cores heard == cores committed), and every cap change heard.
 """
+
 import random
 import threading
 import time
@@ -141,7 +142,11 @@ class Store:
 
     def release(self, fields: dict) -> None:
         with self.lock:
-            for key in (("sub", f"{fields['show']}:{fields['alloc']}"), ("folder", fields["folder"]), ("job", fields["job"])):
+            for key in (
+                ("sub", f"{fields['show']}:{fields['alloc']}"),
+                ("folder", fields["folder"]),
+                ("job", fields["job"]),
+            ):
                 if key in self.booked:
                     self.booked[key][0] += fields["cores"]
                     self.booked[key][1] += fields["gpus"]
@@ -323,11 +328,13 @@ def load_caps(store: Store, farm: SimFarm) -> None:
         for sub in Subscription.objects.filter(show_id__in=farm.show_ids):
             store.caps[("sub", f"{sub.show_id}:{sub.alloc_id}")]["burst"] = cores_from_centicores(sub.int_burst)
         for fr in FolderResource.objects.filter(folder__show_id__in=farm.show_ids):
-            store.caps[("folder", fr.folder_id)].update(max_cores=-1 if fr.int_max_cores < 0 else fr.int_max_cores // 100,
-                                                        max_gpus=fr.int_max_gpus)
+            store.caps[("folder", fr.folder_id)].update(
+                max_cores=-1 if fr.int_max_cores < 0 else fr.int_max_cores // 100, max_gpus=fr.int_max_gpus
+            )
         for jr in JobResource.objects.filter(job__show_id__in=farm.show_ids):
-            store.caps[("job", jr.job_id)].update(max_cores=-1 if jr.int_max_cores < 0 else jr.int_max_cores // 100,
-                                                  max_gpus=jr.int_max_gpus)
+            store.caps[("job", jr.job_id)].update(
+                max_cores=-1 if jr.int_max_cores < 0 else jr.int_max_cores // 100, max_gpus=jr.int_max_gpus
+            )
 
 
 @dataclass
@@ -407,7 +414,9 @@ def releaser(run: NotifyRun, seed: int) -> None:
 
 def _release_some(run: NotifyRun, *, rng: random.Random) -> None:
     with connection.cursor() as cursor:
-        cursor.execute(PICK_PROCS, {"shows": run.farm.show_ids, "killed": [], "n": rng.randint(1, 6)})  # no job-kill fault here
+        cursor.execute(
+            PICK_PROCS, {"shows": run.farm.show_ids, "killed": [], "n": rng.randint(1, 6)}
+        )  # no job-kill fault here
         ids = [row[0] for row in cursor.fetchall()]
     if not ids:
         return
@@ -490,37 +499,52 @@ def inject(run: NotifyRun, kind: str) -> None:
     elif kind == "pg-restart":
         run.scheduler.lost_connection = True
         with connection.cursor() as cursor:  # every other session of this database, as a restart ends them
-            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
     run.stats.count("faults", kind)
-
 
 
 FAULT_PERIOD_SECONDS = {"listener-drop": 4.0, "pg-restart": 6.0}
 
 
-def run_notify_simulation(*, farm: SimFarm, seconds: float, bookers: int, releasers: int, faults: tuple[str, ...],
-                          seed: int) -> dict:
+def run_notify_simulation(
+    *, farm: SimFarm, seconds: float, bookers: int, releasers: int, faults: tuple[str, ...], seed: int
+) -> dict:
     """Run the workers for `seconds` on `farm` (built by the caller) and return the report.
     The caller holds ACCOUNTING_NOTIFY_ENABLED on and ACCOUNTING_REDIS_ENABLED off."""
     stats, store, stop, scheduler_stop = NotifyStats(), Store(), threading.Event(), threading.Event()
     scheduler = Scheduler(farm=farm, store=store, stats=stats, stop=scheduler_stop)
-    run = NotifyRun(farm=farm, store=store, stats=stats, scheduler=scheduler, gate=Gate(), stop=stop, faults=faults,
-                    rng=random.Random(seed))
+    run = NotifyRun(
+        farm=farm,
+        store=store,
+        stats=stats,
+        scheduler=scheduler,
+        gate=Gate(),
+        stop=stop,
+        faults=faults,
+        rng=random.Random(seed),
+    )
     load_caps(store, farm)
     listening = threading.Thread(target=scheduler.run, name="sim-scheduler")
     listening.start()
     scheduler.connected.wait(10)  # listening before anything is released
     scheduler.recompute_now()  # the first recompute seeds the counters
-    workers = ([threading.Thread(target=booker, args=(run, seed * 100 + i)) for i in range(bookers)]
-               + [threading.Thread(target=releaser, args=(run, seed * 200 + i)) for i in range(releasers)]
-               + [threading.Thread(target=operator, args=(run, seed * 300))])
+    workers = (
+        [threading.Thread(target=booker, args=(run, seed * 100 + i)) for i in range(bookers)]
+        + [threading.Thread(target=releaser, args=(run, seed * 200 + i)) for i in range(releasers)]
+        + [threading.Thread(target=operator, args=(run, seed * 300))]
+    )
     for worker in workers:
         worker.start()
     started = time.monotonic()
     # Each selected kind fires at least once, in the first half of the run.
-    due = {kind: started + run.rng.uniform(0.2, min(FAULT_PERIOD_SECONDS[kind], seconds / 2))
-           for kind in faults if kind in FAULT_PERIOD_SECONDS}
+    due = {
+        kind: started + run.rng.uniform(0.2, min(FAULT_PERIOD_SECONDS[kind], seconds / 2))
+        for kind in faults
+        if kind in FAULT_PERIOD_SECONDS
+    }
     next_sample = started + SAMPLE_SECONDS
     try:
         while time.monotonic() - started < seconds:
@@ -545,25 +569,44 @@ def run_notify_simulation(*, farm: SimFarm, seconds: float, bookers: int, releas
     scheduler_stop.set()
     listening.join()
     exact = scheduler.lost_connection is False
-    caps_missing = [] if not exact else [
-        (key, name, store.caps[key].get(name), value)
-        for key, caps in run.caps_expected.items() for name, value in caps.items() if store.caps[key].get(name) != value]
+    caps_missing = (
+        []
+        if not exact
+        else [
+            (key, name, store.caps[key].get(name), value)
+            for key, caps in run.caps_expected.items()
+            for name, value in caps.items()
+            if store.caps[key].get(name) != value
+        ]
+    )
     invariants = {
         "store_below_sum_proc": len(stats.low),
-        "store_differs_after_final_recompute": sum(1 for key, value in truth.items() if final_store.get(key, (0, 0)) != value),
-        "releases_not_heard_exactly_once": 0 if not exact else int((stats.heard_cores, stats.heard_gpus)
-                                                                   != (stats.committed_cores, stats.committed_gpus)),
+        "store_differs_after_final_recompute": sum(
+            1 for key, value in truth.items() if final_store.get(key, (0, 0)) != value
+        ),
+        "releases_not_heard_exactly_once": 0
+        if not exact
+        else int((stats.heard_cores, stats.heard_gpus) != (stats.committed_cores, stats.committed_gpus)),
         "cap_changes_not_heard": len(caps_missing),
         "unparsable_payloads": stats.unparsable,
     }
     return {
-        "era": "notify", "seconds": seconds, "faults": dict(stats.faults), "bookings": stats.bookings,
-        "rejections": dict(stats.rejections), "releases": stats.releases, "cap_changes": stats.cap_changes,
-        "recomputes": stats.recomputes, "quiet_samples": stats.samples,
+        "era": "notify",
+        "seconds": seconds,
+        "faults": dict(stats.faults),
+        "bookings": stats.bookings,
+        "rejections": dict(stats.rejections),
+        "releases": stats.releases,
+        "cap_changes": stats.cap_changes,
+        "recomputes": stats.recomputes,
+        "quiet_samples": stats.samples,
         "released_cores": {"committed": stats.committed_cores, "heard": stats.heard_cores},
         "released_gpus": {"committed": stats.committed_gpus, "heard": stats.heard_gpus},
         "releases_dropped_by_recompute": stats.dropped_by_recompute,
-        "exactness_judged": exact, "transient_errors": dict(stats.transient_errors),
-        "low_samples": [list(map(str, low)) for low in stats.low[:10]], "caps_missing": [list(map(str, c)) for c in caps_missing[:10]],
-        "invariants": invariants, "ok": not any(invariants.values()),
+        "exactness_judged": exact,
+        "transient_errors": dict(stats.transient_errors),
+        "low_samples": [list(map(str, low)) for low in stats.low[:10]],
+        "caps_missing": [list(map(str, c)) for c in caps_missing[:10]],
+        "invariants": invariants,
+        "ok": not any(invariants.values()),
     }

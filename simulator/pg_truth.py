@@ -3,6 +3,7 @@
 Counting rules as accounting.reconcile.recompute: local procs count only in layer_resource and
 job_resource's int_local_*; the point is the job's department and show.
 """
+
 from django.db import connection
 
 # Per table: key, stored cores, stored gpus, then the same two from SUM(proc); local procs count
@@ -45,8 +46,6 @@ QUERIES = {
                           WHERE j.pk_dept = pt.pk_dept AND j.pk_show = pt.pk_show AND NOT p.b_local), 0)
           FROM point pt WHERE pt.pk_show = %(show)s""",
 }
-
-
 
 
 def mismatches(*, show_id: str) -> list[tuple]:

@@ -5,6 +5,7 @@ fault's releases go through.
 
 Both listen on loopback ports picked here and are stopped when the run ends, whatever happens.
 """
+
 import http.client
 import json
 import os
@@ -67,8 +68,22 @@ class PrivateRedis:
         if program is None:
             raise ProcessRefused("the redis-kill fault needs redis-server on PATH (it runs a Redis of its own to kill)")
         self.process = subprocess.Popen(
-            [program, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.directory], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                program,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.directory,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         _await(self._answers, process=self.process, what=f"redis-server on port {self.port}")
 
     def _answers(self) -> bool:
@@ -151,10 +166,14 @@ def web_server(*, token: str) -> Iterator[WebServer]:
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="sim-metrics-") as metrics_dir:
         env = {
-            **os.environ, "DJANGO_SETTINGS_MODULE": "settings", "LOG_LEVEL": "WARNING",
-            "PROMETHEUS_MULTIPROC_DIR": metrics_dir, "DJANGO_SECRET_KEY": uuid.uuid4().hex * 2,
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "settings",
+            "LOG_LEVEL": "WARNING",
+            "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
+            "DJANGO_SECRET_KEY": uuid.uuid4().hex * 2,
             "DATABASE_URL": _database_url(),
-            "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL, "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
+            "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
+            "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
             "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
             "ACCOUNTING_REDIS_TIMEOUT": str(settings.ACCOUNTING_REDIS_TIMEOUT),
             "ACCOUNTING_INFLIGHT_TTL_SECONDS": str(settings.ACCOUNTING_INFLIGHT_TTL_SECONDS),
@@ -162,8 +181,11 @@ def web_server(*, token: str) -> Iterator[WebServer]:
             "ACCOUNTING_REDIS_ENABLED": str(settings.ACCOUNTING_REDIS_ENABLED),
             "ACCOUNTING_NOTIFY_ENABLED": str(settings.ACCOUNTING_NOTIFY_ENABLED),
         }
-        process = subprocess.Popen([sys.executable, "-m", "gunicorn", *gunicorn_args(bind=f"127.0.0.1:{port}"),
-                                    "--log-level", "warning"], cwd=ROOT, env=env)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", *gunicorn_args(bind=f"127.0.0.1:{port}"), "--log-level", "warning"],
+            cwd=ROOT,
+            env=env,
+        )
         try:
             _await(lambda: _healthy(port), process=process, what="gunicorn")
             yield WebServer(port=port, metrics_dir=metrics_dir, token=token)

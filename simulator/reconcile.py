@@ -1,6 +1,7 @@
 """The simulator's calls into the reconciliation side (accounting.reconcile.reseed, accounting.limits.changes,
 accounting.reconcile.drift), in one place: the reconciler thread, the operator and the final check use them.
 """
+
 import random
 from contextlib import closing
 from dataclasses import dataclass
@@ -95,7 +96,9 @@ def change_random_limit(*, rng: random.Random, show_ids: list[str]) -> LimitChan
         old = subscription.int_burst
         new = changed(rng=rng, old=old)
         limits.set_subscription_limits(subscription=subscription, burst=new)
-        return LimitChange(key=keys.sub(show_id=subscription.show_id, alloc_id=subscription.alloc_id), lowered=new < old)
+        return LimitChange(
+            key=keys.sub(show_id=subscription.show_id, alloc_id=subscription.alloc_id), lowered=new < old
+        )
     if table == "folder":
         resource = rng.choice(list(FolderResource.objects.filter(folder__show_id__in=show_ids).order_by("pk")))
         old = resource.int_max_cores

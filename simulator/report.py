@@ -1,4 +1,5 @@
 """What a run counted, shared by every worker thread, and how it is printed."""
+
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -77,7 +78,8 @@ class Stats:
     def counted_over_cap(self) -> list[OverCap]:
         with self._lock:
             return [
-                v for v in self.over_cap
+                v
+                for v in self.over_cap
                 if not overlaps(self.cap_lowerings, v.key, v.started, v.checked)
                 and not overlaps(self.switches, v.show_id, v.started, v.checked)
             ]
@@ -138,9 +140,15 @@ class Report:
             "release_misses": s.release_misses,
             "faults": {kind: s.faults[kind] for kind in sorted(s.faults)},
             "faults_not_injected": self.faults_pending,
-            "reseed": {"cycles_run": s.reseed_cycles_run, "cycles_skipped": s.reseed_cycles_skipped, "bootstraps": s.bootstraps,
-                       "cycles_failed": dict(s.reseed_cycles_failed), "keys_written_over_inflight": s.reseed_keys_over_inflight,
-                       "failovers": s.failovers, "rebuilds_after_failover": s.rebuilds_after_failover},
+            "reseed": {
+                "cycles_run": s.reseed_cycles_run,
+                "cycles_skipped": s.reseed_cycles_skipped,
+                "bootstraps": s.bootstraps,
+                "cycles_failed": dict(s.reseed_cycles_failed),
+                "keys_written_over_inflight": s.reseed_keys_over_inflight,
+                "failovers": s.failovers,
+                "rebuilds_after_failover": s.rebuilds_after_failover,
+            },
             "redis_errors": dict(s.redis_errors),
             "excluded": {"cap_lowerings": len(s.cap_lowerings), "switches": len(s.switches)},
             "exactness_judged": self.exactness_judged,
@@ -153,7 +161,9 @@ class Report:
             "negative_examples": [list(n) for n in self.negative_counters[:10]],
             "low_examples": [list(n) for n in self.stats.low_counters[:10]],
             "final_low_examples": [list(n) for n in self.low_before_final_reseed[:10]],
-            "final_high_examples": [list(n) for n in self.high_before_final_reseed[:10]] if self.exactness_judged else [],
+            "final_high_examples": [list(n) for n in self.high_before_final_reseed[:10]]
+            if self.exactness_judged
+            else [],
             "negative_pg_examples": [list(n) for n in self.stats.negative_pg_rows[:10]],
             "pg_drift_examples": [list(n) for n in self.pg_drift_rows[:10]],
             "ok": self.ok,
@@ -184,14 +194,22 @@ class Report:
             "",
             "invariants (all must be 0):",
         ]
-        lines += [f"  {name:<26}{value:>6}  {'ok' if value == 0 else 'FAILED'}" for name, value in d["invariants"].items()]
+        lines += [
+            f"  {name:<26}{value:>6}  {'ok' if value == 0 else 'FAILED'}" for name, value in d["invariants"].items()
+        ]
         if d["faults_not_injected"]:
             lines.append(f"faults scheduled but not injected: {d['faults_not_injected']}")
-        for title, rows in (("errors", d["errors"].items()), ("over cap", d["over_cap_examples"]),
-                            ("drift", d["drift_examples"]), ("negative", d["negative_examples"]), ("low", d["low_examples"]),
-                            ("low before the final reseed", d["final_low_examples"]),
-                            ("high before the final reseed", d["final_high_examples"]),
-                            ("negative PG", d["negative_pg_examples"]), ("PG drift", d["pg_drift_examples"])):
+        for title, rows in (
+            ("errors", d["errors"].items()),
+            ("over cap", d["over_cap_examples"]),
+            ("drift", d["drift_examples"]),
+            ("negative", d["negative_examples"]),
+            ("low", d["low_examples"]),
+            ("low before the final reseed", d["final_low_examples"]),
+            ("high before the final reseed", d["final_high_examples"]),
+            ("negative PG", d["negative_pg_examples"]),
+            ("PG drift", d["pg_drift_examples"]),
+        ):
             for row in rows:
                 lines.append(f"  {title}: {row}")
         lines.append("")

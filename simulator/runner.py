@@ -1,6 +1,7 @@
 """One simulation run: build or load the farm, seed Redis, run the workers for the given
 time under the fault plan, stop them, reconcile once more and check the invariants.
 """
+
 import random
 import threading
 import time
@@ -97,11 +98,17 @@ def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
         time.sleep(0.2)
 
 
-def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None] = lambda elapsed, stats: None) -> Report:
+def run_simulation(
+    *, config: SimConfig, progress: Callable[[float, Stats], None] = lambda elapsed, stats: None
+) -> Report:
     if "failover" in config.faults and sentinel_target(settings.ACCOUNTING_REDIS_URL) is None:
-        raise ValueError("the failover fault needs ACCOUNTING_REDIS_URL=redis+sentinel://host:port[,host:port...]/<master name>/<db>")
+        raise ValueError(
+            "the failover fault needs ACCOUNTING_REDIS_URL=redis+sentinel://host:port[,host:port...]/<master name>/<db>"
+        )
     if "failover" in config.faults and "redis-kill" in config.faults:
-        raise ValueError("the redis-kill fault runs a Redis of its own; the failover fault needs the Sentinel topology: choose one")
+        raise ValueError(
+            "the redis-kill fault runs a Redis of its own; the failover fault needs the Sentinel topology: choose one"
+        )
     if "http-release" in config.faults and not config.http_token:
         raise ValueError("the http-release fault needs an API token allowed to release procs (SimConfig.http_token)")
     with ExitStack() as processes:
@@ -114,23 +121,47 @@ def run_simulation(*, config: SimConfig, progress: Callable[[float, Stats], None
             processes.callback(accounting_redis.cache_clear)
         # The releases' rules follow who reseeds: with the scheduler-like reseeder (which leaves
         # out FINISHED jobs' procs) their releases are withheld, as a site running it would set.
-        processes.enter_context(override_settings(ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds,
-                                                  ACCOUNTING_SCHEDULER_RESEEDS=config.reseeder == "scheduler"))
+        processes.enter_context(
+            override_settings(
+                ACCOUNTING_INFLIGHT_TTL_SECONDS=config.inflight_ttl_seconds,
+                ACCOUNTING_SCHEDULER_RESEEDS=config.reseeder == "scheduler",
+            )
+        )
         web = processes.enter_context(web_server(token=config.http_token)) if "http-release" in config.faults else None
         return _run(config=config, progress=progress, redis_server=redis_server, web=web)
 
 
-def _run(*, config: SimConfig, progress: Callable[[float, Stats], None], redis_server: PrivateRedis | None,
-         web: WebServer | None) -> Report:
+def _run(
+    *,
+    config: SimConfig,
+    progress: Callable[[float, Stats], None],
+    redis_server: PrivateRedis | None,
+    web: WebServer | None,
+) -> Report:
     rng = random.Random(config.seed)
     stats = Stats()
-    farm = load_existing_farm() if config.existing else build_sim_farm(
-        shows=config.shows, hosts=config.hosts, jobs=config.jobs, rng=rng,
+    farm = (
+        load_existing_farm()
+        if config.existing
+        else build_sim_farm(
+            shows=config.shows,
+            hosts=config.hosts,
+            jobs=config.jobs,
+            rng=rng,
+        )
     )
     seed_redis(farm=farm)
     plan = FaultPlan(kinds=config.faults, seconds=config.seconds, rng=random.Random(f"{config.seed}:faults"))
-    ctx = SimContext(farm=farm, stats=stats, plan=plan, seed=config.seed, reconcile_interval=config.reconcile_interval,
-                     reseeder=config.reseeder, redis_server=redis_server, web=web)
+    ctx = SimContext(
+        farm=farm,
+        stats=stats,
+        plan=plan,
+        seed=config.seed,
+        reconcile_interval=config.reconcile_interval,
+        reseeder=config.reseeder,
+        redis_server=redis_server,
+        web=web,
+    )
     clamped_before = REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0
     seams = ExitStack()  # what the run puts into the service's seams, taken out when the workers stop
     if "publish-drop" in config.faults:
@@ -163,8 +194,12 @@ def _run(*, config: SimConfig, progress: Callable[[float, Stats], None], redis_s
     settle_inflight(ttl_seconds=config.inflight_ttl_seconds)
     managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
     low, high = against_truth(show_ids=managed) if redis_open() else ([], [])
-    judged = (config.reseeder == "project" and not set(config.faults) & set(LEAVE_REDIS_HIGH) and redis_open()
-              and ctx.last_reseed_done.is_set())
+    judged = (
+        config.reseeder == "project"
+        and not set(config.faults) & set(LEAVE_REDIS_HIGH)
+        and redis_open()
+        and ctx.last_reseed_done.is_set()
+    )
     clamped = (REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0) - clamped_before
     if web is not None:  # the web server's releases clamp in its own processes
         clamped += web.counter("cuebot_acct_release_clamped_total")
@@ -177,10 +212,25 @@ def _run(*, config: SimConfig, progress: Callable[[float, Stats], None], redis_s
     pg_drift = [row for show_id in cuebot_managed for row in pg_accounting.mismatches(show_id=show_id)]
     connections.close_all()
     return Report(
-        seed=config.seed, seconds=seconds,
-        farm={**{k: v for k, v in asdict(config).items() if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing", "reseeder")},
-              "faults": ",".join(config.faults) or "none"} if not config.existing else {"existing": True, "shows": len(farm.show_ids)},
-        stats=stats, drift_rows=drift, negative_counters=negative, faults_pending=plan.pending(), pg_drift_rows=pg_drift,
-        low_before_final_reseed=low, high_before_final_reseed=high, exactness_judged=judged,
+        seed=config.seed,
+        seconds=seconds,
+        farm={
+            **{
+                k: v
+                for k, v in asdict(config).items()
+                if k in ("shows", "hosts", "jobs", "bookers", "releasers", "existing", "reseeder")
+            },
+            "faults": ",".join(config.faults) or "none",
+        }
+        if not config.existing
+        else {"existing": True, "shows": len(farm.show_ids)},
+        stats=stats,
+        drift_rows=drift,
+        negative_counters=negative,
+        faults_pending=plan.pending(),
+        pg_drift_rows=pg_drift,
+        low_before_final_reseed=low,
+        high_before_final_reseed=high,
+        exactness_judged=judged,
         releases_clamped=0 if "failover" in config.faults else int(clamped),
     )

@@ -3,6 +3,7 @@ and the operator. There is no fault thread: each worker injects the faults due a
 injection point (faults.FaultPlan.take). Each has its own PostgreSQL connection (Django's are
 per thread) and closes it when it ends; all share the process's accounting Redis pool.
 """
+
 import logging
 import random
 import threading
@@ -120,6 +121,7 @@ class SimContext:
 
 def worker(name: str):
     """Run a worker body, count any unexpected exception, and close this thread's connections."""
+
     def decorate(body):
         def run(ctx: SimContext, index: int) -> None:
             try:
@@ -129,8 +131,10 @@ def worker(name: str):
                 ctx.stats.count("errors", f"{name}: {type(error).__name__}: {error}")
             finally:
                 connections.close_all()
+
         run.__name__ = name
         return run
+
     return decorate
 
 
@@ -158,9 +162,20 @@ def insert_booked_proc(*, cursor, layer: LayerRef, host_id: str, centicores: int
         raise HostFull(host_id)
     frame_id = str(uuid.uuid4())
     insert_running_frame(cursor=cursor, frame_id=frame_id, layer_id=layer.layer_id, host_id=host_id, cores=centicores)
-    cursor.execute(INSERT_PROC, {"proc": str(uuid.uuid4()), "host": host_id, "job": layer.job_id, "show": layer.show_id,
-                                 "layer": layer.layer_id, "frame": frame_id, "cores": centicores, "gpus": gpus,
-                                 "mem": PROC_MEM_KB})
+    cursor.execute(
+        INSERT_PROC,
+        {
+            "proc": str(uuid.uuid4()),
+            "host": host_id,
+            "job": layer.job_id,
+            "show": layer.show_id,
+            "layer": layer.layer_id,
+            "frame": frame_id,
+            "cores": centicores,
+            "gpus": gpus,
+            "mem": PROC_MEM_KB,
+        },
+    )
 
 
 class HostView:
@@ -196,7 +211,9 @@ class ManagedShows:
 
     def current(self) -> list[str]:
         if time.monotonic() - self.read_at > MANAGED_SHOWS_REFRESH_SECONDS:
-            managed = set(Show.objects.filter(pk__in=self.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
+            managed = set(
+                Show.objects.filter(pk__in=self.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True)
+            )
             self.show_ids = [s for s in self.farm.show_ids if s in managed and self.farm.layers_by_show.get(s)]
             self.read_at = time.monotonic()
         return self.show_ids
@@ -226,8 +243,14 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
     """One scheduler booking: script, INSERT (host claimed in the same transaction), settle."""
     host_id, alloc_id, gpus_idle = host
     gpus = 1 if gpus_idle > 0 and rng.random() < 0.3 else 0
-    ids = dict(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id,
-               layer_id=layer.layer_id, dept_id=layer.dept_id)
+    ids = dict(
+        show_id=layer.show_id,
+        alloc_id=alloc_id,
+        folder_id=layer.folder_id,
+        job_id=layer.job_id,
+        layer_id=layer.layer_id,
+        dept_id=layer.dept_id,
+    )
     op_id = uuid.uuid4().hex
     result = None
     started = time.monotonic()
@@ -262,8 +285,9 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
     with redis_errors_counted(ctx, "settle"):  # unsettled: the entry expires, Redis high meanwhile
         booking.settle(op_id=op_id)
     ctx.stats.add(bookings=1)
-    for violation in over_cap_after_booking(show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id,
-                                            job_id=layer.job_id, started=started):
+    for violation in over_cap_after_booking(
+        show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id, started=started
+    ):
         ctx.stats.record("over_cap", violation)
 
 
@@ -312,7 +336,9 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
         return
     released = release(proc_ids)
     ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
-    ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
+    ctx.stats.add(
+        releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None)
+    )
 
 
 @contextmanager
@@ -422,11 +448,12 @@ def low_counters(*, farm: SimFarm) -> list[tuple[str, str, int, int]]:
     return low
 
 
-
 def negative_pg_rows(*, farm: SimFarm) -> list[tuple]:
     """Committed PG accounting rows below zero, of the farm's Cuebot-managed shows (those
     whose PG tables are written by the releases, so they must be right at every moment)."""
-    cuebot_shows = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=False).values_list("pk", flat=True))
+    cuebot_shows = list(
+        Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=False).values_list("pk", flat=True)
+    )
     return pg_accounting.negative_rows(show_ids=cuebot_shows)
 
 
@@ -519,8 +546,10 @@ def kill_a_job(ctx: SimContext, *, rng: random.Random) -> str | None:
         if not candidates:
             return None
         job_id = rng.choice(candidates)
-        cursor.execute("UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL, ts_stopped = now() "
-                       "WHERE pk_job = %s", [job_id])
+        cursor.execute(
+            "UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL, ts_stopped = now() WHERE pk_job = %s",
+            [job_id],
+        )
     ctx.killed_jobs.add(job_id)
     ctx.stats.count("faults", "job-kill")
     return job_id
@@ -532,7 +561,9 @@ def release_a_killed_job(ctx: SimContext, *, job_id: str) -> None:
         cursor.execute("SELECT pk_proc FROM proc WHERE pk_job = %s", [job_id])
         proc_ids = [row[0] for row in cursor.fetchall()]
     released = [unbook_proc(proc_id=proc_id) for proc_id in proc_ids]
-    ctx.stats.add(releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None))
+    ctx.stats.add(
+        releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None)
+    )
 
 
 def flip_a_show(ctx: SimContext, *, rng: random.Random) -> None:

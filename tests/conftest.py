@@ -1,6 +1,7 @@
 """What every test shares: empty Redis test databases, Cuebot's tables emptied after a
 transactional test, the documented role the suite runs as (tests/service_role.py), small
 farms and API tokens."""
+
 import itertools
 
 import pytest
@@ -38,7 +39,10 @@ def database_role(request):
 
 
 def redis_test_clients() -> list[redis.Redis]:
-    return [redis.Redis.from_url(url) for url in (settings.ACCOUNTING_REDIS_URL, settings.CACHE_REDIS_URL, settings.TASK_BROKER_REDIS_URL)]
+    return [
+        redis.Redis.from_url(url)
+        for url in (settings.ACCOUNTING_REDIS_URL, settings.CACHE_REDIS_URL, settings.TASK_BROKER_REDIS_URL)
+    ]
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
 """Run the project's own commands as a separate process, as an operator would, and put a cuttable
 relay between such a process and a real server, to take the server away from it alone."""
+
 import os
 import signal
 import socket
@@ -20,7 +21,9 @@ def closed_port() -> int:
 
 def manage(*args: str, settings: str = "settings", **env: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, **env}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120
+    )
 
 
 def await_log_line(path: Path, text: str, *, seconds: float = 60) -> None:
@@ -38,8 +41,15 @@ class Running:
     of its own (as under `make run`), so what it started can be found after it has gone."""
 
     def __init__(self, args: list[str], *, env: dict[str, str]):
-        self.process = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self._closed = False  # stderr has ended: the process said all it will say
         self._changed = threading.Condition()
@@ -57,6 +67,7 @@ class Running:
 
     def await_line(self, text: str, *, seconds: float = 60) -> str:
         """The first stderr line containing `text`, once it has been written."""
+
         def found() -> str | None:
             return next((line for line in self.lines if text in line), None)
 

@@ -1,6 +1,7 @@
 """Private Redis processes for the fault tests: a server, or a Sentinel topology (a master,
 replicas, three sentinels), each on loopback ports picked here, in a temporary directory,
 and always killed when the block ends, the test failing or not."""
+
 import os
 import signal
 import socket
@@ -139,7 +140,9 @@ def _fields(reply) -> dict:
 
 
 @contextmanager
-def sentinel_topology(*, replicas: int = 1, down_after_ms: int = 1000, failover_timeout_ms: int = 3000) -> Iterator[SentinelTopology]:
+def sentinel_topology(
+    *, replicas: int = 1, down_after_ms: int = 1000, failover_timeout_ms: int = 3000
+) -> Iterator[SentinelTopology]:
     """A master, `replicas` replicas and three sentinels (quorum 2), ready to fail over."""
     with tempfile.TemporaryDirectory(prefix="acct-sentinel-") as name, ExitStack() as cleanup:
         directory = Path(name)

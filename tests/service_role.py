@@ -20,6 +20,7 @@ What stays the superuser's:
 The role is named after the test database, so two suites on one server (other databases)
 never share it, and it is dropped when the session ends.
 """
+
 import re
 import secrets
 import threading
@@ -126,7 +127,10 @@ def as_cuebot():
         _depth.value = 0
         # A failed statement inside leaves the transaction aborted; its rollback (to the
         # savepoint or the test's start) brings the role back by itself then.
-        if connection.connection is not None and connection.connection.info.transaction_status != pq.TransactionStatus.INERROR:
+        if (
+            connection.connection is not None
+            and connection.connection.info.transaction_status != pq.TransactionStatus.INERROR
+        ):
             _set(STATE.role)
 
 
@@ -146,8 +150,11 @@ def superuser():
         STATE.suspended = False
         open_connection = connection.connection
         # An aborted transaction's rollback brings the role back by itself.
-        if open_connection is not None and not open_connection.closed and (
-                open_connection.info.transaction_status != pq.TransactionStatus.INERROR):
+        if (
+            open_connection is not None
+            and not open_connection.closed
+            and (open_connection.info.transaction_status != pq.TransactionStatus.INERROR)
+        ):
             open_connection.execute(f"SET ROLE {STATE.role}")
 
 

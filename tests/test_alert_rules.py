@@ -4,6 +4,7 @@ firing and quiet, on metrics this service exports, with a runbook section that e
 promtool comes from Debian's `prometheus` package; `make test` installs it
 (scripts/services.py up --tests), so a missing promtool fails here rather than skipping.
 """
+
 import re
 import shutil
 import subprocess
@@ -24,7 +25,9 @@ RULE_TESTS = RULES_DIR / "cuebot-acct.rules.test.yml"
 @pytest.fixture(scope="module")
 def promtool() -> str:
     path = shutil.which("promtool")
-    assert path, "promtool is missing: `make test` installs it (scripts/services.py up --tests, Debian's prometheus package)"
+    assert path, (
+        "promtool is missing: `make test` installs it (scripts/services.py up --tests, Debian's prometheus package)"
+    )
     return path
 
 

@@ -2,6 +2,7 @@
 repository, and a #fragment names a heading of the target (GitHub's anchor rules). So does
 every docs/ path that code, scripts and deployment files name (a usage line once sent
 readers to an operations page that never existed)."""
+
 import re
 import subprocess
 from pathlib import Path

@@ -1,5 +1,6 @@
 """The layout's promise that lint-imports cannot state: no module imports itself back
 through others (an import circle), anywhere in the project's packages."""
+
 import grimp
 
 PACKAGES = ("accounting", "shows", "cuebot_acct", "settings", "simulator")

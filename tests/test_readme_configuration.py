@@ -1,4 +1,5 @@
 """The README's configuration table names every environment variable the code reads."""
+
 import re
 from pathlib import Path
 

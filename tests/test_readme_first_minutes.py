@@ -8,6 +8,7 @@ has (the configured URLs and nothing of the suite's). Only the README's port is 
 "Everyday commands" block names placeholders (SHOW, ALLOC), so each of its lines is parsed by
 its command's own parser instead of run.
 """
+
 import json
 import os
 import re
@@ -60,9 +61,16 @@ def shell_commands(block: str) -> list[str]:
 def newcomer_environment(*, database_url: str) -> dict[str, str]:
     """A fresh shell's variables plus the configuration a newcomer sets: none of the suite's
     (DJANGO_SETTINGS_MODULE=settings.test above all)."""
-    shell = {name: os.environ[name] for name in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if name in os.environ}
-    return {**shell, "DATABASE_URL": database_url, "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
-            "CACHE_REDIS_URL": settings.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL}
+    shell = {
+        name: os.environ[name] for name in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if name in os.environ
+    }
+    return {
+        **shell,
+        "DATABASE_URL": database_url,
+        "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
+        "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
+        "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
+    }
 
 
 def run_in_bash(commands: list[str], *, env: dict[str, str], out: Path) -> list[tuple[str, int, str, str]]:
@@ -71,10 +79,19 @@ def run_in_bash(commands: list[str], *, env: dict[str, str], out: Path) -> list[
     script = ["set -o pipefail"]
     for number, command in enumerate(commands):
         script.append(f"{{ {command}\n}} >{out}/{number}.out 2>{out}/{number}.err; echo $? >{out}/{number}.status")
-    done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
-    return [(command, int((out / f"{n}.status").read_text()), (out / f"{n}.out").read_text(), (out / f"{n}.err").read_text())
-            for n, command in enumerate(commands)]
+    return [
+        (
+            command,
+            int((out / f"{n}.status").read_text()),
+            (out / f"{n}.out").read_text(),
+            (out / f"{n}.err").read_text(),
+        )
+        for n, command in enumerate(commands)
+    ]
 
 
 def server_connection(dbname: str = "postgres") -> psycopg.Connection:
@@ -105,8 +122,13 @@ def made_run(own_database, tmp_path):
     url = f"postgres://{params['user']}@{params.get('host') or '127.0.0.1'}:{params.get('port') or 5432}/{own_database}"
     env, state, bind = newcomer_environment(database_url=url), tmp_path / "state", f"127.0.0.1:{closed_port()}"
     era = re.search(r"^DEMO_ERA := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1)
-    lines = [line.replace("$(DEMO_ERA)", era).replace("$$", "$").replace("$(PY)", ".venv/bin/python").replace("$(BIND)", bind)
-             for line in recipe("services") + recipe("run")]
+    lines = [
+        line.replace("$(DEMO_ERA)", era)
+        .replace("$$", "$")
+        .replace("$(PY)", ".venv/bin/python")
+        .replace("$(BIND)", bind)
+        for line in recipe("services") + recipe("run")
+    ]
     assert lines[-1].startswith(f"{era.replace('$$', '$')} .venv/bin/python scripts/server.py start"), lines
     lines[-1] += f" --state-dir {state}"  # never the .local/ pid files of a `make run` in this tree
     try:
@@ -116,8 +138,14 @@ def made_run(own_database, tmp_path):
         await_log_line(state / "log" / "gunicorn.log", "Booting worker")
         yield bind, env
     finally:
-        stopped = subprocess.run([sys.executable, "scripts/server.py", "stop", "--state-dir", str(state)], cwd=ROOT,
-                                 env=env, capture_output=True, text=True, timeout=120)
+        stopped = subprocess.run(
+            [sys.executable, "scripts/server.py", "stop", "--state-dir", str(state)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         left = {pid: group_members(pid) for pid in (int(p.read_text()) for p in state.glob("*.pid"))}
         for pid, members in left.items():
             if members:
@@ -147,8 +175,12 @@ def test_the_first_five_minutes_run_as_written_against_make_runs_service(made_ru
 
     for command, status, stdout, stderr in ran:
         assert status == 0, f"{command}\nexited {status}\n{stdout}{stderr}"
-    said = {word: stdout for word in ("createsuperuser", "curl", "acct_drift")
-            for command, _, stdout, _ in ran if word in command}
+    said = {
+        word: stdout
+        for word in ("createsuperuser", "curl", "acct_drift")
+        for command, _, stdout, _ in ran
+        if word in command
+    }
     assert "Superuser created successfully." in said["createsuperuser"]
     release = json.loads(said["curl"])
     assert release["branch"] == "scheduler"  # demo01 is scheduler-managed: Redis hears the release
@@ -158,10 +190,15 @@ def test_the_first_five_minutes_run_as_written_against_make_runs_service(made_ru
     with psycopg.connect(env["DATABASE_URL"]) as db:
         assert db.execute("SELECT count(*) FROM proc WHERE pk_proc = %s", [release["proc_id"]]).fetchone() == (0,)
         assert db.execute("SELECT count(*) FROM proc").fetchone() == (procs_before - 1,)
-        idle_after = db.execute("SELECT int_cores_idle FROM host WHERE pk_host = %s", [release["host_id"]]).fetchone()[0]
+        idle_after = db.execute("SELECT int_cores_idle FROM host WHERE pk_host = %s", [release["host_id"]]).fetchone()[
+            0
+        ]
     assert idle_after == idle_before[release["host_id"]] + release["cores_centicores"]  # the host has its cores back
     subscription = f"acct:sub:{release['show_id']}:{release['alloc_id']}"
-    assert (release["cores"], subscription_cores()[subscription]) == (1, redis_before[subscription] - 1)  # "one core less"
+    assert (release["cores"], subscription_cores()[subscription]) == (
+        1,
+        redis_before[subscription] - 1,
+    )  # "one core less"
     # The pages the section's text sends a newcomer to next.
     prose = re.sub(r"```.*?```", "", SECTION, flags=re.S)
     paths = re.findall(rf"http://{README_PORT}(/\S*?)[)`,\s]", prose) + re.findall(r"`(/\w+)`", prose)

@@ -3,6 +3,7 @@
 Every comparison goes both ways: nothing the page lists is missing from the database, and
 nothing the database has for these tables is missing from the page.
 """
+
 import re
 from pathlib import Path
 
@@ -17,8 +18,14 @@ pytestmark = pytest.mark.superuser
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "cuebot-schema.md").read_text()
 
 DATA_TYPES = {
-    "varchar": "character varying", "int": "integer", "bigint": "bigint", "smallint": "smallint", "bool": "boolean",
-    "numeric": "numeric", "timestamptz": "timestamp with time zone", "timestamp": "timestamp without time zone",
+    "varchar": "character varying",
+    "int": "integer",
+    "bigint": "bigint",
+    "smallint": "smallint",
+    "bool": "boolean",
+    "numeric": "numeric",
+    "timestamptz": "timestamp with time zone",
+    "timestamp": "timestamp without time zone",
     "bytea": "bytea",
 }
 
@@ -87,7 +94,9 @@ def test_columns_match_the_schema_document(table):
         "FROM information_schema.columns WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
         [table],
     )
-    actual = {name: (kind, length, nullable, normalised_default(default)) for name, kind, length, nullable, default in rows}
+    actual = {
+        name: (kind, length, nullable, normalised_default(default)) for name, kind, length, nullable, default in rows
+    }
     assert actual == DOCUMENTED[table]
     assert [name for name, *_ in rows] == list(DOCUMENTED[table]), "columns in Cuebot's order"
 
@@ -161,8 +170,16 @@ def test_triggers_are_exactly_those_of_the_document():
 
 @pytest.mark.django_db
 def test_release_and_reseed_paths_are_indexed():
-    needed = {("proc", "pk_host"), ("proc", "pk_job"), ("proc", "pk_show"), ("job", "pk_show"), ("host", "pk_alloc"),
-              ("layer", "pk_job"), ("folder_resource", "pk_folder"), ("frame", "pk_job")}
+    needed = {
+        ("proc", "pk_host"),
+        ("proc", "pk_job"),
+        ("proc", "pk_show"),
+        ("job", "pk_show"),
+        ("host", "pk_alloc"),
+        ("layer", "pk_job"),
+        ("folder_resource", "pk_folder"),
+        ("frame", "pk_job"),
+    }
     rows = query(
         "SELECT t.relname, a.attname FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid "
         "JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = i.indkey[0] WHERE t.relname = ANY(%s)",
@@ -175,4 +192,6 @@ def test_release_and_reseed_paths_are_indexed():
 def test_a_row_inserted_without_defaulted_columns_gets_cuebots_defaults():
     with connection.cursor() as cursor:
         cursor.execute("INSERT INTO show (pk_show, str_name) VALUES ('00000000-0000-0000-0000-000000000001', 'raw')")
-    assert query("SELECT b_scheduler_managed, b_active, int_default_max_cores FROM show WHERE str_name = 'raw'") == [(False, True, 10000)]
+    assert query("SELECT b_scheduler_managed, b_active, int_default_max_cores FROM show WHERE str_name = 'raw'") == [
+        (False, True, 10000)
+    ]

@@ -1,5 +1,6 @@
 """scripts/server.py (make run / make stop) and scripts/services.py (make test), run as an
 operator runs them: real processes, real PostgreSQL and Redis."""
+
 import os
 import signal
 import socket
@@ -21,8 +22,9 @@ from tests.service_role import service_database
 
 
 def script(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -31,16 +33,19 @@ def service_env(db, tmp_path) -> dict[str, str]:
     return {
         "DJANGO_SETTINGS_MODULE": "settings",
         **service_database(),
-        "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL, "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
-        "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+        "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
+        "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
+        "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
     }
 
 
 @pytest.mark.django_db(transaction=True)
 def test_stop_ends_the_task_cluster_and_the_web_server_and_says_so_once_they_are_gone(service_env, tmp_path):
     state = tmp_path / "state"
-    started = script("scripts/server.py", "start", "--bind", f"127.0.0.1:{closed_port()}", "--state-dir", str(state),
-                     env=service_env)
+    started = script(
+        "scripts/server.py", "start", "--bind", f"127.0.0.1:{closed_port()}", "--state-dir", str(state), env=service_env
+    )
     assert started.returncode == 0, started.stdout + started.stderr
     pids = {name: int((state / f"{name}.pid").read_text()) for name in ("gunicorn", "qcluster")}
     await_log_line(state / "log" / "qcluster.log", "running")  # the cluster and its workers are up
@@ -61,9 +66,15 @@ def test_stop_ends_the_task_cluster_and_the_web_server_and_says_so_once_they_are
 
 def test_stop_kills_a_process_that_ignores_sigterm_and_removes_the_pid_file_only_after(tmp_path):
     stubborn = subprocess.Popen(
-        [sys.executable, "-c", "import signal, sys, time  # qcluster\n"
-         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(600)"],
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time  # qcluster\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         assert stubborn.stdout.readline() == "ready\n"  # SIGTERM is ignored from here on
@@ -95,8 +106,9 @@ def test_services_up_for_the_tests_creates_no_database(db):
     name = f"cuebot_acct_never_{uuid.uuid4().hex[:8]}"
     url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{name}"
 
-    done = script("scripts/services.py", "up", "--tests",
-                  env={"DJANGO_SETTINGS_MODULE": "settings.test", "DATABASE_URL": url})
+    done = script(
+        "scripts/services.py", "up", "--tests", env={"DJANGO_SETTINGS_MODULE": "settings.test", "DATABASE_URL": url}
+    )
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "creating database" not in done.stdout
@@ -111,8 +123,9 @@ def test_start_refuses_in_one_line_a_port_another_program_listens_on(tmp_path):
         bind = f"127.0.0.1:{other.getsockname()[1]}"
         started = script("scripts/server.py", "start", "--bind", bind, "--state-dir", str(tmp_path), env={})
     assert started.returncode == 1
-    assert started.stderr.strip() == (f"server: {bind} is already in use by another program; stop it, or run "
-                                      "`make run BIND=127.0.0.1:<free port>`")
+    assert started.stderr.strip() == (
+        f"server: {bind} is already in use by another program; stop it, or run `make run BIND=127.0.0.1:<free port>`"
+    )
     assert not (tmp_path / "gunicorn.pid").exists()
 
 
@@ -129,8 +142,17 @@ def test_with_stops_the_redis_it_started_and_passes_on_the_commands_status():
     """`make test` and CI: no Redis answers on the configured port, so one is started for the
     command and stopped after it, even though the command failed."""
     port = closed_port()
-    done = script("scripts/services.py", "with", "--tests", "--", sys.executable, "-c", PING, str(port),
-                  env={"DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{port}"})
+    done = script(
+        "scripts/services.py",
+        "with",
+        "--tests",
+        "--",
+        sys.executable,
+        "-c",
+        PING,
+        str(port),
+        env={"DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{port}"},
+    )
 
     assert done.returncode == 3, done.stdout + done.stderr  # the command ran against the Redis, then failed
     assert f"services: starting Redis on 127.0.0.1:{port} (no persistence)" in done.stdout
@@ -144,8 +166,17 @@ def test_with_leaves_a_server_that_already_answered_running():
     from tests.redis_topology import redis_server
 
     with redis_server() as running:
-        done = script("scripts/services.py", "with", "--tests", "--", sys.executable, "-c", PING, str(running.port),
-                      env={"DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{running.port}"})
+        done = script(
+            "scripts/services.py",
+            "with",
+            "--tests",
+            "--",
+            sys.executable,
+            "-c",
+            PING,
+            str(running.port),
+            env={"DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{running.port}"},
+        )
         assert done.returncode == 3, done.stdout + done.stderr
         assert f"services: Redis answers on 127.0.0.1:{running.port}" in done.stdout
         assert "stopping" not in done.stdout
@@ -156,10 +187,21 @@ def test_with_stops_what_it_started_when_it_is_terminated_mid_command():
     """A cancelled CI job: SIGTERM to the wrapper reaches the command, and the Redis is stopped."""
     port = closed_port()
     wrapper = subprocess.Popen(
-        [sys.executable, "scripts/services.py", "with", "--tests", "--", sys.executable, "-c",
-         "import sys, time; print('command running', flush=True); time.sleep(600)"],
-        cwd=ROOT, env={**os.environ, "DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{port}"},
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "scripts/services.py",
+            "with",
+            "--tests",
+            "--",
+            sys.executable,
+            "-c",
+            "import sys, time; print('command running', flush=True); time.sleep(600)",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "settings.test", "TEST_REDIS_HOST": f"127.0.0.1:{port}"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         for line in wrapper.stdout:
             if line == "command running\n":

@@ -20,6 +20,7 @@ minimums, priorities and points are left to the scheduler's limit reseed (300 s)
 The managed flag is read from PostgreSQL inside the transaction, not from the 30 s cache:
 limit changes are rare and must follow the flag as committed.
 """
+
 import logging
 from typing import TypeVar, cast
 
@@ -71,8 +72,13 @@ ONE_CORE = 100
 # Convert.coresToWholeCoreUnits (rounded to a whole core); only a subscription's size and
 # burst take hundredths (coresToCoreUnits). Cuebot never writes 2.5 cores into these, so
 # neither does this service: a fraction is refused, on every face, with WHOLE_CORES.
-WHOLE_CORES_COLUMNS = {(FolderResource, "int_max_cores"), (FolderResource, "int_min_cores"),
-                       (JobResource, "int_max_cores"), (JobResource, "int_min_cores"), (Point, "int_min_cores")}
+WHOLE_CORES_COLUMNS = {
+    (FolderResource, "int_max_cores"),
+    (FolderResource, "int_min_cores"),
+    (JobResource, "int_max_cores"),
+    (JobResource, "int_min_cores"),
+    (Point, "int_min_cores"),
+}
 
 
 # Cuebot's tier trigger stores -int_size in subscription.float_tier, NUMERIC(16, 2), while
@@ -96,9 +102,11 @@ def check_limit(*, model: type[models.Model], name: str, value: int | None) -> N
     if value > top:
         raise InvalidLimit(f"{name} must be at most {top} (what the column holds), got {value}")
     if (model, name) in ONE_CORE_OR_UNLIMITED and 0 <= value < ONE_CORE:
-        raise InvalidLimit(f"{name}: a folder's max cores must be one core or more (1.5 is fine), or unlimited (-1), as "
-                           f"Cuebot's folder DAO requires (0 would mean 'book nothing' to Cuebot, 'no cap' to the "
-                           f"scheduler); got {format_cores(value)}")
+        raise InvalidLimit(
+            f"{name}: a folder's max cores must be one core or more (1.5 is fine), or unlimited (-1), as "
+            f"Cuebot's folder DAO requires (0 would mean 'book nothing' to Cuebot, 'no cap' to the "
+            f"scheduler); got {format_cores(value)}"
+        )
     if (model, name) in WHOLE_CORES_COLUMNS and value > 0 and value % ONE_CORE:
         raise InvalidLimit(f"{name}: {WHOLE_CORES} (got {format_cores(value)})")
     if value >= 0:
@@ -106,7 +114,9 @@ def check_limit(*, model: type[models.Model], name: str, value: int | None) -> N
     if value == UNLIMITED and (model, name) in UNLIMITED_ALLOWED:
         return
     if value == UNLIMITED:
-        raise InvalidLimit(f"{name}: -1 does not mean unlimited here (Cuebot compares it as a number); give a value >= 0")
+        raise InvalidLimit(
+            f"{name}: -1 does not mean unlimited here (Cuebot compares it as a number); give a value >= 0"
+        )
     allowed = ">= 0 or -1 (unlimited)" if (model, name) in UNLIMITED_ALLOWED else ">= 0"
     raise InvalidLimit(f"{name} must be {allowed}, got {value}")
 
@@ -127,19 +137,26 @@ def write_limit_fields(*, key: str, fields: list[tuple[str, int]]) -> None:
     """After commit: write, or WARN + count + swallow (the limit reseed heals)."""
     try:
         # limit_write.lua returns 0 or the new sequence number on every path: an integer reply.
-        written = cast(int, script("limit_write").run(
-            accounting_redis(), keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
-            args=[keys.SEEDED_VALUE, "1", *(part for f, v in fields for part in (key, f, v))],
-        ))
+        written = cast(
+            int,
+            script("limit_write").run(
+                accounting_redis(),
+                keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
+                args=[keys.SEEDED_VALUE, "1", *(part for f, v in fields for part in (key, f, v))],
+            ),
+        )
     except (redis.RedisError, OSError) as error:
         LIMIT_PUBLISH_FAILURES.inc()
         log.warning("limit write to Redis failed for %s (%s); the limit reseed will heal it", key, error)
         return
     if not int(written):
         LIMIT_WRITES_REFUSED.inc()
-        log.warning("limit write for %s refused: the key is closed to booking, on a Redis not rebuilt since it came up "
-                    "or for a show switched to the scheduler and not seeded yet (PostgreSQL has the new value; the "
-                    "rebuild, the show's seeding or `acct_reseed` writes it)", key)
+        log.warning(
+            "limit write for %s refused: the key is closed to booking, on a Redis not rebuilt since it came up "
+            "or for a show switched to the scheduler and not seeded yet (PostgreSQL has the new value; the "
+            "rebuild, the show's seeding or `acct_reseed` writes it)",
+            key,
+        )
 
 
 def publish_limits_on_commit(*, instance: LimitInstance) -> None:
@@ -164,12 +181,18 @@ def limit_change_payloads(*, instance: LimitInstance, changed: list[str]) -> lis
     for name in changed:
         value = getattr(instance, name)
         if isinstance(instance, Subscription) and name == "int_burst":
-            payloads.append(subscription_burst_payload(show_id=instance.show_id, alloc_id=instance.alloc_id,
-                                                       burst_centicores=value))
+            payloads.append(
+                subscription_burst_payload(show_id=instance.show_id, alloc_id=instance.alloc_id, burst_centicores=value)
+            )
         elif isinstance(instance, FolderResource | JobResource) and name in ("int_max_cores", "int_max_gpus"):
-            vertex, id = ("folder", instance.folder_id) if isinstance(instance, FolderResource) else ("job", instance.job_id)
-            payloads.append(max_cores_payload(vertex=vertex, id=id, max_centicores=value) if name == "int_max_cores"
-                            else max_gpus_payload(vertex=vertex, id=id, max_gpus=value))
+            vertex, id = (
+                ("folder", instance.folder_id) if isinstance(instance, FolderResource) else ("job", instance.job_id)
+            )
+            payloads.append(
+                max_cores_payload(vertex=vertex, id=id, max_centicores=value)
+                if name == "int_max_cores"
+                else max_gpus_payload(vertex=vertex, id=id, max_gpus=value)
+            )
     return payloads
 
 
@@ -200,19 +223,30 @@ def _apply(instance: L, changes: dict[str, int | None]) -> L:
     return instance
 
 
-def set_subscription_limits(*, subscription: Subscription, size: int | None = None, burst: int | None = None) -> Subscription:
+def set_subscription_limits(
+    *, subscription: Subscription, size: int | None = None, burst: int | None = None
+) -> Subscription:
     """size and burst in centicores; None leaves a value as it is."""
     return _apply(subscription, {"int_size": size, "int_burst": burst})
 
 
-def set_folder_limits(*, folder_resource: FolderResource, min_cores: int | None = None, max_cores: int | None = None,
-                      min_gpus: int | None = None, max_gpus: int | None = None) -> FolderResource:
-    return _apply(folder_resource, {"int_min_cores": min_cores, "int_max_cores": max_cores,
-                                    "int_min_gpus": min_gpus, "int_max_gpus": max_gpus})
+def set_folder_limits(
+    *,
+    folder_resource: FolderResource,
+    min_cores: int | None = None,
+    max_cores: int | None = None,
+    min_gpus: int | None = None,
+    max_gpus: int | None = None,
+) -> FolderResource:
+    return _apply(
+        folder_resource,
+        {"int_min_cores": min_cores, "int_max_cores": max_cores, "int_min_gpus": min_gpus, "int_max_gpus": max_gpus},
+    )
 
 
-def set_job_limits(*, job_resource: JobResource, max_cores: int | None = None, max_gpus: int | None = None,
-                   priority: int | None = None) -> JobResource:
+def set_job_limits(
+    *, job_resource: JobResource, max_cores: int | None = None, max_gpus: int | None = None, priority: int | None = None
+) -> JobResource:
     return _apply(job_resource, {"int_max_cores": max_cores, "int_max_gpus": max_gpus, "int_priority": priority})
 
 

@@ -8,6 +8,7 @@ committed, so a reseed running in between counts it (docs/redis-protocol.md). If
 INSERT fails, `rollback` undoes the Redis half, but only while the entry is still live:
 undoing a booking that a reseed may already have erased would push the counters low.
 """
+
 from dataclasses import dataclass
 from typing import cast
 
@@ -36,28 +37,67 @@ def _delta_cores(centicores: int) -> int:
     return -converted if centicores < 0 else converted
 
 
-def _run(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,
-         cores: int, gpus: int, force: bool, op_id: str | None, op_mode: str) -> BookingResult:
+def _run(
+    *,
+    show_id: str,
+    alloc_id: str,
+    folder_id: str,
+    job_id: str,
+    layer_id: str,
+    dept_id: str,
+    cores: int,
+    gpus: int,
+    force: bool,
+    op_id: str | None,
+    op_mode: str,
+) -> BookingResult:
     # booking.lua returns a table on every path ({ok, seq} or {0, table, current, limit}): a list reply.
-    reply = cast(list, script("booking").run(
-        accounting_redis(),
-        keys=[
-            *keys.of_proc(show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id,
-                          layer_id=layer_id, dept_id=dept_id),
-            keys.SEQ,
-            keys.INFLIGHT,
-            keys.MASTER,
-        ],
-        args=[cores, gpus, "1" if force else "0", op_id or "", op_mode, settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000],
-    ))
+    reply = cast(
+        list,
+        script("booking").run(
+            accounting_redis(),
+            keys=[
+                *keys.of_proc(
+                    show_id=show_id,
+                    alloc_id=alloc_id,
+                    folder_id=folder_id,
+                    job_id=job_id,
+                    layer_id=layer_id,
+                    dept_id=dept_id,
+                ),
+                keys.SEQ,
+                keys.INFLIGHT,
+                keys.MASTER,
+            ],
+            args=[
+                cores,
+                gpus,
+                "1" if force else "0",
+                op_id or "",
+                op_mode,
+                settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000,
+            ],
+        ),
+    )
     if int(reply[0]) == 1:
         return BookingResult(ok=True, seq=int(reply[1]))
     table = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
     return BookingResult(ok=False, table=table, current=int(reply[2]), limit=int(reply[3]))
 
 
-def book(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,
-         cores: int, gpus: int, op_id: str | None = None, force: bool = False) -> BookingResult:
+def book(
+    *,
+    show_id: str,
+    alloc_id: str,
+    folder_id: str,
+    job_id: str,
+    layer_id: str,
+    dept_id: str,
+    cores: int,
+    gpus: int,
+    op_id: str | None = None,
+    force: bool = False,
+) -> BookingResult:
     """Check limits and apply `cores` (CENTICORES, converted here) and `gpus` to the five keys.
 
     With `op_id`, the booking stays registered as in flight until `settle(op_id=...)`.
@@ -65,20 +105,40 @@ def book(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: 
     if op_id is not None and (cores < 0 or gpus < 0):
         raise ValueError("an in-flight booking registers positive amounts; use rollback to undo one")
     return _run(
-        show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id, layer_id=layer_id, dept_id=dept_id,
-        cores=_delta_cores(cores), gpus=gpus, force=force, op_id=op_id, op_mode="register",
+        show_id=show_id,
+        alloc_id=alloc_id,
+        folder_id=folder_id,
+        job_id=job_id,
+        layer_id=layer_id,
+        dept_id=dept_id,
+        cores=_delta_cores(cores),
+        gpus=gpus,
+        force=force,
+        op_id=op_id,
+        op_mode="register",
     )
 
 
 def settle(*, op_id: str) -> None:
     """The booking's proc INSERT has committed: its in-flight entry moves to the settle journal
     (for a reseed under way), and acct:seq is bumped."""
-    script("booking_settle").run(accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ, keys.SETTLED_SEQ, keys.SETTLED],
-                                 args=[op_id])
+    script("booking_settle").run(
+        accounting_redis(), keys=[keys.INFLIGHT, keys.SEQ, keys.SETTLED_SEQ, keys.SETTLED], args=[op_id]
+    )
 
 
-def rollback(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,
-             cores: int, gpus: int, op_id: str | None) -> BookingResult:
+def rollback(
+    *,
+    show_id: str,
+    alloc_id: str,
+    folder_id: str,
+    job_id: str,
+    layer_id: str,
+    dept_id: str,
+    cores: int,
+    gpus: int,
+    op_id: str | None,
+) -> BookingResult:
     """Undo a booking whose proc INSERT failed: the forced booking of the negated amounts.
 
     `cores` and `gpus` are the amounts that were booked (positive, centicores). With an
@@ -86,6 +146,15 @@ def rollback(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_
     it; otherwise the result is not ok and nothing changed (Redis left high, which is safe).
     """
     return _run(
-        show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id, layer_id=layer_id, dept_id=dept_id,
-        cores=-_delta_cores(cores), gpus=-gpus, force=True, op_id=op_id, op_mode="remove",
+        show_id=show_id,
+        alloc_id=alloc_id,
+        folder_id=folder_id,
+        job_id=job_id,
+        layer_id=layer_id,
+        dept_id=dept_id,
+        cores=-_delta_cores(cores),
+        gpus=-gpus,
+        force=True,
+        op_id=op_id,
+        op_mode="remove",
     )

@@ -23,8 +23,16 @@ def point(*, dept_id: str, show_id: str) -> str:
     return f"acct:point:{dept_id}:{show_id}"
 
 
-def of_proc(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_id: str, dept_id: str,
-            point_show_id: str | None = None) -> tuple[str, ...]:
+def of_proc(
+    *,
+    show_id: str,
+    alloc_id: str,
+    folder_id: str,
+    job_id: str,
+    layer_id: str,
+    dept_id: str,
+    point_show_id: str | None = None,
+) -> tuple[str, ...]:
     """The five hashes one proc counts against, in the order the booking and release scripts take them.
 
     The point is the job's department and the job's show (point_show_id), as Cuebot counts
@@ -37,6 +45,7 @@ def of_proc(*, show_id: str, alloc_id: str, folder_id: str, job_id: str, layer_i
         layer(layer_id=layer_id),
         point(dept_id=dept_id, show_id=point_show_id or show_id),
     )
+
 
 # Operations whose Redis and PG halves have not both landed; see accounting/inflight docs
 # in docs/redis-protocol.md ("The in-flight registry").

@@ -14,6 +14,7 @@ What is ours, and why:
   The Lock is built with `thread_local=False`: the renewal thread must see the token its
   acquiring thread set.
 """
+
 import logging
 import os
 import socket
@@ -79,12 +80,14 @@ def _renew_until(done: threading.Event, *, lock: Lock) -> None:
         try:
             lock.reacquire()
         except LockNotOwnedError:
-            log.warning("lock %s lost its lease while its work still runs (Redis stalled or restarted)",
-                        lock.name[len(PREFIX):])
+            log.warning(
+                "lock %s lost its lease while its work still runs (Redis stalled or restarted)",
+                lock.name[len(PREFIX) :],
+            )
             return
         except (redis.RedisError, OSError) as error:
             # The next renewal tries again; if Redis stays away the lease simply runs out.
-            log.warning("lock %s: lease renewal failed (%s)", lock.name[len(PREFIX):], error)
+            log.warning("lock %s: lease renewal failed (%s)", lock.name[len(PREFIX) :], error)
 
 
 @contextmanager
@@ -96,8 +99,9 @@ def named_lock(*, name: str, ttl_seconds: float = LEASE_SECONDS) -> Iterator[str
     if not lock.acquire(token=owner):
         raise LockBusy(name)
     done = threading.Event()
-    renewer = threading.Thread(target=_renew_until, args=(done,), kwargs=dict(lock=lock),
-                               name=f"lock-lease:{name}", daemon=True)
+    renewer = threading.Thread(
+        target=_renew_until, args=(done,), kwargs=dict(lock=lock), name=f"lock-lease:{name}", daemon=True
+    )
     renewer.start()
     try:
         yield owner
@@ -117,6 +121,6 @@ def held_locks() -> list[HeldLock]:
         owner, ttl_ms = client.get(key), client.pttl(key)
         if owner is not None and ttl_ms > 0:
             # The accounting client does not decode responses: key and value are bytes.
-            name = cast(bytes, key).decode()[len(PREFIX):]
+            name = cast(bytes, key).decode()[len(PREFIX) :]
             found.append(HeldLock(name=name, owner=cast(bytes, owner).decode(), ttl_ms=ttl_ms))
     return sorted(found, key=lambda lock: lock.name)

@@ -17,6 +17,7 @@ What is ours, and why:
   whole text; `LuaScript.source` holds it.
 - `LuaScript` keeps the script's name, for logs and for tests that watch which script ran.
 """
+
 import re
 from dataclasses import dataclass, field
 from functools import cache

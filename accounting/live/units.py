@@ -95,7 +95,9 @@ def not_a_number(*, unlimited: bool) -> CoresRefused:
 
 
 TOO_FINE = "Cores are stored in hundredths: use at most two decimals (2.25, not 2.125)."
-WHOLE_CORES = "Cuebot keeps this cap in whole cores (its own setters round to whole cores): enter a whole number, such as 4."
+WHOLE_CORES = (
+    "Cuebot keeps this cap in whole cores (its own setters round to whole cores): enter a whole number, such as 4."
+)
 NOT_UNLIMITED_HERE = "-1 is not unlimited here (Cuebot compares this limit as a number): enter 0 or more cores."
 
 

@@ -14,7 +14,6 @@ import shows.models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -24,132 +23,338 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='FolderResource',
+            name="FolderResource",
             fields=[
-                ('id', models.CharField(db_column='pk_folder_resource', default=shows.models.new_pk, editable=False, max_length=36, primary_key=True, serialize=False)),
-                ('int_cores', models.IntegerField(db_default=0, default=0)),
-                ('int_min_cores', models.IntegerField(db_default=0, default=0, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_max_cores', models.IntegerField(db_default=-1, default=-1, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_gpus', models.IntegerField(db_default=0, default=0)),
-                ('int_min_gpus', models.IntegerField(db_default=0, default=0, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_max_gpus', models.IntegerField(db_default=-1, default=-1, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('float_tier', models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
+                (
+                    "id",
+                    models.CharField(
+                        db_column="pk_folder_resource",
+                        default=shows.models.new_pk,
+                        editable=False,
+                        max_length=36,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("int_cores", models.IntegerField(db_default=0, default=0)),
+                (
+                    "int_min_cores",
+                    models.IntegerField(
+                        db_default=0,
+                        default=0,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "int_max_cores",
+                    models.IntegerField(
+                        db_default=-1,
+                        default=-1,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                ("int_gpus", models.IntegerField(db_default=0, default=0)),
+                (
+                    "int_min_gpus",
+                    models.IntegerField(
+                        db_default=0,
+                        default=0,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "int_max_gpus",
+                    models.IntegerField(
+                        db_default=-1,
+                        default=-1,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                ("float_tier", models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
             ],
             options={
-                'db_table': 'folder_resource',
-                'abstract': False,
-                'managed': False,
+                "db_table": "folder_resource",
+                "abstract": False,
+                "managed": False,
             },
         ),
         migrations.CreateModel(
-            name='HostLocal',
+            name="HostLocal",
             fields=[
-                ('id', models.CharField(db_column='pk_host_local', default=shows.models.new_pk, editable=False, max_length=36, primary_key=True, serialize=False)),
-                ('str_type', models.CharField(max_length=36)),
-                ('int_cores_max', models.IntegerField(db_default=100, default=100)),
-                ('int_cores_idle', models.IntegerField(db_default=100, default=100)),
-                ('int_mem_max', models.BigIntegerField(db_default=0, default=0)),
-                ('int_mem_idle', models.BigIntegerField(db_default=0, default=0)),
-                ('int_gpus_max', models.IntegerField(db_default=0, default=0)),
-                ('int_gpus_idle', models.IntegerField(db_default=0, default=0)),
-                ('int_gpu_mem_max', models.BigIntegerField(db_default=0, default=0)),
-                ('int_gpu_mem_idle', models.BigIntegerField(db_default=0, default=0)),
-                ('int_threads', models.IntegerField(db_default=1, default=1)),
-                ('b_active', models.BooleanField(db_default=True, default=True)),
-                ('float_tier', models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
+                (
+                    "id",
+                    models.CharField(
+                        db_column="pk_host_local",
+                        default=shows.models.new_pk,
+                        editable=False,
+                        max_length=36,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("str_type", models.CharField(max_length=36)),
+                ("int_cores_max", models.IntegerField(db_default=100, default=100)),
+                ("int_cores_idle", models.IntegerField(db_default=100, default=100)),
+                ("int_mem_max", models.BigIntegerField(db_default=0, default=0)),
+                ("int_mem_idle", models.BigIntegerField(db_default=0, default=0)),
+                ("int_gpus_max", models.IntegerField(db_default=0, default=0)),
+                ("int_gpus_idle", models.IntegerField(db_default=0, default=0)),
+                ("int_gpu_mem_max", models.BigIntegerField(db_default=0, default=0)),
+                ("int_gpu_mem_idle", models.BigIntegerField(db_default=0, default=0)),
+                ("int_threads", models.IntegerField(db_default=1, default=1)),
+                ("b_active", models.BooleanField(db_default=True, default=True)),
+                ("float_tier", models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
             ],
             options={
-                'verbose_name': 'local reservation',
-                'db_table': 'host_local',
-                'abstract': False,
-                'managed': False,
+                "verbose_name": "local reservation",
+                "db_table": "host_local",
+                "abstract": False,
+                "managed": False,
             },
         ),
         migrations.CreateModel(
-            name='JobResource',
+            name="JobResource",
             fields=[
-                ('id', models.CharField(db_column='pk_job_resource', default=shows.models.new_pk, editable=False, max_length=36, primary_key=True, serialize=False)),
-                ('int_cores', models.BigIntegerField(db_default=0, default=0)),
-                ('int_gpus', models.IntegerField(db_default=0, default=0)),
-                ('int_min_cores', models.IntegerField(db_default=100, default=100)),
-                ('int_max_cores', models.IntegerField(db_default=10000, default=10000, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_min_gpus', models.IntegerField(db_default=0, default=0)),
-                ('int_max_gpus', models.IntegerField(db_default=100, default=100, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_priority', models.IntegerField(db_default=1, default=1, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_local_cores', models.IntegerField(db_default=0, default=0)),
-                ('int_local_gpus', models.IntegerField(db_default=0, default=0)),
-                ('float_tier', models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
+                (
+                    "id",
+                    models.CharField(
+                        db_column="pk_job_resource",
+                        default=shows.models.new_pk,
+                        editable=False,
+                        max_length=36,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("int_cores", models.BigIntegerField(db_default=0, default=0)),
+                ("int_gpus", models.IntegerField(db_default=0, default=0)),
+                ("int_min_cores", models.IntegerField(db_default=100, default=100)),
+                (
+                    "int_max_cores",
+                    models.IntegerField(
+                        db_default=10000,
+                        default=10000,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                ("int_min_gpus", models.IntegerField(db_default=0, default=0)),
+                (
+                    "int_max_gpus",
+                    models.IntegerField(
+                        db_default=100,
+                        default=100,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "int_priority",
+                    models.IntegerField(
+                        db_default=1,
+                        default=1,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                ("int_local_cores", models.IntegerField(db_default=0, default=0)),
+                ("int_local_gpus", models.IntegerField(db_default=0, default=0)),
+                ("float_tier", models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
             ],
             options={
-                'db_table': 'job_resource',
-                'abstract': False,
-                'managed': False,
+                "db_table": "job_resource",
+                "abstract": False,
+                "managed": False,
             },
         ),
         migrations.CreateModel(
-            name='LayerResource',
+            name="LayerResource",
             fields=[
-                ('id', models.CharField(db_column='pk_layer_resource', default=shows.models.new_pk, editable=False, max_length=36, primary_key=True, serialize=False)),
-                ('int_cores', models.BigIntegerField(db_default=0, default=0)),
-                ('int_gpus', models.IntegerField(db_default=0, default=0)),
+                (
+                    "id",
+                    models.CharField(
+                        db_column="pk_layer_resource",
+                        default=shows.models.new_pk,
+                        editable=False,
+                        max_length=36,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("int_cores", models.BigIntegerField(db_default=0, default=0)),
+                ("int_gpus", models.IntegerField(db_default=0, default=0)),
             ],
             options={
-                'db_table': 'layer_resource',
-                'abstract': False,
-                'managed': False,
+                "db_table": "layer_resource",
+                "abstract": False,
+                "managed": False,
             },
         ),
         migrations.CreateModel(
-            name='Point',
+            name="Point",
             fields=[
-                ('id', models.CharField(db_column='pk_point', default=shows.models.new_pk, editable=False, max_length=36, primary_key=True, serialize=False)),
-                ('int_cores', models.IntegerField(db_default=0, default=0)),
-                ('int_gpus', models.IntegerField(db_default=0, default=0)),
-                ('int_min_cores', models.IntegerField(db_default=0, default=0, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_min_gpus', models.IntegerField(db_default=0, default=0, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('b_managed', models.BooleanField(db_default=False, default=False)),
-                ('float_tier', models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
-                ('ts_updated', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.CharField(
+                        db_column="pk_point",
+                        default=shows.models.new_pk,
+                        editable=False,
+                        max_length=36,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("int_cores", models.IntegerField(db_default=0, default=0)),
+                ("int_gpus", models.IntegerField(db_default=0, default=0)),
+                (
+                    "int_min_cores",
+                    models.IntegerField(
+                        db_default=0,
+                        default=0,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "int_min_gpus",
+                    models.IntegerField(
+                        db_default=0,
+                        default=0,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                ("b_managed", models.BooleanField(db_default=False, default=False)),
+                ("float_tier", models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
+                (
+                    "ts_updated",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(), default=django.utils.timezone.now
+                    ),
+                ),
             ],
             options={
-                'db_table': 'point',
-                'abstract': False,
-                'managed': False,
+                "db_table": "point",
+                "abstract": False,
+                "managed": False,
             },
         ),
         migrations.CreateModel(
-            name='Proc',
+            name="Proc",
             fields=[
-                ('id', models.CharField(db_column='pk_proc', default=shows.models.new_pk, editable=False, max_length=36, primary_key=True, serialize=False)),
-                ('int_cores_reserved', models.BigIntegerField()),
-                ('int_gpus_reserved', models.IntegerField(db_default=0, default=0)),
-                ('int_mem_reserved', models.BigIntegerField()),
-                ('int_gpu_mem_reserved', models.BigIntegerField(db_default=0, default=0)),
-                ('b_local', models.BooleanField(db_default=False, default=False)),
-                ('b_unbooked', models.BooleanField(db_default=False, default=False)),
-                ('ts_booked', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django.utils.timezone.now)),
-                ('ts_ping', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.CharField(
+                        db_column="pk_proc",
+                        default=shows.models.new_pk,
+                        editable=False,
+                        max_length=36,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("int_cores_reserved", models.BigIntegerField()),
+                ("int_gpus_reserved", models.IntegerField(db_default=0, default=0)),
+                ("int_mem_reserved", models.BigIntegerField()),
+                ("int_gpu_mem_reserved", models.BigIntegerField(db_default=0, default=0)),
+                ("b_local", models.BooleanField(db_default=False, default=False)),
+                ("b_unbooked", models.BooleanField(db_default=False, default=False)),
+                (
+                    "ts_booked",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(), default=django.utils.timezone.now
+                    ),
+                ),
+                (
+                    "ts_ping",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(), default=django.utils.timezone.now
+                    ),
+                ),
             ],
             options={
-                'db_table': 'proc',
-                'abstract': False,
-                'managed': False,
+                "db_table": "proc",
+                "abstract": False,
+                "managed": False,
             },
         ),
         migrations.CreateModel(
-            name='Subscription',
+            name="Subscription",
             fields=[
-                ('id', models.CharField(db_column='pk_subscription', default=shows.models.new_pk, editable=False, max_length=36, primary_key=True, serialize=False)),
-                ('int_size', models.BigIntegerField(db_default=0, default=0, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_burst', models.BigIntegerField(db_default=0, default=0, validators=[django.core.validators.MinValueValidator(-1, 'Use -1 for unlimited, or a value of 0 or more.')])),
-                ('int_cores', models.IntegerField(db_default=0, default=0)),
-                ('int_gpus', models.IntegerField(db_default=0, default=0)),
-                ('float_tier', models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
+                (
+                    "id",
+                    models.CharField(
+                        db_column="pk_subscription",
+                        default=shows.models.new_pk,
+                        editable=False,
+                        max_length=36,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                (
+                    "int_size",
+                    models.BigIntegerField(
+                        db_default=0,
+                        default=0,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "int_burst",
+                    models.BigIntegerField(
+                        db_default=0,
+                        default=0,
+                        validators=[
+                            django.core.validators.MinValueValidator(
+                                -1, "Use -1 for unlimited, or a value of 0 or more."
+                            )
+                        ],
+                    ),
+                ),
+                ("int_cores", models.IntegerField(db_default=0, default=0)),
+                ("int_gpus", models.IntegerField(db_default=0, default=0)),
+                ("float_tier", models.DecimalField(db_default=0, decimal_places=2, default=0, max_digits=16)),
             ],
             options={
-                'db_table': 'subscription',
-                'abstract': False,
-                'managed': False,
+                "db_table": "subscription",
+                "abstract": False,
+                "managed": False,
             },
         ),
     ]

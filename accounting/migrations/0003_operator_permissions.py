@@ -4,14 +4,21 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounting', '0002_cuebot_tables'),
+        ("accounting", "0002_cuebot_tables"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='apitoken',
-            options={'permissions': [('release_proc', 'Can release procs (give their cores back)'), ('change_limits', 'Can change subscription, folder, job and point limits'), ('change_ownership', 'Can move shows between Cuebot and the scheduler'), ('reseed_redis', 'Can rebuild Redis from PostgreSQL')], 'verbose_name': 'API token'},
+            name="apitoken",
+            options={
+                "permissions": [
+                    ("release_proc", "Can release procs (give their cores back)"),
+                    ("change_limits", "Can change subscription, folder, job and point limits"),
+                    ("change_ownership", "Can move shows between Cuebot and the scheduler"),
+                    ("reseed_redis", "Can rebuild Redis from PostgreSQL"),
+                ],
+                "verbose_name": "API token",
+            },
         ),
     ]

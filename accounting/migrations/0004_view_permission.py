@@ -4,14 +4,22 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounting', '0003_operator_permissions'),
+        ("accounting", "0003_operator_permissions"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='apitoken',
-            options={'permissions': [('release_proc', 'Can release procs (give their cores back)'), ('change_limits', 'Can change subscription, folder, job and point limits'), ('change_ownership', 'Can move shows between Cuebot and the scheduler'), ('reseed_redis', 'Can rebuild Redis from PostgreSQL'), ('view_accounting', 'Can read shows, drift and locks through the API')], 'verbose_name': 'API token'},
+            name="apitoken",
+            options={
+                "permissions": [
+                    ("release_proc", "Can release procs (give their cores back)"),
+                    ("change_limits", "Can change subscription, folder, job and point limits"),
+                    ("change_ownership", "Can move shows between Cuebot and the scheduler"),
+                    ("reseed_redis", "Can rebuild Redis from PostgreSQL"),
+                    ("view_accounting", "Can read shows, drift and locks through the API"),
+                ],
+                "verbose_name": "API token",
+            },
         ),
     ]

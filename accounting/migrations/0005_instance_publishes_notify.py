@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounting', '0004_view_permission'),
+        ("accounting", "0004_view_permission"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='instance',
-            name='publishes_notify',
+            model_name="instance",
+            name="publishes_notify",
             field=models.BooleanField(default=False),
         ),
     ]

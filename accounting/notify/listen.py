@@ -6,6 +6,7 @@ the service's database settings, not Django's (whose connection belongs to the r
 or command, inside transactions). Payloads are decoded as the scheduler decodes them:
 one it would drop is reported as such, not hidden.
 """
+
 import json
 import uuid
 from collections.abc import Iterator
@@ -18,9 +19,11 @@ from accounting.notify.payloads import CHANNELS, LIMIT_CHANGE, RELEASE
 
 # The fields the scheduler reads, and how it parses each (listener.rs: Uuid, i64, i32).
 _RELEASE_FIELDS = {"show": "uuid", "alloc": "uuid", "folder": "uuid", "job": "uuid", "cores": "i64", "gpus": "i32"}
-_LIMIT_FIELDS = {"sub": {"show": "uuid", "alloc": "uuid", "burst": "i64"},
-                 "folder": {"id": "uuid", "max_cores": "i64?", "max_gpus": "i64?"},
-                 "job": {"id": "uuid", "max_cores": "i64?", "max_gpus": "i64?"}}
+_LIMIT_FIELDS = {
+    "sub": {"show": "uuid", "alloc": "uuid", "burst": "i64"},
+    "folder": {"id": "uuid", "max_cores": "i64?", "max_gpus": "i64?"},
+    "job": {"id": "uuid", "max_cores": "i64?", "max_gpus": "i64?"},
+}
 _BOUNDS = {"i64": 2**63, "i32": 2**31}
 
 
@@ -67,7 +70,9 @@ def decode(*, channel: str, payload: str) -> Heard:
     elif channel == LIMIT_CHANGE and fields.get("vertex") in _LIMIT_FIELDS:
         expected = _LIMIT_FIELDS[fields["vertex"]]
     else:
-        return Heard(channel=channel, payload=payload, fields=fields, problem=f"unknown vertex {fields.get('vertex')!r}")
+        return Heard(
+            channel=channel, payload=payload, fields=fields, problem=f"unknown vertex {fields.get('vertex')!r}"
+        )
     return Heard(channel=channel, payload=payload, fields=fields, problem=_problem(fields, expected))
 
 
@@ -84,7 +89,9 @@ def open_listener(*, channels: tuple[str, ...] = CHANNELS) -> psycopg.Connection
     return listener
 
 
-def heard(*, listener: psycopg.Connection, timeout: float | None = None, stop_after: int | None = None) -> Iterator[Heard]:
+def heard(
+    *, listener: psycopg.Connection, timeout: float | None = None, stop_after: int | None = None
+) -> Iterator[Heard]:
     """The notifications as they arrive, until `timeout` seconds pass without one (None: forever)
     or `stop_after` have been heard."""
     for notification in listener.notifies(timeout=timeout, stop_after=stop_after):

@@ -5,6 +5,7 @@ scheduler's units: cores converted once by accounting.live.units (truncated towa
 -1 verbatim), GPUs verbatim. The scheduler parses show/alloc/folder/job as UUIDs, cores as
 i64 and GPUs as i32, ignores the other fields, and drops (with a WARN) what it cannot parse.
 """
+
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,8 +44,18 @@ class ReleasedAmount:
 
 def release_payload(*, key: tuple[str, ...], cores: int, gpus: int) -> str:
     show, alloc, folder, job, layer, dept = key
-    return _compact({"show": show, "alloc": alloc, "folder": folder, "job": job, "layer": layer, "dept": dept,
-                     "cores": -cores, "gpus": -gpus})
+    return _compact(
+        {
+            "show": show,
+            "alloc": alloc,
+            "folder": folder,
+            "job": job,
+            "layer": layer,
+            "dept": dept,
+            "cores": -cores,
+            "gpus": -gpus,
+        }
+    )
 
 
 def release_payloads(*, released: Iterable[ReleasedAmount]) -> list[str]:
@@ -70,7 +81,9 @@ def _cap_cores(centicores: int) -> int:
 
 
 def subscription_burst_payload(*, show_id: str, alloc_id: str, burst_centicores: int) -> str:
-    return _compact({"vertex": "sub", "show": show_id, "alloc": alloc_id, "burst": cores_from_centicores(burst_centicores)})
+    return _compact(
+        {"vertex": "sub", "show": show_id, "alloc": alloc_id, "burst": cores_from_centicores(burst_centicores)}
+    )
 
 
 def max_cores_payload(*, vertex: str, id: str, max_centicores: int) -> str:

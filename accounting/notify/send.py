@@ -5,6 +5,7 @@ to the listeners when, and only when, that transaction commits, and drops it wit
 savepoint that rolls back. Nothing here runs after commit but the metric: there is no
 after-commit step to lose and nothing to retry.
 """
+
 from collections.abc import Sequence
 
 import psycopg

@@ -6,6 +6,7 @@ Deleting a proc is a release (accounting.release.unbook.unbook_procs); procs are
 here. Rights follow cuebot_acct.permissions: CHANGE_LIMITS to edit a limit, RELEASE_PROCS
 to delete procs.
 """
+
 from collections.abc import Callable
 from typing import Protocol, cast
 
@@ -55,6 +56,7 @@ admin.site.index_title = "Farm overview"
 
 def show_column(path: str):
     """A show column for a row that belongs to a show through `path` (e.g. 'folder__show')."""
+
     @admin.display(description="show", ordering=f"{path}__str_name")
     def column(_model_admin, obj) -> str:
         target = obj
@@ -112,8 +114,11 @@ class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:
         """The service re-reads the row under a lock, checks, saves and publishes after commit."""
-        changes = {keyword: form.cleaned_data[name] for name, keyword in self.limit_keywords.items()
-                   if name in form.changed_data}
+        changes = {
+            keyword: form.cleaned_data[name]
+            for name, keyword in self.limit_keywords.items()
+            if name in form.changed_data
+        }
         if changes:
             type(self).limit_service(**{self.service_argument: obj}, **changes)
 
@@ -169,8 +174,11 @@ class SubscriptionAdmin(LimitAdmin):
     def booked_redis(self, obj) -> str:
         sources = _sources(obj)
         if not sources.managed:
-            return format_html('— <span class="help" title="{}">({})</span>', "Redis holds nothing for a Cuebot-managed show",
-                               "Cuebot-managed")
+            return format_html(
+                '— <span class="help" title="{}">({})</span>',
+                "Redis holds nothing for a Cuebot-managed show",
+                "Cuebot-managed",
+            )
         return "missing or unreadable" if sources.redis is None else format_cores(sources.redis)
 
     @admin.display(description="why they differ")
@@ -180,7 +188,9 @@ class SubscriptionAdmin(LimitAdmin):
         reasons = _sources(obj).reasons
         if not reasons:
             return "—"
-        return format_html_join("", '<div title="{}"><strong>{}:</strong> {}</div>', ((r.text, r.kind, r.short) for r in reasons))
+        return format_html_join(
+            "", '<div title="{}"><strong>{}:</strong> {}</div>', ((r.text, r.kind, r.short) for r in reasons)
+        )
 
     @admin.display(description="why they differ")
     def booked_why_in_full(self, obj) -> str:
@@ -207,8 +217,13 @@ class SubscriptionAdmin(LimitAdmin):
         """The booked numbers apart, under the legend that says where each comes from."""
         fields = self.get_fields(request, obj)
         booked = [name for name in fields if name in self.booked_fields]
-        return [(None, {"fields": [name for name in fields if name not in booked]}),
-                ("Booked cores", {"fields": booked, "description": render_to_string("admin/accounting/_booked_sources.html")})]
+        return [
+            (None, {"fields": [name for name in fields if name not in booked]}),
+            (
+                "Booked cores",
+                {"fields": booked, "description": render_to_string("admin/accounting/_booked_sources.html")},
+            ),
+        ]
 
 
 @admin.register(FolderResource)
@@ -218,14 +233,27 @@ class FolderResourceAdmin(LimitAdmin):
     list_select_related = ["folder__show"]
     search_fields = ["folder__str_name", "folder__show__str_name"]
     ordering = ["folder__show__str_name", "folder__str_name"]
-    fields = ["show", "folder", "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus", "cores", "gpus",
-              "tier"]
+    fields = [
+        "show",
+        "folder",
+        "int_min_cores",
+        "int_max_cores",
+        "int_min_gpus",
+        "int_max_gpus",
+        "cores",
+        "gpus",
+        "tier",
+    ]
     cores_fields = {"int_min_cores": False, "int_max_cores": True}
     gpu_fields = {"int_min_gpus": False, "int_max_gpus": True}
     limit_service = set_folder_limits
     service_argument = "folder_resource"
-    limit_keywords = {"int_min_cores": "min_cores", "int_max_cores": "max_cores", "int_min_gpus": "min_gpus",
-                      "int_max_gpus": "max_gpus"}
+    limit_keywords = {
+        "int_min_cores": "min_cores",
+        "int_max_cores": "max_cores",
+        "int_min_gpus": "min_gpus",
+        "int_max_gpus": "max_gpus",
+    }
     show = show_column("folder__show")
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
@@ -246,8 +274,19 @@ class JobResourceAdmin(LimitAdmin):
     list_select_related = ["job__show"]
     search_fields = ["job__str_name", "job__show__str_name"]
     ordering = ["job__show__str_name", "job__str_name"]
-    fields = ["show", "job", "int_max_cores", "int_max_gpus", "int_priority", "cores", "gpus", "min_cores",
-              "local_cores", "int_local_gpus", "tier"]
+    fields = [
+        "show",
+        "job",
+        "int_max_cores",
+        "int_max_gpus",
+        "int_priority",
+        "cores",
+        "gpus",
+        "min_cores",
+        "local_cores",
+        "int_local_gpus",
+        "tier",
+    ]
     cores_fields = {"int_max_cores": False}
     gpu_fields = {"int_max_gpus": False}
     limit_service = set_job_limits
@@ -310,8 +349,20 @@ class ProcAdmin(admin.ModelAdmin):
     search_fields = ["id", "host__str_name", "job__str_name", "show__str_name"]
     list_select_related = ["show", "job", "layer", "host"]
     ordering = ["show__str_name", "host__str_name", "ts_booked"]
-    fields = ["show", "job", "layer", "frame", "host", "cores", "gpus", "memory", "gpu_memory",
-              "b_local", "ts_booked", "ts_ping"]
+    fields = [
+        "show",
+        "job",
+        "layer",
+        "frame",
+        "host",
+        "cores",
+        "gpus",
+        "memory",
+        "gpu_memory",
+        "b_local",
+        "ts_booked",
+        "ts_ping",
+    ]
     cores = cores_column("int_cores_reserved", "cores reserved")
     gpus = gpus_column("int_gpus_reserved", "GPUs reserved")
     reserved = cores_and_gpus_column("int_cores_reserved", "int_gpus_reserved", "reserved")
@@ -371,8 +422,17 @@ class ApiTokenAdmin(admin.ModelAdmin):
 class InstanceAdmin(admin.ModelAdmin):
     """The fleet register, read-only: processes write their own rows."""
 
-    list_display = ["host", "pid", "role", "publishes_to_redis", "publishes_notify", "version", "started_at", "last_seen",
-                    "live"]
+    list_display = [
+        "host",
+        "pid",
+        "role",
+        "publishes_to_redis",
+        "publishes_notify",
+        "version",
+        "started_at",
+        "last_seen",
+        "live",
+    ]
     list_filter = ["role", "publishes_to_redis", "publishes_notify"]
     search_fields = ["host"]
     ordering = ["role", "host", "pid"]
@@ -392,7 +452,17 @@ class InstanceAdmin(admin.ModelAdmin):
 class HostLocalAdmin(CuebotWrittenAdmin):
     """Local reservations: Cuebot makes them; releases give local procs' amounts back."""
 
-    list_display = ["host", "job", "show", "str_type", "cores_max", "cores_idle", "int_gpus_max", "int_gpus_idle", "b_active"]
+    list_display = [
+        "host",
+        "job",
+        "show",
+        "str_type",
+        "cores_max",
+        "cores_idle",
+        "int_gpus_max",
+        "int_gpus_idle",
+        "b_active",
+    ]
     list_filter = ["job__show", "b_active", "str_type"]
     search_fields = ["host__str_name", "job__str_name", "job__show__str_name"]
     list_select_related = ["host", "job__show"]

@@ -1,4 +1,5 @@
 """Accounting endpoints under /api/v1/: release, drift, locks and limit changes."""
+
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -84,15 +85,18 @@ class ReleaseOut(BaseModel):
     gpu_memory_kb: int = Field(description="Reserved GPU memory given back, in KB.")
     branch: Literal["local", "scheduler", "cuebot"]
     names: dict[str, str | None] = Field(
-        description="The names of show, alloc, folder, job, layer and dept (\"gone\" for a row that no longer exists; "
-                    "null where the id is unknown: folder and dept when the job row was gone).")
+        description='The names of show, alloc, folder, job, layer and dept ("gone" for a row that no longer exists; '
+        "null where the id is unknown: folder and dept when the job row was gone)."
+    )
 
 
 class UnbookBatchIn(Schema):
     model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not ignored
 
     proc_ids: Annotated[
-        list[Annotated[StrictStr, Field(min_length=1, max_length=36, json_schema_extra=NO_NUL), AfterValidator(storable)]],
+        list[
+            Annotated[StrictStr, Field(min_length=1, max_length=36, json_schema_extra=NO_NUL), AfterValidator(storable)]
+        ],
         Field(min_length=1, max_length=MAX_BATCH, json_schema_extra={"uniqueItems": True}),
     ]
 
@@ -116,21 +120,30 @@ class UnbookBatchOut(BaseModel):
 
 
 def _release_out(release: Release, names: dict[str, str | None]) -> dict:
-    return {**release._asdict(), "memory_kb": release.memory, "gpu_memory_kb": release.gpu_memory,
-            "branch": release.branch.value, "names": names}
+    return {
+        **release._asdict(),
+        "memory_kb": release.memory,
+        "gpu_memory_kb": release.gpu_memory,
+        "branch": release.branch.value,
+        "names": names,
+    }
 
 
 @router.post(
-    "/procs/unbook", auth=BearerToken(RELEASE_PROCS), response={200: UnbookBatchOut, 422: InvalidOut, **AUTH_ERRORS},
+    "/procs/unbook",
+    auth=BearerToken(RELEASE_PROCS),
+    response={200: UnbookBatchOut, 422: InvalidOut, **AUTH_ERRORS},
     tags=["release"],
-    summary="Release many procs in one transaction", description=f"Needs the permission {RELEASE_PROCS}.",
+    summary="Release many procs in one transaction",
+    description=f"Needs the permission {RELEASE_PROCS}.",
 )
 def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
     releases = unbook_procs(proc_ids=payload.proc_ids)
     names = release_names(releases=[r for r in releases if r is not None])
     return {
         "results": [
-            {"proc_id": proc_id, "status": "released", "release": _release_out(release, names[proc_id])} if release
+            {"proc_id": proc_id, "status": "released", "release": _release_out(release, names[proc_id])}
+            if release
             else {"proc_id": proc_id, "status": "not_found"}
             for proc_id, release in zip(payload.proc_ids, releases, strict=True)
         ]
@@ -138,9 +151,12 @@ def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
 
 
 @router.post(
-    "/procs/{proc_id}/unbook", auth=BearerToken(RELEASE_PROCS), response={200: ReleaseOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    "/procs/{proc_id}/unbook",
+    auth=BearerToken(RELEASE_PROCS),
+    response={200: ReleaseOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
     tags=["release"],
-    summary="Release one proc", description=f"Needs the permission {RELEASE_PROCS}.",
+    summary="Release one proc",
+    description=f"Needs the permission {RELEASE_PROCS}.",
 )
 def unbook_one(request: HttpRequest, proc_id: DbText):
     release = unbook_proc(proc_id=proc_id)
@@ -159,19 +175,22 @@ def unbook_one(request: HttpRequest, proc_id: DbText):
 _live_drift = threading.Lock()
 
 
-@router.get("/accounting/drift", auth=BearerToken(VIEW_ACCOUNTING),
-            response={200: dict[str, Any], 409: ErrorOut, 429: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
-            summary="Cuebot's tables against SUM(proc), and Redis against PostgreSQL: one show live, or every show "
-                    "as of the last drift check",
-            description=f"Needs the permission {VIEW_ACCOUNTING}. With `show`, read now (one such report at a time "
-                        "per process: 429 while another runs): `cuebot_tables`, the rows of Cuebot's five tables that "
-                        "differ from SUM(proc) if Cuebot owns the show's rows (every show in the Maestro era), each "
-                        "named (`show / allocation`, `show / folder`, `job`, `job / layer`, `show / department`) with "
-                        "stored, true and difference in cores (a number, 2.5 for a fractional one) and GPUs, and "
-                        "`repair`, the command that repairs them; in the redis era also that show's Redis keys and "
-                        "fields beside it. Without, the periodic drift check's last result per show: "
-                        "`cuebot_tables.shows` (rows drifted), and the Redis fields per scheduler-managed show "
-                        "in the redis era.")
+@router.get(
+    "/accounting/drift",
+    auth=BearerToken(VIEW_ACCOUNTING),
+    response={200: dict[str, Any], 409: ErrorOut, 429: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    summary="Cuebot's tables against SUM(proc), and Redis against PostgreSQL: one show live, or every show "
+    "as of the last drift check",
+    description=f"Needs the permission {VIEW_ACCOUNTING}. With `show`, read now (one such report at a time "
+    "per process: 429 while another runs): `cuebot_tables`, the rows of Cuebot's five tables that "
+    "differ from SUM(proc) if Cuebot owns the show's rows (every show in the Maestro era), each "
+    "named (`show / allocation`, `show / folder`, `job`, `job / layer`, `show / department`) with "
+    "stored, true and difference in cores (a number, 2.5 for a fractional one) and GPUs, and "
+    "`repair`, the command that repairs them; in the redis era also that show's Redis keys and "
+    "fields beside it. Without, the periodic drift check's last result per show: "
+    "`cuebot_tables.shows` (rows drifted), and the Redis fields per scheduler-managed show "
+    "in the redis era.",
+)
 def accounting_drift(request, show: DbText | None = None):
     if show is None:
         return _last_check()
@@ -182,7 +201,11 @@ def accounting_drift(request, show: DbText | None = None):
     if not _live_drift.acquire(blocking=False):
         raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
     try:
-        redis = labelled_drift(report=drift_report(show_ids=[found.id]).as_dict()) if settings.ACCOUNTING_REDIS_ENABLED else {}
+        redis = (
+            labelled_drift(report=drift_report(show_ids=[found.id]).as_dict())
+            if settings.ACCOUNTING_REDIS_ENABLED
+            else {}
+        )
         tables = cuebot_table_drift(show_ids=[found.id])
         return {**redis, "cuebot_tables": {**tables.as_dict(), "repair": table_repair(show=found.str_name)}}
     finally:
@@ -196,18 +219,27 @@ def _last_check() -> dict[str, Any]:
         "source": "the periodic drift check (acct-drift-check); ask ?show=NAME for one show now",
         "checked_at": status.checked_at.isoformat() if status.checked_at else None,
         "error": status.error,
-        "shows": [{"show": names.get(pk, pk), "show_id": pk, "fields_drifted": d.fields, "fields_checked": d.checked}
-                  for pk, d in sorted(status.shows.items(), key=lambda item: names.get(item[0], item[0]))],
+        "shows": [
+            {"show": names.get(pk, pk), "show_id": pk, "fields_drifted": d.fields, "fields_checked": d.checked}
+            for pk, d in sorted(status.shows.items(), key=lambda item: names.get(item[0], item[0]))
+        ],
         "cuebot_tables": {
             "checked_at": tables.checked_at.isoformat() if tables.checked_at else None,
-            "shows": [{"show": names.get(pk, pk), "show_id": pk, "rows_drifted": rows}
-                      for pk, rows in sorted(tables.shows.items(), key=lambda item: names.get(item[0], item[0]))],
+            "shows": [
+                {"show": names.get(pk, pk), "show_id": pk, "rows_drifted": rows}
+                for pk, rows in sorted(tables.shows.items(), key=lambda item: names.get(item[0], item[0]))
+            ],
         },
     }
 
 
-@router.get("/locks", auth=BearerToken(VIEW_ACCOUNTING), response={200: list[dict[str, Any]], **AUTH_ERRORS},
-            summary="Named locks currently held", description=f"Needs the permission {VIEW_ACCOUNTING}.")
+@router.get(
+    "/locks",
+    auth=BearerToken(VIEW_ACCOUNTING),
+    response={200: list[dict[str, Any]], **AUTH_ERRORS},
+    summary="Named locks currently held",
+    description=f"Needs the permission {VIEW_ACCOUNTING}.",
+)
 def locks(request):
     return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in held_locks()]
 
@@ -238,7 +270,11 @@ def _limit(model: type, column: str, *, cores: bool) -> Any:
     top = column_max(model=model, column=column)
     unlimited, whole = (model, column) in UNLIMITED_ALLOWED, (model, column) in WHOLE_CORES_COLUMNS
     if not cores:
-        description = "count, -1 for unlimited" if unlimited else "count, >= 0 (-1 is no unlimited here: Cuebot compares it as a number)"
+        description = (
+            "count, -1 for unlimited"
+            if unlimited
+            else "count, >= 0 (-1 is no unlimited here: Cuebot compares it as a number)"
+        )
         return Annotated[json_int(ge=-1 if unlimited else 0, le=top) | None, Field(description=description)]
 
     def check(value: object) -> object:
@@ -250,11 +286,13 @@ def _limit(model: type, column: str, *, cores: bool) -> Any:
             raise PydanticCustomError("cores", "{reason}", {"reason": str(refused)}) from None
         return value
 
-    description = ("cores, up to two decimals (2.5, 0.25); " + ("-1 for unlimited" if unlimited else
-                   ">= 0 (-1 is no unlimited here: Cuebot compares it as a number)"))
+    description = "cores, up to two decimals (2.5, 0.25); " + (
+        "-1 for unlimited" if unlimited else ">= 0 (-1 is no unlimited here: Cuebot compares it as a number)"
+    )
     schema = {"type": "number", "minimum": -1 if unlimited else 0, "maximum": _schema_maximum(top)}
-    return Annotated[Annotated[object, PlainValidator(check), WithJsonSchema(schema)] | None,
-                     Field(description=description)]
+    return Annotated[
+        Annotated[object, PlainValidator(check), WithJsonSchema(schema)] | None, Field(description=description)
+    ]
 
 
 class LimitsIn(Schema):
@@ -298,8 +336,10 @@ class PointLimitsIn(LimitsIn):
 
 # Cores only: centicores are PostgreSQL's storage, and an answer that carried both invited a
 # script to read the wrong one (a size of 16000 for 160 cores).
-LIMITS_IN_CORES = Field(description="The limits as they are now, in the units they are set in: cores (a number, "
-                                    "2.5 for a fractional one; -1 unlimited), GPUs and priorities as counts.")
+LIMITS_IN_CORES = Field(
+    description="The limits as they are now, in the units they are set in: cores (a number, "
+    "2.5 for a fractional one; -1 unlimited), GPUs and priorities as counts."
+)
 
 
 class SubscriptionLimitsOut(Schema):
@@ -335,9 +375,12 @@ def _centicores(payload: Schema, *, model: type, cores: tuple[str, ...]) -> dict
     for name in cores:
         if values[name] is not None:
             column = f"int_{name}"
-            values[name] = _typed_cores(values[name], unlimited=(model, column) in UNLIMITED_ALLOWED,
-                                        maximum=column_max(model=model, column=column),
-                                        whole=(model, column) in WHOLE_CORES_COLUMNS)
+            values[name] = _typed_cores(
+                values[name],
+                unlimited=(model, column) in UNLIMITED_ALLOWED,
+                maximum=column_max(model=model, column=column),
+                whole=(model, column) in WHOLE_CORES_COLUMNS,
+            )
     return values
 
 
@@ -351,9 +394,13 @@ def _limited(change: Callable[[], T]) -> T:
         raise HttpError(422, str(error)) from error
 
 
-@router.patch("/accounting/subscriptions/{subscription_id}/limits", auth=BearerToken(CHANGE_LIMITS),
-              response={200: SubscriptionLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set size/burst (cores)",
-              description=LIMITS_DESCRIPTION)
+@router.patch(
+    "/accounting/subscriptions/{subscription_id}/limits",
+    auth=BearerToken(CHANGE_LIMITS),
+    response={200: SubscriptionLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    summary="Set size/burst (cores)",
+    description=LIMITS_DESCRIPTION,
+)
 def patch_subscription_limits(request, subscription_id: DbText, payload: SubscriptionLimitsIn):
     subscription = get_object_or_404(Subscription, pk=subscription_id)
     values = _centicores(payload, model=Subscription, cores=("size", "burst"))
@@ -361,32 +408,56 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
     return {"id": sub.id, "limits": {"size": cores_number(sub.int_size), "burst": cores_number(sub.int_burst)}}
 
 
-@router.patch("/accounting/folders/{folder_id}/limits", auth=BearerToken(CHANGE_LIMITS),
-              response={200: FolderLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set folder caps (cores, -1 unlimited)",
-              description=LIMITS_DESCRIPTION)
+@router.patch(
+    "/accounting/folders/{folder_id}/limits",
+    auth=BearerToken(CHANGE_LIMITS),
+    response={200: FolderLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    summary="Set folder caps (cores, -1 unlimited)",
+    description=LIMITS_DESCRIPTION,
+)
 def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
     resource = get_object_or_404(FolderResource, folder_id=folder_id)
     values = _centicores(payload, model=FolderResource, cores=("min_cores", "max_cores"))
     folder = _limited(lambda: set_folder_limits(folder_resource=resource, **values))
-    return {"folder_id": folder.folder_id,
-            "limits": {"min_cores": cores_number(folder.int_min_cores), "max_cores": cores_number(folder.int_max_cores),
-                       "min_gpus": folder.int_min_gpus, "max_gpus": folder.int_max_gpus}}
+    return {
+        "folder_id": folder.folder_id,
+        "limits": {
+            "min_cores": cores_number(folder.int_min_cores),
+            "max_cores": cores_number(folder.int_max_cores),
+            "min_gpus": folder.int_min_gpus,
+            "max_gpus": folder.int_max_gpus,
+        },
+    }
 
 
-@router.patch("/accounting/jobs/{job_id}/limits", auth=BearerToken(CHANGE_LIMITS),
-              response={200: JobLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set job caps (cores)",
-              description=LIMITS_DESCRIPTION)
+@router.patch(
+    "/accounting/jobs/{job_id}/limits",
+    auth=BearerToken(CHANGE_LIMITS),
+    response={200: JobLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    summary="Set job caps (cores)",
+    description=LIMITS_DESCRIPTION,
+)
 def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     resource = get_object_or_404(JobResource, job_id=job_id)
     values = _centicores(payload, model=JobResource, cores=("max_cores",))
     job = _limited(lambda: set_job_limits(job_resource=resource, **values))
-    return {"job_id": job.job_id,
-            "limits": {"max_cores": cores_number(job.int_max_cores), "max_gpus": job.int_max_gpus, "priority": job.int_priority}}
+    return {
+        "job_id": job.job_id,
+        "limits": {
+            "max_cores": cores_number(job.int_max_cores),
+            "max_gpus": job.int_max_gpus,
+            "priority": job.int_priority,
+        },
+    }
 
 
-@router.patch("/accounting/points/{point_id}/limits", auth=BearerToken(CHANGE_LIMITS),
-              response={200: PointLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS}, summary="Set point minimums (cores)",
-              description=LIMITS_DESCRIPTION)
+@router.patch(
+    "/accounting/points/{point_id}/limits",
+    auth=BearerToken(CHANGE_LIMITS),
+    response={200: PointLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    summary="Set point minimums (cores)",
+    description=LIMITS_DESCRIPTION,
+)
 def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
     point = get_object_or_404(Point, pk=point_id)
     values = _centicores(payload, model=Point, cores=("min_cores",))

@@ -1,4 +1,5 @@
 """Bearer-token authentication for the API's mutating endpoints, each needing one permission."""
+
 import copy
 import secrets
 import threading

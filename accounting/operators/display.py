@@ -9,6 +9,7 @@ Cuebot stores in KB, reads in binary units (4194304 KB is "4 GiB"). Cuebot's der
 `float_tier` reads with what it is made of ("0.44: 70 booked ÷ 160 size, cores"), since a bare
 "Tier: 0.44" tells an operator nothing.
 """
+
 from django import forms
 from django.contrib import admin
 from django.utils.text import capfirst
@@ -50,12 +51,15 @@ def cores_and_gpus_column(cores_field: str, gpus_field: str, label: str, *, unli
     cores: a list with a column for each pushed its last columns out of its box beside the
     sidebar and the filter at 1280 pixels. A narrow column breaks between the two amounts,
     never inside one."""
+
     @admin.display(description=label, ordering=cores_field)
     def column(_model_admin, obj) -> str:
         cores = format_cores(getattr(obj, cores_field))
         gpus = gpus_text(getattr(obj, gpus_field), unlimited=unlimited_gpus)
-        cores, gpus = (f"{UNLIMITED_WORD} cores" if cores == UNLIMITED_WORD else cores,
-                       f"{UNLIMITED_WORD} GPUs" if gpus == UNLIMITED_WORD else gpus)
+        cores, gpus = (
+            f"{UNLIMITED_WORD} cores" if cores == UNLIMITED_WORD else cores,
+            f"{UNLIMITED_WORD} GPUs" if gpus == UNLIMITED_WORD else gpus,
+        )
         return f"{cores.replace(' ', NBSP)}, {gpus.replace(' ', NBSP)}"
 
     return column
@@ -67,9 +71,15 @@ NOT_UNLIMITED_GPUS = "-1 is not unlimited here (Cuebot keeps this default as a p
 def whole_gpus_field(*, label: str, cuebot_default: int, required: bool) -> forms.IntegerField:
     """A GPU count Cuebot stores as typed and books nothing against (a show's defaults)."""
     return forms.IntegerField(
-        label=label, required=required, min_value=0, max_value=2**31 - 1, error_messages={"min_value": NOT_UNLIMITED_GPUS},
-        help_text=(f"Whole GPUs, as typed: Cuebot keeps only cores in hundredths, so its default here, "
-                   f"{cuebot_default}, is {gpus_text(cuebot_default)}. No booking compares against it."),
+        label=label,
+        required=required,
+        min_value=0,
+        max_value=2**31 - 1,
+        error_messages={"min_value": NOT_UNLIMITED_GPUS},
+        help_text=(
+            f"Whole GPUs, as typed: Cuebot keeps only cores in hundredths, so its default here, "
+            f"{cuebot_default}, is {gpus_text(cuebot_default)}. No booking compares against it."
+        ),
     )
 
 
@@ -100,6 +110,7 @@ def tier_column(*, base: str, base_label: str, soft: bool):
     in centicores (it ranks first), no base is booked + 1 (or 1, soft). The triggers derive it at
     every UPDATE of the row, so it matches the row's booked counter, not Redis.
     """
+
     @admin.display(description="tier")
     def column(_model_admin, obj) -> str:
         tier, booked, size = obj.float_tier, obj.int_cores, getattr(obj, base)
@@ -193,14 +204,18 @@ class CoresFormMixin:
         fields = super().get_fields(request, obj)
         if obj is None or self.has_change_permission(request, obj):
             return fields
-        return [f"{name}_in_cores" if name in self.cores_fields else f"{name}_in_gpus" if name in self.gpu_fields
-                else name for name in fields]
+        return [
+            f"{name}_in_cores" if name in self.cores_fields else f"{name}_in_gpus" if name in self.gpu_fields else name
+            for name in fields
+        ]
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         if db_field.name in self.gpu_fields:
             unlimited = self.gpu_fields[db_field.name]
             return db_field.formfield(
-                form_class=GpusField, unlimited=unlimited, label=capfirst(gpu_cap_label(db_field.name)),
+                form_class=GpusField,
+                unlimited=unlimited,
+                label=capfirst(gpu_cap_label(db_field.name)),
                 help_text="Whole GPUs." + (f" -1 or '{UNLIMITED_WORD}' for no limit." if unlimited else ""),
             )
         if db_field.name not in self.cores_fields:
@@ -208,10 +223,14 @@ class CoresFormMixin:
         unlimited = self.cores_fields[db_field.name]
         label = str(db_field.verbose_name).capitalize()
         whole = (db_field.model, db_field.name) in WHOLE_CORES_COLUMNS
-        hint = ("In whole cores, as Cuebot keeps this cap." if whole else "In cores, up to two decimals (2.5, 0.25).") + (
-            f" -1 or '{UNLIMITED_WORD}' for no limit." if unlimited else "")
+        hint = (
+            "In whole cores, as Cuebot keeps this cap." if whole else "In cores, up to two decimals (2.5, 0.25)."
+        ) + (f" -1 or '{UNLIMITED_WORD}' for no limit." if unlimited else "")
         return CoresField(
-            unlimited=unlimited, maximum=column_max(model=db_field.model, column=db_field.name), whole=whole,
+            unlimited=unlimited,
+            maximum=column_max(model=db_field.model, column=db_field.name),
+            whole=whole,
             required=not db_field.blank,
-            label=label if "cores" in label else f"{label} (cores)", help_text=hint,
+            label=label if "cores" in label else f"{label} (cores)",
+            help_text=hint,
         )

@@ -105,8 +105,9 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         if db_field.name not in self.gpu_fields:
             return super().formfield_for_dbfield(db_field, request, **kwargs)
-        return whole_gpus_field(label=capfirst(gpu_cap_label(db_field.name)), cuebot_default=db_field.default,
-                                required=not db_field.blank)
+        return whole_gpus_field(
+            label=capfirst(gpu_cap_label(db_field.name)), cuebot_default=db_field.default, required=not db_field.blank
+        )
 
     @admin.display(description="Redis drift")
     def drift(self, show: Show) -> str:
@@ -120,9 +121,11 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
     @admin.display(description="See also")
     def see_also(self, show: Show) -> str:
         """From a show to what an operator looks at next: its subscriptions, folders, jobs, drift."""
-        links = [("subscriptions", reverse("admin:accounting_subscription_changelist") + f"?show__id__exact={show.id}"),
-                 ("folders", reverse("admin:accounting_folderresource_changelist") + f"?folder__show__id__exact={show.id}"),
-                 ("jobs", reverse("admin:shows_job_changelist") + f"?show__id__exact={show.id}")]
+        links = [
+            ("subscriptions", reverse("admin:accounting_subscription_changelist") + f"?show__id__exact={show.id}"),
+            ("folders", reverse("admin:accounting_folderresource_changelist") + f"?folder__show__id__exact={show.id}"),
+            ("jobs", reverse("admin:shows_job_changelist") + f"?show__id__exact={show.id}"),
+        ]
         if show.b_scheduler_managed:
             links.append(("Redis drift", reverse("acct-drift-show", args=[show.id])))
         return format_html_join(" · ", '<a href="{}">{}</a>', ((url, text) for text, url in links))
@@ -148,15 +151,19 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
         """First a confirmation page; the toggle itself only on its POST."""
         owner = "the scheduler" if managed else "Cuebot"
         if request.POST.get("confirmed") != "yes":
-            return TemplateResponse(request, "admin/shows/show/confirm_scheduler_managed.html", {
-                **self.admin_site.each_context(request),
-                "title": f"Move {queryset.count()} show(s) to {owner}?",
-                "shows": list(queryset.order_by("str_name")),
-                "owner": owner,
-                "action": action,
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                "opts": self.model._meta,
-            })
+            return TemplateResponse(
+                request,
+                "admin/shows/show/confirm_scheduler_managed.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": f"Move {queryset.count()} show(s) to {owner}?",
+                    "shows": list(queryset.order_by("str_name")),
+                    "owner": owner,
+                    "action": action,
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                    "opts": self.model._meta,
+                },
+            )
         changed, refused = [], []
         for show in queryset.order_by("str_name"):
             try:
@@ -220,6 +227,7 @@ class LayerAdmin(CoresFormMixin, CuebotWrittenAdmin):
     @admin.display(description="show", ordering="job__show__str_name")
     def show(self, layer: Layer) -> str:
         return layer.job.show.str_name
+
     cores_min = cores_column("int_cores_min", "min cores")
 
 

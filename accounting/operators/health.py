@@ -1,4 +1,5 @@
 """Plain Django views outside the JSON API: Prometheus scraping and health checks."""
+
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -37,7 +38,9 @@ def healthz(request: HttpRequest) -> JsonResponse:
         checks["accounting_redis"] = _check(lambda: accounting_redis().ping())
         body["accounting_redis"] = _accounting_master()
     healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "unavailable", "checks": checks, **body}, status=200 if healthy else 503)
+    return JsonResponse(
+        {"status": "ok" if healthy else "unavailable", "checks": checks, **body}, status=200 if healthy else 503
+    )
 
 
 def _accounting_master() -> dict:
@@ -47,5 +50,8 @@ def _accounting_master() -> dict:
         note_redis_master(address=master)
     except Exception as error:  # noqa: BLE001 - no master known right now (between masters): said, not raised
         master = f"error: {type(error).__name__}: {error}"
-    return {"master": master, "failovers": int(counter_total("cuebot_acct_redis_failovers_total")),
-            "rebuilds": int(counter_total("cuebot_acct_redis_rebuilds_total"))}
+    return {
+        "master": master,
+        "failovers": int(counter_total("cuebot_acct_redis_failovers_total")),
+        "rebuilds": int(counter_total("cuebot_acct_redis_rebuilds_total")),
+    }

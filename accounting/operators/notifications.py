@@ -3,6 +3,7 @@
 Ids in a payload are looked up once each; a name that cannot be found (a job deleted since)
 reads "gone" beside its id, which is kept for scripts.
 """
+
 from dataclasses import dataclass, field
 
 from accounting.notify.listen import Heard
@@ -13,8 +14,7 @@ from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 Named = type[Show | Alloc | Folder | Job | Layer | Dept]
 
 # payload field -> the table its id names
-_NAMED: dict[str, Named] = {
-    "show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": Layer, "dept": Dept}
+_NAMED: dict[str, Named] = {"show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": Layer, "dept": Dept}
 # keyed by whatever the payload's "vertex" holds (a decoded JSON value, or None when it is absent)
 _VERTEX: dict[object, Named | None] = {"sub": None, "folder": Folder, "job": Job}
 
@@ -50,10 +50,14 @@ def describe(*, heard: Heard, names: Names) -> str:
         return f"{heard.channel}: the scheduler would drop this ({heard.problem}): {heard.payload}"
     f = named_fields(heard=heard, names=names)
     if heard.channel == RELEASE:
-        return (f"release {f['show_name']} / {f['alloc_name']}, folder {f['folder_name']}, job {f['job_name']}, "
-                f"layer {f.get('layer_name', '?')}, dept {f.get('dept_name', '?')}: "
-                f"cores {f['cores']:+d}, GPUs {f['gpus']:+d}")
+        return (
+            f"release {f['show_name']} / {f['alloc_name']}, folder {f['folder_name']}, job {f['job_name']}, "
+            f"layer {f.get('layer_name', '?')}, dept {f.get('dept_name', '?')}: "
+            f"cores {f['cores']:+d}, GPUs {f['gpus']:+d}"
+        )
     if f["vertex"] == "sub":
         return f"limit subscription {f['show_name']} / {f['alloc_name']}: burst {f['burst']} cores"
-    what = ", ".join(f"{cap} {'unlimited' if f[cap] == -1 else f[cap]}" for cap in ("max_cores", "max_gpus") if cap in f)
+    what = ", ".join(
+        f"{cap} {'unlimited' if f[cap] == -1 else f[cap]}" for cap in ("max_cores", "max_gpus") if cap in f
+    )
     return f"limit {f['vertex']} {f['id_name']}: {what}"

@@ -7,6 +7,7 @@ Reads go through accounting.operators.selectors, accounting.reconcile.cuebot_dri
 accounting.reconcile.drift; the reseed through accounting.reconcile.reseed, with RESEED_REDIS,
 after a confirmation page, logged.
 """
+
 import logging
 
 from django.conf import settings
@@ -55,12 +56,27 @@ def overview(request: HttpRequest) -> HttpResponse:
 def drift_index(request: HttpRequest) -> HttpResponse:
     status, tables = drift_status(), table_drift_status()
     redis_era, owned = settings.ACCOUNTING_REDIS_ENABLED, cuebot_owned_show_ids()
-    shows = [{"show": show, "drift": status.shows.get(show.pk) if redis_era else None,
-              "cuebots": owned is None or show.pk in owned, "tables": tables.shows.get(show.pk)}
-             for show in Show.objects.order_by("str_name")]
-    return render(request, "admin/accounting/drift_index.html", {
-        **admin.site.each_context(request), "title": "Accounting drift", "shows": shows, "status": status,
-        "tables": tables, "redis_era": redis_era})
+    shows = [
+        {
+            "show": show,
+            "drift": status.shows.get(show.pk) if redis_era else None,
+            "cuebots": owned is None or show.pk in owned,
+            "tables": tables.shows.get(show.pk),
+        }
+        for show in Show.objects.order_by("str_name")
+    ]
+    return render(
+        request,
+        "admin/accounting/drift_index.html",
+        {
+            **admin.site.each_context(request),
+            "title": "Accounting drift",
+            "shows": shows,
+            "status": status,
+            "tables": tables,
+            "redis_era": redis_era,
+        },
+    )
 
 
 def _entry(row: DriftRow, labels: dict[str, str]) -> dict:
@@ -78,16 +94,21 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     bars = []
     for bar in subscription_bars(show=show) if redis_compared else []:
         scale = max(bar.burst, bar.size, bar.booked_pg, bar.booked_redis or 0, 1)
-        bars.append({
-            "bar": bar,
-            "redis_pct": _percent(bar.booked_redis, scale),
-            "pg_pct": _percent(bar.booked_pg, scale),
-            "size_pct": _percent(bar.size, scale),
-            "burst_pct": _percent(bar.burst, scale),
-        })
+        bars.append(
+            {
+                "bar": bar,
+                "redis_pct": _percent(bar.booked_redis, scale),
+                "pg_pct": _percent(bar.booked_pg, scale),
+                "size_pct": _percent(bar.size, scale),
+                "burst_pct": _percent(bar.burst, scale),
+            }
+        )
     context = {
-        **admin.site.each_context(request), "title": f"Accounting drift: {show.str_name}", "show": show,
-        "report": report, "bars": bars,
+        **admin.site.each_context(request),
+        "title": f"Accounting drift: {show.str_name}",
+        "show": show,
+        "report": report,
+        "bars": bars,
         "rows": [_entry(row, labels) for row in report.rows],
         "rounding": [_entry(row, labels) for row in report.rounding_only],
         "in_flight": [_entry(row, labels) for row in report.explained_by(IN_FLIGHT)],
@@ -112,15 +133,22 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         messages.error(request, f"{show.str_name} is Cuebot-managed: Redis holds nothing for it.")
         return HttpResponseRedirect(drift_page)
     if cuebot_owns_every_show():
-        messages.error(request, f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs "
-                                "Cuebot's tables.")
+        messages.error(
+            request, f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs Cuebot's tables."
+        )
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
-        return render(request, "admin/accounting/reseed_confirm.html", {
-            **admin.site.each_context(request), "title": f"Reseed {show.str_name}?", "show": show})
+        return render(
+            request,
+            "admin/accounting/reseed_confirm.html",
+            {**admin.site.each_context(request), "title": f"Reseed {show.str_name}?", "show": show},
+        )
     if redis_is_empty():
-        messages.error(request, "The accounting Redis is empty (restarted): it needs the whole-farm bootstrap "
-                                "(`manage.py acct_reseed`, or the empty-Redis watch), not a one-show reseed.")
+        messages.error(
+            request,
+            "The accounting Redis is empty (restarted): it needs the whole-farm bootstrap "
+            "(`manage.py acct_reseed`, or the empty-Redis watch), not a one-show reseed.",
+        )
         return HttpResponseRedirect(drift_page)
     try:
         report = reseed(limits=True, booked=True, show_ids=[show.pk])
@@ -133,8 +161,10 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         outcome = "Redis was empty: the whole farm was rebuilt (bootstrap)"
         level = messages.WARNING
     elif not report.booked.written:
-        outcome = (f"booked counters NOT written (refused on each of {report.booked.attempts} attempts: Redis "
-                   f"restarted or failed over meanwhile); limits: {report.limit_fields} fields")
+        outcome = (
+            f"booked counters NOT written (refused on each of {report.booked.attempts} attempts: Redis "
+            f"restarted or failed over meanwhile); limits: {report.limit_fields} fields"
+        )
         level = messages.ERROR
     else:
         outcome = f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
@@ -142,7 +172,12 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     logger.warning("admin reseed of show %s by %s: %s", show.str_name, request.user.get_username(), outcome)
     # RESEED_REDIS was checked above: an authenticated user, whose pk is set (an anonymous one's is None)
     assert request.user.pk is not None
-    LogEntry.objects.log_actions(user_id=request.user.pk, queryset=[show], action_flag=CHANGE,
-                                 change_message=f"Reseeded Redis: {outcome}", single_object=True)
+    LogEntry.objects.log_actions(
+        user_id=request.user.pk,
+        queryset=[show],
+        action_flag=CHANGE,
+        change_message=f"Reseeded Redis: {outcome}",
+        single_object=True,
+    )
     messages.add_message(request, level, f"Reseeded {show.str_name}: {outcome}.")
     return HttpResponseRedirect(drift_page)

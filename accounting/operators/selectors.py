@@ -2,6 +2,7 @@
 for Redis keys (`acct:folder:<uuid>` reads "demo01 / lighting") and their fields
 (`int_cores` reads "cores booked"), and each booked number with its source and, where two
 sources differ, why."""
+
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 
 # --- Redis keys by name ---------------------------------------------------------------
 
+
 def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
     """A readable name per accounting key, in three queries at most whatever the number of keys."""
     by_kind: dict[str, list[list[str]]] = {}
@@ -35,12 +37,24 @@ def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
     shows = dict(Show.objects.filter(pk__in=show_ids).values_list("pk", "str_name"))
     allocs = dict(Alloc.objects.filter(pk__in={ids[1] for ids in by_kind.get("sub", [])}).values_list("pk", "str_name"))
     depts = dict(Dept.objects.filter(pk__in={ids[0] for ids in by_kind.get("point", [])}).values_list("pk", "str_name"))
-    folders = {pk: f"{show} / {name}" for pk, show, name in Folder.objects.filter(
-        pk__in={ids[0] for ids in by_kind.get("folder", [])}).values_list("pk", "show__str_name", "str_name")}
-    jobs = {pk: f"{show} / {name}" for pk, show, name in Job.objects.filter(
-        pk__in={ids[0] for ids in by_kind.get("job", [])}).values_list("pk", "show__str_name", "str_name")}
-    layers = {pk: f"{show} / {job} / {name}" for pk, show, job, name in Layer.objects.filter(
-        pk__in={ids[0] for ids in by_kind.get("layer", [])}).values_list("pk", "job__show__str_name", "job__str_name", "str_name")}
+    folders = {
+        pk: f"{show} / {name}"
+        for pk, show, name in Folder.objects.filter(pk__in={ids[0] for ids in by_kind.get("folder", [])}).values_list(
+            "pk", "show__str_name", "str_name"
+        )
+    }
+    jobs = {
+        pk: f"{show} / {name}"
+        for pk, show, name in Job.objects.filter(pk__in={ids[0] for ids in by_kind.get("job", [])}).values_list(
+            "pk", "show__str_name", "str_name"
+        )
+    }
+    layers = {
+        pk: f"{show} / {job} / {name}"
+        for pk, show, job, name in Layer.objects.filter(
+            pk__in={ids[0] for ids in by_kind.get("layer", [])}
+        ).values_list("pk", "job__show__str_name", "job__str_name", "str_name")
+    }
     labels = {}
     for kind, entries in by_kind.items():
         for ids in entries:
@@ -61,8 +75,13 @@ def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
 _BOOKED = {"int_cores": "cores booked", "int_gpus": "GPUs booked"}
 FIELD_LABELS = {
     "sub": {**_BOOKED, "size": "size in cores", "burst": "burst in cores"},
-    "folder": {**_BOOKED, "int_min_cores": "min cores", "int_max_cores": "max cores", "int_min_gpus": "min GPUs",
-               "int_max_gpus": "max GPUs"},
+    "folder": {
+        **_BOOKED,
+        "int_min_cores": "min cores",
+        "int_max_cores": "max cores",
+        "int_min_gpus": "min GPUs",
+        "int_max_gpus": "max GPUs",
+    },
     "job": {**_BOOKED, "int_max_cores": "max cores", "int_max_gpus": "max GPUs", "int_priority": "priority"},
     "layer": _BOOKED,
     "point": {**_BOOKED, "int_min_cores": "min cores", "int_min_gpus": "min GPUs"},
@@ -138,12 +157,20 @@ def labelled_drift(*, report: dict) -> dict:
     its field labelled (`"field": "int_cores", "label": "cores booked"`), in every list of rows."""
     lists = ("rows", "rounding_only", "explained")
     labels = key_labels(redis_keys={row["key"] for name in lists for row in report[name]})
-    return {**report, **{name: [{**row, "names": labels.get(row["key"]),
-                                 "label": field_label(key=row["key"], field=row["field"])} for row in report[name]]
-                         for name in lists}}
+    return {
+        **report,
+        **{
+            name: [
+                {**row, "names": labels.get(row["key"]), "label": field_label(key=row["key"], field=row["field"])}
+                for row in report[name]
+            ]
+            for name in lists
+        },
+    }
 
 
 # --- The drift check's last results (accounting.reconcile.drift_check) -----------------------------
+
 
 @dataclass(frozen=True)
 class ShowDrift:
@@ -168,7 +195,8 @@ def drift_status() -> DriftStatus:
     return DriftStatus(
         checked_at=_time(stored.get("checked_at")),
         shows={pk: ShowDrift(fields=e["fields"], checked=e["checked"]) for pk, e in stored.get("shows", {}).items()},
-        error=stored.get("error"), failed_at=_time(stored.get("failed_at")),
+        error=stored.get("error"),
+        failed_at=_time(stored.get("failed_at")),
     )
 
 
@@ -181,8 +209,9 @@ class TableDriftStatus:
 def table_drift_status() -> TableDriftStatus:
     """The last check of Cuebot's own tables (accounting.reconcile.drift_check.run_table_drift_check)."""
     stored = cache.get(TABLES_STATUS_KEY) or {}
-    return TableDriftStatus(checked_at=_time(stored.get("checked_at")),
-                            shows={pk: e["rows"] for pk, e in stored.get("shows", {}).items()})
+    return TableDriftStatus(
+        checked_at=_time(stored.get("checked_at")), shows={pk: e["rows"] for pk, e in stored.get("shows", {}).items()}
+    )
 
 
 def table_repair(*, show: str | None) -> str:
@@ -247,22 +276,40 @@ class BookedSources:
             return []
         reasons = []
         if self.proc_exact != self.proc_per_proc:
-            reasons.append(BookedReason(ROUNDING, (
-                f"Redis truncates each proc's cores to whole cores: the procs reserve {format_cores(self.proc_exact)}, "
-                f"which Redis counts as {format_cores(self.proc_per_proc)}"),
-                f"{format_cores(self.proc_exact)} reserved, Redis counts {cores_text(self.proc_per_proc)}"))
+            reasons.append(
+                BookedReason(
+                    ROUNDING,
+                    (
+                        f"Redis truncates each proc's cores to whole cores: the procs reserve {format_cores(self.proc_exact)}, "
+                        f"which Redis counts as {format_cores(self.proc_per_proc)}"
+                    ),
+                    f"{format_cores(self.proc_exact)} reserved, Redis counts {cores_text(self.proc_per_proc)}",
+                )
+            )
         if self.pg_row != self.proc_exact:
-            reasons.append(BookedReason(RECOMPUTE_LAG, (
-                f"the PostgreSQL row ({format_cores(self.pg_row)}) is as of the last recompute; "
-                f"{PROC_NOW} is {format_cores(self.proc_exact)}"),
-                f"row {format_cores(self.pg_row)}, {PROC_NOW} {cores_text(self.proc_exact)}"))
+            reasons.append(
+                BookedReason(
+                    RECOMPUTE_LAG,
+                    (
+                        f"the PostgreSQL row ({format_cores(self.pg_row)}) is as of the last recompute; "
+                        f"{PROC_NOW} is {format_cores(self.proc_exact)}"
+                    ),
+                    f"row {format_cores(self.pg_row)}, {PROC_NOW} {cores_text(self.proc_exact)}",
+                )
+            )
         if self.redis != self.proc_per_proc:
             assert self.redis is not None  # differ (checked above) holds only where Redis has a value
             off = self.redis - self.proc_per_proc
-            reasons.append(BookedReason(DRIFT, (
-                f"Redis is {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW} counted per proc: "
-                f"an operation in flight, or drift (the drift page tells which)"),
-                f"Redis {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW}"))
+            reasons.append(
+                BookedReason(
+                    DRIFT,
+                    (
+                        f"Redis is {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW} counted per proc: "
+                        f"an operation in flight, or drift (the drift page tells which)"
+                    ),
+                    f"Redis {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW}",
+                )
+            )
         return reasons
 
 
@@ -271,9 +318,11 @@ def _proc_sums(subscriptions: Sequence[Subscription]) -> dict[tuple[str, str], t
     counting as the subscription does: non-local procs, by their host's allocation."""
     if not subscriptions:
         return {}
-    rows = (Proc.objects.filter(show_id__in={s.show_id for s in subscriptions}, b_local=False)
-            .values("show_id", "host__alloc_id")
-            .annotate(exact=Sum("int_cores_reserved"), per_proc=Sum(F("int_cores_reserved") / 100)))
+    rows = (
+        Proc.objects.filter(show_id__in={s.show_id for s in subscriptions}, b_local=False)
+        .values("show_id", "host__alloc_id")
+        .annotate(exact=Sum("int_cores_reserved"), per_proc=Sum(F("int_cores_reserved") / 100))
+    )
     return {(r["show_id"], r["host__alloc_id"]): (int(r["exact"]), int(r["per_proc"]) * 100) for r in rows}
 
 
@@ -286,18 +335,23 @@ def booked_sources(*, subscriptions: Sequence[Subscription]) -> tuple[dict[str, 
     sources = {}
     for sub in subscriptions:
         cores = from_redis.get(sub.pk)
-        sources[sub.pk] = BookedSources(managed=sub.show.b_scheduler_managed, pg_row=sub.int_cores,
-                                        redis=None if cores is None else centicores_from_cores(cores))
+        sources[sub.pk] = BookedSources(
+            managed=sub.show.b_scheduler_managed,
+            pg_row=sub.int_cores,
+            redis=None if cores is None else centicores_from_cores(cores),
+        )
     differing = [s for s in subscriptions if sources[s.pk].differ]
     sums = _proc_sums(differing)
     for sub in differing:
         exact, per_proc = sums.get((sub.show_id, sub.alloc_id), (0, 0))
-        sources[sub.pk] = BookedSources(managed=True, pg_row=sub.int_cores, redis=sources[sub.pk].redis,
-                                        proc_exact=exact, proc_per_proc=per_proc)
+        sources[sub.pk] = BookedSources(
+            managed=True, pg_row=sub.int_cores, redis=sources[sub.pk].redis, proc_exact=exact, proc_per_proc=per_proc
+        )
     return sources, error
 
 
 # --- The farm overview -----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class AllocationUse:
@@ -398,27 +452,47 @@ def farm_overview() -> FarmOverview:
     """Per show: owner, booked against size and burst per allocation (Redis live for
     scheduler-managed shows, the PostgreSQL row for Cuebot's; both, and why they differ, for
     the former), drift; the guardrail and the fleet."""
-    subscriptions = list(Subscription.objects.select_related("show", "alloc").order_by("show__str_name", "alloc__str_name"))
+    subscriptions = list(
+        Subscription.objects.select_related("show", "alloc").order_by("show__str_name", "alloc__str_name")
+    )
     # In the Maestro era Cuebot counts every show in its tables and no Redis holds any of them.
     maestro = cuebot_owns_every_show()
     sources, redis_error = booked_sources(subscriptions=[] if maestro else subscriptions)
-    sources |= {sub.pk: BookedSources(managed=False, pg_row=sub.int_cores, redis=None)
-                for sub in subscriptions if sub.pk not in sources}
+    sources |= {
+        sub.pk: BookedSources(managed=False, pg_row=sub.int_cores, redis=None)
+        for sub in subscriptions
+        if sub.pk not in sources
+    }
     status, tables = drift_status(), table_drift_status()
     per_show: dict[str, list[AllocationUse]] = {}
     for sub in subscriptions:
         source = sources[sub.pk]
         booked = source.redis if sub.show.b_scheduler_managed and not maestro else source.pg_row
         # A burst of -1 is no "unlimited" (Cuebot compares it as a number): nothing books beyond 0.
-        per_show.setdefault(sub.show_id, []).append(AllocationUse(
-            alloc=sub.alloc.str_name, booked=booked, size=sub.int_size, burst=max(sub.int_burst, 0), sources=source))
+        per_show.setdefault(sub.show_id, []).append(
+            AllocationUse(
+                alloc=sub.alloc.str_name, booked=booked, size=sub.int_size, burst=max(sub.int_burst, 0), sources=source
+            )
+        )
     shows = []
     for show in Show.objects.order_by("str_name"):
         by_scheduler = show.b_scheduler_managed and not maestro
-        shows.append(ShowOverview(
-            show=show, owner="Scheduler" if by_scheduler else "Maestro" if show.b_scheduler_managed else "Cuebot",
-            source=REDIS_LIVE if by_scheduler else f"{PG_ROW} (Cuebot's count)", allocations=per_show.get(show.pk, []),
-            drift=status.shows.get(show.pk) if by_scheduler else None,
-            table_drift=None if by_scheduler else tables.shows.get(show.pk)))
-    return FarmOverview(shows=shows, drift=status, guardrail=evaluate(), instances=live_instances(),
-                        redis_error=redis_error, tables_checked_at=tables.checked_at, counts_in_redis=not maestro)
+        shows.append(
+            ShowOverview(
+                show=show,
+                owner="Scheduler" if by_scheduler else "Maestro" if show.b_scheduler_managed else "Cuebot",
+                source=REDIS_LIVE if by_scheduler else f"{PG_ROW} (Cuebot's count)",
+                allocations=per_show.get(show.pk, []),
+                drift=status.shows.get(show.pk) if by_scheduler else None,
+                table_drift=None if by_scheduler else tables.shows.get(show.pk),
+            )
+        )
+    return FarmOverview(
+        shows=shows,
+        drift=status,
+        guardrail=evaluate(),
+        instances=live_instances(),
+        redis_error=redis_error,
+        tables_checked_at=tables.checked_at,
+        counts_in_redis=not maestro,
+    )

@@ -1,4 +1,5 @@
 """Show endpoints under /api/v1/shows."""
+
 from django.http import HttpRequest
 from ninja import Router, Schema
 from ninja.errors import HttpError
@@ -44,22 +45,35 @@ def show_or_404(name: str) -> Show:
         raise HttpError(409 if error.several else 404, str(error)) from None
 
 
-@router.get("", auth=BearerToken(VIEW_ACCOUNTING), response={200: list[ShowOut], **AUTH_ERRORS},
-            summary="Shows with their ownership flag", description=f"Needs the permission {VIEW_ACCOUNTING}.")
+@router.get(
+    "",
+    auth=BearerToken(VIEW_ACCOUNTING),
+    response={200: list[ShowOut], **AUTH_ERRORS},
+    summary="Shows with their ownership flag",
+    description=f"Needs the permission {VIEW_ACCOUNTING}.",
+)
 def shows(request: HttpRequest):
     return [ShowOut.of(show) for show in list_shows()]
 
 
-@router.get("/{name}", auth=BearerToken(VIEW_ACCOUNTING), response={200: ShowOut, 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
-            summary="One show with its ownership flag", description=f"Needs the permission {VIEW_ACCOUNTING}.")
+@router.get(
+    "/{name}",
+    auth=BearerToken(VIEW_ACCOUNTING),
+    response={200: ShowOut, 409: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    summary="One show with its ownership flag",
+    description=f"Needs the permission {VIEW_ACCOUNTING}.",
+)
 def show(request: HttpRequest, name: DbText):
     return ShowOut.of(show_or_404(name))
 
 
-@router.put("/{name}/scheduler-managed", response={200: ManagedOut, 409: ErrorOut, 503: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
-            auth=BearerToken(CHANGE_OWNERSHIP),
-            summary="Move a show to the scheduler (true) or back to Cuebot (false)",
-            description=f"Needs the permission {CHANGE_OWNERSHIP}.")
+@router.put(
+    "/{name}/scheduler-managed",
+    response={200: ManagedOut, 409: ErrorOut, 503: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    auth=BearerToken(CHANGE_OWNERSHIP),
+    summary="Move a show to the scheduler (true) or back to Cuebot (false)",
+    description=f"Needs the permission {CHANGE_OWNERSHIP}.",
+)
 def put_scheduler_managed(request: HttpRequest, name: DbText, payload: ManagedIn):
     try:
         old, new = set_scheduler_managed(show=show_or_404(name), managed=payload.managed)

@@ -6,6 +6,7 @@ releases to Redis") is about the whole fleet, not the process that checks it (le
 row not refreshed for STALE_AFTER belongs to a process that is gone, so it no longer
 counts and the guardrail schedule deletes it.
 """
+
 import logging
 import os
 import socket
@@ -28,7 +29,9 @@ STALE_AFTER = timedelta(minutes=2)
 def record_instance(*, role: str, started_at: datetime, now: datetime | None = None) -> Instance:
     """Upsert this process's row with what it is right now (its publish setting included)."""
     instance, _ = Instance.objects.update_or_create(
-        host=socket.gethostname(), pid=os.getpid(), role=role,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        role=role,
         defaults={
             "publishes_to_redis": settings.ACCOUNTING_REDIS_ENABLED,
             "publishes_notify": settings.ACCOUNTING_NOTIFY_ENABLED,

@@ -21,6 +21,7 @@ check accounting.W001 (publishing). It runs at web and task-cluster start and ev
 (schedule `accounting_guardrail`), and it looks at the whole live fleet as well as the
 process running it.
 """
+
 import logging
 import os
 import socket
@@ -38,8 +39,10 @@ from shows.selectors import StrandedShow, count_scheduler_managed_shows, strande
 
 logger = logging.getLogger(__name__)
 
-MESSAGE = ("scheduler-managed shows exist but an instance does not tell the scheduler of its releases the way the "
-           "fleet does (Redis, NOTIFY); bookings will silently over-count")
+MESSAGE = (
+    "scheduler-managed shows exist but an instance does not tell the scheduler of its releases the way the "
+    "fleet does (Redis, NOTIFY); bookings will silently over-count"
+)
 ERA_NAMES = {"redis": "Redis", "notify": "NOTIFY"}
 ERA_SETTINGS = {"redis": "ACCOUNTING_REDIS_ENABLED", "notify": "ACCOUNTING_NOTIFY_ENABLED"}
 # The shows last seen stranded, fleet-wide: the process that finds one no longer stranded sets its series to 0.
@@ -56,8 +59,11 @@ def era_names(eras: frozenset[str]) -> str:
 
 def stranded_fix(*, show: str, era: str) -> str:
     """What to do about a stranded show, in one sentence: start what books flagged shows, or clear the flag."""
-    scheduler = ("turn Maestro on for it (maestro.enabled=managed, or facility for every show)" if era == schedulers.MAESTRO
-                 else "start the Rust scheduler that books flagged shows")
+    scheduler = (
+        "turn Maestro on for it (maestro.enabled=managed, or facility for every show)"
+        if era == schedulers.MAESTRO
+        else "start the Rust scheduler that books flagged shows"
+    )
     return f"nothing books show {show}: {scheduler} or clear its flag: set_scheduler_managed {show} off"
 
 
@@ -95,12 +101,17 @@ class GuardrailReport:
     @property
     def hint(self) -> str:
         wanted = schedulers.from_flags(redis="redis" in self.fleet, notify="notify" in self.fleet)
-        return f"{self.managed_shows} show(s) are scheduler-managed. Set ACCOUNTING_SCHEDULER={wanted} on: " + \
-            "; ".join(self.culprits())
+        return (
+            f"{self.managed_shows} show(s) are scheduler-managed. Set ACCOUNTING_SCHEDULER={wanted} on: "
+            + "; ".join(self.culprits())
+        )
 
     def culprits(self) -> list[str]:
-        names = [f"{i.role} {i.host} pid {i.pid} (version {i.version}, last seen {i.last_seen:%Y-%m-%d %H:%M:%S}Z, "
-                 f"publishes {era_names(i.eras)})" for i in self.offenders]
+        names = [
+            f"{i.role} {i.host} pid {i.pid} (version {i.version}, last seen {i.last_seen:%Y-%m-%d %H:%M:%S}Z, "
+            f"publishes {era_names(i.eras)})"
+            for i in self.offenders
+        ]
         if self.local_offends:
             local = f"this process ({socket.gethostname()} pid {os.getpid()}, publishes {era_names(self.local)})"
             if not any(i.host == socket.gethostname() and i.pid == os.getpid() for i in self.offenders):
@@ -122,8 +133,15 @@ def evaluate(*, now: datetime | None = None) -> GuardrailReport:
     offenders = [i for i in instances if not i.eras or i.eras != fleet]
     minutes = settings.ACCOUNTING_STRANDED_MINUTES
     stranded = stranded_shows(since=now - timedelta(minutes=minutes)) if managed else []
-    return GuardrailReport(managed_shows=managed, era=era, local=local, fleet=fleet, offenders=offenders,
-                           stranded=stranded, stranded_minutes=minutes)
+    return GuardrailReport(
+        managed_shows=managed,
+        era=era,
+        local=local,
+        fleet=fleet,
+        offenders=offenders,
+        stranded=stranded,
+        stranded_minutes=minutes,
+    )
 
 
 def _set_stranded_gauge(*, report: GuardrailReport) -> None:
@@ -141,10 +159,17 @@ def run_guardrail(*, now: datetime | None = None) -> GuardrailReport:
     metrics.PUBLISH_MISCONFIGURED.set(1 if report.misconfigured else 0)
     _set_stranded_gauge(report=report)
     if report.misconfigured:
-        logger.warning("!!! %s: %d scheduler-managed show(s); the fleet publishes on %s; not publishing so: %s",
-                       MESSAGE, report.managed_shows, era_names(report.fleet), "; ".join(report.culprits()))
+        logger.warning(
+            "!!! %s: %d scheduler-managed show(s); the fleet publishes on %s; not publishing so: %s",
+            MESSAGE,
+            report.managed_shows,
+            era_names(report.fleet),
+            "; ".join(report.culprits()),
+        )
     for fix in report.stranded_fixes():
-        logger.warning("!!! stranded: waiting frames and no proc booked for %d minutes; %s", report.stranded_minutes, fix)
+        logger.warning(
+            "!!! stranded: waiting frames and no proc booked for %d minutes; %s", report.stranded_minutes, fix
+        )
     return report
 
 
@@ -153,5 +178,6 @@ def run_guardrail_at_start() -> None:
     try:
         run_guardrail()
     except Exception:
-        logger.warning("the publish guardrail could not run at start; the every-minute schedule will retry",
-                       exc_info=True)
+        logger.warning(
+            "the publish guardrail could not run at start; the every-minute schedule will retry", exc_info=True
+        )

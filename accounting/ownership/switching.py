@@ -24,6 +24,7 @@ release of the show recomputes the rows it touches instead of decrementing them,
 once the window is over, when no stale booking can still land, the show is recomputed
 once more (a one-off task in the cluster).
 """
+
 import logging
 from datetime import timedelta
 
@@ -72,14 +73,22 @@ def before_switch_to_scheduler(*, show_id: str) -> None:
 def after_switch_to_scheduler(*, show_id: str) -> None:
     if not settings.ACCOUNTING_REDIS_ENABLED:
         return
-    _schedule_once(name=f"{SETTLE_RESEED_PREFIX}{show_id}", func="accounting.tasks.settle_reseed", show_id=show_id,
-                   seconds=settings.SHOW_FLAG_CACHE_SECONDS, failure_metric=metrics.SWITCH_SEED_FAILURES,
-                   consequence="a release made on the old flag may leave its Redis counters high until the next reseed")
+    _schedule_once(
+        name=f"{SETTLE_RESEED_PREFIX}{show_id}",
+        func="accounting.tasks.settle_reseed",
+        show_id=show_id,
+        seconds=settings.SHOW_FLAG_CACHE_SECONDS,
+        failure_metric=metrics.SWITCH_SEED_FAILURES,
+        consequence="a release made on the old flag may leave its Redis counters high until the next reseed",
+    )
     try:
         seed_show(show_id=show_id)
     except Exception:
-        logger.warning("seeding Redis for show %s after its switch to the scheduler failed; retrying in the task cluster",
-                       show_id, exc_info=True)
+        logger.warning(
+            "seeding Redis for show %s after its switch to the scheduler failed; retrying in the task cluster",
+            show_id,
+            exc_info=True,
+        )
         metrics.SWITCH_SEED_FAILURES.inc()
         try:
             async_task("accounting.tasks.retry_seed_show", show_id=show_id, attempt=1)
@@ -98,11 +107,17 @@ def retry_seed_show(*, show_id: str, attempt: int) -> None:
     except Exception:
         metrics.SWITCH_SEED_FAILURES.inc()
         if attempt >= SEED_RETRIES:
-            logger.error("seeding Redis for show %s failed %d times; the periodic reseed must heal it",
-                         show_id, attempt + 1, exc_info=True)
+            logger.error(
+                "seeding Redis for show %s failed %d times; the periodic reseed must heal it",
+                show_id,
+                attempt + 1,
+                exc_info=True,
+            )
             return
         delay = FIRST_BACKOFF_SECONDS * 2 ** (attempt - 1)
-        logger.warning("seeding retry %d for show %s failed; next attempt in %d s", attempt, show_id, delay, exc_info=True)
+        logger.warning(
+            "seeding retry %d for show %s failed; next attempt in %d s", attempt, show_id, delay, exc_info=True
+        )
         Schedule.objects.create(
             name=f"seed_show:{show_id}:{attempt + 1}",
             func="accounting.tasks.retry_seed_show",
@@ -123,10 +138,16 @@ SETTLE_RESEED_PREFIX = "settle_reseed:"
 def _schedule_once(*, name: str, func: str, show_id: str, seconds: float, failure_metric, consequence: str) -> None:
     """A one-off task for the show in the cluster, `seconds` from now (a later switch replaces it)."""
     try:
-        Schedule.objects.update_or_create(name=name, defaults=dict(
-            func=func, kwargs={"show_id": show_id}, schedule_type=Schedule.ONCE, repeats=-1,
-            next_run=timezone.now() + timedelta(seconds=seconds),
-        ))
+        Schedule.objects.update_or_create(
+            name=name,
+            defaults=dict(
+                func=func,
+                kwargs={"show_id": show_id},
+                schedule_type=Schedule.ONCE,
+                repeats=-1,
+                next_run=timezone.now() + timedelta(seconds=seconds),
+            ),
+        )
     except Exception:
         logger.error("could not schedule %s for show %s: %s", func, show_id, consequence, exc_info=True)
         failure_metric.inc()
@@ -147,7 +168,9 @@ def settle_reseed(*, show_id: str) -> None:
         with named_lock(name=f"{FARM_LOCK}:show:{show_id}"):
             reseed_booked(show_ids=[show_id], scope="show")
     except LockBusy:
-        logger.info("show %s is being seeded; its settling reseed is dropped (the seeding reads SUM(proc) now)", show_id)
+        logger.info(
+            "show %s is being seeded; its settling reseed is dropped (the seeding reads SUM(proc) now)", show_id
+        )
 
 
 def settling_seconds() -> int:
@@ -168,9 +191,14 @@ def mark_settling(*, show_id: str, counted_below: int | None = None) -> None:
 def after_switch_to_cuebot(*, show_id: str) -> None:
     # Runs in on_commit: the switch has committed and its caller must not see it fail.
     # The recompute already reran itself after a deadlock (cuebot_acct.transactions).
-    _schedule_once(name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}", func="accounting.tasks.settle_recompute", show_id=show_id,
-                   seconds=settling_seconds(), failure_metric=metrics.SWITCH_RECOMPUTE_FAILURES,
-                   consequence="a booking made on the old flag may leave its PG rows low until recomputed")
+    _schedule_once(
+        name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}",
+        func="accounting.tasks.settle_recompute",
+        show_id=show_id,
+        seconds=settling_seconds(),
+        failure_metric=metrics.SWITCH_RECOMPUTE_FAILURES,
+        consequence="a booking made on the old flag may leave its PG rows low until recomputed",
+    )
     recompute_after_switch_back(show_id=show_id, when=AT_THE_SWITCH)
 
 
@@ -196,6 +224,11 @@ def recompute_after_switch_back(*, show_id: str, when: str) -> None:
             # them) instead of recomputing: the show's releases no longer queue on its rows.
             mark_settling(show_id=show_id, counted_below=horizon)
     except Exception:
-        logger.warning("recomputing the PG accounting tables of show %s %s after its switch back to Cuebot failed; "
-                       "they keep their old values until recomputed", show_id, when, exc_info=True)
+        logger.warning(
+            "recomputing the PG accounting tables of show %s %s after its switch back to Cuebot failed; "
+            "they keep their old values until recomputed",
+            show_id,
+            when,
+            exc_info=True,
+        )
         metrics.SWITCH_RECOMPUTE_FAILURES.inc()

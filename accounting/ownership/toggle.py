@@ -1,4 +1,5 @@
 """Writes to shows. The ownership toggle is the operator's one step between Cuebot and the scheduler."""
+
 from django.db import transaction
 
 from accounting.ownership import switching

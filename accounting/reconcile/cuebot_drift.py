@@ -17,6 +17,7 @@ statement for all five, scanning proc once with grouping sets, was 2x the five b
 1M procs: grouping sets do not run in parallel workers, the bare sums do.) Cores stay
 centicores here; `signed_cores` is the one conversion every face shows.
 """
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,13 +38,20 @@ _NAMES = """COALESCE((SELECT str_name FROM show WHERE pk_show = {show}), {show})
        {alloc}, {folder}, {job}, {layer}, {dept}"""
 
 
-def _names(*, show: str, alloc: str = "NULL", folder: str = "NULL", job: str = "NULL", layer: str = "NULL",
-           dept: str = "NULL") -> str:
+def _names(
+    *, show: str, alloc: str = "NULL", folder: str = "NULL", job: str = "NULL", layer: str = "NULL", dept: str = "NULL"
+) -> str:
     def looked_up(table: str, key: str) -> str:
         return "NULL" if key == "NULL" else f"(SELECT str_name FROM {table} WHERE pk_{table} = {key})"
 
-    return _NAMES.format(show=show, alloc=looked_up("alloc", alloc), folder=looked_up("folder", folder),
-                         job=looked_up("job", job), layer=looked_up("layer", layer), dept=looked_up("dept", dept))
+    return _NAMES.format(
+        show=show,
+        alloc=looked_up("alloc", alloc),
+        folder=looked_up("folder", folder),
+        job=looked_up("job", job),
+        layer=looked_up("layer", layer),
+        dept=looked_up("dept", dept),
+    )
 
 
 QUERIES = {
@@ -145,13 +153,20 @@ class TableDrift:
         return self.stored_gpus - self.true_gpus
 
     def as_dict(self) -> dict:
-        return {"table": self.table, "columns": self.columns, "pk": self.pk, "show_id": self.show_id,
-                "name": self.name,
-                "cores": {"stored": signed_cores(self.stored_cores), "true": signed_cores(self.true_cores),
-                          "difference": signed_cores(self.cores_difference)},
-                "gpus": {"stored": self.stored_gpus, "true": self.true_gpus, "difference": self.gpus_difference},
-                "centicores": {"stored": self.stored_cores, "true": self.true_cores,
-                               "difference": self.cores_difference}}
+        return {
+            "table": self.table,
+            "columns": self.columns,
+            "pk": self.pk,
+            "show_id": self.show_id,
+            "name": self.name,
+            "cores": {
+                "stored": signed_cores(self.stored_cores),
+                "true": signed_cores(self.true_cores),
+                "difference": signed_cores(self.cores_difference),
+            },
+            "gpus": {"stored": self.stored_gpus, "true": self.true_gpus, "difference": self.gpus_difference},
+            "centicores": {"stored": self.stored_cores, "true": self.true_cores, "difference": self.cores_difference},
+        }
 
 
 @dataclass(frozen=True)
@@ -212,11 +227,22 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
             for pk, show_id, *rest in cursor.fetchall():
                 names, values = tuple(rest[:6]), [int(value) for value in rest[6:]]
                 for pair, (stored_cores, true_cores, stored_gpus, true_gpus) in zip(
-                        PAIRS, (values[i:i + 4] for i in range(0, len(values), 4)), strict=False):
+                    PAIRS, (values[i : i + 4] for i in range(0, len(values), 4)), strict=False
+                ):
                     if (stored_cores, stored_gpus) != (true_cores, true_gpus):
-                        rows.append(TableDrift(table=table, columns=pair, pk=pk, show_id=show_id, name=_name(table, names),
-                                               stored_cores=stored_cores, true_cores=true_cores,
-                                               stored_gpus=stored_gpus, true_gpus=true_gpus))
+                        rows.append(
+                            TableDrift(
+                                table=table,
+                                columns=pair,
+                                pk=pk,
+                                show_id=show_id,
+                                name=_name(table, names),
+                                stored_cores=stored_cores,
+                                true_cores=true_cores,
+                                stored_gpus=stored_gpus,
+                                true_gpus=true_gpus,
+                            )
+                        )
         if owned is None:
             cursor.execute("SELECT count(*) FROM show")
             shows = cursor.fetchone()[0]

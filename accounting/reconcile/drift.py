@@ -22,6 +22,7 @@ Neither are two other states, each named as such and never counted as drift:
   decrement lands, an aborted release whose entry has not expired yet); only a value outside
   that range is drift.
 """
+
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -58,7 +59,9 @@ REBUILD_OWED = "rebuild owed after a failover (keys closed until it ends)"
 BOOKED_FIELDS = ("int_cores", "int_gpus")
 LAYER_KEY_PREFIX = keys.layer(layer_id="")
 # A limit change whose Redis write was refused (the key was closed on a Redis not rebuilt yet).
-LIMIT_WRITE_REFUSED = "limit write refused (its key closed: Redis not rebuilt since it came up, or its show not seeded since its switch)"
+LIMIT_WRITE_REFUSED = (
+    "limit write refused (its key closed: Redis not rebuilt since it came up, or its show not seeded since its switch)"
+)
 
 
 @dataclass(frozen=True)
@@ -94,12 +97,17 @@ class DriftReport:
         return [row for row in self.explained if row.cause == cause]
 
     def as_dict(self) -> dict:
-        return {"shows": self.shows, "redis_state": self.redis_state, "fields_checked": self.fields_checked,
-                "fields_drifted": len(self.rows), "rows": [asdict(row) for row in self.rows],
-                "fields_rounding_only": len(self.rounding_only),
-                "rounding_only": [asdict(row) for row in self.rounding_only],
-                "fields_explained": {cause: len(self.explained_by(cause)) for cause in NOT_DRIFT},
-                "explained": [asdict(row) for row in self.explained]}
+        return {
+            "shows": self.shows,
+            "redis_state": self.redis_state,
+            "fields_checked": self.fields_checked,
+            "fields_drifted": len(self.rows),
+            "rows": [asdict(row) for row in self.rows],
+            "fields_rounding_only": len(self.rounding_only),
+            "rounding_only": [asdict(row) for row in self.rounding_only],
+            "fields_explained": {cause: len(self.explained_by(cause)) for cause in NOT_DRIFT},
+            "explained": [asdict(row) for row in self.explained],
+        }
 
 
 def live_inflight_amounts() -> dict[str, tuple[int, int]]:
@@ -125,7 +133,9 @@ def _as_int(raw: bytes | str | None) -> int | None:
 def _compare(*, mode: str, triples: list[tuple[str, str, int]]) -> list[DriftRow]:
     """Differing (key, field) among the triples, compared inside Redis (drift_read.lua)."""
     # drift_read.lua returns its flat table on every path: a list reply.
-    reply = cast(list, script("drift_read").run(accounting_redis(), keys=[], args=[mode, *(p for t in triples for p in t)]))
+    reply = cast(
+        list, script("drift_read").run(accounting_redis(), keys=[], args=[mode, *(p for t in triples for p in t)])
+    )
     rows = []
     for i in range(0, len(reply), 2):
         key, field, pg = triples[int(reply[i]) - 1]
@@ -134,15 +144,22 @@ def _compare(*, mode: str, triples: list[tuple[str, str, int]]) -> list[DriftRow
     return rows
 
 
-def _booked_drift(*, show_ids: Sequence[str], inflight: dict[str, tuple[int, int]]) -> Iterator[tuple[int, list[DriftRow]]]:
+def _booked_drift(
+    *, show_ids: Sequence[str], inflight: dict[str, tuple[int, int]]
+) -> Iterator[tuple[int, list[DriftRow]]]:
     for chunk in chunked(booked_rows(show_ids=show_ids), CHUNK):
         triples, summed_first = [], {}
         for key, cores, gpus, cores_summed_first in chunk:
             add_cores, add_gpus = inflight.get(key, (0, 0))
             triples += [(key, "int_cores", cores + add_cores), (key, "int_gpus", gpus + add_gpus)]
             summed_first[key] = cores_summed_first + add_cores
-        yield len(triples), [_booked_cause(row, inflight=inflight, summed_first=summed_first)
-                             for row in _compare(mode="booked", triples=triples)]
+        yield (
+            len(triples),
+            [
+                _booked_cause(row, inflight=inflight, summed_first=summed_first)
+                for row in _compare(mode="booked", triples=triples)
+            ],
+        )
 
 
 def _booked_cause(row: DriftRow, *, inflight: dict[str, tuple[int, int]], summed_first: dict[str, int]) -> DriftRow:
@@ -160,8 +177,13 @@ def _limit_drift(*, show_ids: Sequence[str], fields_per_key: Counter) -> Iterato
     numeric = ((key, name, value) for key, name, value in limit_rows(show_ids=show_ids) if name != "show_id")
     for chunk in chunked(numeric, 2 * CHUNK):
         fields_per_key.update(key for key, _, _ in chunk)
-        yield len(chunk), [replace(row, cause=LIMIT_WRITE_REFUSED) if row.key in refused else row
-                           for row in _compare(mode="limits", triples=chunk)]
+        yield (
+            len(chunk),
+            [
+                replace(row, cause=LIMIT_WRITE_REFUSED) if row.key in refused else row
+                for row in _compare(mode="limits", triples=chunk)
+            ],
+        )
 
 
 def _closed_explained(rows: list[DriftRow], *, fields_per_key: Counter) -> list[DriftRow]:
@@ -173,16 +195,21 @@ def _closed_explained(rows: list[DriftRow], *, fields_per_key: Counter) -> list[
     missing = Counter(row.key for row in rows if row.redis is None and row.field not in BOOKED_FIELDS)
     closed = {key for key, count in fields_per_key.items() if missing[key] == count}
     all_closed = closed == set(fields_per_key)
-    return [replace(row, cause=CLOSED)
-            if row.cause is None and (row.key in closed or (all_closed and row.key.startswith(LAYER_KEY_PREFIX)))
-            else row for row in rows]
+    return [
+        replace(row, cause=CLOSED)
+        if row.cause is None and (row.key in closed or (all_closed and row.key.startswith(LAYER_KEY_PREFIX)))
+        else row
+        for row in rows
+    ]
 
 
 def redis_state() -> str:
     """Whether the keys are open (seeded), or closed and why, read from Redis's markers."""
     client = accounting_redis()
-    seeded, rebuilding, owed = (bool(n) for n in (client.exists(keys.SEEDED), client.exists(keys.BOOTSTRAPPING),
-                                                    client.exists(keys.REBUILD_OWED)))
+    seeded, rebuilding, owed = (
+        bool(n)
+        for n in (client.exists(keys.SEEDED), client.exists(keys.BOOTSTRAPPING), client.exists(keys.REBUILD_OWED))
+    )
     if owed:
         return REBUILD_OWED
     if rebuilding:
@@ -198,15 +225,22 @@ def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
     checked = 0
     found: list[DriftRow] = []
     fields_per_key: Counter[str] = Counter()
-    for part in (_booked_drift(show_ids=shows, inflight=inflight),
-                 _limit_drift(show_ids=shows, fields_per_key=fields_per_key)):
+    for part in (
+        _booked_drift(show_ids=shows, inflight=inflight),
+        _limit_drift(show_ids=shows, fields_per_key=fields_per_key),
+    ):
         for count, rows in part:
             checked += count
             found += rows
     if state != SEEDED:
         found = _closed_explained(found, fields_per_key=fields_per_key)
-    return DriftReport(shows=shows, fields_checked=checked, rows=[r for r in found if r.cause not in NOT_DRIFT],
-                       explained=[r for r in found if r.cause in NOT_DRIFT], redis_state=state)
+    return DriftReport(
+        shows=shows,
+        fields_checked=checked,
+        rows=[r for r in found if r.cause not in NOT_DRIFT],
+        explained=[r for r in found if r.cause in NOT_DRIFT],
+        redis_state=state,
+    )
 
 
 @dataclass(frozen=True)
@@ -226,11 +260,13 @@ def subscription_bars(*, show: Show) -> list[SubscriptionBar]:
     bars = []
     for sub in Subscription.objects.filter(show=show).select_related("alloc").order_by("alloc__str_name"):
         key = keys.sub(show_id=show.id, alloc_id=sub.alloc_id)
-        bars.append(SubscriptionBar(
-            alloc=sub.alloc.str_name,
-            booked_redis=_as_int(client.hget(key, "int_cores")),
-            booked_pg=booked.get(key, 0) + inflight.get(key, (0, 0))[0],
-            size=cores_from_centicores(sub.int_size),
-            burst=cores_from_centicores(sub.int_burst),
-        ))
+        bars.append(
+            SubscriptionBar(
+                alloc=sub.alloc.str_name,
+                booked_redis=_as_int(client.hget(key, "int_cores")),
+                booked_pg=booked.get(key, 0) + inflight.get(key, (0, 0))[0],
+                size=cores_from_centicores(sub.int_size),
+                burst=cores_from_centicores(sub.int_burst),
+            )
+        )
     return bars

@@ -18,6 +18,7 @@ admin's overview. A show that is no longer scheduler-managed is set to 0, so its
 does not keep a stale count. When Redis cannot be read the run records the error and
 leaves the timestamp as it was: a check that did not happen must not look recent.
 """
+
 import logging
 import time
 from dataclasses import dataclass
@@ -48,12 +49,16 @@ def run_drift_check() -> DriftCheck:
     previous = cache.get(STATUS_KEY) or {}
     status: dict[str, dict] = {}
     try:
-        for show_id, name in Show.objects.filter(b_scheduler_managed=True).order_by("str_name").values_list("pk", "str_name"):
+        for show_id, name in (
+            Show.objects.filter(b_scheduler_managed=True).order_by("str_name").values_list("pk", "str_name")
+        ):
             report = drift_report(show_ids=[show_id])
             status[show_id] = {"name": name, "fields": len(report.rows), "checked": report.fields_checked}
     except (redis.RedisError, OSError) as error:
         logger.warning("drift check could not read the accounting Redis: %s", error)
-        cache.set(STATUS_KEY, {**previous, "error": f"{type(error).__name__}: {error}", "failed_at": started}, timeout=None)
+        cache.set(
+            STATUS_KEY, {**previous, "error": f"{type(error).__name__}: {error}", "failed_at": started}, timeout=None
+        )
         return DriftCheck(checked_at=started, fields_drifted={}, error=str(error))
     for show_id, entry in previous.get("shows", {}).items():
         if show_id not in status:
@@ -64,7 +69,10 @@ def run_drift_check() -> DriftCheck:
     cache.set(STATUS_KEY, {"checked_at": started, "shows": status}, timeout=None)
     drifted = {entry["name"]: entry["fields"] for entry in status.values() if entry["fields"]}
     if drifted:
-        logger.warning("drift check: Redis differs from PostgreSQL in %s", ", ".join(f"{n} ({f} fields)" for n, f in drifted.items()))
+        logger.warning(
+            "drift check: Redis differs from PostgreSQL in %s",
+            ", ".join(f"{n} ({f} fields)" for n, f in drifted.items()),
+        )
     return DriftCheck(checked_at=started, fields_drifted={entry["name"]: entry["fields"] for entry in status.values()})
 
 
@@ -91,6 +99,8 @@ def run_table_drift_check() -> TableDriftCheck:
     cache.set(TABLES_STATUS_KEY, {"checked_at": started, "shows": status}, timeout=None)
     found = {entry["name"]: entry["rows"] for entry in status.values() if entry["rows"]}
     if found:
-        logger.warning("drift check: Cuebot's tables differ from SUM(proc) in %s (manage.py acct_drift names the rows)",
-                       ", ".join(f"{name} ({rows} rows)" for name, rows in sorted(found.items())))
+        logger.warning(
+            "drift check: Cuebot's tables differ from SUM(proc) in %s (manage.py acct_drift names the rows)",
+            ", ".join(f"{name} ({rows} rows)" for name, rows in sorted(found.items())),
+        )
     return TableDriftCheck(checked_at=started, rows_drifted={entry["name"]: entry["rows"] for entry in status.values()})

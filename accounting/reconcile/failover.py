@@ -17,6 +17,7 @@ per check, every CHECK_INTERVAL_SECONDS, from a thread in every task worker proc
 bootstrap runs only on an empty Redis, and a promoted replica is not empty. The farm lock
 and the close script's compare make one process do each close and each rebuild.
 """
+
 import logging
 import threading
 from collections.abc import Callable
@@ -50,7 +51,7 @@ class MasterCheck:
     address: str
     replication_id: str
     failover: bool  # this check found a new master and closed the managed keys
-    rebuilt: bool   # this check finished a rebuild the close made owed
+    rebuilt: bool  # this check finished a rebuild the close made owed
 
 
 def close_managed_keys(*, recorded: str) -> bool:
@@ -61,9 +62,16 @@ def close_managed_keys(*, recorded: str) -> bool:
     for n, chunk in enumerate(list(chunked(fields, CLOSE_CHUNK_FIELDS)) or [[]]):
         args = [recorded if n == 0 else "", *(part for pair in chunk for part in pair)]
         # failover_close.lua returns 0 or 1 on every path: an integer reply.
-        closed = int(cast(int, script("failover_close").run(
-            client, keys=[keys.MASTER, keys.SEEDED, keys.BOOTSTRAPPING, keys.REBUILD_OWED], args=args,
-        )))
+        closed = int(
+            cast(
+                int,
+                script("failover_close").run(
+                    client,
+                    keys=[keys.MASTER, keys.SEEDED, keys.BOOTSTRAPPING, keys.REBUILD_OWED],
+                    args=args,
+                ),
+            )
+        )
         if not closed:
             return n > 0  # a later chunk refused: a rebuild (or a newer close) took over
     return True
@@ -89,8 +97,12 @@ def check_master(*, wait: Callable[[float], object] | None = None) -> MasterChec
     elif recorded.decode() != replid and close_managed_keys(recorded=recorded.decode()):
         failover = True
         REDIS_FAILOVERS.inc()
-        log.warning("accounting Redis master changed (now %s, replication id %s): managed keys closed to booking "
-                    "until rebuilt from PostgreSQL", address, replid)
+        log.warning(
+            "accounting Redis master changed (now %s, replication id %s): managed keys closed to booking "
+            "until rebuilt from PostgreSQL",
+            address,
+            replid,
+        )
     try:
         rebuilt = bootstrap_if_owed(wait=wait)
     except (LockBusy, ReseedSkipped) as reason:
@@ -130,6 +142,8 @@ def start_master_watch() -> None:
     with _watch_started:
         if _watching:
             return
-        thread = threading.Thread(target=watch_master, kwargs={"stop": threading.Event()}, name="acct-master-watch", daemon=True)
+        thread = threading.Thread(
+            target=watch_master, kwargs={"stop": threading.Event()}, name="acct-master-watch", daemon=True
+        )
         thread.start()
         _watching.append(thread)

@@ -1,4 +1,5 @@
 """recalculate_subs: Cuebot's 2-hourly subscription recompute, aware of who owns each show in each era."""
+
 import logging
 from dataclasses import dataclass, field
 
@@ -55,13 +56,15 @@ SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
 SUBSCRIPTION_DRIFT = {
     False: _SUBSCRIPTION_DRIFT.format(
         owned="WHERE NOT b_scheduler_managed FOR SHARE",
-        procs="AND p.pk_show = ANY(ARRAY(SELECT pk_show FROM cuebot_shows))"),
+        procs="AND p.pk_show = ANY(ARRAY(SELECT pk_show FROM cuebot_shows))",
+    ),
     True: _SUBSCRIPTION_DRIFT.format(owned="", procs=""),
 }
 
 # A row legitimately above its burst gets its true SUM(proc) too: the burst moves in the
 # same UPDATE and back afterwards (accounting.reconcile.recompute explains the trick).
-FIX_SUBSCRIPTIONS = {every_show: f"""
+FIX_SUBSCRIPTIONS = {
+    every_show: f"""
 WITH drift AS ({drift})
 UPDATE subscription s
    SET int_cores = d.new_cores, int_gpus = d.new_gpus,
@@ -70,12 +73,17 @@ UPDATE subscription s
  WHERE s.pk_subscription = d.pk_subscription
 RETURNING d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus, s.pk_subscription,
           d.new_cores > d.old_cores AND d.new_cores > d.old_burst
-""" for every_show, drift in SUBSCRIPTION_DRIFT.items()}
+"""
+    for every_show, drift in SUBSCRIPTION_DRIFT.items()
+}
 
-SHOW_DRIFT = {every_show: f"""
+SHOW_DRIFT = {
+    every_show: f"""
 WITH drift AS ({drift})
 SELECT d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus, d.pk_subscription FROM drift d
-""" for every_show, drift in SUBSCRIPTION_DRIFT.items()}
+"""
+    for every_show, drift in SUBSCRIPTION_DRIFT.items()
+}
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,8 @@ def _drift(*, dry_run: bool, every_show: bool) -> tuple[list[SubscriptionChange]
             rows, failures = _read_drift(cursor, every_show=every_show), []
         else:
             rows, failures = run_row_by_row_on_failure(
-                table="subscription", run=lambda only: _fix_drift(cursor, only, every_show=every_show),
+                table="subscription",
+                run=lambda only: _fix_drift(cursor, only, every_show=every_show),
                 keys=lambda: _cuebot_managed_subscriptions(cursor, every_show=every_show),
             )
     changes = [SubscriptionChange(*row[:6]) for row in rows]

@@ -13,6 +13,7 @@ job_resource) move the cap in the same UPDATE, to -cap - 1 (never equal to cap, 
 overflowing, and its own inverse), and a second UPDATE moves it back, as Cuebot's own
 recalculate_subs() does. The caps end as they were; the counters end at SUM(proc).
 """
+
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -119,6 +120,7 @@ UPDATE point pt
    AND (%(only)s::text[] IS NULL OR pt.pk_point = ANY(%(only)s::text[]))
 """
 
+
 @dataclass(frozen=True)
 class TableRecompute:
     table: str
@@ -135,8 +137,10 @@ class TableRecompute:
         arrays = ", ".join(f"%(k{i})s::text[]" for i in range(len(self.keys)))
         names = ", ".join(f"k{i}" for i in range(len(self.keys)))
         match = " AND ".join(f"t.{key} = k.k{i}" for i, key in enumerate(self.keys))
-        return (f"SELECT t.{self.pk} FROM {self.table} t JOIN unnest({arrays}) AS k({names}) ON {match} "
-                f"ORDER BY t.{self.pk} FOR NO KEY UPDATE OF t")
+        return (
+            f"SELECT t.{self.pk} FROM {self.table} t JOIN unnest({arrays}) AS k({names}) ON {match} "
+            f"ORDER BY t.{self.pk} FOR NO KEY UPDATE OF t"
+        )
 
 
 # In the lock order of the release path (accounting.release.unbook, Cuebot's), so a recompute
@@ -145,30 +149,42 @@ TABLES = (
     TableRecompute(
         "subscription",
         "SELECT pk_subscription FROM subscription WHERE pk_show = ANY(%(shows)s) ORDER BY pk_subscription FOR NO KEY UPDATE",
-        SUBSCRIPTIONS, keys=("pk_show", "pk_alloc"), pk="pk_subscription", restore=RESTORE_BURSTS,
+        SUBSCRIPTIONS,
+        keys=("pk_show", "pk_alloc"),
+        pk="pk_subscription",
+        restore=RESTORE_BURSTS,
     ),
     TableRecompute(
         "layer_resource",
         """SELECT r.pk_layer_resource FROM layer_resource r JOIN layer l ON l.pk_layer = r.pk_layer JOIN job j ON j.pk_job = l.pk_job
             WHERE j.pk_show = ANY(%(shows)s) ORDER BY r.pk_layer_resource FOR NO KEY UPDATE OF r""",
-        LAYERS, keys=("pk_layer",), pk="pk_layer_resource",
+        LAYERS,
+        keys=("pk_layer",),
+        pk="pk_layer_resource",
     ),
     TableRecompute(
         "job_resource",
         """SELECT r.pk_job_resource FROM job_resource r JOIN job j ON j.pk_job = r.pk_job WHERE j.pk_show = ANY(%(shows)s)
             ORDER BY r.pk_job_resource FOR NO KEY UPDATE OF r""",
-        JOBS, keys=("pk_job",), pk="pk_job_resource", restore=RESTORE_JOB_MAXIMA,
+        JOBS,
+        keys=("pk_job",),
+        pk="pk_job_resource",
+        restore=RESTORE_JOB_MAXIMA,
     ),
     TableRecompute(
         "folder_resource",
         """SELECT r.pk_folder_resource FROM folder_resource r JOIN folder f ON f.pk_folder = r.pk_folder
             WHERE f.pk_show = ANY(%(shows)s) ORDER BY r.pk_folder_resource FOR NO KEY UPDATE OF r""",
-        FOLDERS, keys=("pk_folder",), pk="pk_folder_resource",
+        FOLDERS,
+        keys=("pk_folder",),
+        pk="pk_folder_resource",
     ),
     TableRecompute(
         "point",
         "SELECT pk_point FROM point WHERE pk_show = ANY(%(shows)s) ORDER BY pk_point FOR NO KEY UPDATE",
-        POINTS, keys=("pk_dept", "pk_show"), pk="pk_point",
+        POINTS,
+        keys=("pk_dept", "pk_show"),
+        pk="pk_point",
     ),
 )
 
@@ -264,7 +280,8 @@ def recompute_table(*, cursor, table: TableRecompute, show_ids: list[str]) -> li
     cursor.execute(table.lock, {"shows": show_ids})
     keys = [key for (key,) in cursor.fetchall()]
     _, failed = run_row_by_row_on_failure(
-        table=table.table, keys=lambda: keys,
+        table=table.table,
+        keys=lambda: keys,
         run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=None if only is None else [only]),
     )
     return failed
@@ -281,7 +298,8 @@ def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named:
     if not pks:
         return []
     _, failed = run_row_by_row_on_failure(
-        table=table.table, keys=lambda: pks,
+        table=table.table,
+        keys=lambda: pks,
         run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=pks if only is None else [only]),
     )
     return failed
@@ -320,8 +338,11 @@ def recompute_named_rows(*, show_ids: list[str], named: Mapping[str, Collection[
         if sqlstate(error) in TRANSIENT_SQLSTATES:
             raise
     with connection.cursor() as cursor:
-        return [failure for table in tables
-                for failure in recompute_rows(cursor=cursor, table=table, show_ids=show_ids, named=named[table.table])]
+        return [
+            failure
+            for table in tables
+            for failure in recompute_rows(cursor=cursor, table=table, show_ids=show_ids, named=named[table.table])
+        ]
 
 
 def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: list[str] | None) -> list:
@@ -359,8 +380,13 @@ def run_row_by_row_on_failure(
 def report_row_failures(failures: Sequence[RowFailure], *, operation: str) -> None:
     for failure in failures:
         metrics.RECOMPUTE_ROW_FAILURES.labels(table=failure.table).inc()
-        logger.warning("%s could not set %s %s to SUM(proc), left as it was: %s",
-                       operation, failure.table, failure.pk, failure.error)
+        logger.warning(
+            "%s could not set %s %s to SUM(proc), left as it was: %s",
+            operation,
+            failure.table,
+            failure.pk,
+            failure.error,
+        )
 
 
 def restore_moved_caps(*, cursor, restore: str, moved: list[tuple]) -> None:

@@ -22,6 +22,7 @@ Empty Redis (a restart: it runs without persistence): `acct:seeded` is missing. 
 writes then refuse (limit_write.lua's guard), so no key opens before the bootstrap has
 waited out the in-flight TTL and rebuilt the booked counters (docs/redis-protocol.md).
 """
+
 import logging
 import threading
 import time
@@ -82,7 +83,9 @@ def backoff_seconds(*, attempt: int) -> float:
     return _BACKOFF.compute(attempt)
 
 
-def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None], closed_token: str | None) -> int | None:
+def _attempt_booked(
+    *, show_ids: Sequence[str], progress: Callable[[int], None], closed_token: str | None
+) -> int | None:
     """One cycle; the number of keys written, or None when the write was refused (Redis
     restarted or failed over, the journal was trimmed, or the closed keys' rebuild no longer
     owns Redis)."""
@@ -100,8 +103,14 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None],
             for key, cores, gpus, _ in chunk:
                 args += [key, cores, gpus]
             # reseed_write.lua returns a table on every path ({1, written, skipped} or {0, why}): a list reply.
-            ok, count, *_ = cast(list, script("reseed_write").run(
-                client, keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING, keys.SETTLED_SEQ, keys.SETTLED], args=args))
+            ok, count, *_ = cast(
+                list,
+                script("reseed_write").run(
+                    client,
+                    keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING, keys.SETTLED_SEQ, keys.SETTLED],
+                    args=args,
+                ),
+            )
             if not int(ok):
                 log.info("booked reseed write refused: %s", count.decode() if isinstance(count, bytes) else count)
                 return None
@@ -110,8 +119,14 @@ def _attempt_booked(*, show_ids: Sequence[str], progress: Callable[[int], None],
     return written
 
 
-def reseed_booked(*, show_ids: Sequence[str], scope: str = "farm", max_attempts: int = MAX_ATTEMPTS,
-                  progress: Callable[[int], None] = lambda n: None, closed_token: str | None = None) -> BookedOutcome:
+def reseed_booked(
+    *,
+    show_ids: Sequence[str],
+    scope: str = "farm",
+    max_attempts: int = MAX_ATTEMPTS,
+    progress: Callable[[int], None] = lambda n: None,
+    closed_token: str | None = None,
+) -> BookedOutcome:
     """Write int_cores/int_gpus of every key of these shows from SUM(proc) plus what is in
     flight or settled since the reseed began; or, with `closed_token`, the rebuild of keys
     closed to booking that holds that token. Both finish whatever the booking and release
@@ -132,8 +147,13 @@ def reseed_booked(*, show_ids: Sequence[str], scope: str = "farm", max_attempts:
         RESEED_SECONDS.labels(kind="booked").observe(time.monotonic() - started)
 
 
-def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (keys.SEEDED, keys.SEEDED_VALUE),
-                 opens: bool = False, progress: Callable[[int], None] = lambda n: None) -> int | None:
+def write_limits(
+    *,
+    show_ids: Sequence[str],
+    guard: tuple[str, str] | None = (keys.SEEDED, keys.SEEDED_VALUE),
+    opens: bool = False,
+    progress: Callable[[int], None] = lambda n: None,
+) -> int | None:
     """Write every limit field of these shows while `guard` (key, value) holds in Redis (by
     default: while Redis is seeded; None: unconditionally). Returns fields written, or None
     when the guard failed (Redis restarted: the bootstrap will write them all).
@@ -147,8 +167,14 @@ def write_limits(*, show_ids: Sequence[str], guard: tuple[str, str] | None = (ke
     for chunk in chunked(limit_rows(show_ids=show_ids), CHUNK_KEYS * 3):
         args = [guard_value, "open" if opens else "0"] + [part for triple in chunk for part in triple]
         # limit_write.lua returns 0 or the new sequence number on every path: an integer reply.
-        if not int(cast(int, script("limit_write").run(client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
-                                                       args=args))):
+        if not int(
+            cast(
+                int,
+                script("limit_write").run(
+                    client, keys=[keys.SEQ, guard_key, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS], args=args
+                ),
+            )
+        ):
             log.warning("limit write stopped after %d fields: the accounting Redis is not seeded (restarted?)", written)
             return None
         written += len(chunk)
@@ -233,10 +259,18 @@ def _claim_rebuild_if_only_show(*, show_id: str) -> str | None:
 def _finish_rebuild(*, token: str) -> bool:
     """Mark Redis seeded if the rebuild that holds `token` still owns it (bootstrap_finish.lua)."""
     # bootstrap_finish.lua returns 0 or 1 on every path: an integer reply.
-    return bool(int(cast(int, script("bootstrap_finish").run(
-        accounting_redis(), keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
-        args=[token, keys.SEEDED_VALUE],
-    ))))
+    return bool(
+        int(
+            cast(
+                int,
+                script("bootstrap_finish").run(
+                    accounting_redis(),
+                    keys=[keys.SEEDED, keys.BOOTSTRAPPING, keys.LIMITS_REFUSED, keys.MASTER, keys.REBUILD_OWED],
+                    args=[token, keys.SEEDED_VALUE],
+                ),
+            )
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -247,8 +281,13 @@ class ReseedReport:
     bootstrapped: bool = False
 
 
-def reseed(*, limits: bool = True, booked: bool = True, show_ids: Sequence[str] | None = None,
-           progress: Callable[[int], None] = lambda n: None) -> ReseedReport:
+def reseed(
+    *,
+    limits: bool = True,
+    booked: bool = True,
+    show_ids: Sequence[str] | None = None,
+    progress: Callable[[int], None] = lambda n: None,
+) -> ReseedReport:
     """The operator's and the scheduled reseed, under the farm lock (LockBusy if taken).
 
     `show_ids` defaults to every scheduler-managed show; limits are written even when the
@@ -276,8 +315,9 @@ def inflight_wait(seconds: float) -> None:
     threading.Event().wait(seconds)  # never set: a plain interval
 
 
-def _bootstrap(*, wait: Callable[[float], object] | None,
-               progress: Callable[[int], None] = lambda n: None) -> ReseedReport:
+def _bootstrap(
+    *, wait: Callable[[float], object] | None, progress: Callable[[int], None] = lambda n: None
+) -> ReseedReport:
     """Rebuild an empty Redis; the caller holds the farm lock.
 
     A booking whose script ran before the restart lost its in-flight entry with it, and its
@@ -290,7 +330,9 @@ def _bootstrap(*, wait: Callable[[float], object] | None,
     token = uuid.uuid4().hex
     client.set(keys.BOOTSTRAPPING, token)
     ttl = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
-    log.warning("accounting Redis is empty: keys stay closed to booking for %s s (the in-flight TTL), then rebuild", ttl)
+    log.warning(
+        "accounting Redis is empty: keys stay closed to booking for %s s (the in-flight TTL), then rebuild", ttl
+    )
     (wait or inflight_wait)(ttl)
     shows = managed_show_ids()
     outcome = reseed_booked(show_ids=shows, scope="bootstrap", progress=progress, closed_token=token)

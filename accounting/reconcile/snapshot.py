@@ -4,6 +4,7 @@ Both readers stream: the booked snapshot is one query through a server-side curs
 the limit rows are read table by table with iterators, so memory depends on the number of
 keys, never on the number of procs.
 """
+
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from itertools import islice
 
@@ -21,6 +22,7 @@ def chunked(rows: Iterable, size: int) -> Iterator[list]:
     iterator = iter(rows)
     while chunk := list(islice(iterator, size)):
         yield chunk
+
 
 # One query: SUM(proc) per key, every proc converted to cores before summing
 # (`int_cores_reserved / 100` is integer division, i.e. cores_from_centicores for the
@@ -81,6 +83,7 @@ SELECT COALESCE(s.key, b.key), COALESCE(s.cores, 0)::bigint, COALESCE(s.gpus, 0)
 
 STREAM_ROWS = 5000
 
+
 def _count(value: int) -> int:
     return value
 
@@ -95,11 +98,17 @@ def _burst(centicores: int) -> int:
 # cores from centicores (-1 verbatim), a count passed as is, or a burst.
 LIMIT_FIELDS = {
     Subscription: (("size", "int_size", cores_from_centicores), ("burst", "int_burst", _burst)),
-    FolderResource: (("int_min_cores", "int_min_cores", cores_from_centicores),
-                     ("int_max_cores", "int_max_cores", cores_from_centicores),
-                     ("int_min_gpus", "int_min_gpus", _count), ("int_max_gpus", "int_max_gpus", _count)),
-    JobResource: (("int_max_cores", "int_max_cores", cores_from_centicores), ("int_max_gpus", "int_max_gpus", _count),
-                  ("int_priority", "int_priority", _count)),
+    FolderResource: (
+        ("int_min_cores", "int_min_cores", cores_from_centicores),
+        ("int_max_cores", "int_max_cores", cores_from_centicores),
+        ("int_min_gpus", "int_min_gpus", _count),
+        ("int_max_gpus", "int_max_gpus", _count),
+    ),
+    JobResource: (
+        ("int_max_cores", "int_max_cores", cores_from_centicores),
+        ("int_max_gpus", "int_max_gpus", _count),
+        ("int_priority", "int_priority", _count),
+    ),
     Point: (("int_min_cores", "int_min_cores", cores_from_centicores), ("int_min_gpus", "int_min_gpus", _count)),
 }
 
@@ -139,14 +148,30 @@ def limit_rows(*, show_ids: Sequence[str]) -> Iterator[tuple[str, str, int | str
     """(key, field, value) of every limit field of these shows, cores converted, -1 verbatim."""
     shows = list(show_ids)
     tables = (
-        (Subscription, Subscription.objects.filter(show_id__in=shows),
-         ("show_id", "alloc_id"), lambda row: keys.sub(show_id=row["show_id"], alloc_id=row["alloc_id"])),
-        (FolderResource, FolderResource.objects.filter(folder__show_id__in=shows),
-         ("folder_id", "folder__show_id"), lambda row: keys.folder(folder_id=row["folder_id"])),
-        (JobResource, JobResource.objects.filter(job__show_id__in=shows).exclude(job__str_state="FINISHED"),
-         ("job_id",), lambda row: keys.job(job_id=row["job_id"])),
-        (Point, Point.objects.filter(show_id__in=shows),
-         ("dept_id", "show_id"), lambda row: keys.point(dept_id=row["dept_id"], show_id=row["show_id"])),
+        (
+            Subscription,
+            Subscription.objects.filter(show_id__in=shows),
+            ("show_id", "alloc_id"),
+            lambda row: keys.sub(show_id=row["show_id"], alloc_id=row["alloc_id"]),
+        ),
+        (
+            FolderResource,
+            FolderResource.objects.filter(folder__show_id__in=shows),
+            ("folder_id", "folder__show_id"),
+            lambda row: keys.folder(folder_id=row["folder_id"]),
+        ),
+        (
+            JobResource,
+            JobResource.objects.filter(job__show_id__in=shows).exclude(job__str_state="FINISHED"),
+            ("job_id",),
+            lambda row: keys.job(job_id=row["job_id"]),
+        ),
+        (
+            Point,
+            Point.objects.filter(show_id__in=shows),
+            ("dept_id", "show_id"),
+            lambda row: keys.point(dept_id=row["dept_id"], show_id=row["show_id"]),
+        ),
     )
     for model, rows, ids, key_of in tables:
         for row in rows.values(*ids, *_columns(model)).iterator(chunk_size=STREAM_ROWS):

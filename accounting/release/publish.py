@@ -20,6 +20,7 @@ a broken connection (the script may have run); only NOSCRIPT reloads (accounting
 A prepare that fails schedules no publish: without its entry a decrement could land
 after a reseed already counted the proc gone, and push the key low.
 """
+
 import logging
 import threading
 import time
@@ -60,13 +61,21 @@ def release_keys(release: Release) -> tuple[str, ...]:
     """The hashes the release takes the proc off: the booking's five, or, when the proc's job
     row is gone, the three it can still name (its folder and point are unknown)."""
     if release.job_gone:
-        return (keys.sub(show_id=release.show_id, alloc_id=release.alloc_id), keys.job(job_id=release.job_id),
-                keys.layer(layer_id=release.layer_id))
+        return (
+            keys.sub(show_id=release.show_id, alloc_id=release.alloc_id),
+            keys.job(job_id=release.job_id),
+            keys.layer(layer_id=release.layer_id),
+        )
     # The job row is there (job_gone is folder_id None): its pk_folder and pk_dept are NOT NULL.
     assert release.folder_id is not None and release.dept_id is not None
     return keys.of_proc(
-        show_id=release.show_id, alloc_id=release.alloc_id, folder_id=release.folder_id,
-        job_id=release.job_id, layer_id=release.layer_id, dept_id=release.dept_id, point_show_id=release.point_show_id,
+        show_id=release.show_id,
+        alloc_id=release.alloc_id,
+        folder_id=release.folder_id,
+        job_id=release.job_id,
+        layer_id=release.layer_id,
+        dept_id=release.dept_id,
+        point_show_id=release.point_show_id,
     )
 
 
@@ -145,8 +154,9 @@ def _failed(*, stage: str, what: str, prepared: PreparedRelease, error: Exceptio
     if isinstance(error, _UNREACHABLE):
         breaker.trip()
     RELEASE_PUBLISH_FAILURES.labels(stage=stage).inc()
-    logger.warning("%s, Redis left high until the recompute: %s (%s: %s)",
-                   what, _ids(prepared), type(error).__name__, error)
+    logger.warning(
+        "%s, Redis left high until the recompute: %s (%s: %s)", what, _ids(prepared), type(error).__name__, error
+    )
 
 
 class RedisReleasePublisher:
@@ -185,9 +195,9 @@ class RedisReleasePublisher:
         started = time.perf_counter()
         try:
             # release.lua returns {applied, seq, clamped} on every path: a list reply.
-            applied, seq, clamped = cast(list, script("release").run(
-                self._client(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args
-            ))
+            applied, seq, clamped = cast(
+                list, script("release").run(self._client(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args)
+            )
         except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
             _failed(stage="publish", what="release publish failed and is not retried", prepared=prepared, error=error)
             return None
@@ -197,13 +207,16 @@ class RedisReleasePublisher:
             RELEASE_CLAMPED.inc(clamped)
             logger.warning(
                 "release found %d counter(s) below what it took off, kept at 0: Redis counted low before it, "
-                "until the next reseed: %s", clamped, _ids(prepared),
+                "until the next reseed: %s",
+                clamped,
+                _ids(prepared),
             )
         if not applied:
             RELEASE_PUBLISH_STALE.inc()
             logger.warning(
                 "release found its in-flight entry gone (Redis restarted or the entry expired) and changed "
-                "no counter, Redis left high until the next reseed: %s", _ids(prepared),
+                "no counter, Redis left high until the next reseed: %s",
+                _ids(prepared),
             )
         return seq
 
@@ -212,8 +225,12 @@ def made(*, prepared: PreparedRelease, releases: Sequence[Release]) -> PreparedR
     """The registered operation narrowed to the releases the transaction actually made (a proc
     released meanwhile by someone else is not decremented twice); with none, its publish only
     settles the entry."""
-    return replace(prepared, deltas=summed_deltas(releases), proc_ids=tuple(r.proc_id for r in releases),
-                   show_ids=tuple(sorted({r.show_id for r in releases})))
+    return replace(
+        prepared,
+        deltas=summed_deltas(releases),
+        proc_ids=tuple(r.proc_id for r in releases),
+        show_ids=tuple(sorted({r.show_id for r in releases})),
+    )
 
 
 def release_publisher() -> ReleasePublisher:

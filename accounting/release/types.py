@@ -1,4 +1,5 @@
 """What a release gave back, shared by the release path and its publishers (neither imports the other)."""
+
 from enum import StrEnum
 from typing import NamedTuple
 

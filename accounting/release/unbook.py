@@ -1,4 +1,5 @@
 """The release path: a proc given back, written as Cuebot writes it, told to the scheduler after commit."""
+
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -98,20 +99,24 @@ ROW_SOURCES = {
 }
 ROW = tuple(ROW_SOURCES)
 PROC_ID, SHOW_ID, CORES_CENTICORES, IS_LOCAL, INSERTED_BY = (
-    ROW.index(name) for name in ("proc_id", "show_id", "cores_centicores", "is_local", "inserted_by"))
+    ROW.index(name) for name in ("proc_id", "show_id", "cores_centicores", "is_local", "inserted_by")
+)
 # A Release is the row up to IS_LOCAL with cores put in after cores_centicores and the branch at
 # the end (_release_from_row): said once here, and refused at import if Release's fields move.
 _BEFORE_CORES, _AFTER_CORES = slice(0, CORES_CENTICORES + 1), slice(CORES_CENTICORES + 1, IS_LOCAL)
 if Release._fields != (*ROW[_BEFORE_CORES], "cores", *ROW[_AFTER_CORES], "branch"):
-    raise TypeError(f"accounting.release.unbook: ROW_SOURCES no longer lines up with Release's fields {Release._fields}")
+    raise TypeError(
+        f"accounting.release.unbook: ROW_SOURCES no longer lines up with Release's fields {Release._fields}"
+    )
 
 
 def _select_list(*, proc: str, host: str, job: str, named: dict[str, str] | None = None) -> str:
     """ROW's columns in order, each `<alias>.<column> AS <name>` with the alias the statement gives
     its proc, host and job; `named` gives a column an earlier CTE of the statement already returned."""
     aliases, named = {PROC: proc, HOST: host, JOB: job}, named or {}
-    return ", ".join(f"{named.get(name) or aliases[table] + '.' + column} AS {name}"
-                     for name, (table, column) in ROW_SOURCES.items())
+    return ", ".join(
+        f"{named.get(name) or aliases[table] + '.' + column} AS {name}" for name, (table, column) in ROW_SOURCES.items()
+    )
 
 
 RELEASE_MANY = """
@@ -142,8 +147,14 @@ WITH doomed AS MATERIALIZED (
 )
 SELECT {select}
   FROM gone g JOIN locked l ON l.pk_host = g.pk_host
-""".format(select=_select_list(proc="g", host="l", job="g",
-                               named={"point_show_id": "g.point_show", "job_state": "g.job_state", "inserted_by": "g.inserted_by"}))
+""".format(
+    select=_select_list(
+        proc="g",
+        host="l",
+        job="g",
+        named={"point_show_id": "g.point_show", "job_state": "g.job_state", "inserted_by": "g.inserted_by"},
+    )
+)
 
 # One proc, the common call: one proc row and one host row, so no ordering CTE is needed.
 # The host UPDATE reads the DELETE's output, so it runs after the proc row is locked and
@@ -212,7 +223,9 @@ class _Adjustment:
         """The same for one row, by its key (unique in each of these tables): a single row
         needs no ordering, and the plain UPDATE is the cheapest statement to run."""
         match = " AND ".join(f"{k} = %({k})s" for k in self.keys)
-        return f"UPDATE {self.table} SET {', '.join(f'{a} = {a} {self.sign} %({a})s' for a in self.amounts)} WHERE {match}"
+        return (
+            f"UPDATE {self.table} SET {', '.join(f'{a} = {a} {self.sign} %({a})s' for a in self.amounts)} WHERE {match}"
+        )
 
     @property
     def sql(self) -> str:
@@ -236,10 +249,19 @@ _CORES_GPUS = ("int_cores", "int_gpus")
 ADJUSTMENTS = (
     _Adjustment(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
     _Adjustment(table="layer_resource", pk="pk_layer_resource", keys=("pk_layer",), amounts=_CORES_GPUS),
-    _Adjustment(table="job_resource", pk="pk_job_resource", keys=("pk_job",),
-                amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus")),
-    _Adjustment(table="host_local", pk="pk_host_local", keys=("pk_host", "pk_job"),
-                amounts=("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"), sign="+"),
+    _Adjustment(
+        table="job_resource",
+        pk="pk_job_resource",
+        keys=("pk_job",),
+        amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus"),
+    ),
+    _Adjustment(
+        table="host_local",
+        pk="pk_host_local",
+        keys=("pk_host", "pk_job"),
+        amounts=("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"),
+        sign="+",
+    ),
     _Adjustment(table="folder_resource", pk="pk_folder_resource", keys=("pk_folder",), amounts=_CORES_GPUS),
     _Adjustment(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
 )
@@ -327,19 +349,25 @@ def _counted_at_switch_back(rows: list[tuple], counting: Counting) -> frozenset[
     xid horizon it recorded (accounting.reconcile.recompute.inserted_below), by the xmin the
     releasing statement returns (inserted_by)."""
     horizons = {show_id: int(horizon) for show_id, horizon in counting.counted_before.items()}
-    return frozenset(row[PROC_ID] for row in rows
-                     if row[SHOW_ID] in horizons and inserted_below(xmin=row[INSERTED_BY], horizon=horizons[row[SHOW_ID]]))
+    return frozenset(
+        row[PROC_ID]
+        for row in rows
+        if row[SHOW_ID] in horizons and inserted_below(xmin=row[INSERTED_BY], horizon=horizons[row[SHOW_ID]])
+    )
 
 
 def _release_from_row(row: tuple, *, branch: Branch) -> Release:
     """A releasing statement's row is Release's fields in order (ROW_SOURCES), but for cores in
     Redis's unit and the branch: built straight into the tuple, as a batch builds one per proc
     (far cheaper than the keyword constructor: docs/benchmarks.md)."""
-    return _new_release(Release, (*row[_BEFORE_CORES], cores_from_centicores(row[CORES_CENTICORES]), *row[_AFTER_CORES], branch))
+    return _new_release(
+        Release, (*row[_BEFORE_CORES], cores_from_centicores(row[CORES_CENTICORES]), *row[_AFTER_CORES], branch)
+    )
 
 
-def _releases_from_rows(rows: list[tuple], *, branches: dict[str, Branch],
-                        read: dict[str, tuple] | None = None) -> list[Release]:
+def _releases_from_rows(
+    rows: list[tuple], *, branches: dict[str, Branch], read: dict[str, tuple] | None = None
+) -> list[Release]:
     """The releases the releasing statement returned. A row equal to the one the read before
     any lock returned, with the same owner, is that read's Release (a batch builds each once)."""
     read = read or {}
@@ -353,8 +381,9 @@ def _releases_from_rows(rows: list[tuple], *, branches: dict[str, Branch],
     return releases
 
 
-def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequence[str] = (),
-                          counted: frozenset[str] = frozenset()) -> None:
+def _adjust_pg_accounting(
+    cursor, releases: Sequence[Release], *, settling: Sequence[str] = (), counted: frozenset[str] = frozenset()
+) -> None:
     """Local and Cuebot-managed procs: one ordered statement per table with rows to change
     (a plain one-row UPDATE where a single row changes).
 
@@ -399,8 +428,9 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
     failures = []
     if recomputed and not any(sums.values()):
         # Only settling rows to write: all of them locked, then all of them set, in two round trips.
-        report_row_failures(recompute_named_rows(show_ids=list(settling), named=recomputed),
-                            operation="release of a settling show")
+        report_row_failures(
+            recompute_named_rows(show_ids=list(settling), named=recomputed), operation="release of a settling show"
+        )
         return
     for a in ADJUSTMENTS:
         rows = sums[a.table]
@@ -414,8 +444,12 @@ def _adjust_pg_accounting(cursor, releases: Sequence[Release], *, settling: Sequ
             params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(a.amounts)}
             cursor.execute(ADJUSTMENT_SQL[a.table], params)
         if recomputed.get(a.table):
-            failures += recompute_rows(cursor=cursor, table=TABLE_RECOMPUTES[a.table], show_ids=list(settling),
-                                       named=sorted(recomputed[a.table]))
+            failures += recompute_rows(
+                cursor=cursor,
+                table=TABLE_RECOMPUTES[a.table],
+                show_ids=list(settling),
+                named=sorted(recomputed[a.table]),
+            )
     report_row_failures(failures, operation="release of a settling show")
     _remove_finished_local_reservations(cursor, releases)
 
@@ -432,7 +466,9 @@ DELETE FROM host_local hl
 
 
 def _remove_finished_local_reservations(cursor, releases: Sequence[Release]) -> None:
-    over = sorted({(r.host_id, r.job_id) for r in releases if r.branch is Branch.LOCAL and (r.job_finished or r.job_gone)})
+    over = sorted(
+        {(r.host_id, r.job_id) for r in releases if r.branch is Branch.LOCAL and (r.job_finished or r.job_gone)}
+    )
     if over:
         cursor.execute(REMOVE_LOCAL_RESERVATIONS, {"hosts": [h for h, _ in over], "jobs": [j for _, j in over]})
 
@@ -445,7 +481,8 @@ def _report_jobs_gone(releases: Sequence[Release]) -> None:
             logger.warning(
                 "proc %s released although its job %s is gone: host given back, subscription, job and layer "
                 "taken off; its folder and point cannot be resolved and keep counting it until the next recompute",
-                r.proc_id, r.job_id,
+                r.proc_id,
+                r.job_id,
             )
 
 
@@ -517,8 +554,12 @@ class _PreRead:
         write in PostgreSQL but the DELETE and the hosts, nothing to send in the transaction,
         and no caller's transaction around. The releasing statement is then a transaction on its
         own: no BEGIN and COMMIT round trips."""
-        return (len(self.rows) == len(proc_ids) and all(r.branch is _SCHEDULER for r in self.releases)
-                and not era.sends_in_transaction and not connection.in_atomic_block)
+        return (
+            len(self.rows) == len(proc_ids)
+            and all(r.branch is _SCHEDULER for r in self.releases)
+            and not era.sends_in_transaction
+            and not connection.in_atomic_block
+        )
 
 
 def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
@@ -532,8 +573,12 @@ def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
         rows = cursor.fetchall()
     counting = _counting(rows, era)
     releases = [_release_from_row(row, branch=_branch(row, branches=counting.branches)) for row in rows]
-    return _PreRead(rows={row[PROC_ID]: (row, release) for row, release in zip(rows, releases)}, releases=releases,
-                    branches=counting.branches, settling=counting.settling)
+    return _PreRead(
+        rows={row[PROC_ID]: (row, release) for row, release in zip(rows, releases)},
+        releases=releases,
+        branches=counting.branches,
+        settling=counting.settling,
+    )
 
 
 def _register(pre: _PreRead, era: ReleaseEra) -> _Registered | None:
@@ -565,7 +610,9 @@ def _release_once(proc_ids: list[str], era: ReleaseEra) -> dict[str, Release]:
         raise
 
 
-def _release_registered(proc_ids: list[str], registered_out: list["_Registered"], era: ReleaseEra) -> dict[str, Release]:
+def _release_registered(
+    proc_ids: list[str], registered_out: list["_Registered"], era: ReleaseEra
+) -> dict[str, Release]:
     pre = _pre_read(proc_ids, era) if era.reads_before_lock else None
     registered = _register(pre, era) if pre is not None else None
     if registered is not None:
@@ -575,8 +622,9 @@ def _release_registered(proc_ids: list[str], registered_out: list["_Registered"]
     return _release_in_transaction(proc_ids, registered, era=era, read=pre.rows if pre is not None else None)
 
 
-def _release_in_one_statement(proc_ids: list[str], *, pre: _PreRead, registered: "_Registered | None",
-                              era: ReleaseEra) -> dict[str, Release]:
+def _release_in_one_statement(
+    proc_ids: list[str], *, pre: _PreRead, registered: "_Registered | None", era: ReleaseEra
+) -> dict[str, Release]:
     """RELEASE_ONE or RELEASE_MANY on an autocommit connection: the DELETE and the host UPDATE
     are one statement, so one implicit transaction, committed when it returns. What follows a
     commit in the transactional path (publish, metrics) follows it here at once."""
@@ -598,8 +646,9 @@ def _release_in_one_statement(proc_ids: list[str], *, pre: _PreRead, registered:
     return {r.proc_id: r for r in releases}
 
 
-def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None", *, era: ReleaseEra,
-                            read: dict[str, tuple] | None = None) -> dict[str, Release]:
+def _release_in_transaction(
+    proc_ids: list[str], registered: "_Registered | None", *, era: ReleaseEra, read: dict[str, tuple] | None = None
+) -> dict[str, Release]:
     outermost = not connection.in_atomic_block
     with transaction.atomic(), _release_cursor() as cursor:
         # The procs deleted and their hosts given back in one statement.
@@ -631,7 +680,7 @@ def _release_in_transaction(proc_ids: list[str], registered: "_Registered | None
         # statement and the block commits as usual.
         if in_pg:
             recomputing = any(r.show_id in settling and r.proc_id not in counted for r in in_pg if r.branch is _CUEBOT)
-            with (nullcontext() if recomputing else _committed_with_the_writes() if outermost else _one_round_trip()):
+            with nullcontext() if recomputing else _committed_with_the_writes() if outermost else _one_round_trip():
                 _adjust_pg_accounting(cursor, in_pg, settling=settling, counted=counted)
                 era.send(cursor=cursor, releases=releases, commit=False)
         elif era.sends_in_transaction:

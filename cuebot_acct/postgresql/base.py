@@ -11,6 +11,7 @@
 - The query log (DEBUG, tests) names the release path's prepared statements too: psycopg
   keeps no query text for a prepared execution, so it is composed from the SQL given.
 """
+
 import select
 
 from django.db.backends.postgresql import base, operations

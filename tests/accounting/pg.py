@@ -1,5 +1,6 @@
 """Assertions about the PG accounting tables against SUM(proc), and about what the service sends
 PostgreSQL, for tests."""
+
 import tempfile
 from contextlib import contextmanager
 
@@ -25,12 +26,20 @@ def drift_all_tables(*, show_id: str) -> None:
     """What a toggle mid-flight can leave behind: every booked column wrong (some negative)."""
     with connection.cursor() as cursor:
         cursor.execute("UPDATE subscription SET int_cores = -300, int_gpus = 7 WHERE pk_show = %s", [show_id])
-        cursor.execute("UPDATE folder_resource r SET int_cores = 12345 FROM folder f "
-                       "WHERE f.pk_folder = r.pk_folder AND f.pk_show = %s", [show_id])
-        cursor.execute("UPDATE job_resource r SET int_cores = -1, int_local_cores = 9 FROM job j "
-                       "WHERE j.pk_job = r.pk_job AND j.pk_show = %s", [show_id])
-        cursor.execute("UPDATE layer_resource r SET int_gpus = 3 FROM job j "
-                       "WHERE j.pk_job = r.pk_job AND j.pk_show = %s", [show_id])
+        cursor.execute(
+            "UPDATE folder_resource r SET int_cores = 12345 FROM folder f "
+            "WHERE f.pk_folder = r.pk_folder AND f.pk_show = %s",
+            [show_id],
+        )
+        cursor.execute(
+            "UPDATE job_resource r SET int_cores = -1, int_local_cores = 9 FROM job j "
+            "WHERE j.pk_job = r.pk_job AND j.pk_show = %s",
+            [show_id],
+        )
+        cursor.execute(
+            "UPDATE layer_resource r SET int_gpus = 3 FROM job j WHERE j.pk_job = r.pk_job AND j.pk_show = %s",
+            [show_id],
+        )
         cursor.execute("UPDATE point SET int_cores = 42 WHERE pk_show = %s", [show_id])
 
 

@@ -1,6 +1,7 @@
 """accounting.E001-E005 and W001 query PostgreSQL, so they are registered with Tags.database:
 they run where a command names the database (`check --database default`, `migrate`), and a
 plain `check` (any other command) sends it no query."""
+
 import pytest
 from django.core import checks
 from django.core.checks import Tags

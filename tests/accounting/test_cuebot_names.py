@@ -1,4 +1,5 @@
 """Names as a Cuebot site has them: job names repeat over time, show names are not unique."""
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -39,13 +40,16 @@ def test_a_job_can_be_named_by_its_id(cuebot_farm):
     assert JobResource.objects.get(job=cuebot_farm.job).int_priority == 5
 
 
-@pytest.mark.parametrize("command", [
-    ["set_scheduler_managed", "{name}", "true"],
-    ["set_subscription", "{name}", "{alloc}", "--size", "5"],
-    ["set_folder_limits", "{name}", "root", "--max-cores", "5"],
-    ["acct_drift", "--show", "{name}"],
-    ["acct_reseed", "--show", "{name}"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["set_scheduler_managed", "{name}", "true"],
+        ["set_subscription", "{name}", "{alloc}", "--size", "5"],
+        ["set_folder_limits", "{name}", "root", "--max-cores", "5"],
+        ["acct_drift", "--show", "{name}"],
+        ["acct_reseed", "--show", "{name}"],
+    ],
+)
 def test_a_show_name_two_shows_carry_is_refused_not_guessed(command, seeded_redis):
     first, second = build_farm(managed=False), build_farm(managed=False)
     Show.objects.filter(pk=second.show.pk).update(str_name=first.show.str_name)

@@ -30,15 +30,21 @@ def test_creates_the_schedules_and_rerunning_makes_no_duplicates(capsys):
 def test_updates_an_edited_schedule_and_removes_hand_made_duplicates():
     call_command("setup_schedules")
     Schedule.objects.filter(name="recalculate_subs").update(minutes=5)
-    Schedule.objects.create(name="accounting_guardrail", func="accounting.tasks.accounting_guardrail_task",
-                            schedule_type=Schedule.MINUTES, minutes=1)
+    Schedule.objects.create(
+        name="accounting_guardrail",
+        func="accounting.tasks.accounting_guardrail_task",
+        schedule_type=Schedule.MINUTES,
+        minutes=1,
+    )
     call_command("setup_schedules")
     assert Schedule.objects.filter(name="accounting_guardrail").count() == 1
     assert Schedule.objects.get(name="recalculate_subs").minutes == 120
 
 
 def test_reconcile_schedules_follow_the_setting(settings, monkeypatch):
-    reseed = ScheduleSpec(name="booked_reseed", func="accounting.tasks.recalculate_subs_task", minutes=2, reconcile=True)
+    reseed = ScheduleSpec(
+        name="booked_reseed", func="accounting.tasks.recalculate_subs_task", minutes=2, reconcile=True
+    )
     monkeypatch.setattr(tasks, "SCHEDULES", (*SCHEDULES, reseed))
     settings.ACCOUNTING_RECONCILE_ENABLED = True
     call_command("setup_schedules")

@@ -1,5 +1,6 @@
 """/api/v1/docs works without internet: the page loads Swagger UI from this service's own
 static files (shipped with django-ninja), and each of them is served."""
+
 import json
 import re
 

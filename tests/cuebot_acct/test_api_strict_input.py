@@ -1,4 +1,5 @@
 """Input as strict as the schema says, and every error under /api/ in JSON (issue 21)."""
+
 import json
 
 import pytest
@@ -21,7 +22,9 @@ def send(client, method: str, url: str, body: str, token: str, content_type: str
 @pytest.mark.parametrize("number", ["1.0", "1e3", "5.5", "true", '"5"'])
 def test_a_count_field_takes_json_integers_only(client, farm, token, number):
     """Counts (GPUs, priorities) are whole; cores take decimals (test_cores_policy)."""
-    response = send(client, "patch", f"/api/v1/accounting/jobs/{farm.job.id}/limits", f'{{"max_gpus": {number}}}', token)
+    response = send(
+        client, "patch", f"/api/v1/accounting/jobs/{farm.job.id}/limits", f'{{"max_gpus": {number}}}', token
+    )
     assert response.status_code == 422 and "must be a JSON integer" in response.content.decode()
     assert JobResource.objects.get(job=farm.job).int_max_gpus == 100
 
@@ -45,8 +48,9 @@ def test_an_unknown_field_of_a_batch_release_is_refused_and_nothing_is_released(
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
 def test_a_body_that_is_not_declared_json_is_refused_with_415(client, farm, token, content_type):
     proc = farm.add_proc()
-    response = send(client, "post", "/api/v1/procs/unbook", json.dumps({"proc_ids": [proc.id]}), token,
-                    content_type=content_type)
+    response = send(
+        client, "post", "/api/v1/procs/unbook", json.dumps({"proc_ids": [proc.id]}), token, content_type=content_type
+    )
     assert response.status_code == 415
     assert response.json() == {"detail": f"the body must be application/json, not {content_type}"}
     assert Proc.objects.filter(pk=proc.pk).exists()

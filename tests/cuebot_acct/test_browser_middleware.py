@@ -1,5 +1,6 @@
 """A request under /api/ with a bearer token runs none of the browser middleware (sessions, the
 session's user, messages); every other request runs all of it (issue 35)."""
+
 import json
 
 import pytest
@@ -16,8 +17,9 @@ def token(token_with) -> str:
 
 
 def release(client, proc_id: str, headers: dict):
-    return client.post(f"/api/v1/procs/{proc_id}/unbook", data=json.dumps({}), content_type="application/json",
-                       headers=headers)
+    return client.post(
+        f"/api/v1/procs/{proc_id}/unbook", data=json.dumps({}), content_type="application/json", headers=headers
+    )
 
 
 def test_a_token_release_builds_no_session_user_or_messages(farm, client, token, admin_user):

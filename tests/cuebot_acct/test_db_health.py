@@ -1,5 +1,6 @@
 """The per-request connection health check (cuebot_acct.postgresql): no round trip on a live
 connection, and a connection the server ended is replaced before a request uses it."""
+
 import select
 import tempfile
 
@@ -51,5 +52,6 @@ def test_a_connection_the_server_ended_is_replaced_before_the_request_uses_it():
 
 def _dsn() -> str:
     params = connection.get_connection_params()
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items()
-                                             if k in ("dbname", "user", "host", "port", "password")})
+    return psycopg.conninfo.make_conninfo(
+        **{k: v for k, v in params.items() if k in ("dbname", "user", "host", "port", "password")}
+    )

@@ -1,5 +1,6 @@
 """Which errors count as an outage (logged in one line) and which keep their traceback, with
 errors raised by the real servers, not built by hand."""
+
 import logging
 
 import psycopg
@@ -18,7 +19,9 @@ def raised(call) -> BaseException:
 
 
 def test_an_unreachable_postgresql_and_redis_are_outages():
-    assert is_outage(raised(lambda: psycopg.connect(f"postgres://postgres@127.0.0.1:{closed_port()}/x", connect_timeout=2)))
+    assert is_outage(
+        raised(lambda: psycopg.connect(f"postgres://postgres@127.0.0.1:{closed_port()}/x", connect_timeout=2))
+    )
     assert is_outage(raised(lambda: redis.Redis(port=closed_port(), socket_connect_timeout=2).ping()))
 
 
@@ -36,8 +39,12 @@ def test_a_cancelled_statement_is_not_an_outage_though_psycopg_calls_it_operatio
 def test_the_filter_keeps_the_record_and_drops_the_traceback_of_an_outage_only():
     outage = raised(lambda: redis.Redis(port=closed_port(), socket_connect_timeout=2).ping())
     bug = raised(lambda: 1 / 0)
-    records = [logging.LogRecord("t", logging.WARNING, __file__, 1, "heartbeat (%s) failed", ("tasks",), (type(e), e, None))
-               for e in (outage, bug)]
+    records = [
+        logging.LogRecord("t", logging.WARNING, __file__, 1, "heartbeat (%s) failed", ("tasks",), (type(e), e, None))
+        for e in (outage, bug)
+    ]
     assert all(OutageInOneLine().filter(record) for record in records)
-    assert records[0].exc_info is None and records[0].getMessage().startswith("heartbeat (tasks) failed (ConnectionError: ")
+    assert records[0].exc_info is None and records[0].getMessage().startswith(
+        "heartbeat (tasks) failed (ConnectionError: "
+    )
     assert records[1].exc_info is not None and records[1].getMessage() == "heartbeat (tasks) failed"

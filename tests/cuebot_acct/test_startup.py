@@ -1,4 +1,5 @@
 """An unreachable PostgreSQL or Redis at start-up: one clear line naming the URL, exit 1."""
+
 import pytest
 from django.conf import settings
 
@@ -11,7 +12,8 @@ def test_services(db) -> dict[str, str]:
     """The suite's own database and Redis indexes, so the command checks nothing else."""
     return {
         **service_database(),
-        "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL, "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
+        "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
+        "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
         "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
     }
 
@@ -43,8 +45,14 @@ def test_unreachable_redis_names_the_setting_and_url(test_services, setting):
 
 
 def test_accounting_redis_is_not_required_in_the_maestro_era(test_services):
-    result = manage("check_services", **{**test_services, "ACCOUNTING_SCHEDULER": "maestro",
-                                         "ACCOUNTING_REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0"})
+    result = manage(
+        "check_services",
+        **{
+            **test_services,
+            "ACCOUNTING_SCHEDULER": "maestro",
+            "ACCOUNTING_REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0",
+        },
+    )
     assert result.returncode == 0, result.stderr
     assert "ACCOUNTING_REDIS_URL" not in result.stdout
 

@@ -2,6 +2,7 @@
 and when it is told to stop (issue 21): real processes against the real servers, PostgreSQL
 taken away through a relay the test cuts, the broker a Redis of the test's own that it kills.
 Each test awaits what the process says; the time limits are the promise to a supervisor."""
+
 import os
 import signal
 import sys
@@ -36,10 +37,15 @@ def cluster_env(transactional_db) -> dict[str, str]:
     and Redis indexes; one worker, enough to run a task."""
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL", "TASK_"))}
     return {
-        **inherited, "DJANGO_SETTINGS_MODULE": "settings", "DJANGO_SECRET_KEY": "task-cluster-test-" + "k" * 40,
-        "DATABASE_URL": database_url(), "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
-        "CACHE_REDIS_URL": settings.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
-        "TASK_WORKERS": "1", "TASK_OUTAGE_SECONDS": str(OUTAGE_SECONDS),
+        **inherited,
+        "DJANGO_SETTINGS_MODULE": "settings",
+        "DJANGO_SECRET_KEY": "task-cluster-test-" + "k" * 40,
+        "DATABASE_URL": database_url(),
+        "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
+        "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
+        "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
+        "TASK_WORKERS": "1",
+        "TASK_OUTAGE_SECONDS": str(OUTAGE_SECONDS),
     }
 
 
@@ -117,8 +123,12 @@ def test_losing_the_broker_stops_the_cluster_in_one_line_and_status_1(cluster_en
 @pytest.mark.parametrize("lost", ["postgresql", "broker"])
 def test_sigterm_stops_the_cluster_promptly_while_a_service_is_down(cluster_env, postgres_relay, lost):
     with redis_server() as broker:
-        env = {**cluster_env, "TASK_OUTAGE_SECONDS": "600", "TASK_BROKER_REDIS_URL": broker.url(2),
-               "DATABASE_URL": database_url(port=postgres_relay.port)}
+        env = {
+            **cluster_env,
+            "TASK_OUTAGE_SECONDS": "600",
+            "TASK_BROKER_REDIS_URL": broker.url(2),
+            "DATABASE_URL": database_url(port=postgres_relay.port),
+        }
         cluster = start_cluster(env)
         try:
             postgres_relay.cut() if lost == "postgresql" else broker.kill()

@@ -8,6 +8,7 @@ those and waits (observed in pg_blocking_pids), then the release goes on and ask
 first session's row. The cycle is closed by the release, whose deadlock_timeout is 50 ms
 against the other session's 60 s, so its backend finds the cycle and is the one aborted.
 """
+
 import logging
 import threading
 import time
@@ -35,8 +36,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def retries(operation: str, state: str = "40P01") -> float:
-    return REGISTRY.get_sample_value("cuebot_acct_transaction_retries_total",
-                                     {"operation": operation, "sqlstate": state}) or 0.0
+    return (
+        REGISTRY.get_sample_value("cuebot_acct_transaction_retries_total", {"operation": operation, "sqlstate": state})
+        or 0.0
+    )
 
 
 def recompute_failures() -> float:
@@ -67,8 +70,14 @@ class Outcome:
         self.error: BaseException | None = None
 
 
-def deadlock(*, run: Callable[[], object], pause_before: str | None, hold: tuple[str, list],
-             then_request: tuple[str, list], on_pause: Callable[[], None] | None = None) -> Outcome:
+def deadlock(
+    *,
+    run: Callable[[], object],
+    pause_before: str | None,
+    hold: tuple[str, list],
+    then_request: tuple[str, list],
+    on_pause: Callable[[], None] | None = None,
+) -> Outcome:
     """Run `run` in a thread on its own connection and make it a deadlock victim once.
 
     The other session locks `hold`; `run` stops just before its first statement containing
@@ -166,8 +175,12 @@ def test_a_released_proc_chosen_as_deadlock_victim_is_rerun_and_published_once(a
 
     # The release holds the proc (DELETE) and asks for the host (one statement does both);
     # the other session holds the host, asks for the proc.
-    outcome = deadlock(run=lambda: unbook_proc(proc_id=proc.id), pause_before=None,
-                       hold=lock_row("host", "pk_host", farm.host.id), then_request=lock_row("proc", "pk_proc", proc.id))
+    outcome = deadlock(
+        run=lambda: unbook_proc(proc_id=proc.id),
+        pause_before=None,
+        hold=lock_row("host", "pk_host", farm.host.id),
+        then_request=lock_row("proc", "pk_proc", proc.id),
+    )
 
     assert outcome.error is None
     assert outcome.value.branch is Branch.SCHEDULER and outcome.value.cores == 2
@@ -186,12 +199,17 @@ def test_a_cuebot_batch_chosen_as_deadlock_victim_is_rerun_with_exact_pg_values(
     farm = build_farm(managed=False)
     job2, layer2 = farm.add_job()
     kept = farm.add_proc(cores=400, gpus=1)
-    procs = [farm.add_proc(cores=250, gpus=1), farm.add_proc(cores=150, layer=layer2), farm.add_proc(cores=300, local=True)]
+    procs = [
+        farm.add_proc(cores=250, gpus=1),
+        farm.add_proc(cores=150, layer=layer2),
+        farm.add_proc(cores=300, local=True),
+    ]
     before = retries("release")
 
     # As in the soak: the other session holds the point row and asks for the folder row the release holds.
     outcome = deadlock(
-        run=lambda: unbook_procs(proc_ids=[p.id for p in procs]), pause_before="UPDATE point",
+        run=lambda: unbook_procs(proc_ids=[p.id for p in procs]),
+        pause_before="UPDATE point",
         hold=("SELECT 1 FROM point WHERE pk_show = %s FOR NO KEY UPDATE", [farm.show.id]),
         then_request=lock_row("folder_resource", "pk_folder", farm.folder.id),
     )
@@ -200,8 +218,14 @@ def test_a_cuebot_batch_chosen_as_deadlock_victim_is_rerun_with_exact_pg_values(
     assert [r.branch for r in outcome.value] == [Branch.CUEBOT, Branch.CUEBOT, Branch.LOCAL]
     assert retries("release") == before + 1
     assert accounting_mismatches(show_id=farm.show.id) == []
-    assert booked(farm) == {"sub": (400, 1), "folder": (400, 1), "job": (400, 1), "job_local": (0, 0),
-                            "layer": (400, 1), "point": (400, 1)}
+    assert booked(farm) == {
+        "sub": (400, 1),
+        "folder": (400, 1),
+        "job": (400, 1),
+        "job_local": (0, 0),
+        "layer": (400, 1),
+        "point": (400, 1),
+    }
     assert list(Proc.objects.values_list("pk", flat=True)) == [kept.id]
     assert acct_redis.keys("acct:*") == []  # a Cuebot-managed release never reaches Redis
 
@@ -217,8 +241,12 @@ def test_inside_a_callers_transaction_the_deadlock_propagates_and_nothing_is_pub
         with transaction.atomic():
             return unbook_proc(proc_id=proc.id)
 
-    outcome = deadlock(run=in_callers_transaction, pause_before=None,
-                       hold=lock_row("host", "pk_host", farm.host.id), then_request=lock_row("proc", "pk_proc", proc.id))
+    outcome = deadlock(
+        run=in_callers_transaction,
+        pause_before=None,
+        hold=lock_row("host", "pk_host", farm.host.id),
+        then_request=lock_row("proc", "pk_proc", proc.id),
+    )
 
     assert isinstance(outcome.error, OperationalError) and sqlstate(outcome.error) == "40P01"
     assert retries("release") == before
@@ -238,7 +266,8 @@ def test_the_recompute_after_a_switch_back_is_rerun_after_a_deadlock(acct_redis)
     show = Show.objects.get(pk=farm.show.pk)
 
     outcome = deadlock(
-        run=lambda: set_scheduler_managed(show=show, managed=False), pause_before="FROM point WHERE",
+        run=lambda: set_scheduler_managed(show=show, managed=False),
+        pause_before="FROM point WHERE",
         hold=("SELECT 1 FROM point WHERE pk_show = %s FOR NO KEY UPDATE", [farm.show.id]),
         then_request=lock_row("folder_resource", "pk_folder", farm.folder.id),
     )
@@ -275,9 +304,13 @@ def test_a_release_locks_the_accounting_tables_after_its_procs_and_hosts_in_one_
                     assert sqlstate(error) == "55P03"  # lock_not_available
                     held_by_release[name] = True
 
-    deadlock(run=lambda: unbook_procs(proc_ids=[p.id for p in reversed(procs)]), pause_before="UPDATE point",
-             hold=("SELECT 1 FROM point WHERE pk_show = %s FOR NO KEY UPDATE", [farm.show.id]),
-             then_request=lock_row("proc", "pk_proc", procs[1].id), on_pause=probe)
+    deadlock(
+        run=lambda: unbook_procs(proc_ids=[p.id for p in reversed(procs)]),
+        pause_before="UPDATE point",
+        hold=("SELECT 1 FROM point WHERE pk_show = %s FOR NO KEY UPDATE", [farm.show.id]),
+        then_request=lock_row("proc", "pk_proc", procs[1].id),
+        on_pause=probe,
+    )
 
     assert held_by_release == dict.fromkeys(held_by_release, True) and len(held_by_release) == 6
     assert accounting_mismatches(show_id=farm.show.id) == []
@@ -285,8 +318,10 @@ def test_a_release_locks_the_accounting_tables_after_its_procs_and_hosts_in_one_
 
 # --- the rerun itself, on errors raised by PostgreSQL with the SQLSTATE given ---
 
+
 def failing(states: list[str], calls: list[int]) -> Callable[[], str]:
     """A transaction whose n-th run fails in PostgreSQL with states[n] ('' runs clean)."""
+
     def run() -> str:
         with transaction.atomic(), connection.cursor() as cursor:
             calls.append(1)
@@ -294,6 +329,7 @@ def failing(states: list[str], calls: list[int]) -> Callable[[], str]:
             if state:
                 cursor.execute(f"DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '{state}'; END $$")
             return "committed"
+
     return run
 
 
@@ -340,4 +376,6 @@ def test_a_switch_back_whose_recompute_still_fails_stands_logged_and_counted(mon
         assert set_scheduler_managed(show=farm.show, managed=False) == (True, False)
     assert Show.objects.get(pk=farm.show.pk).b_scheduler_managed is False
     assert recompute_failures() == before + 1
-    assert any(r.levelno == logging.WARNING and "switch back to Cuebot failed" in r.getMessage() for r in caplog.records)
+    assert any(
+        r.levelno == logging.WARNING and "switch back to Cuebot failed" in r.getMessage() for r in caplog.records
+    )

@@ -5,6 +5,7 @@ DDL the project's `create` migration runs, runs the DBA's SQL of docs/attaching.
 written (the service's role, its schema, its grants), and drives `manage.py` against it in a
 separate process as that role, as an operator would.
 """
+
 import re
 import secrets
 from pathlib import Path
@@ -77,7 +78,9 @@ def fingerprint(name: str) -> list[tuple]:
 
 def tables_by_schema(name: str) -> dict[str, set[str]]:
     with server(name) as site:
-        rows = site.execute("SELECT schemaname, tablename FROM pg_tables WHERE schemaname IN ('public', %s)", [OWN_SCHEMA]).fetchall()
+        rows = site.execute(
+            "SELECT schemaname, tablename FROM pg_tables WHERE schemaname IN ('public', %s)", [OWN_SCHEMA]
+        ).fetchall()
     schemas: dict[str, set[str]] = {"public": set(), OWN_SCHEMA: set()}
     for schema, table in rows:
         schemas[schema].add(table)
@@ -85,7 +88,12 @@ def tables_by_schema(name: str) -> dict[str, set[str]]:
 
 
 def attached(url: str) -> dict[str, str]:
-    return {"DATABASE_URL": url, "OPENCUE_TABLES": "existing", "OWN_TABLES_SCHEMA": OWN_SCHEMA, "settings": "settings.test"}
+    return {
+        "DATABASE_URL": url,
+        "OPENCUE_TABLES": "existing",
+        "OWN_TABLES_SCHEMA": OWN_SCHEMA,
+        "settings": "settings.test",
+    }
 
 
 @pytest.mark.django_db
@@ -99,7 +107,14 @@ def test_migrate_on_a_cuebot_database_creates_only_the_projects_own_tables_in_th
     assert fingerprint(name) == before  # not one column, constraint, index, trigger or function of Cuebot's changed
     schemas = tables_by_schema(name)
     assert schemas["public"] == set(TABLES)
-    assert {"django_migrations", "acct_api_token", "acct_instance", "auth_user", "django_q_task", "django_session"} <= schemas[OWN_SCHEMA]
+    assert {
+        "django_migrations",
+        "acct_api_token",
+        "acct_instance",
+        "auth_user",
+        "django_q_task",
+        "django_session",
+    } <= schemas[OWN_SCHEMA]
     checked = manage("check", "--database", "default", **attached(url))
     assert checked.returncode == 0, checked.stderr
     assert "no issues" in checked.stdout
@@ -133,7 +148,9 @@ def test_the_check_names_a_missing_table_function_and_privilege(cuebot_database)
         site.execute(f"GRANT USAGE, CREATE ON SCHEMA {OWN_SCHEMA} TO cuebot_acct_reader")
         site.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public, {OWN_SCHEMA} TO cuebot_acct_reader")
     try:
-        checked = manage("check", "--database", "default", **attached(superuser.replace("postgres@", "cuebot_acct_reader@")))
+        checked = manage(
+            "check", "--database", "default", **attached(superuser.replace("postgres@", "cuebot_acct_reader@"))
+        )
     finally:
         with server(name) as site:
             site.execute("DROP OWNED BY cuebot_acct_reader")
@@ -171,12 +188,21 @@ def test_demo_and_simulator_fill_only_a_cuebot_database_without_shows(cuebot_dat
     seeded = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(superuser))
     again = manage("seed_demo_farm", "--procs", "20", "--hosts", "4", **attached(superuser))
     # The operator's commands work there, on the attached tables, as the service's role.
-    operated = [manage(*command, **attached(url)) for command in (
-        ("acct_drift",), ("recalculate_subs",), ("set_scheduler_managed", "demo02", "true"),
-        ("set_subscription", "demo02", "demo.general", "--burst", "500"), ("acct_reseed",), ("setup_schedules",),
-    )]
+    operated = [
+        manage(*command, **attached(url))
+        for command in (
+            ("acct_drift",),
+            ("recalculate_subs",),
+            ("set_scheduler_managed", "demo02", "true"),
+            ("set_subscription", "demo02", "demo.general", "--burst", "500"),
+            ("acct_reseed",),
+            ("setup_schedules",),
+        )
+    ]
     with server(name) as site:
-        site.execute("INSERT INTO show (pk_show, str_name) VALUES ('00000000-0000-0000-0000-00000000cafe', 'site-show')")
+        site.execute(
+            "INSERT INTO show (pk_show, str_name) VALUES ('00000000-0000-0000-0000-00000000cafe', 'site-show')"
+        )
         frames, procs = site.execute("SELECT (SELECT count(*) FROM frame), (SELECT count(*) FROM proc)").fetchone()
     refused_seed = manage("seed_demo_farm", **attached(superuser))
     refused_sim = manage("simulate_farm", "--seconds", "1", **attached(superuser))
@@ -187,8 +213,9 @@ def test_demo_and_simulator_fill_only_a_cuebot_database_without_shows(cuebot_dat
     assert seeded.returncode == 0, seeded.stderr
     assert again.returncode == 0, again.stderr
     assert (frames, procs) == (20, 20)
-    assert [(result.args[2:], result.returncode) for result in operated] == [(result.args[2:], 0) for result in operated], [
-        result.stderr for result in operated if result.returncode]
+    assert [(result.args[2:], result.returncode) for result in operated] == [
+        (result.args[2:], 0) for result in operated
+    ], [result.stderr for result in operated if result.returncode]
     assert refused_seed.returncode == 2 and "holds 1 show(s) it did not create" in refused_seed.stderr
     assert refused_seed.stderr.strip().count("\n") == 0, refused_seed.stderr
     assert refused_sim.returncode == 2 and "holds 5 show(s) it did not create" in refused_sim.stderr  # the demo's too

@@ -1,4 +1,5 @@
 """The trigger behaviour of the Cuebot-shaped schema, as docs/cuebot-schema.md states it."""
+
 from decimal import Decimal
 
 import pytest
@@ -76,15 +77,23 @@ def test_a_host_or_host_local_idle_amount_below_zero_fails():
 def test_a_proc_of_zero_cores_cannot_be_inserted():
     farm = build_farm(managed=False)
     with transaction.atomic(), refused("tried to allocate 0 cores"):
-        Proc.objects.create(host=farm.host, job=farm.job, show=farm.show, layer=farm.layer, int_cores_reserved=0,
-                            int_mem_reserved=1024)
+        Proc.objects.create(
+            host=farm.host, job=farm.job, show=farm.show, layer=farm.layer, int_cores_reserved=0, int_mem_reserved=1024
+        )
 
 
 def test_a_proc_needs_a_frame_that_exists():
     farm = build_farm(managed=False)
     with transaction.atomic(), pytest.raises(DatabaseError, match="c_proc_pk_frame"):
-        Proc.objects.create(host=farm.host, job=farm.job, show=farm.show, layer=farm.layer, frame_id=new_pk(),
-                            int_cores_reserved=100, int_mem_reserved=1024)
+        Proc.objects.create(
+            host=farm.host,
+            job=farm.job,
+            show=farm.show,
+            layer=farm.layer,
+            frame_id=new_pk(),
+            int_cores_reserved=100,
+            int_mem_reserved=1024,
+        )
 
 
 def test_float_tier_is_derived_on_update():

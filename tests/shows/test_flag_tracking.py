@@ -1,6 +1,7 @@
 """The show flags held in the process (shows.flag_tracking): no round trip on a hit, yet a
 change made anywhere is seen by the next read, and a lost invalidation channel serves nothing
 from the process."""
+
 import pytest
 import redis
 from django.conf import settings

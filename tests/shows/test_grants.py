@@ -3,6 +3,7 @@ are shows.attach.grant_statements, which accounting.E004 checks, and the whole s
 a role holding exactly them (tests/service_role.py). Here: that it does, that the page and
 the checks agree, and that a revoked grant is named by the check and fails the path that
 needs it."""
+
 import re
 from pathlib import Path
 
@@ -46,15 +47,20 @@ def test_the_suite_runs_as_a_role_holding_exactly_the_documented_grants():
         assert cursor.fetchone() == (False, False, False)
         cursor.execute(
             "SELECT table_name, privilege_type FROM information_schema.role_table_grants "
-            "WHERE grantee = current_user AND table_name = ANY(%s)", [list(expected_columns())])
+            "WHERE grantee = current_user AND table_name = ANY(%s)",
+            [list(expected_columns())],
+        )
         held = sorted(cursor.fetchall())
         cursor.execute(
             "SELECT table_name, column_name, privilege_type FROM information_schema.column_privileges "
             "WHERE grantee = current_user AND table_name = ANY(%s) "
-            "AND NOT has_table_privilege(current_user, table_name, privilege_type)", [list(expected_columns())])
+            "AND NOT has_table_privilege(current_user, table_name, privilege_type)",
+            [list(expected_columns())],
+        )
         column_grants = sorted(cursor.fetchall())
-    assert held == sorted((table, privilege) for table in expected_columns()
-                          for privilege in WRITES.get(table, ("SELECT",)))
+    assert held == sorted(
+        (table, privilege) for table in expected_columns() for privilege in WRITES.get(table, ("SELECT",))
+    )
     assert column_grants == sorted((table, column, "UPDATE") for table, column in ROW_LOCKS.items())
     with as_cuebot(), connection.cursor() as cursor:  # and as_cuebot is the superuser, for the fixtures
         cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
@@ -68,8 +74,10 @@ def test_the_checks_find_no_privilege_missing_under_the_documented_role():
 def test_the_checks_name_the_row_lock_when_its_grant_is_revoked():
     revoke_row_lock()
     messages = [p.message for p in schema_problems() if p.id == "accounting.E004"]
-    assert messages == ["the database role may not lock rows of proc (a batch release locks them in key order, "
-                        "and a row lock needs UPDATE on one of its columns)"]
+    assert messages == [
+        "the database role may not lock rows of proc (a batch release locks them in key order, "
+        "and a row lock needs UPDATE on one of its columns)"
+    ]
 
 
 @pytest.mark.parametrize("managed", [True, False], ids=["scheduler-managed", "cuebot-managed"])

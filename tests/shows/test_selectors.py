@@ -94,7 +94,10 @@ def test_an_unreachable_flag_cache_falls_back_to_postgresql(farm, settings, capl
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
     settings.CACHE_REDIS_URL = f"redis://127.0.0.1:{closed}/0"  # the flag tracker's
-    settings.CACHES = {**settings.CACHES, "default": {**settings.CACHES["default"], "LOCATION": [settings.CACHE_REDIS_URL]}}
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {**settings.CACHES["default"], "LOCATION": [settings.CACHE_REDIS_URL]},
+    }
     # A cache outage must not stop releases: the flag is read from PostgreSQL instead.
     assert is_scheduler_managed(show_id=farm.show.id) is True
     Show.objects.filter(pk=farm.show.pk).update(b_scheduler_managed=False)

@@ -6,6 +6,7 @@ reseed's snapshot) for the length of one short run on a fresh farm, and the repo
 its failure. The unbroken runs beside them (test_simulation.py, test_counting_rules.py) hold
 every invariant at 0, so a catch here is the variant's doing.
 """
+
 from dataclasses import replace
 
 import pytest
@@ -19,7 +20,11 @@ from accounting.release import publish, unbook
 from simulator import runner
 from simulator.runner import SimConfig, run_simulation
 
-pytestmark = [pytest.mark.slow, pytest.mark.superuser, pytest.mark.django_db(transaction=True)]  # it books as the scheduler
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.superuser,
+    pytest.mark.django_db(transaction=True),
+]  # it books as the scheduler
 
 
 def booking_script_without(monkeypatch, check: str) -> None:
@@ -75,12 +80,15 @@ def decrement_lost(monkeypatch):
 def finished_jobs_left_out_of_the_snapshot(monkeypatch):
     """The upstream scheduler's reseed rule, in this project's reseed."""
     real = reseed.booked_rows
-    monkeypatch.setattr(reseed, "booked_rows", lambda *, show_ids, finished_jobs=True: real(show_ids=show_ids, finished_jobs=False))
+    monkeypatch.setattr(
+        reseed, "booked_rows", lambda *, show_ids, finished_jobs=True: real(show_ids=show_ids, finished_jobs=False)
+    )
 
 
 def published_before_commit(monkeypatch):
     """The decrement sent at once instead of from transaction.on_commit: a rolled-back
     release still takes its procs off."""
+
     def at_once(registered, covered, era):
         era.publisher.publish(prepared=publish.made(prepared=registered.prepared, releases=covered))
 
@@ -107,15 +115,23 @@ def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
     faults, invariants = VARIANTS[variant]
     variant(monkeypatch)
     # A small, busy farm: one releaser for four bookers, so caps and bursts are reached.
-    report = run_simulation(config=SimConfig(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7,
-                                             reconcile_interval=0.5))
+    report = run_simulation(
+        config=SimConfig(
+            shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7, reconcile_interval=0.5
+        )
+    )
     assert any(report.invariants[name] > 0 for name in invariants), report.as_table()
     assert not report.ok
 
 
-@pytest.mark.parametrize("faults", sorted({faults for faults, _ in VARIANTS.values()}), ids=lambda f: ",".join(f) or "none")
+@pytest.mark.parametrize(
+    "faults", sorted({faults for faults, _ in VARIANTS.values()}), ids=lambda f: ",".join(f) or "none"
+)
 def test_the_same_runs_of_the_unbroken_protocol_hold_every_invariant(faults):
     """The control: each run above, with nothing broken, is clean, exactness judged."""
-    report = run_simulation(config=SimConfig(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7,
-                                             reconcile_interval=0.5))
+    report = run_simulation(
+        config=SimConfig(
+            shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7, reconcile_interval=0.5
+        )
+    )
     assert report.ok and report.exactness_judged, report.as_table()

@@ -1,5 +1,6 @@
 """`simulate_farm --era notify`: the NOTIFY-era scheduler model against this project's release
 path and limit services, its invariants held, and shown able to fail."""
+
 import json
 import threading
 import uuid
@@ -23,8 +24,21 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.superuser]
 def simulate(*args: str) -> dict:
     out = StringIO()
     try:
-        call_command("simulate_farm", "--era", "notify", "--json", "--shows", "2", "--hosts", "6", "--jobs", "8",
-                     *args, stdout=out, stderr=StringIO())
+        call_command(
+            "simulate_farm",
+            "--era",
+            "notify",
+            "--json",
+            "--shows",
+            "2",
+            "--hosts",
+            "6",
+            "--jobs",
+            "8",
+            *args,
+            stdout=out,
+            stderr=StringIO(),
+        )
     except CommandError as failed:
         assert failed.returncode == 1
     return json.loads(out.getvalue())
@@ -48,7 +62,9 @@ def test_every_fault_keeps_every_invariant():
 
 def test_a_release_decremented_twice_is_caught(monkeypatch):
     real = payloads.release_payload
-    monkeypatch.setattr(payloads, "release_payload", lambda *, key, cores, gpus: real(key=key, cores=2 * cores, gpus=gpus))
+    monkeypatch.setattr(
+        payloads, "release_payload", lambda *, key, cores, gpus: real(key=key, cores=2 * cores, gpus=gpus)
+    )
     report = simulate("--seconds", "4", "--faults", "none", "--seed", "2")
     assert report["ok"] is False
     assert report["invariants"]["releases_not_heard_exactly_once"] == 1
@@ -56,7 +72,9 @@ def test_a_release_decremented_twice_is_caught(monkeypatch):
 
 def test_unknown_faults_are_refused():
     with pytest.raises(CommandError, match="unknown fault"):
-        call_command("simulate_farm", "--era", "notify", "--faults", "redis-restart", stdout=StringIO(), stderr=StringIO())
+        call_command(
+            "simulate_farm", "--era", "notify", "--faults", "redis-restart", stdout=StringIO(), stderr=StringIO()
+        )
 
 
 def test_a_release_in_the_recompute_markers_packet_is_applied_not_lost():
@@ -70,9 +88,15 @@ def test_a_release_in_the_recompute_markers_packet_is_applied_not_lost():
     store.booked[job] = [10, 1]
     marker = f"sim-marker-{uuid.uuid4().hex}"
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [payloads.RELEASE, payloads.release_payload(key=(*ids, ids[0], ids[0]), cores=1, gpus=0)])
+        cursor.execute(
+            "SELECT pg_notify(%s, %s)",
+            [payloads.RELEASE, payloads.release_payload(key=(*ids, ids[0], ids[0]), cores=1, gpus=0)],
+        )
         cursor.execute("SELECT pg_notify(%s, %s)", [payloads.RELEASE, marker])
-        cursor.execute("SELECT pg_notify(%s, %s)", [payloads.RELEASE, payloads.release_payload(key=(*ids, ids[1], ids[1]), cores=2, gpus=1)])
+        cursor.execute(
+            "SELECT pg_notify(%s, %s)",
+            [payloads.RELEASE, payloads.release_payload(key=(*ids, ids[1], ids[1]), cores=2, gpus=1)],
+        )
     try:
         assert scheduler._drain_until(marker, drop_releases=True)
     finally:

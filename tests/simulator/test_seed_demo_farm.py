@@ -11,7 +11,22 @@ from tests.accounting.pg import accounting_mismatches
 from tests.processes import closed_port
 from tests.service_role import as_cuebot
 
-TABLE_COUNTS = ["facility", "alloc", "show", "dept", "folder", "folder_resource", "job", "job_resource", "layer", "layer_resource", "subscription", "point", "host", "proc"]
+TABLE_COUNTS = [
+    "facility",
+    "alloc",
+    "show",
+    "dept",
+    "folder",
+    "folder_resource",
+    "job",
+    "job_resource",
+    "layer",
+    "layer_resource",
+    "subscription",
+    "point",
+    "host",
+    "proc",
+]
 
 # Host idle values against SUM(proc) of the procs on each host; the accounting tables are
 # checked per show by tests.accounting.pg.accounting_mismatches.
@@ -48,7 +63,8 @@ def test_the_services_documented_role_is_refused_in_one_line_before_anything_is_
         "seed_demo_farm refuses: it writes Cuebot's own rows as Cuebot and the scheduler do, and this database role "
         "may not INSERT on facility, alloc, show, dept, subscription, point, folder, job, layer, host, host_stat, "
         "frame, proc (the service's role of docs/attaching.md never may); run it as Cuebot's database role or the "
-        "database owner, on a scratch Cuebot database")
+        "database owner, on a scratch Cuebot database"
+    )
     assert set(counts().values()) == {0}
 
 
@@ -87,8 +103,13 @@ def test_demo_farm_has_both_kinds_of_show_and_fractional_and_finished_cases():
     assert Job.objects.filter(str_state="FINISHED").exists()
     assert not Proc.objects.filter(job__str_state="FINISHED").exists()
     # Every proc's subscription exists: the show subscribes to its host's allocation.
-    assert scalar("SELECT count(*) FROM proc p JOIN host h USING (pk_host) LEFT JOIN subscription s "
-                  "ON s.pk_show = p.pk_show AND s.pk_alloc = h.pk_alloc WHERE s.pk_subscription IS NULL") == 0
+    assert (
+        scalar(
+            "SELECT count(*) FROM proc p JOIN host h USING (pk_host) LEFT JOIN subscription s "
+            "ON s.pk_show = p.pk_show AND s.pk_alloc = h.pk_alloc WHERE s.pk_subscription IS NULL"
+        )
+        == 0
+    )
 
 
 @pytest.mark.django_db

@@ -1,4 +1,5 @@
 """The demo farm command leaves Redis seeded for its scheduler-managed shows."""
+
 import pytest
 from django.core.management import call_command
 

@@ -1,4 +1,5 @@
 """The simulator: its fault plan and, end to end, a short run with every fault (the CI run)."""
+
 import json
 import random
 from io import StringIO
@@ -63,8 +64,15 @@ def test_the_services_documented_role_is_refused_in_one_line_before_anything_is_
 def test_help_states_every_default():
     text = SimulateFarm().create_parser("manage.py", "simulate_farm").format_help()
     flat = " ".join(text.split())
-    for default in ("(default: 4)", "(default: 20)", "(default: 40)", "(default: 60)", "(default: 2)", "(default: 1)",
-                    "(default: none)"):
+    for default in (
+        "(default: 4)",
+        "(default: 20)",
+        "(default: 40)",
+        "(default: 60)",
+        "(default: 2)",
+        "(default: 1)",
+        "(default: none)",
+    ):
         assert default in flat, default
     assert "none by default" in flat and "--allow-flush-foreign-keys" in flat
     assert "under injected faults" not in flat
@@ -88,7 +96,9 @@ def test_foreign_keys_are_those_of_shows_not_given_as_own(farm, acct_redis):
 
 def test_redis_restart_fault_refuses_to_flush_keys_of_shows_it_did_not_create(foreign_key, acct_redis):
     with pytest.raises(CommandError) as raised, as_cuebot():  # a role that may book: this refusal comes first
-        call_command("simulate_farm", "--seconds", "1", "--faults", "redis-restart", stdout=StringIO(), stderr=StringIO())
+        call_command(
+            "simulate_farm", "--seconds", "1", "--faults", "redis-restart", stdout=StringIO(), stderr=StringIO()
+        )
     assert raised.value.returncode == 2
     assert "--allow-flush-foreign-keys" in str(raised.value) and foreign_key in str(raised.value)
     assert acct_redis.hgetall(foreign_key) == {"int_cores": "7", "size": "10"}
@@ -112,8 +122,17 @@ def test_all_faults_beside_keys_it_did_not_create_run_on_a_redis_of_their_own(fo
 @pytest.mark.django_db(transaction=True)
 def test_redis_restart_fault_flushes_them_when_told_explicitly(foreign_key, acct_redis):
     out = StringIO()
-    call_command("simulate_farm", "--seconds", "1", "--faults", "redis-restart", "--allow-flush-foreign-keys", "--json",
-                 stdout=out, stderr=StringIO())
+    call_command(
+        "simulate_farm",
+        "--seconds",
+        "1",
+        "--faults",
+        "redis-restart",
+        "--allow-flush-foreign-keys",
+        "--json",
+        stdout=out,
+        stderr=StringIO(),
+    )
     assert json.loads(out.getvalue())["faults"]["redis-restart"] >= 1
     assert not acct_redis.exists(foreign_key)
 
@@ -125,13 +144,32 @@ def test_short_run_with_every_fault_keeps_every_invariant():
     assert settings.DATABASES["default"]["NAME"].startswith("test_")
     assert settings.ACCOUNTING_REDIS_URL.endswith(f"/{settings.TEST_REDIS_DB}")
     out = StringIO()
-    call_command("simulate_farm", "--seconds", "20", "--faults", "all", "--seed", "3", "--json", "--keep-farm", stdout=out,
-                 stderr=StringIO())
+    call_command(
+        "simulate_farm",
+        "--seconds",
+        "20",
+        "--faults",
+        "all",
+        "--seed",
+        "3",
+        "--json",
+        "--keep-farm",
+        stdout=out,
+        stderr=StringIO(),
+    )
     report = json.loads(out.getvalue())
-    assert report["invariants"] == {"over_cap": 0, "drift_after_reconcile": 0, "negative_counters": 0, "low_counters_sampled": 0,
-                                   "low_before_final_reseed": 0, "high_before_final_reseed": 0,
-                                   "releases_found_counter_low": 0, "negative_pg_rows": 0, "pg_drift_after_reconcile": 0,
-                                   "worker_errors": 0}
+    assert report["invariants"] == {
+        "over_cap": 0,
+        "drift_after_reconcile": 0,
+        "negative_counters": 0,
+        "low_counters_sampled": 0,
+        "low_before_final_reseed": 0,
+        "high_before_final_reseed": 0,
+        "releases_found_counter_low": 0,
+        "negative_pg_rows": 0,
+        "pg_drift_after_reconcile": 0,
+        "worker_errors": 0,
+    }
     assert report["ok"] is True
     assert report["bookings"] > 0 and report["releases"] > 0
     assert set(report["rejections"]) >= {"subscription", "job"}

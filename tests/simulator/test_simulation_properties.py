@@ -8,6 +8,7 @@ and a `@reproduce_failure` blob. The examples are derandomized (the same 30 on e
 run, so CI is reproducible); to explore further, drop `derandomize` and run with
 `--hypothesis-seed=N` (printed on failure), or raise max_examples locally.
 """
+
 import math
 import time
 import uuid
@@ -40,7 +41,12 @@ from tests.service_role import as_cuebot
 
 PROC_MEM = 4096
 
-book_step = st.tuples(st.just("book"), st.integers(0, 1), st.sampled_from([100, 250, 400]), st.sampled_from(["commit", "insert_fails", "crash", "pending"]))
+book_step = st.tuples(
+    st.just("book"),
+    st.integers(0, 1),
+    st.sampled_from([100, 250, 400]),
+    st.sampled_from(["commit", "insert_fails", "crash", "pending"]),
+)
 steps = st.one_of(
     book_step,
     st.tuples(st.just("finish_pending"), st.integers(0, 7)),
@@ -85,14 +91,24 @@ class Model:
             lowering[2] = min(lowering[2], time.monotonic())
 
     def counted_over_cap(self) -> list:
-        return [v for v in self.over_cap
-                if not overlaps(self.lowerings, v.key, v.started, v.checked)
-                and not overlaps(self.switches, v.show_id, v.started, v.checked)]
+        return [
+            v
+            for v in self.over_cap
+            if not overlaps(self.lowerings, v.key, v.started, v.checked)
+            and not overlaps(self.switches, v.show_id, v.started, v.checked)
+        ]
 
     def ids(self, job_index: int) -> dict:
         job, layer = self.jobs[job_index]
         f = self.farm
-        return dict(show_id=f.show.id, alloc_id=f.alloc.id, folder_id=f.folder.id, job_id=job.id, layer_id=layer.id, dept_id=f.dept.id)
+        return dict(
+            show_id=f.show.id,
+            alloc_id=f.alloc.id,
+            folder_id=f.folder.id,
+            job_id=job.id,
+            layer_id=layer.id,
+            dept_id=f.dept.id,
+        )
 
 
 def insert_proc(ids: dict, *, host_id: str, cores: int) -> str | None:
@@ -102,8 +118,20 @@ def insert_proc(ids: dict, *, host_id: str, cores: int) -> str | None:
         cursor.execute(CLAIM_HOST, {"host": host_id, "cores": cores, "mem": PROC_MEM, "gpus": 0})
         if cursor.rowcount != 1:
             return None
-        cursor.execute(INSERT_PROC, {"proc": proc_id, "host": host_id, "job": ids["job_id"], "show": ids["show_id"],
-                                     "layer": ids["layer_id"], "frame": None, "cores": cores, "gpus": 0, "mem": PROC_MEM})
+        cursor.execute(
+            INSERT_PROC,
+            {
+                "proc": proc_id,
+                "host": host_id,
+                "job": ids["job_id"],
+                "show": ids["show_id"],
+                "layer": ids["layer_id"],
+                "frame": None,
+                "cores": cores,
+                "gpus": 0,
+                "mem": PROC_MEM,
+            },
+        )
     return proc_id
 
 
@@ -115,8 +143,11 @@ def finish(model: Model, pending: Pending) -> None:
     booking.settle(op_id=pending.op_id)
     model.procs.append(proc_id)
     model.over_cap += over_cap_after_booking(
-        show_id=pending.ids["show_id"], alloc_id=pending.ids["alloc_id"], folder_id=pending.ids["folder_id"],
-        job_id=pending.ids["job_id"], started=pending.started,
+        show_id=pending.ids["show_id"],
+        alloc_id=pending.ids["alloc_id"],
+        folder_id=pending.ids["folder_id"],
+        job_id=pending.ids["job_id"],
+        started=pending.started,
     )
 
 
@@ -192,7 +223,12 @@ def tight_farm():
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@hypothesis_settings(max_examples=30, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@hypothesis_settings(
+    max_examples=30,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(plan=st.lists(steps, min_size=5, max_size=30))
 def test_invariants_hold_for_any_interleaving(plan, acct_redis, monkeypatch):
     client = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL)

@@ -7,6 +7,7 @@ word, as the admin and the API). Counts (GPUs, priority) are whole: ASCII digits
 optional minus sign and nothing else (int() would also take ' 7' and '٣'), and at most what
 its column holds.
 """
+
 import re
 
 from django.core.management.base import CommandError
@@ -31,9 +32,13 @@ def _whole(name: str, value: str, *, unlimited: bool, top: int) -> int:
         number = None
     if number is None or (number < 0 and not (unlimited and number == -1)):
         expected = "a whole number >= 0 or -1 (unlimited)" if unlimited else "a whole number >= 0"
-        raise CommandError(f"--{name}: expected {expected} in ASCII digits, got {value!r}; nothing changed", returncode=2)
+        raise CommandError(
+            f"--{name}: expected {expected} in ASCII digits, got {value!r}; nothing changed", returncode=2
+        )
     if number > top:
-        raise CommandError(f"--{name}: at most {top} (what the column holds), got {value}; nothing changed", returncode=2)
+        raise CommandError(
+            f"--{name}: at most {top} (what the column holds), got {value}; nothing changed", returncode=2
+        )
     return number
 
 
@@ -44,8 +49,9 @@ def _cores(name: str, value: str, *, unlimited: bool, top: int, whole: bool) -> 
         raise CommandError(f"--{name}: {refused} (got {value!r}; nothing changed)", returncode=2) from None
 
 
-def parse_limits(options: dict, *, model: type, cores: list[str], counts: list[str],
-                 unlimited: tuple[str, ...] = ()) -> dict[str, int | None]:
+def parse_limits(
+    options: dict, *, model: type, cores: list[str], counts: list[str], unlimited: tuple[str, ...] = ()
+) -> dict[str, int | None]:
     """{option: value in PG units} for the given options of `model`'s limits (option `x` is
     column `int_x`); cores become centicores. -1 is accepted only for the options in
     `unlimited` (where Cuebot reads it as unlimited)."""
@@ -58,8 +64,9 @@ def parse_limits(options: dict, *, model: type, cores: list[str], counts: list[s
         top = column_max(model=model, column=f"int_{name}")
         flag = name.replace("_", "-")
         if name in cores:
-            parsed[name] = _cores(flag, raw, unlimited=name in unlimited, top=top,
-                                  whole=(model, f"int_{name}") in WHOLE_CORES_COLUMNS)
+            parsed[name] = _cores(
+                flag, raw, unlimited=name in unlimited, top=top, whole=(model, f"int_{name}") in WHOLE_CORES_COLUMNS
+            )
         else:
             parsed[name] = _whole(flag, raw, unlimited=name in unlimited, top=top)
     if all(value is None for value in parsed.values()):

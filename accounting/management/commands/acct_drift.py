@@ -1,4 +1,5 @@
 """acct_drift: Cuebot's own tables against SUM(proc) in every era, and Redis against PostgreSQL in the redis era."""
+
 import json
 
 from django.conf import settings
@@ -46,10 +47,15 @@ class Command(BaseCommand):
         report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
         repair = table_repair(show=show)
         if options["json"]:
-            self.stdout.write(json.dumps({
-                **(labelled_drift(report=report.as_dict()) if report else {}),
-                "cuebot_tables": {**tables.as_dict(), "repair": repair},
-            }, indent=2))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        **(labelled_drift(report=report.as_dict()) if report else {}),
+                        "cuebot_tables": {**tables.as_dict(), "repair": repair},
+                    },
+                    indent=2,
+                )
+            )
         else:
             if report is not None:
                 self._write_redis(report)
@@ -59,25 +65,33 @@ class Command(BaseCommand):
 
     def _write_tables(self, tables: TableDriftReport, *, repair: str) -> None:
         for row in tables.rows:
-            cores = (f"cores stored={signed_cores(row.stored_cores)} true={signed_cores(row.true_cores)} "
-                     f"diff={signed_cores(row.cores_difference):+}")
+            cores = (
+                f"cores stored={signed_cores(row.stored_cores)} true={signed_cores(row.true_cores)} "
+                f"diff={signed_cores(row.cores_difference):+}"
+            )
             gpus = f"gpus stored={row.stored_gpus} true={row.true_gpus} diff={row.gpus_difference:+d}"
             self.stdout.write(f"{row.name}\t{row.table} ({row.columns})\t{cores}\t{gpus}\t{row.pk}")
         advice = f"; repair: {repair}" if tables.drifted else ""
-        self.stdout.write(f"Cuebot's tables against SUM(proc): {tables.shows} show(s), "
-                          f"{len(tables.rows)} row(s) drifted{advice}")
+        self.stdout.write(
+            f"Cuebot's tables against SUM(proc): {tables.shows} show(s), {len(tables.rows)} row(s) drifted{advice}"
+        )
 
     def _write_redis(self, report: DriftReport) -> None:
         labels = key_labels(redis_keys={row.key for row in report.rows})
         for row in report.rows:
             cause = f"\tcause: {row.cause}" if row.cause else ""
             field = f"{field_label(key=row.key, field=row.field)} ({row.field})"
-            self.stdout.write(f"{labels.get(row.key, row.key)}\t{field}\tredis={row.redis}\tpg={row.pg}"
-                              f"\tdiff={row.difference:+d}{cause}\t{row.key}")
+            self.stdout.write(
+                f"{labels.get(row.key, row.key)}\t{field}\tredis={row.redis}\tpg={row.pg}"
+                f"\tdiff={row.difference:+d}{cause}\t{row.key}"
+            )
         if report.redis_state != SEEDED:
             self.stdout.write(f"the accounting Redis is {report.redis_state}: its keys are closed, nothing is drift")
-        explained = "".join(f", {len(rows)} {EXPLANATIONS[cause]} (not drift)"
-                            for cause in NOT_DRIFT if (rows := report.explained_by(cause)))
+        explained = "".join(
+            f", {len(rows)} {EXPLANATIONS[cause]} (not drift)"
+            for cause in NOT_DRIFT
+            if (rows := report.explained_by(cause))
+        )
         self.stdout.write(
             f"{len(report.shows)} show(s), {report.fields_checked} fields checked, {len(report.rows)} drifted{explained}"
         )

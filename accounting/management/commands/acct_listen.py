@@ -16,8 +16,12 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--channel", action="append", choices=CHANNELS, help="one channel (repeatable); default both")
-        parser.add_argument("--json", action="store_true", help="one JSON object per line: channel, payload, fields with names")
+        parser.add_argument(
+            "--channel", action="append", choices=CHANNELS, help="one channel (repeatable); default both"
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="one JSON object per line: channel, payload, fields with names"
+        )
         parser.add_argument("--count", type=int, metavar="N", help="stop after N notifications")
         parser.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
 
@@ -34,8 +38,14 @@ class Command(BaseCommand):
             try:
                 for one in heard(listener=listener, timeout=seconds, stop_after=count):
                     if options["json"]:
-                        line = json.dumps({"channel": one.channel, "payload": one.payload, "problem": one.problem,
-                                           "fields": named_fields(heard=one, names=names)})
+                        line = json.dumps(
+                            {
+                                "channel": one.channel,
+                                "payload": one.payload,
+                                "problem": one.problem,
+                                "fields": named_fields(heard=one, names=names),
+                            }
+                        )
                     else:
                         line = describe(heard=one, names=names)
                     self.stdout.write(line)

@@ -1,4 +1,5 @@
 """acct_reseed: rebuild what the scheduler books against from PostgreSQL's record, in the era the site runs."""
+
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
@@ -26,7 +27,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--limits", action="store_true", help="write limit fields")
         parser.add_argument("--booked", action="store_true", help="write booked counters")
-        parser.add_argument("--show", metavar="NAME", help="one show (outside the Maestro era: a scheduler-managed one)")
+        parser.add_argument(
+            "--show", metavar="NAME", help="one show (outside the Maestro era: a scheduler-managed one)"
+        )
 
     def handle(self, *args, limits: bool, booked: bool, show: str | None, **options) -> None:
         if not limits and not booked:
@@ -56,8 +59,10 @@ class Command(BaseCommand):
             if report.booked.written:
                 self.stdout.write(f"booked: {report.booked.keys} keys written in {report.booked.attempts} attempt(s)")
             else:
-                self.stdout.write(f"booked: SKIPPED, the write was refused on each of {report.booked.attempts} attempts "
-                                  "(Redis restarted or failed over meanwhile; see the service log)")
+                self.stdout.write(
+                    f"booked: SKIPPED, the write was refused on each of {report.booked.attempts} attempts "
+                    "(Redis restarted or failed over meanwhile; see the service log)"
+                )
         if report.limit_fields is not None:
             self.stdout.write(f"limits: {report.limit_fields} fields written")
         self.stdout.write(f"shows: {report.shows}")
@@ -74,7 +79,9 @@ class Command(BaseCommand):
             self.stdout.write(f"recomputed {row.name}\t{row.table} ({row.columns})")
         for failure in failures:
             self.stderr.write(f"{failure.table} {failure.pk} left as it was: {failure.error}")
-        self.stdout.write(f"Cuebot's tables of {len(shows)} show(s) recomputed from SUM(proc): "
-                          f"{len(before.rows)} row(s) had drifted, {len(after.rows)} differ now")
+        self.stdout.write(
+            f"Cuebot's tables of {len(shows)} show(s) recomputed from SUM(proc): "
+            f"{len(before.rows)} row(s) had drifted, {len(after.rows)} differ now"
+        )
         if failures:
             raise CommandError(f"{len(failures)} row(s) could not be set to SUM(proc)", returncode=1)

@@ -24,8 +24,13 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--name", default="", help="A label to tell this token apart in the admin.")
         parser.add_argument(
-            "--grant", action="append", default=[], type=_permission, metavar="PERMISSION",
-            help="Give the user this permission first; repeatable. One of: " + ", ".join(c for c, _ in DECLARED)
+            "--grant",
+            action="append",
+            default=[],
+            type=_permission,
+            metavar="PERMISSION",
+            help="Give the user this permission first; repeatable. One of: "
+            + ", ".join(c for c, _ in DECLARED)
             + " (with or without the app label, as a 403 answer spells it: accounting.release_proc).",
         )
 

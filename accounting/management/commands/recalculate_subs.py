@@ -1,4 +1,5 @@
 """recalculate_subs: Cuebot's subscription recompute from a shell, for the shows Cuebot owns in this era."""
+
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.live.units import format_cores
@@ -6,10 +7,12 @@ from accounting.reconcile.recalculate_subs import recalculate_subs
 
 
 class Command(BaseCommand):
-    help = ("Recompute subscription int_cores/int_gpus from SUM(proc) for the shows Cuebot owns: every show in "
-            "the Maestro era (ACCOUNTING_SCHEDULER=maestro), flagged or not; otherwise the Cuebot-managed ones "
-            "(scheduler-managed shows are never written). Above a lowered burst too; the bursts stay as "
-            "they are. --dry-run prints what would change. Exit 1 if a row could not be set.")
+    help = (
+        "Recompute subscription int_cores/int_gpus from SUM(proc) for the shows Cuebot owns: every show in "
+        "the Maestro era (ACCOUNTING_SCHEDULER=maestro), flagged or not; otherwise the Cuebot-managed ones "
+        "(scheduler-managed shows are never written). Above a lowered burst too; the bursts stay as "
+        "they are. --dry-run prints what would change. Exit 1 if a row could not be set."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="print the rows that would change, write nothing")
@@ -29,4 +32,6 @@ class Command(BaseCommand):
         for failure in result.failures:
             self.stderr.write(f"subscription {failure.pk} left as it was: {failure.error}")
         if result.failures:
-            raise CommandError(f"{len(result.failures)} subscription row(s) could not be set to SUM(proc)", returncode=1)
+            raise CommandError(
+                f"{len(result.failures)} subscription row(s) could not be set to SUM(proc)", returncode=1
+            )

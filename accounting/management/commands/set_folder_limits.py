@@ -1,6 +1,7 @@
 """`manage.py set_folder_limits SHOW FOLDER ...`: a folder's caps from a shell, cores in the policy every
 face shares (accounting.live.units.parse_cores), -1 for unlimited where Cuebot reads it so, saved through
 accounting.limits.changes."""
+
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.limits.changes import InvalidLimit, set_folder_limits
@@ -25,12 +26,20 @@ class Command(BaseCommand):
         parser.add_argument("--max-gpus", help="-1 for unlimited")
 
     def handle(self, *args, show: str, folder: str, **options) -> None:
-        values = parse_limits(options, model=FolderResource, cores=["min_cores", "max_cores"], counts=["min_gpus", "max_gpus"],
-                              unlimited=("max_cores", "max_gpus"))
+        values = parse_limits(
+            options,
+            model=FolderResource,
+            cores=["min_cores", "max_cores"],
+            counts=["min_gpus", "max_gpus"],
+            unlimited=("max_cores", "max_gpus"),
+        )
         try:
             found = show_named(name=show)
-            resource = only_one(FolderResource.objects.filter(folder__show=found, folder__str_name=folder),
-                                what=f"folder of show {show!r}", name=folder)
+            resource = only_one(
+                FolderResource.objects.filter(folder__show=found, folder__str_name=folder),
+                what=f"folder of show {show!r}",
+                name=folder,
+            )
         except (ShowNameUnusable, AmbiguousName) as error:  # the show's name, then the folder's
             raise CommandError(str(error), returncode=2) from None
         if not resource:

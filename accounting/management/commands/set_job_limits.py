@@ -1,5 +1,6 @@
 """`manage.py set_job_limits JOB ...`: a live job's max cores (the policy every face shares,
 accounting.live.units.parse_cores), GPUs and priority from a shell, saved through accounting.limits.changes."""
+
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.limits.changes import InvalidLimit, set_job_limits
@@ -30,7 +31,9 @@ class Command(BaseCommand):
             raise CommandError(str(error), returncode=2) from None
         resource = JobResource.objects.filter(job=found).first() if found else None
         if resource is None:
-            raise CommandError(f"no live job named {job!r} (a finished job keeps its name but is not live)", returncode=2)
+            raise CommandError(
+                f"no live job named {job!r} (a finished job keeps its name but is not live)", returncode=2
+            )
         try:
             resource = set_job_limits(job_resource=resource, **values)
         except InvalidLimit as error:

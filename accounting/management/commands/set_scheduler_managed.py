@@ -9,8 +9,10 @@ VALUES = {"true": True, "on": True, "false": False, "off": False}
 
 
 class Command(BaseCommand):
-    help = ("Flag a show scheduler-managed (on or true) or clear its flag (off or false); "
-            "like `cueadmin -scheduler-managed SHOW on|off`. One UPDATE, no drain.")
+    help = (
+        "Flag a show scheduler-managed (on or true) or clear its flag (off or false); "
+        "like `cueadmin -scheduler-managed SHOW on|off`. One UPDATE, no drain."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("show", help="show name")

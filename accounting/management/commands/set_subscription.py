@@ -1,6 +1,7 @@
 """`manage.py set_subscription SHOW ALLOC --size/--burst CORES`: an operator's subscription limits from a
 shell, in cores (accounting.live.units.parse_cores, the policy the admin and the API share), saved through
 accounting.limits.changes like every other face."""
+
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.limits.changes import InvalidLimit, set_subscription_limits

@@ -10,6 +10,7 @@ Cuebot's, like every show's, in the Maestro era. A fourth era is one more module
 `publishers_wrapped` is the one seam for standing between a release and its scheduler's
 counters (the simulator's publish-drop fault, tests): nothing patches this package's names.
 """
+
 import copy
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager

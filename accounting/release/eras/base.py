@@ -1,4 +1,5 @@
 """The questions every era answers for a release, and the answer the flag-owned eras share."""
+
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,11 +40,16 @@ class FlagOwned:
     def counting(self, *, show_ids: Collection[str]) -> Counting:
         owners = {show_id: ownership(show_id=show_id) for show_id in show_ids}
         return Counting(
-            branches={show_id: Branch.SCHEDULER if owner.scheduler_managed else Branch.CUEBOT
-                      for show_id, owner in owners.items()},
+            branches={
+                show_id: Branch.SCHEDULER if owner.scheduler_managed else Branch.CUEBOT
+                for show_id, owner in owners.items()
+            },
             settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling),
-            counted_before={show_id: owner.counted_before for show_id, owner in owners.items()
-                            if owner.settling and owner.counted_before},
+            counted_before={
+                show_id: owner.counted_before
+                for show_id, owner in owners.items()
+                if owner.settling and owner.counted_before
+            },
         )
 
 

@@ -5,6 +5,7 @@ five tables and every release takes off them, flagged or not, as Cuebot's procDe
 batchDeleteVirtualProcs do. Nothing is published or sent, and no accounting Redis is touched;
 the flag is not even read (no read before any lock, no cache round trip).
 """
+
 from collections.abc import Collection
 
 from accounting.release.eras.base import Counting, PublishesNothing, SendsNothing

@@ -3,6 +3,7 @@
 The scheduler keeps its own counters for flagged shows and hears each release as a pg_notify
 that PostgreSQL delivers if, and only if, the transaction commits (accounting.notify.send).
 """
+
 from collections import Counter
 from collections.abc import Sequence
 
@@ -36,14 +37,25 @@ def send_releases(*, cursor, releases: Sequence[Release], commit: bool) -> None:
             continue
         # The job row is there (job_gone is folder_id None): its pk_folder and pk_dept are NOT NULL.
         assert r.folder_id is not None and r.dept_id is not None
-        heard.append(ReleasedAmount(show_id=r.show_id, alloc_id=r.alloc_id, folder_id=r.folder_id, job_id=r.job_id,
-                                    layer_id=r.layer_id, dept_id=r.dept_id, cores=r.cores, gpus=r.gpus))
+        heard.append(
+            ReleasedAmount(
+                show_id=r.show_id,
+                alloc_id=r.alloc_id,
+                folder_id=r.folder_id,
+                job_id=r.job_id,
+                layer_id=r.layer_id,
+                dept_id=r.dept_id,
+                cores=r.cores,
+                gpus=r.gpus,
+            )
+        )
     payloads = release_payloads(released=heard)
     if commit:
         notify_send.notify_and_commit(channel=RELEASE, payloads=payloads)
     else:
         notify_send.notify(cursor=cursor, channel=RELEASE, payloads=payloads)
     if withheld:
+
         def count_withheld() -> None:
             for reason, n in withheld.items():
                 metrics.NOTIFY_WITHHELD.labels(reason=reason).inc(n)

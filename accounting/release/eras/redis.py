@@ -4,6 +4,7 @@ The scheduler books flagged shows against the `acct:*` hashes; a release registe
 flight before any row lock and is taken off the hashes by one script after commit
 (accounting.release.publish). While a site moves to the NOTIFY era both are done.
 """
+
 from collections.abc import Sequence
 
 from accounting.release.eras.base import FlagOwned, SendsNothing

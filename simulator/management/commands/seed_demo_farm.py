@@ -47,8 +47,10 @@ class Command(BaseCommand):
             f"{summary.hosts} hosts, {summary.procs} procs ({summary.procs_added} new)"
         )
         if not settings.ACCOUNTING_REDIS_ENABLED:
-            self.stdout.write(f"redis: nothing to seed (ACCOUNTING_SCHEDULER={settings.ACCOUNTING_SCHEDULER}: "
-                              "no scheduler counts in the accounting Redis)")
+            self.stdout.write(
+                f"redis: nothing to seed (ACCOUNTING_SCHEDULER={settings.ACCOUNTING_SCHEDULER}: "
+                "no scheduler counts in the accounting Redis)"
+            )
             return
         # The PG build bypasses the booking path: seed Redis for the managed shows from it.
         # An empty Redis is bootstrapped without the in-flight wait: the demo farm is built
@@ -56,8 +58,12 @@ class Command(BaseCommand):
         try:
             bootstrap_if_empty(wait=lambda seconds: None)
         except ReseedSkipped as skipped:
-            raise CommandError("empty Redis not rebuilt (acct:seq kept changing); run manage.py acct_reseed", returncode=1) from skipped
+            raise CommandError(
+                "empty Redis not rebuilt (acct:seq kept changing); run manage.py acct_reseed", returncode=1
+            ) from skipped
         report = reseed(show_ids=summary.scheduler_managed_show_ids)
         if not report.booked.written:
-            raise CommandError("Redis booked counters not seeded (acct:seq kept changing); run manage.py acct_reseed", returncode=1)
+            raise CommandError(
+                "Redis booked counters not seeded (acct:seq kept changing); run manage.py acct_reseed", returncode=1
+            )
         self.stdout.write(f"redis: {report.booked.keys} booked keys and {report.limit_fields} limit fields seeded")

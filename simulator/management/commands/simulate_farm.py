@@ -29,6 +29,7 @@ def at_least(minimum: int):
         if number < minimum:
             raise ValueError(value)
         return number
+
     parse.__name__ = f"integer >= {minimum}"
     return parse
 
@@ -52,27 +53,48 @@ class Command(BaseCommand):
         parser.add_argument("--shows", type=at_least(2), default=4, help="shows to build (default: %(default)s)")
         parser.add_argument("--hosts", type=at_least(2), default=20, help="hosts to build (default: %(default)s)")
         parser.add_argument("--jobs", type=at_least(1), default=40, help="jobs to build (default: %(default)s)")
-        parser.add_argument("--seconds", type=at_least(1), default=60, help="length of the run in seconds (default: %(default)s)")
+        parser.add_argument(
+            "--seconds", type=at_least(1), default=60, help="length of the run in seconds (default: %(default)s)"
+        )
         parser.add_argument("--bookers", type=at_least(1), default=4, help="booker threads (default: %(default)s)")
         parser.add_argument("--releasers", type=at_least(1), default=2, help="releaser threads (default: %(default)s)")
-        parser.add_argument("--faults", default="none",
-                            help=f"'all', 'none' or a comma list of: {', '.join(FAULT_KINDS)} (default: %(default)s)")
-        parser.add_argument("--seed", type=ascii_int, default=1, help="seed of every random choice (default: %(default)s)")
+        parser.add_argument(
+            "--faults",
+            default="none",
+            help=f"'all', 'none' or a comma list of: {', '.join(FAULT_KINDS)} (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--seed", type=ascii_int, default=1, help="seed of every random choice (default: %(default)s)"
+        )
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--existing", action="store_true", help="play on the farm already in the database")
-        parser.add_argument("--keep-farm", action="store_true",
-                            help="keep the simulator's own farm (sim-* shows) after the run; by default it is removed, so "
-                                 "it does not linger on the farm overview")
-        parser.add_argument("--allow-flush-foreign-keys", action="store_true",
-                            help="let the redis-restart fault flush the accounting Redis even though it holds keys of "
-                                 "shows the simulator did not create (they are lost)")
-        parser.add_argument("--era", choices=["redis", "notify"], default="redis",
-                            help="which OpenCue scheduler to play: the Redis era's (acct:* hashes) or the NOTIFY era's "
-                                 "(in-memory counters fed by LISTEN; faults: " + ", ".join(NOTIFY_FAULTS) + ") "
-                                 "(default: %(default)s)")
-        parser.add_argument("--reseeder", choices=RESEEDERS, default="project",
-                            help="who reseeds during the run: this project's reseed (in-flight overlay) or one like "
-                                 "the scheduler's own recompute (compare-and-swap only) (default: %(default)s)")
+        parser.add_argument(
+            "--keep-farm",
+            action="store_true",
+            help="keep the simulator's own farm (sim-* shows) after the run; by default it is removed, so "
+            "it does not linger on the farm overview",
+        )
+        parser.add_argument(
+            "--allow-flush-foreign-keys",
+            action="store_true",
+            help="let the redis-restart fault flush the accounting Redis even though it holds keys of "
+            "shows the simulator did not create (they are lost)",
+        )
+        parser.add_argument(
+            "--era",
+            choices=["redis", "notify"],
+            default="redis",
+            help="which OpenCue scheduler to play: the Redis era's (acct:* hashes) or the NOTIFY era's "
+            "(in-memory counters fed by LISTEN; faults: " + ", ".join(NOTIFY_FAULTS) + ") "
+            "(default: %(default)s)",
+        )
+        parser.add_argument(
+            "--reseeder",
+            choices=RESEEDERS,
+            default="project",
+            help="who reseeds during the run: this project's reseed (in-flight overlay) or one like "
+            "the scheduler's own recompute (compare-and-swap only) (default: %(default)s)",
+        )
 
     def handle(self, *args, faults: str, json: bool, allow_flush_foreign_keys: bool, **options) -> None:
         if options["era"] == "notify":
@@ -90,14 +112,26 @@ class Command(BaseCommand):
                     f"refused: the redis-restart fault would flush {redact(settings.ACCOUNTING_REDIS_URL)}, which holds "
                     f"{len(foreign)} key(s) of shows the simulator did not create (e.g. {', '.join(foreign[:3])}); "
                     "add redis-kill (the run then uses a Redis of its own), point ACCOUNTING_REDIS_URL at a scratch "
-                    "Redis, or pass --allow-flush-foreign-keys", returncode=2)
+                    "Redis, or pass --allow-flush-foreign-keys",
+                    returncode=2,
+                )
         self._refuse_without_cuebots_rights()
         with http_release_token(wanted="http-release" in kinds) as token:
-            report = self._run(SimConfig(
-                shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], seconds=options["seconds"],
-                bookers=options["bookers"], releasers=options["releasers"], faults=kinds, seed=options["seed"],
-                existing=options["existing"], reseeder=options["reseeder"], http_token=token,
-            ))
+            report = self._run(
+                SimConfig(
+                    shows=options["shows"],
+                    hosts=options["hosts"],
+                    jobs=options["jobs"],
+                    seconds=options["seconds"],
+                    bookers=options["bookers"],
+                    releasers=options["releasers"],
+                    faults=kinds,
+                    seed=options["seed"],
+                    existing=options["existing"],
+                    reseeder=options["reseeder"],
+                    http_token=token,
+                )
+            )
         self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
         if not options["existing"]:
             self._remove_farm(keep=options["keep_farm"])
@@ -105,17 +139,29 @@ class Command(BaseCommand):
             raise CommandError("an invariant does not hold", returncode=1)
 
     def _run(self, config: SimConfig):
-        with tqdm(total=config.seconds, desc="simulating", unit="s", file=self.stderr, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s {postfix}") as bar:
+        with tqdm(
+            total=config.seconds,
+            desc="simulating",
+            unit="s",
+            file=self.stderr,
+            bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s {postfix}",
+        ) as bar:
+
             def progress(elapsed, stats) -> None:
                 bar.n = min(elapsed, config.seconds)
-                bar.set_postfix(booked=stats.bookings, rejected=sum(stats.rejections.values()), released=stats.releases,
-                                faults=sum(stats.faults.values()), refresh=False)
+                bar.set_postfix(
+                    booked=stats.bookings,
+                    rejected=sum(stats.rejections.values()),
+                    released=stats.releases,
+                    faults=sum(stats.faults.values()),
+                    refresh=False,
+                )
                 bar.refresh()
+
             try:
                 return run_simulation(config=config, progress=progress)
             except (FarmRefused, ProcessRefused, ValueError) as refused:
                 raise CommandError(str(refused), returncode=2) from None
-
 
     def _notify_era(self, *, faults: str, as_json: bool, **options) -> None:
         try:
@@ -127,12 +173,22 @@ class Command(BaseCommand):
             raise CommandError("--era notify builds its own farm; --existing is for the Redis era", returncode=2)
         with override_settings(ACCOUNTING_NOTIFY_ENABLED=True, ACCOUNTING_REDIS_ENABLED=False):
             try:
-                farm = build_sim_farm(shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"],
-                                      rng=random.Random(options["seed"]))
+                farm = build_sim_farm(
+                    shows=options["shows"],
+                    hosts=options["hosts"],
+                    jobs=options["jobs"],
+                    rng=random.Random(options["seed"]),
+                )
             except (FarmRefused, ValueError) as refused:
                 raise CommandError(str(refused), returncode=2) from None
-            report = run_notify_simulation(farm=farm, seconds=options["seconds"], bookers=options["bookers"],
-                                           releasers=options["releasers"], faults=kinds, seed=options["seed"])
+            report = run_notify_simulation(
+                farm=farm,
+                seconds=options["seconds"],
+                bookers=options["bookers"],
+                releasers=options["releasers"],
+                faults=kinds,
+                seed=options["seed"],
+            )
         self._remove_farm(keep=options["keep_farm"])
         if as_json:
             self.stdout.write(_json_dumps(report))
@@ -141,7 +197,6 @@ class Command(BaseCommand):
                 self.stdout.write(f"{name:34s} {value}")
         if not report["ok"]:
             raise CommandError("an invariant does not hold", returncode=1)
-
 
     def _refuse_without_cuebots_rights(self) -> None:
         """Before the progress bar, so that a role that may not book is refused in one line."""
@@ -152,7 +207,9 @@ class Command(BaseCommand):
 
     def _remove_farm(self, *, keep: bool) -> None:
         if keep:
-            self.stderr.write("the simulated farm (sim-* shows) is kept: the next run, or seed_demo_farm's checks, see it")
+            self.stderr.write(
+                "the simulated farm (sim-* shows) is kept: the next run, or seed_demo_farm's checks, see it"
+            )
             return
         remove_sim_farm()
 

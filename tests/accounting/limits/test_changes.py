@@ -1,4 +1,5 @@
 """Limit changes: PostgreSQL first, Redis after commit, only for scheduler-managed shows."""
+
 import pytest
 import redis
 from django.contrib.auth import get_user_model
@@ -30,7 +31,9 @@ def sub_key(farm) -> str:
     return keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
 
 
-def test_subscription_change_reaches_redis_after_commit_and_bumps_seq(farm, acct_redis, django_capture_on_commit_callbacks):
+def test_subscription_change_reaches_redis_after_commit_and_bumps_seq(
+    farm, acct_redis, django_capture_on_commit_callbacks
+):
     acct_redis.set(keys.SEQ, 41)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         set_subscription_limits(subscription=farm.subscription, size=25050, burst=30000)
@@ -47,8 +50,9 @@ def refused_writes() -> float:
     return REGISTRY.get_sample_value("cuebot_acct_limit_writes_refused_total") or 0.0
 
 
-def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing_and_says_so(farm, acct_redis, caplog, capsys,
-                                                                                  django_capture_on_commit_callbacks):
+def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing_and_says_so(
+    farm, acct_redis, caplog, capsys, django_capture_on_commit_callbacks
+):
     """A burst written to a restarted Redis would open the subscription with its counters
     reading 0; the rebuild writes the committed value after rebuilding them. Meanwhile the
     refusal is loud: WARN, a metric, and the drift inspector names it."""
@@ -59,12 +63,18 @@ def test_change_on_a_redis_not_seeded_since_a_restart_opens_nothing_and_says_so(
     assert not acct_redis.exists(sub_key(farm))
     assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 30000
     assert refused_writes() == before + 1
-    assert any(r.levelname == "WARNING" and "refused" in r.getMessage() and sub_key(farm) in r.getMessage() for r in caplog.records)
+    assert any(
+        r.levelname == "WARNING" and "refused" in r.getMessage() and sub_key(farm) in r.getMessage()
+        for r in caplog.records
+    )
     with pytest.raises(SystemExit):
         call_command("acct_drift")
     out = capsys.readouterr().out
-    assert (f"{farm.show.str_name} / {farm.alloc.str_name}\tburst in cores (burst)\tredis=None\tpg=300\tdiff=-300\tcause: limit write refused"
-            in out and f"\t{sub_key(farm)}\n" in out)
+    assert (
+        f"{farm.show.str_name} / {farm.alloc.str_name}\tburst in cores (burst)\tredis=None\tpg=300\tdiff=-300\tcause: limit write refused"
+        in out
+        and f"\t{sub_key(farm)}\n" in out
+    )
 
 
 def test_change_after_the_schedulers_own_rebuild_reaches_redis(farm, acct_redis, django_capture_on_commit_callbacks):
@@ -72,8 +82,10 @@ def test_change_after_the_schedulers_own_rebuild_reaches_redis(farm, acct_redis,
     knows nothing of acct:seeded. Its keys are open already: a limit change must reach them."""
     acct_redis.flushdb()
     acct_redis.hset(sub_key(farm), mapping={"int_cores": 0, "int_gpus": 0, "size": 100, "burst": 200})
-    acct_redis.hset(keys.job(job_id=farm.job.id), mapping={"int_cores": 0, "int_gpus": 0, "int_max_cores": 10,
-                                                           "int_max_gpus": 0, "int_priority": 1})
+    acct_redis.hset(
+        keys.job(job_id=farm.job.id),
+        mapping={"int_cores": 0, "int_gpus": 0, "int_max_cores": 10, "int_max_gpus": 0, "int_priority": 1},
+    )
     acct_redis.set(keys.SEQ, 7)
     before = refused_writes()
     with django_capture_on_commit_callbacks(execute=True):
@@ -99,9 +111,17 @@ def test_folder_job_and_point_fields(farm, acct_redis, django_capture_on_commit_
         set_folder_limits(folder_resource=farm.folder_resource, min_cores=100, max_cores=-1, min_gpus=1, max_gpus=4)
         set_job_limits(job_resource=farm.job.resource, max_cores=1900, max_gpus=2, priority=50)
         set_point_limits(point=Point.objects.get(show=farm.show), min_cores=300, min_gpus=2)
-    assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus") == ["1", "-1", "1", "4"]
-    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_max_gpus", "int_priority") == ["19", "2", "50"]
-    assert acct_redis.hmget(keys.point(dept_id=farm.dept.id, show_id=farm.show.id), "int_min_cores", "int_min_gpus") == ["3", "2"]
+    assert acct_redis.hmget(
+        keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus"
+    ) == ["1", "-1", "1", "4"]
+    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_max_gpus", "int_priority") == [
+        "19",
+        "2",
+        "50",
+    ]
+    assert acct_redis.hmget(
+        keys.point(dept_id=farm.dept.id, show_id=farm.show.id), "int_min_cores", "int_min_gpus"
+    ) == ["3", "2"]
     assert acct_redis.get(keys.SEQ) == "3"
 
 
@@ -158,7 +178,9 @@ def test_set_subscription_command_in_cores(farm, acct_redis, django_capture_on_c
 def test_set_job_and_folder_limits_commands(farm, acct_redis, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         call_command("set_job_limits", farm.job.str_name, "--max-cores", "12", "--priority", "7")
-        call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", "64", "--max-gpus", "2")
+        call_command(
+            "set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", "64", "--max-gpus", "2"
+        )
     assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_priority") == ["12", "7"]
     assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_max_cores", "int_max_gpus") == ["64", "2"]
     assert FolderResource.objects.get(folder=farm.folder).int_max_cores == 6400
@@ -195,7 +217,9 @@ def test_set_job_and_folder_limits_commands(farm, acct_redis, django_capture_on_
         ("set_folder_limits", ["{show}", "{folder}", "--min-gpus", str(2**31)]),
     ],
 )
-def test_bad_command_input_exits_2_and_changes_nothing(farm, acct_redis, command, args, django_capture_on_commit_callbacks):
+def test_bad_command_input_exits_2_and_changes_nothing(
+    farm, acct_redis, command, args, django_capture_on_commit_callbacks
+):
     names = dict(show=farm.show.str_name, alloc=farm.alloc.str_name, job=farm.job.str_name, folder=farm.folder.str_name)
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(CommandError) as error:
         call_command(command, *[a.format(**names) for a in args])
@@ -212,7 +236,9 @@ def test_admin_change_form_publishes_after_commit(farm, acct_redis, client, djan
     client.force_login(admin)
     sub = farm.subscription
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        response = client.post(f"/admin/accounting/subscription/{sub.pk}/change/", {"int_size": "42", "int_burst": "84"})
+        response = client.post(
+            f"/admin/accounting/subscription/{sub.pk}/change/", {"int_size": "42", "int_burst": "84"}
+        )
     assert len(callbacks) == 1
     assert response.status_code == 302, response.content.decode()[:2000]
     assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["42", "84"]
@@ -223,16 +249,25 @@ NOT_UNLIMITED = "Use a value of 0 or more (-1 is not unlimited here)."
 NOT_CORES = "Enter a number of cores such as 4, 2.5 or 0.25."
 
 
-@pytest.mark.parametrize(("model_admin", "field", "value", "message"), [
-    ("subscription", "int_burst", "-5", NOT_CORES),
-    ("subscription", "int_burst", "-1", NOT_UNLIMITED_HERE),
-    ("folderresource", "int_max_cores", "-2", "Enter a number of cores such as 4, 2.5 or 0.25, or -1 for unlimited."),
-    ("jobresource", "int_max_cores", "-100", NOT_CORES),
-    ("jobresource", "int_max_gpus", "-1", NOT_UNLIMITED),
-    ("point", "int_min_cores", "-3", NOT_CORES),
-])
-def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(farm, acct_redis, client, model_admin, field, value,
-                                                                        message):
+@pytest.mark.parametrize(
+    ("model_admin", "field", "value", "message"),
+    [
+        ("subscription", "int_burst", "-5", NOT_CORES),
+        ("subscription", "int_burst", "-1", NOT_UNLIMITED_HERE),
+        (
+            "folderresource",
+            "int_max_cores",
+            "-2",
+            "Enter a number of cores such as 4, 2.5 or 0.25, or -1 for unlimited.",
+        ),
+        ("jobresource", "int_max_cores", "-100", NOT_CORES),
+        ("jobresource", "int_max_gpus", "-1", NOT_UNLIMITED),
+        ("point", "int_min_cores", "-3", NOT_CORES),
+    ],
+)
+def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(
+    farm, acct_redis, client, model_admin, field, value, message
+):
     from django.forms.models import model_to_dict
 
     from accounting.models import Point
@@ -240,8 +275,10 @@ def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(farm, a
     admin_user = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
     client.force_login(admin_user)
     instance = {
-        "subscription": farm.subscription, "folderresource": FolderResource.objects.get(folder=farm.folder),
-        "jobresource": JobResource.objects.get(job=farm.job), "point": Point.objects.get(show=farm.show),
+        "subscription": farm.subscription,
+        "folderresource": FolderResource.objects.get(folder=farm.folder),
+        "jobresource": JobResource.objects.get(job=farm.job),
+        "point": Point.objects.get(show=farm.show),
     }[model_admin]
     url = f"/admin/accounting/{model_admin}/{instance.pk}/change/"
     before = model_to_dict(type(instance).objects.get(pk=instance.pk))
@@ -260,7 +297,11 @@ def test_admin_change_form_refuses_a_negative_limit_other_than_unlimited(farm, a
 
 @pytest.mark.parametrize("max_cores", [0])
 def test_a_folder_max_below_one_core_is_refused_on_every_path_as_cuebots_folder_dao_refuses_it(
-    farm, max_cores, client, token_with, admin_client,
+    farm,
+    max_cores,
+    client,
+    token_with,
+    admin_client,
 ):
     token = token_with(CHANGE_LIMITS)
     # GroupDaoJdbc.updateMaxCores: "must be a whole core or greater" unless -1. A stored 0 is
@@ -271,13 +312,18 @@ def test_a_folder_max_below_one_core_is_refused_on_every_path_as_cuebots_folder_
     cores = f"{max_cores / 100:g}"
     with pytest.raises(CommandError, match=rf"one core or more .*; got {cores} cores"):
         call_command("set_folder_limits", farm.show.str_name, farm.folder.str_name, "--max-cores", cores)
-    answer = client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", f'{{"max_cores": {cores}}}',
-                          content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    answer = client.patch(
+        f"/api/v1/accounting/folders/{farm.folder.id}/limits",
+        f'{{"max_cores": {cores}}}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
     assert answer.status_code == 422 and "one core or more" in answer.json()["detail"]
 
     url = reverse("admin:accounting_folderresource_change", args=[farm.folder_resource.pk])
-    refused = admin_client.post(url, {"int_min_cores": "0", "int_max_cores": cores, "int_min_gpus": "0",
-                                      "int_max_gpus": "-1"})
+    refused = admin_client.post(
+        url, {"int_min_cores": "0", "int_max_cores": cores, "int_min_gpus": "0", "int_max_gpus": "-1"}
+    )
     assert "one core or more" in str(refused.context["adminform"].form.errors["int_max_cores"])
 
     assert FolderResource.objects.get(pk=farm.folder_resource.pk).int_max_cores == -1  # unchanged

@@ -1,4 +1,5 @@
 """The booking script, through accounting.live.booking, against the real Redis."""
+
 import uuid
 
 import pytest
@@ -11,14 +12,22 @@ pytestmark = pytest.mark.django_db
 
 
 def ids(farm) -> dict:
-    return dict(show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id, job_id=farm.job.id,
-                layer_id=farm.layer.id, dept_id=farm.dept.id)
+    return dict(
+        show_id=farm.show.id,
+        alloc_id=farm.alloc.id,
+        folder_id=farm.folder.id,
+        job_id=farm.job.id,
+        layer_id=farm.layer.id,
+        dept_id=farm.dept.id,
+    )
 
 
 def five_keys(farm) -> list[str]:
     return [
-        keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), keys.folder(folder_id=farm.folder.id),
-        keys.job(job_id=farm.job.id), keys.layer(layer_id=farm.layer.id),
+        keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id),
+        keys.folder(folder_id=farm.folder.id),
+        keys.job(job_id=farm.job.id),
+        keys.layer(layer_id=farm.layer.id),
         keys.point(dept_id=farm.dept.id, show_id=farm.show.id),
     ]
 

@@ -1,4 +1,5 @@
 """Redis faults on a private redis-server process: hung (SIGSTOP) while a lock is held."""
+
 import threading
 import time
 

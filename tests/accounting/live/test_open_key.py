@@ -1,6 +1,7 @@
 """The one "is this key open for booking?" rule (lua/shared/open_key.lua): limit_write.lua and
 reseed_write.lua, on the real Redis, answer alike for every field, and every field a limit
 write sets opens a key for both."""
+
 import pytest
 
 from accounting.live import keys
@@ -15,8 +16,11 @@ KEY = "acct:folder:probe"
 
 def opened_by_limit_write(client) -> bool:
     """A publish to an unseeded Redis goes ahead only on keys already open."""
-    written = script("limit_write").run(client, keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
-                                        args=[keys.SEEDED_VALUE, "1", KEY, "int_max_cores", 7])
+    written = script("limit_write").run(
+        client,
+        keys=[keys.SEQ, keys.SEEDED, keys.LIMITS_REFUSED, keys.CLOSED_SHOWS],
+        args=[keys.SEEDED_VALUE, "1", KEY, "int_max_cores", 7],
+    )
     return int(written) != 0
 
 
@@ -24,8 +28,10 @@ def opened_by_reseed_write(client) -> bool:
     """A rebuild of closed keys skips a key that is open."""
     client.set(keys.BOOTSTRAPPING, TOKEN)
     ok, written, skipped = script("reseed_write").run(
-        client, keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING, keys.SETTLED_SEQ, keys.SETTLED],
-        args=["closed", TOKEN, KEY, 0, 0])
+        client,
+        keys=[keys.SEQ, keys.INFLIGHT, keys.BOOTSTRAPPING, keys.SETTLED_SEQ, keys.SETTLED],
+        args=["closed", TOKEN, KEY, 0, 0],
+    )
     assert int(ok) == 1
     return int(skipped) == 1
 

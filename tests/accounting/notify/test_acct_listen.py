@@ -1,4 +1,5 @@
 """`manage.py acct_listen`: what the scheduler hears, printed with names, as it arrives."""
+
 import io
 import json
 import threading

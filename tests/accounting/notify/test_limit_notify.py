@@ -2,6 +2,7 @@
 UPDATE for a scheduler-managed show, as Cuebot's DAOs send them (SubscriptionDaoJdbc.updateSubscriptionBurst,
 GroupDaoJdbc.updateMaxCores/updateMaxGpus, JobDaoJdbc.updateMaxCores/updateMaxGpus), through every
 path of this project: the services, the commands, the API and the admin."""
+
 import json
 
 import pytest
@@ -75,14 +76,24 @@ def test_a_cap_change_that_rolls_back_is_not_heard(ear):
 def test_the_command_the_api_and_the_admin_are_heard_too(ear, client, token_with, django_user_model):
     farm = build_farm(managed=True)
     call_command("set_subscription", farm.show.str_name, farm.alloc.str_name, "--burst", "300")
-    response = client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", data=json.dumps({"max_cores": 40}),
-                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token_with(CHANGE_LIMITS)}")
+    response = client.patch(
+        f"/api/v1/accounting/folders/{farm.folder.id}/limits",
+        data=json.dumps({"max_cores": 40}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token_with(CHANGE_LIMITS)}",
+    )
     assert response.status_code == 200
     admin = django_user_model.objects.create_superuser(username="root")
     client.force_login(admin)
     job_resource = JobResource.objects.get(job=farm.job)
-    page = client.post(f"/admin/accounting/jobresource/{job_resource.pk}/change/",
-                       {"int_max_cores": "7", "int_max_gpus": str(job_resource.int_max_gpus), "int_priority": str(job_resource.int_priority)})
+    page = client.post(
+        f"/admin/accounting/jobresource/{job_resource.pk}/change/",
+        {
+            "int_max_cores": "7",
+            "int_max_gpus": str(job_resource.int_max_gpus),
+            "int_priority": str(job_resource.int_priority),
+        },
+    )
     assert page.status_code == 302, page.content.decode()[:2000]
 
     assert ear.collect() == [

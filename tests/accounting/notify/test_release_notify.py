@@ -1,6 +1,7 @@
 """acct_release as the NOTIFY-era scheduler hears it, on a real LISTEN connection: what Cuebot's
 ProcDaoJdbc.procDestroyed sends for the same proc, inside the release transaction, and nothing
 from work that rolls back or that the scheduler must not hear."""
+
 import pytest
 from django.db import transaction
 
@@ -19,9 +20,16 @@ pytestmark = pytest.mark.usefixtures("notify_on")
 
 def cuebot_payload(farm, *, cores: int, gpus: int, layer=None) -> str:
     """Cuebot's String.format of the release payload, for this farm's proc."""
-    return ('{"show":"%s","alloc":"%s","folder":"%s","job":"%s","layer":"%s","dept":"%s","cores":%d,"gpus":%d}'
-            % (farm.show.id, farm.alloc.id, farm.folder.id, farm.job.id, (layer or farm.layer).id, farm.dept.id,
-               cores, gpus))
+    return '{"show":"%s","alloc":"%s","folder":"%s","job":"%s","layer":"%s","dept":"%s","cores":%d,"gpus":%d}' % (
+        farm.show.id,
+        farm.alloc.id,
+        farm.folder.id,
+        farm.job.id,
+        (layer or farm.layer).id,
+        farm.dept.id,
+        cores,
+        gpus,
+    )
 
 
 def test_a_scheduler_managed_release_is_heard_once_as_cuebot_sends_it(ear):
@@ -47,10 +55,12 @@ def test_a_batch_of_identical_procs_delivers_every_decrement(ear):
     unbook_procs(proc_ids=[p.id for p in procs] + [other.id])
 
     got = ear.collect()
-    assert sorted(got) == sorted([
-        (RELEASE, cuebot_payload(farm, cores=-6, gpus=-3)),  # 3 x (2.5 cores -> 2), summed
-        (RELEASE, cuebot_payload(farm, cores=-1, gpus=0, layer=other_layer).replace(farm.job.id, other_job.id)),
-    ])
+    assert sorted(got) == sorted(
+        [
+            (RELEASE, cuebot_payload(farm, cores=-6, gpus=-3)),  # 3 x (2.5 cores -> 2), summed
+            (RELEASE, cuebot_payload(farm, cores=-1, gpus=0, layer=other_layer).replace(farm.job.id, other_job.id)),
+        ]
+    )
     assert all(decode(channel=c, payload=p).problem is None for c, p in got)
 
 

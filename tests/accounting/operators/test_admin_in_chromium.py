@@ -9,6 +9,7 @@ by a click. It drives Chromium with scripts/screenshots.py's DevTools client (th
 library only). Chromium is a prerequisite like promtool: `make test` installs it
 (scripts/services.py up --tests), and its absence fails here, never skips.
 """
+
 import json
 import sys
 from collections.abc import Iterator
@@ -29,8 +30,10 @@ PASSWORD = "a-browser-test-password"
 WIDTH = 1280  # the width of docs/screenshots/, a laptop's admin
 
 
-MISSING = ("Chromium is missing, and the admin's browser test needs it: `make test` installs it "
-           "(scripts/services.py up --tests, Debian's chromium package), or: apt-get install -y chromium")
+MISSING = (
+    "Chromium is missing, and the admin's browser test needs it: `make test` installs it "
+    "(scripts/services.py up --tests, Debian's chromium package), or: apt-get install -y chromium"
+)
 
 
 @contextmanager
@@ -63,7 +66,8 @@ def fits_the_page(tools: DevTools, selector: str) -> dict:
 
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_the_drift_pages(
-        live_server, django_user_model, seeded_redis, tmp_path):
+    live_server, django_user_model, seeded_redis, tmp_path
+):
     farm = build_farm(managed=True)
     for cores in (250, 250, 100):  # 6 cores reserved, which Redis counts as 5
         farm.add_proc(cores=cores)
@@ -83,12 +87,17 @@ def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_th
         assert "rounding: Redis truncates each proc's cores to whole cores" in overview  # why the two numbers differ
         shows_table = fits_the_page(chromium, "table.acct-table")
         assert shows_table["found"] and shows_table["right"] <= min(shows_table["module"], shows_table["page"]), (
-            f"the shows table runs past its box: {shows_table}")
-        drift_link = chromium.evaluate(f"document.querySelector('a[href=\"/admin/accounting/drift/{farm.show.pk}/\"]') !== null")
+            f"the shows table runs past its box: {shows_table}"
+        )
+        drift_link = chromium.evaluate(
+            f"document.querySelector('a[href=\"/admin/accounting/drift/{farm.show.pk}/\"]') !== null"
+        )
         assert drift_link, "the overview links the show to its drift page"
 
         chromium.open(f"{base}/admin/accounting/subscription/")
-        sidebar = chromium.evaluate("[...document.querySelectorAll('#nav-sidebar a')].map(a => [a.textContent.trim(), a.pathname])")
+        sidebar = chromium.evaluate(
+            "[...document.querySelectorAll('#nav-sidebar a')].map(a => [a.textContent.trim(), a.pathname])"
+        )
         assert ["Farm overview", "/admin/"] in sidebar and ["Accounting drift", "/admin/accounting/drift/"] in sidebar
         listing = fits_the_page(chromium, "#changelist .results")
         assert listing["found"] and not listing["scrolls"], f"the subscription list scrolls sideways: {listing}"
@@ -101,7 +110,9 @@ def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_th
 
         # The sidebar's link, clicked as a person clicks it.
         chromium.events.clear()
-        chromium.evaluate("[...document.querySelectorAll('#nav-sidebar a')].find(a => a.textContent.trim() == 'Accounting drift').click()")
+        chromium.evaluate(
+            "[...document.querySelectorAll('#nav-sidebar a')].find(a => a.textContent.trim() == 'Accounting drift').click()"
+        )
         chromium.wait_for_event("Page.loadEventFired")
         assert chromium.evaluate("location.pathname") == "/admin/accounting/drift/"
         drift_index = chromium.evaluate("document.querySelector('#content').innerText")
@@ -117,7 +128,8 @@ def submit(chromium: DevTools, script: str) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
-        live_server, django_user_model, seeded_redis, tmp_path):
+    live_server, django_user_model, seeded_redis, tmp_path
+):
     farm = build_farm(managed=True)
     farm.add_proc(cores=300)
     seed_show(show_id=farm.show.id)
@@ -125,8 +137,9 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
     django_user_model.objects.create_superuser("operator", "", PASSWORD)
     base = live_server.url
     form = f"{base}/admin/accounting/subscription/{farm.subscription.pk}/change/"
-    type_burst = ("document.getElementById('id_int_burst').value = {value};"
-                  "document.querySelector('#subscription_form').submit();")
+    type_burst = (
+        "document.getElementById('id_int_burst').value = {value};document.querySelector('#subscription_form').submit();"
+    )
 
     with chromium_page(tmp_path / "profile") as chromium:
         chromium.login(base, username="operator", password=PASSWORD)
@@ -134,7 +147,9 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
         # A burst typed in cores: a fraction finer than hundredths is refused with the sentence every face uses...
         chromium.open(form)
         submit(chromium, type_burst.format(value=json.dumps("2.125")))
-        assert "Cores are stored in hundredths: use at most two decimals" in chromium.evaluate("document.body.innerText")
+        assert "Cores are stored in hundredths: use at most two decimals" in chromium.evaluate(
+            "document.body.innerText"
+        )
         assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 20000  # nothing changed
         # ...and two decimals are taken, stored in centicores, published in whole cores.
         submit(chromium, type_burst.format(value=json.dumps("250.5")))
@@ -149,7 +164,9 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
         assert f"{farm.show.str_name} / {farm.alloc.str_name}" in drift and "show gone" not in drift
 
         # Reseed it: a confirmation first, then the outcome, and no drift left.
-        submit(chromium, "[...document.querySelectorAll('#content a')].find(a => a.pathname.endsWith('/reseed/')).click()")
+        submit(
+            chromium, "[...document.querySelectorAll('#content a')].find(a => a.pathname.endsWith('/reseed/')).click()"
+        )
         confirm = chromium.evaluate("document.querySelector('#content').innerText")
         assert f"This rebuilds the Redis keys of {farm.show.str_name}" in confirm
         assert seeded_redis.hget(sub_key, "int_cores") == "9"  # the GET changed nothing

@@ -1,5 +1,6 @@
 """Limits in the admin: typed and shown in cores, saved through accounting.limits.changes (its checks
 and its Redis publish), booked counters read-only, CHANGE_LIMITS required."""
+
 import re
 
 import pytest
@@ -50,7 +51,9 @@ def test_subscription_form_shows_cores_with_the_unit_and_booked_read_only(admin_
     assert farm.show.pk not in visible_text(html) and farm.alloc.pk not in visible_text(html)
 
 
-def test_cores_typed_are_stored_as_centicores_and_published(admin_client, acct_redis, django_capture_on_commit_callbacks):
+def test_cores_typed_are_stored_as_centicores_and_published(
+    admin_client, acct_redis, django_capture_on_commit_callbacks
+):
     farm = build_farm(managed=True)
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_client.post(change_url(farm.subscription), {"int_size": "200", "int_burst": "250.5"})
@@ -62,15 +65,18 @@ def test_cores_typed_are_stored_as_centicores_and_published(admin_client, acct_r
     assert acct_redis.get(keys.SEQ) == "1"  # one limit write, through limit_write.lua
 
 
-@pytest.mark.parametrize(("size", "message"), [
-    ("2.125", "at most two decimals"),
-    ("-1", "-1 is not unlimited here"),
-    ("unlimited", "-1 is not unlimited here"),
-    ("99999999999999999999", "At most"),
-    ("1000000000000", "At most"),  # fits the bigint column, not Cuebot's tier trigger (NUMERIC(16, 2))
-    ("٣", "Enter a number of cores"),
-    ("1e3", "Enter a number of cores"),
-])
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        ("2.125", "at most two decimals"),
+        ("-1", "-1 is not unlimited here"),
+        ("unlimited", "-1 is not unlimited here"),
+        ("99999999999999999999", "At most"),
+        ("1000000000000", "At most"),  # fits the bigint column, not Cuebot's tier trigger (NUMERIC(16, 2))
+        ("٣", "Enter a number of cores"),
+        ("1e3", "Enter a number of cores"),
+    ],
+)
 def test_refused_values_are_form_errors_and_change_nothing(admin_client, acct_redis, size, message):
     farm = build_farm(managed=True)
     response = admin_client.post(change_url(farm.subscription), {"int_size": size, "int_burst": "200"})
@@ -87,15 +93,21 @@ def test_folder_max_takes_unlimited_and_its_min_does_not(admin_client, acct_redi
     page = admin_client.get(change_url(resource))
     assert form_data(page)["int_max_cores"] == "unlimited"  # the trigger's default, -1
     assert f"{farm.show.str_name} / root" in page.content.decode()
-    refused = admin_client.post(change_url(resource), {"int_min_cores": "unlimited", "int_max_cores": "8",
-                                                         "int_min_gpus": "0", "int_max_gpus": "-1"})
+    refused = admin_client.post(
+        change_url(resource),
+        {"int_min_cores": "unlimited", "int_max_cores": "8", "int_min_gpus": "0", "int_max_gpus": "-1"},
+    )
     assert "int_min_cores" in refused.context["adminform"].form.errors
-    fraction = admin_client.post(change_url(resource), {"int_min_cores": "1.5", "int_max_cores": "unlimited",
-                                                        "int_min_gpus": "1", "int_max_gpus": "-1"})
+    fraction = admin_client.post(
+        change_url(resource),
+        {"int_min_cores": "1.5", "int_max_cores": "unlimited", "int_min_gpus": "1", "int_max_gpus": "-1"},
+    )
     assert "whole cores" in str(fraction.context["adminform"].form.errors["int_min_cores"])  # as Cuebot keeps it
     with django_capture_on_commit_callbacks(execute=True):
-        admin_client.post(change_url(resource), {"int_min_cores": "1", "int_max_cores": "unlimited",
-                                                 "int_min_gpus": "1", "int_max_gpus": "-1"})
+        admin_client.post(
+            change_url(resource),
+            {"int_min_cores": "1", "int_max_cores": "unlimited", "int_min_gpus": "1", "int_max_gpus": "-1"},
+        )
     resource = FolderResource.objects.get(pk=resource.pk)
     assert (resource.int_min_cores, resource.int_max_cores, resource.int_min_gpus) == (100, -1, 1)
     assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores") == ["1", "-1"]
@@ -105,7 +117,9 @@ def test_job_and_point_limits_in_cores(admin_client, acct_redis, django_capture_
     farm = build_farm(managed=True)
     point = Point.objects.get(show=farm.show)
     with django_capture_on_commit_callbacks(execute=True):
-        admin_client.post(change_url(farm.job.resource), {"int_max_cores": "19", "int_max_gpus": "2", "int_priority": "50"})
+        admin_client.post(
+            change_url(farm.job.resource), {"int_max_cores": "19", "int_max_gpus": "2", "int_priority": "50"}
+        )
         admin_client.post(change_url(point), {"int_min_cores": "3", "int_min_gpus": "0"})
     assert JobResource.objects.get(pk=farm.job.resource.pk).int_max_cores == 1900
     assert Point.objects.get(pk=point.pk).int_min_cores == 300
@@ -115,8 +129,9 @@ def test_job_and_point_limits_in_cores(admin_client, acct_redis, django_capture_
 
 def test_a_count_beyond_its_column_is_a_form_error_not_a_500(admin_client):
     farm = build_farm(managed=False)
-    response = admin_client.post(change_url(farm.job.resource), {"int_max_cores": "100", "int_max_gpus": "2147483648",
-                                                                 "int_priority": "1"})
+    response = admin_client.post(
+        change_url(farm.job.resource), {"int_max_cores": "100", "int_max_gpus": "2147483648", "int_priority": "1"}
+    )
     assert response.status_code == 200 and "int_max_gpus" in response.context["adminform"].form.errors
 
 
@@ -127,7 +142,9 @@ def test_lists_name_the_show_and_sort_by_it(admin_client):
     names = [str(sub.show) for sub in listing.context["cl"].result_list]
     assert names == sorted(names)
     assert "250.5 (" in listing.content.decode()  # the size (burst) column, in cores
-    folders = admin_client.get(reverse("admin:accounting_folderresource_changelist"), {"folder__show__id__exact": first.show.pk})
+    folders = admin_client.get(
+        reverse("admin:accounting_folderresource_changelist"), {"folder__show__id__exact": first.show.pk}
+    )
     assert [r.folder.show_id for r in folders.context["cl"].result_list] == [first.show.pk]
     assert first.show.str_name in folders.content.decode()
 
@@ -160,12 +177,15 @@ def test_accounting_rows_are_never_added_or_deleted_here(admin_client, model):
     assert "delete_selected" not in listing.context["cl"].model_admin.get_actions(listing.wsgi_request)
 
 
-@pytest.mark.parametrize(("tier", "booked", "base", "soft", "reads"), [
-    ("0.44", 7000, 16000, False, "0.44 (70 booked ÷ 160 size, cores; "),
-    ("-16000", 0, 16000, False, "-16000 (nothing booked: Cuebot ranks it first (minus the size in centicores); "),
-    ("3", 200, 0, False, "3 (no size: booked + 1; "),
-    ("1", 500, 200, True, "1 (5 booked ÷ 2 size, cores: the size is met, so 1; "),
-])
+@pytest.mark.parametrize(
+    ("tier", "booked", "base", "soft", "reads"),
+    [
+        ("0.44", 7000, 16000, False, "0.44 (70 booked ÷ 160 size, cores; "),
+        ("-16000", 0, 16000, False, "-16000 (nothing booked: Cuebot ranks it first (minus the size in centicores); "),
+        ("3", 200, 0, False, "3 (no size: booked + 1; "),
+        ("1", 500, 200, True, "1 (5 booked ÷ 2 size, cores: the size is met, so 1; "),
+    ],
+)
 def test_a_tier_reads_with_what_it_is_made_of(tier, booked, base, soft, reads):
     """Cuebot's float_tier (shows/cuebot_schema/triggers.sql) never reads bare: its booked
     cores and base, or in words what Cuebot's special values mean."""
@@ -179,7 +199,9 @@ def test_a_tier_reads_with_what_it_is_made_of(tier, booked, base, soft, reads):
     assert column(None, row).startswith(reads) and column(None, row).endswith("Cuebot books the lowest tier first)")
 
 
-def test_gpu_columns_and_caps_read_as_gpus_and_a_folders_minus_one_as_unlimited(admin_client, client, django_user_model):
+def test_gpu_columns_and_caps_read_as_gpus_and_a_folders_minus_one_as_unlimited(
+    admin_client, client, django_user_model
+):
     farm = build_farm(managed=True)
     FolderResource.objects.filter(folder=farm.folder).update(int_max_gpus=-1, int_min_gpus=2)
     JobResource.objects.filter(job=farm.job).update(int_max_gpus=1)
@@ -194,7 +216,9 @@ def test_gpu_columns_and_caps_read_as_gpus_and_a_folders_minus_one_as_unlimited(
     page = admin_client.get(change_url(FolderResource.objects.get(folder=farm.folder)))
     form = page.context["adminform"].form
     assert (form.fields["int_max_gpus"].label, form.fields["int_max_gpus"].help_text) == (
-        "Max GPUs", "Whole GPUs. -1 or 'unlimited' for no limit.")
+        "Max GPUs",
+        "Whole GPUs. -1 or 'unlimited' for no limit.",
+    )
     assert form.fields["int_min_gpus"].help_text == "Whole GPUs."
     assert 'name="int_max_gpus" value="unlimited"' in page.content.decode()  # as the max cores beside it reads
     job_form = admin_client.get(change_url(JobResource.objects.get(job=farm.job))).context["adminform"].form
@@ -205,7 +229,9 @@ def test_gpu_columns_and_caps_read_as_gpus_and_a_folders_minus_one_as_unlimited(
     assert "Max GPUs" in read_only and "unlimited" in read_only and "-1" not in read_only
 
 
-def test_a_folders_max_gpus_takes_unlimited_and_a_jobs_refuses_minus_one(admin_client, django_capture_on_commit_callbacks):
+def test_a_folders_max_gpus_takes_unlimited_and_a_jobs_refuses_minus_one(
+    admin_client, django_capture_on_commit_callbacks
+):
     farm = build_farm(managed=False)
     folder = FolderResource.objects.get(folder=farm.folder)
     FolderResource.objects.filter(pk=folder.pk).update(int_max_gpus=4)
@@ -218,5 +244,7 @@ def test_a_folders_max_gpus_takes_unlimited_and_a_jobs_refuses_minus_one(admin_c
     data = form_data(admin_client.get(change_url(job))) | {"int_max_gpus": "-1"}
     refused = admin_client.post(change_url(job), data)
     assert refused.status_code == 200
-    assert refused.context["adminform"].form.errors["int_max_gpus"] == ["Use a value of 0 or more (-1 is not unlimited here)."]
+    assert refused.context["adminform"].form.errors["int_max_gpus"] == [
+        "Use a value of 0 or more (-1 is not unlimited here)."
+    ]
     assert JobResource.objects.get(pk=job.pk).int_max_gpus == job.int_max_gpus

@@ -1,4 +1,5 @@
 """The farm overview (the admin's front page), the drift pages by name, and "reseed this show"."""
+
 import html
 import logging
 import re
@@ -41,17 +42,29 @@ def test_the_admin_index_is_the_overview(admin_client, acct_redis):
     seed_show(show_id=managed.show.id)
     acct_redis.hset(keys.sub(show_id=managed.show.id, alloc_id=managed.alloc.id), "int_cores", 75)  # live, and drifted
     run_drift_check()
-    Instance.objects.create(host="render-web-1", pid=42, role="web", publishes_to_redis=True, version="1.0",
-                            started_at=timezone.now(), last_seen=timezone.now())
+    Instance.objects.create(
+        host="render-web-1",
+        pid=42,
+        role="web",
+        publishes_to_redis=True,
+        version="1.0",
+        started_at=timezone.now(),
+        last_seen=timezone.now(),
+    )
 
     page = admin_client.get(reverse("admin:index"))
     text = visible_text(page.content.decode())
 
     assert page.status_code == 200 and "Farm overview" in text
     # The row (70, from the proc) differs from the tampered Redis (75): shown beside it, with why.
-    assert (f"{managed.show.str_name} Scheduler Redis live {managed.alloc.str_name}: 75 / 160 (320) cores "
-            f"· PostgreSQL row 70 drift: Redis is 5 cores above SUM(proc) now counted per proc") in text
-    assert f"{cuebot.show.str_name} Cuebot PostgreSQL row (Cuebot's count) {cuebot.alloc.str_name}: 2.5 / 10 (20.5) cores" in text
+    assert (
+        f"{managed.show.str_name} Scheduler Redis live {managed.alloc.str_name}: 75 / 160 (320) cores "
+        f"· PostgreSQL row 70 drift: Redis is 5 cores above SUM(proc) now counted per proc"
+    ) in text
+    assert (
+        f"{cuebot.show.str_name} Cuebot PostgreSQL row (Cuebot's count) {cuebot.alloc.str_name}: 2.5 / 10 (20.5) cores"
+        in text
+    )
     assert "1 field differs" in text and "Drift last checked" in text
     assert "OK: every live instance tells the scheduler of its releases on Redis" in text
     assert "render-web-1" in text and "Subscriptions" in text  # the fleet, and the usual table list below
@@ -60,8 +73,15 @@ def test_the_admin_index_is_the_overview(admin_client, acct_redis):
 
 def test_the_overview_names_a_fleet_member_that_does_not_publish(admin_client):
     build_farm(managed=True)
-    Instance.objects.create(host="old-tasks", pid=7, role="tasks", publishes_to_redis=False, version="0.9",
-                            started_at=timezone.now(), last_seen=timezone.now())
+    Instance.objects.create(
+        host="old-tasks",
+        pid=7,
+        role="tasks",
+        publishes_to_redis=False,
+        version="0.9",
+        started_at=timezone.now(),
+        last_seen=timezone.now(),
+    )
     text = visible_text(admin_client.get(reverse("admin:index")).content.decode())
     assert "MISCONFIGURED" in text and "old-tasks pid 7" in text
 
@@ -72,15 +92,24 @@ def test_maestro_era_the_overview_names_a_stranded_show_with_its_fix_and_asks_fo
     for farm in (stranded, booking):
         farm.add_frame()
     booking.add_proc(cores=100)
-    Instance.objects.create(host="maestro-web", pid=7, role="web", publishes_to_redis=False, version="1.0",
-                            started_at=timezone.now(), last_seen=timezone.now())
+    Instance.objects.create(
+        host="maestro-web",
+        pid=7,
+        role="web",
+        publishes_to_redis=False,
+        version="1.0",
+        started_at=timezone.now(),
+        last_seen=timezone.now(),
+    )
 
     text = visible_text(admin_client.get(reverse("admin:index")).content.decode())
 
     name = stranded.show.str_name
-    assert ("STRANDED: 1 scheduler-managed show with waiting frames and no proc booked for 10 minutes; Cuebot's "
-            f"dispatcher skips flagged shows, so nothing books it: nothing books show {name}: turn Maestro on for it "
-            f"(maestro.enabled=managed, or facility for every show) or clear its flag: set_scheduler_managed {name} off") in text
+    assert (
+        "STRANDED: 1 scheduler-managed show with waiting frames and no proc booked for 10 minutes; Cuebot's "
+        f"dispatcher skips flagged shows, so nothing books it: nothing books show {name}: turn Maestro on for it "
+        f"(maestro.enabled=managed, or facility for every show) or clear its flag: set_scheduler_managed {name} off"
+    ) in text
     assert f"nothing books show {booking.show.str_name}" not in text
     assert "Publishing: none needed. Maestro era" in text
     assert "MISCONFIGURED" not in text and "ACCOUNTING_REDIS_ENABLED" not in text
@@ -158,7 +187,8 @@ def test_reseed_this_show_asks_then_reseeds_and_logs(admin_client, acct_redis, c
     entry = LogEntry.objects.get(object_id=farm.show.pk)
     assert entry.user.username == "admin" and entry.change_message.startswith("Reseeded Redis")
     assert [r.getMessage() for r in caplog.records] == [
-        f"admin reseed of show {farm.show.str_name} by admin: booked: 5 keys, limits: 12 fields written"]
+        f"admin reseed of show {farm.show.str_name} by admin: booked: 5 keys, limits: 12 fields written"
+    ]
 
 
 def test_reseed_needs_the_permission(client, django_user_model, acct_redis):
@@ -216,7 +246,10 @@ def test_a_redis_that_cannot_be_read_is_named_on_the_overview(admin_client, sett
 
 
 def test_an_allocation_beyond_its_size_or_burst_is_marked(admin_client):
-    beyond_size, beyond_burst = build_farm(managed=False, size=100, burst=200), build_farm(managed=False, size=100, burst=200)
+    beyond_size, beyond_burst = (
+        build_farm(managed=False, size=100, burst=200),
+        build_farm(managed=False, size=100, burst=200),
+    )
     beyond_size.add_proc(cores=150)
     beyond_burst.add_proc(cores=250)
     page = admin_client.get(reverse("admin:index")).content.decode()
@@ -237,9 +270,11 @@ def test_the_sidebar_offers_the_operator_pages_on_every_admin_page(admin_client)
 def test_breadcrumbs_start_at_home_on_every_operator_page(admin_client):
     farm = build_farm(managed=True)
     home = f'<a href="{reverse("admin:index")}">Home</a>'
-    for url, last in ((reverse("acct-drift"), "Accounting drift"),
-                      (reverse("acct-drift-show", args=[farm.show.id]), farm.show.str_name),
-                      (reverse("acct-drift-reseed", args=[farm.show.id]), "Reseed")):
+    for url, last in (
+        (reverse("acct-drift"), "Accounting drift"),
+        (reverse("acct-drift-show", args=[farm.show.id]), farm.show.str_name),
+        (reverse("acct-drift-reseed", args=[farm.show.id]), "Reseed"),
+    ):
         crumbs = admin_client.get(url).content.decode().split('<div class="breadcrumbs">')[1].split("</div>")[0]
         assert crumbs.startswith(home) and crumbs.rstrip().endswith(last), (url, crumbs)
 

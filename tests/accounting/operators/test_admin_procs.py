@@ -1,5 +1,6 @@
 """Procs in the admin: deleting one, or many with the action, is a release (unbook_procs);
 adding is not offered; RELEASE_PROCS is required."""
+
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
@@ -50,7 +51,9 @@ def test_the_delete_action_releases_every_selected_proc(admin_client, django_cap
     procs = [farm.add_proc(cores=100), farm.add_proc(cores=200)]
     idle_before = idle(farm)
     with django_capture_on_commit_callbacks(execute=True):
-        admin_client.post(CHANGELIST, {"action": "delete_selected", ACTION_CHECKBOX_NAME: [p.pk for p in procs], "post": "yes"})
+        admin_client.post(
+            CHANGELIST, {"action": "delete_selected", ACTION_CHECKBOX_NAME: [p.pk for p in procs], "post": "yes"}
+        )
     assert not Proc.objects.exists()
     assert idle(farm) == idle_before + 300
     assert Subscription.objects.get(pk=farm.subscription.pk).int_cores == 0  # Cuebot-managed: decremented in PG
@@ -72,7 +75,9 @@ def test_without_release_procs_a_staff_user_cannot_delete(client, django_user_mo
     viewer.user_permissions.add(*Permission.objects.filter(codename__in=["view_proc", "delete_proc"]))
     client.force_login(viewer)
     listing = client.get(CHANGELIST)
-    assert listing.status_code == 200 and "delete_selected" not in listing.context["cl"].model_admin.get_actions(listing.wsgi_request)
+    assert listing.status_code == 200 and "delete_selected" not in listing.context["cl"].model_admin.get_actions(
+        listing.wsgi_request
+    )
     assert client.post(delete_url(proc), {"post": "yes"}).status_code == 403
     client.post(CHANGELIST, {"action": "delete_selected", ACTION_CHECKBOX_NAME: [proc.pk], "post": "yes"})
     assert Proc.objects.filter(pk=proc.pk).exists()
@@ -100,7 +105,9 @@ def test_a_procs_page_reads_its_memory_in_binary_units(admin_client, farm):
     assert [format_kb(kb) for kb in (512, 1536, 3 * 1024 * 1024 // 2)] == ["512 KiB", "1.5 MiB", "1.5 GiB"]
 
 
-def test_the_proc_list_reads_job_and_layer_together_cores_and_gpus_together_and_a_short_booking_time(admin_client, farm):
+def test_the_proc_list_reads_job_and_layer_together_cores_and_gpus_together_and_a_short_booking_time(
+    admin_client, farm
+):
     proc = farm.add_proc(cores=250, gpus=1)
     listing = admin_client.get(CHANGELIST).content.decode()
     assert f"{farm.job.str_name} / {farm.layer.str_name}" in listing

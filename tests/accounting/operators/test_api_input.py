@@ -1,6 +1,7 @@
 """Text that PostgreSQL cannot store (a NUL character) is refused at the API's edge with a
 422, on every endpoint that looks something up, and nothing changes (found by fuzzing the
 OpenAPI schema: each of these answered 500)."""
+
 import json
 
 import pytest
@@ -19,20 +20,24 @@ def staff_token(token_with) -> str:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("method", "url", "body"), [
-    ("post", f"/api/v1/procs/a{NUL}b/unbook", None),
-    ("get", f"/api/v1/shows/a{NUL}b", None),
-    ("put", f"/api/v1/shows/a{NUL}b/scheduler-managed", {"managed": True}),
-    ("get", f"/api/v1/accounting/drift?show=a{NUL}b", None),
-    ("patch", f"/api/v1/accounting/subscriptions/a{NUL}b/limits", {"size": 1}),
-    ("patch", f"/api/v1/accounting/folders/a{NUL}b/limits", {"max_cores": 1}),
-    ("patch", f"/api/v1/accounting/jobs/a{NUL}b/limits", {"max_cores": 1}),
-    ("patch", f"/api/v1/accounting/points/a{NUL}b/limits", {"min_cores": 1}),
-])
+@pytest.mark.parametrize(
+    ("method", "url", "body"),
+    [
+        ("post", f"/api/v1/procs/a{NUL}b/unbook", None),
+        ("get", f"/api/v1/shows/a{NUL}b", None),
+        ("put", f"/api/v1/shows/a{NUL}b/scheduler-managed", {"managed": True}),
+        ("get", f"/api/v1/accounting/drift?show=a{NUL}b", None),
+        ("patch", f"/api/v1/accounting/subscriptions/a{NUL}b/limits", {"size": 1}),
+        ("patch", f"/api/v1/accounting/folders/a{NUL}b/limits", {"max_cores": 1}),
+        ("patch", f"/api/v1/accounting/jobs/a{NUL}b/limits", {"max_cores": 1}),
+        ("patch", f"/api/v1/accounting/points/a{NUL}b/limits", {"min_cores": 1}),
+    ],
+)
 def test_a_nul_character_in_a_path_or_query_is_a_422(client, staff_token, method, url, body):
     data = json.dumps(body) if body is not None else None
-    response = getattr(client, method)(url, data=data, content_type="application/json",
-                                       HTTP_AUTHORIZATION=f"Bearer {staff_token}")
+    response = getattr(client, method)(
+        url, data=data, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}"
+    )
     assert response.status_code == 422, response.content
     assert "NUL" in response.content.decode()
 
@@ -40,8 +45,12 @@ def test_a_nul_character_in_a_path_or_query_is_a_422(client, staff_token, method
 @pytest.mark.django_db
 def test_a_nul_character_in_a_batch_is_a_422_and_releases_nothing(client, farm, staff_token):
     proc = farm.add_proc(cores=100)
-    response = client.post("/api/v1/procs/unbook", data=json.dumps({"proc_ids": [proc.id, "a\u0000b"]}),
-                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}")
+    response = client.post(
+        "/api/v1/procs/unbook",
+        data=json.dumps({"proc_ids": [proc.id, "a\u0000b"]}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {staff_token}",
+    )
     assert response.status_code == 422
     assert Proc.objects.filter(pk=proc.pk).exists()
 
@@ -49,7 +58,7 @@ def test_a_nul_character_in_a_batch_is_a_422_and_releases_nothing(client, farm, 
 # Out-of-range limits (found by fuzzing: PostgreSQL's "integer out of range", a 500): every
 # field is bounded by its column, in the unit it is entered in (cores: the column's max / 100).
 INT_MAX, BIGINT_MAX = 2**31 - 1, 2**63 - 1
-SIZE_MAX = (10**14 - 1)  # Cuebot's tier trigger keeps -size in a NUMERIC(16, 2) while nothing is booked
+SIZE_MAX = 10**14 - 1  # Cuebot's tier trigger keeps -size in a NUMERIC(16, 2) while nothing is booked
 LIMIT_FIELDS = [
     ("subscriptions/{sub}", "size", SIZE_MAX // 100),
     ("subscriptions/{sub}", "burst", BIGINT_MAX // 100),
@@ -72,16 +81,23 @@ def limits_token(token_with) -> str:
 
 def patch_limits(client, farm, token: str, path: str, data, content_type: str = "application/json"):
     point = Point.objects.get_or_create(show=farm.show, dept=farm.dept)[0]
-    url = "/api/v1/accounting/" + path.format(sub=farm.subscription.id, folder=farm.folder.id, job=farm.job.id,
-                                              point=point.id) + "/limits"
+    url = (
+        "/api/v1/accounting/"
+        + path.format(sub=farm.subscription.id, folder=farm.folder.id, job=farm.job.id, point=point.id)
+        + "/limits"
+    )
     return client.patch(url, data=data, content_type=content_type, HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
 def limit_rows(farm) -> tuple:
-    return (Subscription.objects.filter(pk=farm.subscription.pk).values_list("int_size", "int_burst").get(),
-            FolderResource.objects.filter(folder=farm.folder).values_list("int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus").get(),
-            JobResource.objects.filter(job=farm.job).values_list("int_max_cores", "int_max_gpus", "int_priority").get(),
-            tuple(Point.objects.filter(show=farm.show).values_list("int_min_cores", "int_min_gpus")))
+    return (
+        Subscription.objects.filter(pk=farm.subscription.pk).values_list("int_size", "int_burst").get(),
+        FolderResource.objects.filter(folder=farm.folder)
+        .values_list("int_min_cores", "int_max_cores", "int_min_gpus", "int_max_gpus")
+        .get(),
+        JobResource.objects.filter(job=farm.job).values_list("int_max_cores", "int_max_gpus", "int_priority").get(),
+        tuple(Point.objects.filter(show=farm.show).values_list("int_min_cores", "int_min_gpus")),
+    )
 
 
 @pytest.mark.parametrize(("path", "field", "top"), LIMIT_FIELDS)
@@ -101,9 +117,27 @@ def test_a_limit_at_its_columns_maximum_is_stored(client, farm, limits_token, pa
     assert response.json()["limits"][field] == top
 
 
-@pytest.mark.parametrize("body", ["[]", '[{"size": 5}]', "5", '"size"', "null", "true", '{"sise": 5}', '{"size": -2}',
-                                  '{"burst": false}', '{"size": true}', '{"size": "5"}', '{"size": 5.125}', '{"burst": -1}',
-                                  '{"size": 1e3}', '{"size": NaN}', '{"size": -0.5}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[]",
+        '[{"size": 5}]',
+        "5",
+        '"size"',
+        "null",
+        "true",
+        '{"sise": 5}',
+        '{"size": -2}',
+        '{"burst": false}',
+        '{"size": true}',
+        '{"size": "5"}',
+        '{"size": 5.125}',
+        '{"burst": -1}',
+        '{"size": 1e3}',
+        '{"size": NaN}',
+        '{"size": -0.5}',
+    ],
+)
 def test_a_limits_body_that_is_not_an_object_of_known_fields_is_a_422(client, farm, limits_token, body):
     before = limit_rows(farm)
     response = patch_limits(client, farm, limits_token, "subscriptions/{sub}", body)
@@ -118,6 +152,7 @@ def test_the_schema_states_each_limits_bounds_and_unique_proc_ids(client, db):
     def bounds(name: str, field: str, kind: str) -> tuple:
         limit = next(option for option in schema[name]["properties"][field]["anyOf"] if option.get("type") == kind)
         return limit["minimum"], limit["maximum"]
+
     # Cores are numbers with up to two decimals: the exact maximum where a double holds it.
     assert bounds("FolderLimitsIn", "max_cores", "number") == (-1, 21474836.47)
     assert bounds("SubscriptionLimitsIn", "size", "number") == (0, 999999999999.99)
@@ -136,7 +171,9 @@ def test_a_body_that_is_not_utf8_is_a_422(client, farm, limits_token):
 
 def test_an_oversized_body_is_a_json_413(client, farm, limits_token, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
-    response = patch_limits(client, farm, limits_token, "subscriptions/{sub}", json.dumps({"size": 1, "pad": "x" * 2000}))
+    response = patch_limits(
+        client, farm, limits_token, "subscriptions/{sub}", json.dumps({"size": 1, "pad": "x" * 2000})
+    )
     assert response.status_code == 413
     assert response["Content-Type"].startswith("application/json") and "too large" in response.json()["detail"]
 
@@ -174,15 +211,30 @@ def test_a_limit_answer_speaks_cores_only(client, farm, staff_token):
     """`{"size": 160}` answers `"size": 160` (cores), and never the 16000 centicores stored beside it."""
     FolderResource.objects.filter(folder=farm.folder).update(int_min_cores=250)
     answers = {
-        "sub": client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", data=json.dumps({"size": 160}),
-                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
-        "folder": client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", data=json.dumps({"max_cores": -1}),
-                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
-        "job": client.patch(f"/api/v1/accounting/jobs/{farm.job.id}/limits", data=json.dumps({"max_cores": 50}),
-                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
-        "point": client.patch(f"/api/v1/accounting/points/{Point.objects.get(show=farm.show).id}/limits",
-                              data=json.dumps({"min_cores": 2}), content_type="application/json",
-                              HTTP_AUTHORIZATION=f"Bearer {staff_token}").json(),
+        "sub": client.patch(
+            f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits",
+            data=json.dumps({"size": 160}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {staff_token}",
+        ).json(),
+        "folder": client.patch(
+            f"/api/v1/accounting/folders/{farm.folder.id}/limits",
+            data=json.dumps({"max_cores": -1}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {staff_token}",
+        ).json(),
+        "job": client.patch(
+            f"/api/v1/accounting/jobs/{farm.job.id}/limits",
+            data=json.dumps({"max_cores": 50}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {staff_token}",
+        ).json(),
+        "point": client.patch(
+            f"/api/v1/accounting/points/{Point.objects.get(show=farm.show).id}/limits",
+            data=json.dumps({"min_cores": 2}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {staff_token}",
+        ).json(),
     }
     assert answers["sub"] == {"id": farm.subscription.id, "limits": {"size": 160, "burst": 200}}
     assert answers["job"] == {"job_id": farm.job.id, "limits": {"max_cores": 50, "max_gpus": 100, "priority": 1}}

@@ -1,5 +1,6 @@
 """What a token may do follows its user's Django permissions (cuebot_acct.permissions): 401
 without a valid token, 403 naming the missing permission, and nothing changes."""
+
 import json
 
 import pytest
@@ -36,17 +37,25 @@ ENDPOINTS = [
 
 
 def call(client, farm, method: str, url: str, body, token: str | None):
-    names = {"proc": farm.procs[0].id, "sub": farm.subscription.id, "folder": farm.folder.id, "job": farm.job.id,
-             "point": Point.objects.get(show=farm.show, dept=farm.dept).id, "show": farm.show.str_name}
+    names = {
+        "proc": farm.procs[0].id,
+        "sub": farm.subscription.id,
+        "folder": farm.folder.id,
+        "job": farm.job.id,
+        "point": Point.objects.get(show=farm.show, dept=farm.dept).id,
+        "show": farm.show.str_name,
+    }
     data = json.dumps(body).replace('"{proc}"', json.dumps(names["proc"])) if body is not None else None
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
     return getattr(client, method)(url.format(**names), data=data, content_type="application/json", **headers)
 
 
 def unchanged(farm) -> bool:
-    return (Proc.objects.filter(pk=farm.procs[0].pk).exists()
-            and Subscription.objects.get(pk=farm.subscription.pk).int_size == farm.subscription.int_size
-            and Show.objects.get(pk=farm.show.pk).b_scheduler_managed)
+    return (
+        Proc.objects.filter(pk=farm.procs[0].pk).exists()
+        and Subscription.objects.get(pk=farm.subscription.pk).int_size == farm.subscription.int_size
+        and Show.objects.get(pk=farm.show.pk).b_scheduler_managed
+    )
 
 
 @pytest.fixture
@@ -65,8 +74,9 @@ def test_every_other_permission_is_not_enough(client, permission_farm, token_wit
 
 
 @pytest.mark.parametrize(("method", "url", "body", "needed"), ENDPOINTS)
-def test_the_needed_permission_alone_is_enough(client, permission_farm, token_with, method, url, body, needed,
-                                               django_capture_on_commit_callbacks, monkeypatch):
+def test_the_needed_permission_alone_is_enough(
+    client, permission_farm, token_with, method, url, body, needed, django_capture_on_commit_callbacks, monkeypatch
+):
     monkeypatch.setattr(switching, "seed_show", lambda *, show_id: None)
     with django_capture_on_commit_callbacks(execute=True):
         response = call(client, permission_farm, method, url, body, token_with(needed))
@@ -96,7 +106,9 @@ def test_a_superuser_token_may_do_everything(client, permission_farm, django_use
     assert response.status_code == 200
 
 
-def test_the_permission_is_granted_through_a_group_like_any_django_permission(client, permission_farm, django_user_model):
+def test_the_permission_is_granted_through_a_group_like_any_django_permission(
+    client, permission_farm, django_user_model
+):
     group = Group.objects.create(name="operators")
     group.permissions.add(Permission.objects.get(content_type__app_label="accounting", codename="change_limits"))
     user = django_user_model.objects.create_user(username="in-group")
@@ -107,6 +119,12 @@ def test_the_permission_is_granted_through_a_group_like_any_django_permission(cl
 def test_the_openapi_schema_names_each_endpoints_permission(client, db):
     schema = client.get("/api/v1/openapi.json").json()
     for method, url, body, needed in ENDPOINTS:
-        path = url.replace("{proc}", "{proc_id}").replace("{sub}", "{subscription_id}").replace("{folder}", "{folder_id}") \
-            .replace("{job}", "{job_id}").replace("{point}", "{point_id}").replace("{show}", "{name}")
+        path = (
+            url.replace("{proc}", "{proc_id}")
+            .replace("{sub}", "{subscription_id}")
+            .replace("{folder}", "{folder_id}")
+            .replace("{job}", "{job_id}")
+            .replace("{point}", "{point_id}")
+            .replace("{show}", "{name}")
+        )
         assert needed in schema["paths"][path][method]["description"], path

@@ -1,4 +1,5 @@
 """The release endpoints, /metrics and /healthz."""
+
 import json
 
 import pytest
@@ -39,11 +40,28 @@ def test_unbook_one_returns_the_release_and_publishes(farm, acct_redis, post, dj
 
     assert response.status_code == 200
     assert response.json() == {
-        "proc_id": proc.id, "host_id": farm.host.id, "show_id": farm.show.id, "alloc_id": farm.alloc.id,
-        "folder_id": farm.folder.id, "job_id": farm.job.id, "layer_id": farm.layer.id, "dept_id": farm.dept.id,
-        "cores_centicores": 250, "cores": 2, "gpus": 1, "memory_kb": 512, "gpu_memory_kb": 0, "branch": "scheduler",
-        "names": {"show": farm.show.str_name, "alloc": farm.alloc.str_name, "folder": "root",
-                  "job": farm.job.str_name, "layer": "render", "dept": farm.dept.str_name},
+        "proc_id": proc.id,
+        "host_id": farm.host.id,
+        "show_id": farm.show.id,
+        "alloc_id": farm.alloc.id,
+        "folder_id": farm.folder.id,
+        "job_id": farm.job.id,
+        "layer_id": farm.layer.id,
+        "dept_id": farm.dept.id,
+        "cores_centicores": 250,
+        "cores": 2,
+        "gpus": 1,
+        "memory_kb": 512,
+        "gpu_memory_kb": 0,
+        "branch": "scheduler",
+        "names": {
+            "show": farm.show.str_name,
+            "alloc": farm.alloc.str_name,
+            "folder": "root",
+            "job": farm.job.str_name,
+            "layer": "render",
+            "dept": farm.dept.str_name,
+        },
     }
     assert hashes(acct_redis, names) == {role: {"int_cores": "0", "int_gpus": "0"} for role in names}
 
@@ -61,7 +79,11 @@ def test_unbook_many_reports_each_id(farm, post):
 
     assert response.status_code == 200
     results = response.json()["results"]
-    assert [(r["proc_id"], r["status"]) for r in results] == [(a.id, "released"), ("missing", "not_found"), (b.id, "released")]
+    assert [(r["proc_id"], r["status"]) for r in results] == [
+        (a.id, "released"),
+        ("missing", "not_found"),
+        (b.id, "released"),
+    ]
     assert results[0]["release"]["cores_centicores"] == 100 and results[1]["release"] is None
     assert not Proc.objects.filter(pk__in=[a.id, b.id]).exists()
 
@@ -80,7 +102,18 @@ def test_unbook_many_reports_each_id(farm, post):
         (None, '{"proc_ids": ["a",'),
         (None, "not json"),
     ],
-    ids=["empty", "duplicates", "non-string", "null", "empty-string", "not-a-list", "over-1000", "missing", "truncated-json", "not-json"],
+    ids=[
+        "empty",
+        "duplicates",
+        "non-string",
+        "null",
+        "empty-string",
+        "not-a-list",
+        "over-1000",
+        "missing",
+        "truncated-json",
+        "not-json",
+    ],
 )
 def test_unbook_many_bad_input_is_422_and_changes_nothing(farm, post, body, raw):
     proc = farm.add_proc()
@@ -158,7 +191,9 @@ def test_healthz_ok_when_everything_answers(db, client, settings):
     assert response.status_code == 200
     body = response.json()
     assert {key: body[key] for key in ("status", "checks")} == {
-        "status": "ok", "checks": {"postgres": "ok", "cache_redis": "ok", "accounting_redis": "ok"}}
+        "status": "ok",
+        "checks": {"postgres": "ok", "cache_redis": "ok", "accounting_redis": "ok"},
+    }
     # Which master is in use, and the failovers and rebuilds this host's processes counted.
     assert body["accounting_redis"]["master"] == settings.TEST_REDIS_HOST
     assert {type(body["accounting_redis"][key]) for key in ("failovers", "rebuilds")} == {int}
@@ -212,10 +247,22 @@ def test_a_batch_answer_names_what_each_release_gave_back_and_a_gone_job_reads_s
     farm.delete_job_as_cuebot_does(job=farm.job)
     body = post("/api/v1/procs/unbook", {"proc_ids": [proc.id, gone.id]}).json()
     names = [result["release"]["names"] for result in body["results"]]
-    assert names[0] == {"show": farm.show.str_name, "alloc": farm.alloc.str_name, "folder": "root",
-                        "job": kept_job.str_name, "layer": "render", "dept": farm.dept.str_name}
-    assert names[1] == {"show": farm.show.str_name, "alloc": farm.alloc.str_name, "folder": None,
-                        "job": "gone", "layer": "gone", "dept": None}
+    assert names[0] == {
+        "show": farm.show.str_name,
+        "alloc": farm.alloc.str_name,
+        "folder": "root",
+        "job": kept_job.str_name,
+        "layer": "render",
+        "dept": farm.dept.str_name,
+    }
+    assert names[1] == {
+        "show": farm.show.str_name,
+        "alloc": farm.alloc.str_name,
+        "folder": None,
+        "job": "gone",
+        "layer": "gone",
+        "dept": None,
+    }
 
 
 NAME_TABLES = ("show", "alloc", "folder", "job", "layer", "dept")
@@ -223,8 +270,13 @@ NAME_TABLES = ("show", "alloc", "folder", "job", "layer", "dept")
 
 def name_reads(queries) -> list[str]:
     """The statements that read names: any SELECT of a name table's str_name."""
-    return [q["sql"] for q in queries if q["sql"].lstrip().startswith("SELECT") and "str_name" in q["sql"]
-            and any(f'"{table}"' in q["sql"] for table in NAME_TABLES)]
+    return [
+        q["sql"]
+        for q in queries
+        if q["sql"].lstrip().startswith("SELECT")
+        and "str_name" in q["sql"]
+        and any(f'"{table}"' in q["sql"] for table in NAME_TABLES)
+    ]
 
 
 def test_a_first_release_reads_every_name_in_one_query_and_a_second_reads_none(farm, post):
@@ -232,8 +284,14 @@ def test_a_first_release_reads_every_name_in_one_query_and_a_second_reads_none(f
     first, second = farm.add_proc(cores=100), farm.add_proc(cores=100)
     with CaptureQueriesContext(connection) as cold:
         body = post(f"/api/v1/procs/{first.id}/unbook").json()
-    assert body["names"] == {"show": farm.show.str_name, "alloc": farm.alloc.str_name, "folder": "root",
-                             "job": farm.job.str_name, "layer": "render", "dept": farm.dept.str_name}
+    assert body["names"] == {
+        "show": farm.show.str_name,
+        "alloc": farm.alloc.str_name,
+        "folder": "root",
+        "job": farm.job.str_name,
+        "layer": "render",
+        "dept": farm.dept.str_name,
+    }
     assert len(name_reads(cold.captured_queries)) == 1
 
     # The same job again: its names are in the process, no round trip for them.

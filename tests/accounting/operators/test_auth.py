@@ -1,4 +1,5 @@
 """Token authentication without a database read or write per request (accounting.operators.auth)."""
+
 from datetime import timedelta
 
 import pytest

@@ -1,6 +1,7 @@
 """Every booked number an operator reads says where it comes from (Redis live, the PostgreSQL
 row, SUM(proc) now), and a page that shows two that differ says why (rounding, recompute
 lag, drift). Rendered through the admin with real PostgreSQL and Redis."""
+
 import html
 import re
 
@@ -100,14 +101,18 @@ def test_the_subscription_form_labels_its_booked_numbers(admin_client, lagging):
 def test_the_overview_shows_the_row_beside_redis_and_why(admin_client, lagging):
     text = visible_text(admin_client.get(reverse("admin:index")).content.decode())
     assert LEGEND in text
-    assert (f"{lagging.show.str_name} Scheduler Redis live {lagging.alloc.str_name}: 5 / 100 (200) cores "
-            f"· PostgreSQL row 7 {ROUNDING_WHY} {LAG_WHY}") in text
+    assert (
+        f"{lagging.show.str_name} Scheduler Redis live {lagging.alloc.str_name}: 5 / 100 (200) cores "
+        f"· PostgreSQL row 7 {ROUNDING_WHY} {LAG_WHY}"
+    ) in text
 
 
 def test_the_drift_page_names_what_it_compares(admin_client, lagging):
     text = visible_text(admin_client.get(reverse("acct-drift-show", args=[lagging.show.pk])).content.decode())
     assert LEGEND in text
-    assert f"{lagging.show.str_name} / {lagging.alloc.str_name}: Redis live 5 cores, SUM(proc) now 5 cores; size" in text
+    assert (
+        f"{lagging.show.str_name} / {lagging.alloc.str_name}: Redis live 5 cores, SUM(proc) now 5 cores; size" in text
+    )
     assert "so rounding is no difference here" in text and "The PostgreSQL row is not compared" in text
     assert "Redis agrees with PostgreSQL." in text
 

@@ -2,6 +2,7 @@
 the admin accept the same values (up to two decimals, what PostgreSQL's centicores hold
 exactly), refuse the same ones with the same sentence (accounting.live.units.parse_cores),
 and change nothing, in PostgreSQL or Redis, when they refuse."""
+
 import json
 
 import pytest
@@ -44,8 +45,12 @@ def api_patch(client, token: str, farm, field: str, json_value: str):
         "folder_max": (f"folders/{farm.folder.id}", "max_cores"),
         "job_max": (f"jobs/{farm.job.id}", "max_cores"),
     }[field]
-    return client.patch(f"/api/v1/accounting/{path}/limits", f'{{"{name}": {json_value}}}',
-                        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client.patch(
+        f"/api/v1/accounting/{path}/limits",
+        f'{{"{name}": {json_value}}}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
 
 
 def api_refusal(client, token: str, farm, field: str, json_value: str) -> str:
@@ -66,8 +71,11 @@ ADMIN = {
 
 def admin_row(farm, field: str):
     model_name = ADMIN[field][0]
-    return {"subscription": farm.subscription, "folderresource": farm.folder_resource,
-            "jobresource": JobResource.objects.get(job=farm.job)}[model_name]
+    return {
+        "subscription": farm.subscription,
+        "folderresource": farm.folder_resource,
+        "jobresource": JobResource.objects.get(job=farm.job),
+    }[model_name]
 
 
 def admin_post(admin_client, farm, field: str, text: str):
@@ -89,10 +97,15 @@ def admin_refusal(admin_client, farm, field: str, text: str) -> str:
 
 def everything(farm, acct_redis) -> tuple:
     """Every limit row and every accounting key, to show a refusal changed nothing."""
-    rows = tuple(tuple(model_to_dict(row).items()) for model in (Subscription, FolderResource, JobResource, Point)
-                 for row in model.objects.order_by("pk"))
-    return rows, {key: acct_redis.hgetall(key) if acct_redis.type(key) == "hash" else acct_redis.get(key)
-                  for key in acct_redis.keys("acct:*")}
+    rows = tuple(
+        tuple(model_to_dict(row).items())
+        for model in (Subscription, FolderResource, JobResource, Point)
+        for row in model.objects.order_by("pk")
+    )
+    return rows, {
+        key: acct_redis.hgetall(key) if acct_redis.type(key) == "hash" else acct_redis.get(key)
+        for key in acct_redis.keys("acct:*")
+    }
 
 
 REFUSED = [
@@ -116,8 +129,9 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("field", "typed", "json_value", "message"), REFUSED)
-def test_each_face_refuses_with_the_same_message_and_changes_nothing(farm, acct_redis, client, token_with, admin_client,
-                                                                    field, typed, json_value, message):
+def test_each_face_refuses_with_the_same_message_and_changes_nothing(
+    farm, acct_redis, client, token_with, admin_client, field, typed, json_value, message
+):
     token = token_with(CHANGE_LIMITS)
     before = everything(farm, acct_redis)
 
@@ -128,15 +142,28 @@ def test_each_face_refuses_with_the_same_message_and_changes_nothing(farm, acct_
     assert everything(farm, acct_redis) == before
 
 
-@pytest.mark.parametrize(("typed", "centicores", "in_redis", "echo"), [
-    ("2.5", 250, "2", 2.5),
-    ("0.25", 25, "0", 0.25),
-    ("19.99", 1999, "19", 19.99),
-    ("12", 1200, "12", 12),
-    ("1.0", 100, "1", 1),
-])
-def test_each_face_takes_up_to_two_decimals_exactly(farm, acct_redis, client, token_with, admin_client,
-                                                    django_capture_on_commit_callbacks, typed, centicores, in_redis, echo):
+@pytest.mark.parametrize(
+    ("typed", "centicores", "in_redis", "echo"),
+    [
+        ("2.5", 250, "2", 2.5),
+        ("0.25", 25, "0", 0.25),
+        ("19.99", 1999, "19", 19.99),
+        ("12", 1200, "12", 12),
+        ("1.0", 100, "1", 1),
+    ],
+)
+def test_each_face_takes_up_to_two_decimals_exactly(
+    farm,
+    acct_redis,
+    client,
+    token_with,
+    admin_client,
+    django_capture_on_commit_callbacks,
+    typed,
+    centicores,
+    in_redis,
+    echo,
+):
     """A subscription's burst (Cuebot keeps hundredths there): stored exactly in centicores;
     Redis gets the whole cores (truncated, as every conversion does); the command and the API
     echo cores, never centicores."""
@@ -165,8 +192,9 @@ def test_each_face_takes_up_to_two_decimals_exactly(farm, acct_redis, client, to
 
 def test_the_command_echoes_cores_exactly_however_large(farm, capsys, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        call_command("set_subscription", farm.show.str_name, farm.alloc.str_name, "--size", "999999999999",
-                     "--burst", "2.5")
+        call_command(
+            "set_subscription", farm.show.str_name, farm.alloc.str_name, "--size", "999999999999", "--burst", "2.5"
+        )
     out = capsys.readouterr().out
     assert out.strip() == f"{farm.show.str_name}/{farm.alloc.str_name}: size 999999999999 cores, burst 2.5 cores"
     assert "e+" not in out
@@ -179,8 +207,9 @@ def test_the_api_answers_cores_exactly_however_large(farm, client, token_with):
 
 
 @pytest.mark.parametrize(("typed", "json_value"), [("-1", "-1"), ("unlimited", None)])
-def test_unlimited_is_minus_one_verbatim_where_cuebot_reads_it_so(farm, acct_redis, client, token_with, admin_client,
-                                                                   django_capture_on_commit_callbacks, typed, json_value):
+def test_unlimited_is_minus_one_verbatim_where_cuebot_reads_it_so(
+    farm, acct_redis, client, token_with, admin_client, django_capture_on_commit_callbacks, typed, json_value
+):
     """A folder's max: -1 on every face ('unlimited' too where a person types text), stored and
     published as -1; 2 is one core or more, so Cuebot's folder DAO takes it."""
     key = keys.folder(folder_id=farm.folder.id)

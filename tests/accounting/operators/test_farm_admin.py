@@ -42,9 +42,15 @@ def test_move_to_scheduler_asks_first_and_changes_nothing_until_confirmed(admin_
 
 def test_move_to_scheduler_once_confirmed(admin_client, cuebot_farm, farm, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin_client.post(CHANGELIST, {
-            "action": "move_to_scheduler", ACTION_CHECKBOX_NAME: [cuebot_farm.show.pk, farm.show.pk], "confirmed": "yes",
-        }, follow=True)
+        response = admin_client.post(
+            CHANGELIST,
+            {
+                "action": "move_to_scheduler",
+                ACTION_CHECKBOX_NAME: [cuebot_farm.show.pk, farm.show.pk],
+                "confirmed": "yes",
+            },
+            follow=True,
+        )
     assert flags(cuebot_farm.show, farm.show) == [True, True]
     messages = [str(m) for m in response.context["messages"]]
     assert messages == [f"Moved 1 show(s) to the scheduler: {cuebot_farm.show.str_name}. 1 already there."]
@@ -52,11 +58,19 @@ def test_move_to_scheduler_once_confirmed(admin_client, cuebot_farm, farm, djang
 
 def test_move_back_to_cuebot_once_confirmed(admin_client, farm, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin_client.post(CHANGELIST, {
-            "action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes",
-        }, follow=True)
+        response = admin_client.post(
+            CHANGELIST,
+            {
+                "action": "move_back_to_cuebot",
+                ACTION_CHECKBOX_NAME: [farm.show.pk],
+                "confirmed": "yes",
+            },
+            follow=True,
+        )
     assert flags(farm.show) == [False]
-    assert [str(m) for m in response.context["messages"]] == [f"Moved 1 show(s) to Cuebot: {farm.show.str_name}. 0 already there."]
+    assert [str(m) for m in response.context["messages"]] == [
+        f"Moved 1 show(s) to Cuebot: {farm.show.str_name}. 0 already there."
+    ]
 
 
 def test_a_user_without_change_permission_cannot_toggle(client, django_user_model, farm):
@@ -90,7 +104,9 @@ def test_ownership_actions_need_change_ownership(client, django_user_model, farm
 
     client.force_login(staff_with(django_user_model, "owner", "view_show", "change_ownership"))
     with django_capture_on_commit_callbacks(execute=True):
-        client.post(CHANGELIST, {"action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes"})
+        client.post(
+            CHANGELIST, {"action": "move_back_to_cuebot", ACTION_CHECKBOX_NAME: [farm.show.pk], "confirmed": "yes"}
+        )
     assert flags(farm.show) == [False]
 
 
@@ -99,9 +115,17 @@ def test_the_show_form_never_flips_ownership_and_takes_defaults_in_cores(admin_c
     form = admin_client.get(url).context["adminform"].form
     assert "b_scheduler_managed" not in form.fields
     assert form["int_default_max_cores"].field.prepare_value(form["int_default_max_cores"].value()) == "100"
-    data = {"str_name": cuebot_farm.show.str_name, "int_default_min_cores": "1.5", "int_default_max_cores": "200",
-            "int_default_min_gpus": "100", "int_default_max_gpus": "100000", "b_active": "on", "b_booking_enabled": "on",
-            "b_dispatch_enabled": "on", "b_scheduler_managed": "on"}
+    data = {
+        "str_name": cuebot_farm.show.str_name,
+        "int_default_min_cores": "1.5",
+        "int_default_max_cores": "200",
+        "int_default_min_gpus": "100",
+        "int_default_max_gpus": "100000",
+        "b_active": "on",
+        "b_booking_enabled": "on",
+        "b_dispatch_enabled": "on",
+        "b_scheduler_managed": "on",
+    }
     assert admin_client.post(url, data).status_code == 302
     show = Show.objects.get(pk=cuebot_farm.show.pk)
     assert (show.int_default_min_cores, show.int_default_max_cores, show.b_scheduler_managed) == (150, 20000, False)
@@ -116,7 +140,9 @@ def test_the_drift_column_says_what_the_last_check_found(admin_client, farm, see
 
 
 def test_forms_label_fields_without_opencues_prefixes_or_abbreviations(admin_client, farm):
-    page = admin_client.get(reverse("admin:accounting_subscription_change", args=[farm.subscription.pk])).content.decode()
+    page = admin_client.get(
+        reverse("admin:accounting_subscription_change", args=[farm.subscription.pk])
+    ).content.decode()
     assert "Allocation:" in page and "GPUs:" in page
     assert "Alloc:" not in page and "Gpus:" not in page
 
@@ -155,12 +181,16 @@ def test_the_show_form_reads_its_default_gpus_as_whole_gpus(admin_client, cuebot
     100000 GPUs, not hundredths like the cores beside them), and books nothing against them."""
     page = admin_client.get(reverse("admin:shows_show_change", args=[cuebot_farm.show.pk]))
     form = page.context["adminform"].form
-    for name, label, stored in (("int_default_min_gpus", "Default min GPUs", 100),
-                                ("int_default_max_gpus", "Default max GPUs", 100000)):
+    for name, label, stored in (
+        ("int_default_min_gpus", "Default min GPUs", 100),
+        ("int_default_max_gpus", "Default max GPUs", 100000),
+    ):
         field = form[name]
         assert (field.label, field.value()) == (label, stored)
-        assert field.help_text == (f"Whole GPUs, as typed: Cuebot keeps only cores in hundredths, so its default here, "
-                                   f"{stored}, is {stored} GPUs. No booking compares against it.")
+        assert field.help_text == (
+            f"Whole GPUs, as typed: Cuebot keeps only cores in hundredths, so its default here, "
+            f"{stored}, is {stored} GPUs. No booking compares against it."
+        )
         assert field.help_text in page.content.decode()
 
 
@@ -169,11 +199,15 @@ def test_a_shows_default_gpus_take_whole_counts_and_refuse_minus_one(admin_clien
     refused = admin_client.post(url, data | {"int_default_max_gpus": "-1"})
     assert refused.status_code == 200
     assert refused.context["adminform"].form.errors["int_default_max_gpus"] == [
-        "-1 is not unlimited here (Cuebot keeps this default as a plain count): enter 0 or more GPUs."]
-    assert "int_default_min_gpus" in admin_client.post(url, data | {"int_default_min_gpus": "1.5"}).context[
-        "adminform"].form.errors
-    assert Show.objects.filter(pk=cuebot_farm.show.pk).values_list("int_default_min_gpus", "int_default_max_gpus").get() == (
-        100, 100000)
+        "-1 is not unlimited here (Cuebot keeps this default as a plain count): enter 0 or more GPUs."
+    ]
+    assert (
+        "int_default_min_gpus"
+        in admin_client.post(url, data | {"int_default_min_gpus": "1.5"}).context["adminform"].form.errors
+    )
+    assert Show.objects.filter(pk=cuebot_farm.show.pk).values_list(
+        "int_default_min_gpus", "int_default_max_gpus"
+    ).get() == (100, 100000)
 
 
 def test_a_show_default_gpus_change_writes_that_column_only(admin_client, cuebot_farm):
@@ -185,8 +219,9 @@ def test_a_show_default_gpus_change_writes_that_column_only(admin_client, cuebot
 
     updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('UPDATE "show"')]
     assert len(updates) == 1 and updates[0].startswith('UPDATE "show" SET "int_default_max_gpus" = ')
-    assert Show.objects.filter(pk=cuebot_farm.show.pk).values_list("int_default_min_gpus", "int_default_max_gpus").get() == (
-        3, 8)
+    assert Show.objects.filter(pk=cuebot_farm.show.pk).values_list(
+        "int_default_min_gpus", "int_default_max_gpus"
+    ).get() == (3, 8)
 
 
 def test_a_read_only_show_page_says_its_default_gpus_in_gpus(client, django_user_model, cuebot_farm):
@@ -204,8 +239,15 @@ def test_shows_are_neither_added_nor_deleted_nor_renamed_here(admin_client, cueb
 
 @pytest.mark.parametrize("model", ["host", "job", "layer", "folder", "alloc", "dept", "facility"])
 def test_cuebots_other_farm_rows_are_shown_read_only(admin_client, cuebot_farm, model):
-    row = {"host": cuebot_farm.host, "job": cuebot_farm.job, "layer": cuebot_farm.layer, "folder": cuebot_farm.folder,
-           "alloc": cuebot_farm.alloc, "dept": cuebot_farm.dept, "facility": cuebot_farm.alloc.facility}[model]
+    row = {
+        "host": cuebot_farm.host,
+        "job": cuebot_farm.job,
+        "layer": cuebot_farm.layer,
+        "folder": cuebot_farm.folder,
+        "alloc": cuebot_farm.alloc,
+        "dept": cuebot_farm.dept,
+        "facility": cuebot_farm.alloc.facility,
+    }[model]
     url = reverse(f"admin:shows_{model}_change", args=[row.pk])
     page = admin_client.get(url)
     assert page.status_code == 200 and page.context["has_change_permission"] is False
@@ -214,13 +256,23 @@ def test_cuebots_other_farm_rows_are_shown_read_only(admin_client, cuebot_farm, 
 
 
 def test_a_move_to_scheduler_redis_cannot_take_is_reported_and_changes_nothing(
-    admin_client, cuebot_farm, settings, fresh_accounting_client, django_capture_on_commit_callbacks,
+    admin_client,
+    cuebot_farm,
+    settings,
+    fresh_accounting_client,
+    django_capture_on_commit_callbacks,
 ):
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin_client.post(CHANGELIST, {
-            "action": "move_to_scheduler", ACTION_CHECKBOX_NAME: [cuebot_farm.show.pk], "confirmed": "yes",
-        }, follow=True)
+        response = admin_client.post(
+            CHANGELIST,
+            {
+                "action": "move_to_scheduler",
+                ACTION_CHECKBOX_NAME: [cuebot_farm.show.pk],
+                "confirmed": "yes",
+            },
+            follow=True,
+        )
     assert flags(cuebot_farm.show) == [False]
     [refused] = response.context["messages"]  # no success line beside it
     assert refused.level_tag == "error"

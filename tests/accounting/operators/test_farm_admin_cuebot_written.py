@@ -1,4 +1,5 @@
 """Frames, host stats and local reservations are Cuebot's: the admin shows them, read-only."""
+
 import pytest
 from django.urls import reverse
 

@@ -1,5 +1,6 @@
 """Every kind of accounting key is labelled with the names an operator knows (the drift pages,
 acct_drift), and a row that is gone says so instead of borrowing another row's name."""
+
 import pytest
 
 from accounting.live import keys
@@ -12,8 +13,11 @@ pytestmark = pytest.mark.django_db
 def test_each_kind_of_key_reads_with_its_names(farm):
     sub = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
     point = keys.point(dept_id=farm.dept.id, show_id=farm.show.id)
-    folder, job, layer = (keys.folder(folder_id=farm.folder.id), keys.job(job_id=farm.job.id),
-                          keys.layer(layer_id=farm.layer.id))
+    folder, job, layer = (
+        keys.folder(folder_id=farm.folder.id),
+        keys.job(job_id=farm.job.id),
+        keys.layer(layer_id=farm.layer.id),
+    )
     labels = key_labels(redis_keys=[sub, point, folder, job, layer])
     show = farm.show.str_name
     assert labels == {
@@ -34,7 +38,13 @@ def test_a_subscription_key_is_named_by_its_own_show_when_several_shows_share_th
 
 def test_rows_that_are_gone_say_so(db):
     gone = "00000000-0000-0000-0000-000000000000"
-    sub, point, job = keys.sub(show_id=gone, alloc_id=gone), keys.point(dept_id=gone, show_id=gone), keys.job(job_id=gone)
+    sub, point, job = (
+        keys.sub(show_id=gone, alloc_id=gone),
+        keys.point(dept_id=gone, show_id=gone),
+        keys.job(job_id=gone),
+    )
     assert key_labels(redis_keys=[sub, point, job]) == {
-        sub: "show gone / allocation gone", point: "show gone / department gone", job: "job gone (00000000…)",
+        sub: "show gone / allocation gone",
+        point: "show gone / department gone",
+        job: "job gone (00000000…)",
     }

@@ -1,5 +1,6 @@
 """Admin logins are throttled (django-axes): wrong passwords for one username from one address
 lock that pair out, the right password included, until the cool-off (issue 21)."""
+
 import pytest
 from django.conf import settings
 

@@ -44,7 +44,10 @@ def flag(show) -> bool:
 def test_list_and_detail_carry_the_flag(reader_client, farm, cuebot_farm):
     client = reader_client
     listed = client.get("/api/v1/shows").json()
-    assert {s["name"]: s["scheduler_managed"] for s in listed} == {farm.show.str_name: True, cuebot_farm.show.str_name: False}
+    assert {s["name"]: s["scheduler_managed"] for s in listed} == {
+        farm.show.str_name: True,
+        cuebot_farm.show.str_name: False,
+    }
     detail = client.get(f"/api/v1/shows/{farm.show.str_name}")
     assert detail.status_code == 200
     assert detail.json() == {"id": farm.show.id, "name": farm.show.str_name, "scheduler_managed": True, "active": True}
@@ -55,7 +58,9 @@ def test_detail_of_an_unknown_show_is_404(reader_client, db):
     assert response.status_code == 404 and "nope" in response.json()["detail"]
 
 
-def test_staff_token_moves_a_show_and_gets_old_and_new(reader_client, cuebot_farm, staff_token, django_capture_on_commit_callbacks):
+def test_staff_token_moves_a_show_and_gets_old_and_new(
+    reader_client, cuebot_farm, staff_token, django_capture_on_commit_callbacks
+):
     client = reader_client
     with django_capture_on_commit_callbacks(execute=True):
         response = put(client, cuebot_farm.show.str_name, {"managed": True}, staff_token)
@@ -66,7 +71,12 @@ def test_staff_token_moves_a_show_and_gets_old_and_new(reader_client, cuebot_far
 
 
 def test_a_move_to_scheduler_redis_cannot_take_is_503_and_changes_nothing(
-    reader_client, cuebot_farm, staff_token, settings, fresh_accounting_client, django_capture_on_commit_callbacks,
+    reader_client,
+    cuebot_farm,
+    staff_token,
+    settings,
+    fresh_accounting_client,
+    django_capture_on_commit_callbacks,
 ):
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     with django_capture_on_commit_callbacks(execute=True):
@@ -96,8 +106,9 @@ def test_unknown_show_is_404(client, staff_token, db):
     assert response.status_code == 404 and "nope" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("body", [{}, {"managed": "true"}, {"managed": 1}, {"managed": None},
-                                  {"managed": True, "drain": True}, "[true]"])
+@pytest.mark.parametrize(
+    "body", [{}, {"managed": "true"}, {"managed": 1}, {"managed": None}, {"managed": True, "drain": True}, "[true]"]
+)
 def test_bad_body_is_422_and_changes_nothing(client, cuebot_farm, staff_token, body):
     response = put(client, cuebot_farm.show.str_name, body, staff_token)
     assert response.status_code == 422, response.content

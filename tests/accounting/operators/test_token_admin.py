@@ -1,6 +1,7 @@
 """The token admin cannot widen anyone's rights: the revoke action needs the change right, and
 a token's user is fixed once it is issued (a token moved to another user would act with that
 user's permissions)."""
+
 import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client

@@ -29,7 +29,12 @@ def test_record_instance_upserts_this_process(settings):
     second = record_instance(role="web", started_at=started)
     assert first.pk == second.pk and Instance.objects.count() == 1
     row = Instance.objects.get()
-    assert (row.host, row.pid, row.role, row.version) == (socket.gethostname(), os.getpid(), "web", cuebot_acct.__version__)
+    assert (row.host, row.pid, row.role, row.version) == (
+        socket.gethostname(),
+        os.getpid(),
+        "web",
+        cuebot_acct.__version__,
+    )
     assert row.publishes_to_redis is False  # what the process is now, not what it was
     assert row.started_at == started and row.last_seen >= started
 
@@ -106,13 +111,19 @@ def test_a_web_process_registers_itself_and_warns_at_start(cuebot_farm):
 
     Show.objects.filter(pk=cuebot_farm.show.pk).update(b_scheduler_managed=True)
     cuebot_farm.add_frame()  # waiting, and nothing books the flagged show: stranded
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "ACCOUNTING_SCHEDULER": "maestro",
-           "DJANGO_SECRET_KEY": "a-key-of-this-test-" + "x" * 40,
-           **service_database(),
-           "CACHE_REDIS_URL": live.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": live.TASK_BROKER_REDIS_URL}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "settings",
+        "ACCOUNTING_SCHEDULER": "maestro",
+        "DJANGO_SECRET_KEY": "a-key-of-this-test-" + "x" * 40,
+        **service_database(),
+        "CACHE_REDIS_URL": live.CACHE_REDIS_URL,
+        "TASK_BROKER_REDIS_URL": live.TASK_BROKER_REDIS_URL,
+    }
     code = "import os, cuebot_acct.wsgi; print(os.getpid())"
-    done = subprocess.run([sys.executable, "-c", code], cwd=live.BASE_DIR, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=live.BASE_DIR, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     row = Instance.objects.get(pid=int(done.stdout.strip()))
     assert (row.role, row.publishes_to_redis) == ("web", False)

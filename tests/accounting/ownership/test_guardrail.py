@@ -30,11 +30,26 @@ def gauge() -> float:
     return REGISTRY.get_sample_value("cuebot_redis_publish_misconfigured")
 
 
-def instance(*, host: str, pid: int, publishes: bool, seen_ago: timedelta = timedelta(seconds=5), role: str = "web",
-             notify: bool = False) -> Instance:
+def instance(
+    *,
+    host: str,
+    pid: int,
+    publishes: bool,
+    seen_ago: timedelta = timedelta(seconds=5),
+    role: str = "web",
+    notify: bool = False,
+) -> Instance:
     now = timezone.now()
-    return Instance.objects.create(host=host, pid=pid, role=role, publishes_to_redis=publishes, publishes_notify=notify,
-                                   version="0.1.0", started_at=now - timedelta(hours=1), last_seen=now - seen_ago)
+    return Instance.objects.create(
+        host=host,
+        pid=pid,
+        role=role,
+        publishes_to_redis=publishes,
+        publishes_notify=notify,
+        version="0.1.0",
+        started_at=now - timedelta(hours=1),
+        last_seen=now - seen_ago,
+    )
 
 
 def stranded_gauge(show: str) -> float | None:
@@ -76,7 +91,10 @@ def test_managed_show_with_publishing_missing_here_warns_sets_the_gauge_and_the_
     assert any(MESSAGE in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     (warning,) = checks.publish_guardrail(databases=["default"])
     assert warning.id == "accounting.W001" and warning.msg == MESSAGE
-    assert f"pid {os.getpid()}" in warning.hint and "Set ACCOUNTING_SCHEDULER=redis,notify on: this process" in warning.hint
+    assert (
+        f"pid {os.getpid()}" in warning.hint
+        and "Set ACCOUNTING_SCHEDULER=redis,notify on: this process" in warning.hint
+    )
 
 
 def test_managed_show_with_every_live_instance_publishing_is_fine(farm):
@@ -135,10 +153,20 @@ def test_manage_py_check_shows_w001(farm, settings):
 
 
 def run_check(database_url: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "DATABASE_URL": database_url,
-           "ACCOUNTING_SCHEDULER": "maestro"}
-    return subprocess.run([sys.executable, "manage.py", "check", "--database", "default"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "settings",
+        "DATABASE_URL": database_url,
+        "ACCOUNTING_SCHEDULER": "maestro",
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--database", "default"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_check_does_not_crash_when_the_database_is_unreachable():
@@ -210,27 +238,36 @@ def test_an_instance_that_publishes_nothing_in_a_redis_era_fleet_is_told_to_run_
     instance(host="maestro-web", pid=5, publishes=False)
     report = run_guardrail()
     assert report.misconfigured and [i.host for i in report.offenders] == ["maestro-web"]
-    assert report.hint.startswith("1 show(s) are scheduler-managed. Set ACCOUNTING_SCHEDULER=redis on: web maestro-web pid 5")
+    assert report.hint.startswith(
+        "1 show(s) are scheduler-managed. Set ACCOUNTING_SCHEDULER=redis on: web maestro-web pid 5"
+    )
 
 
 def test_the_maestro_era_command_says_so(farm, maestro, capsys):
     call_command("accounting_guardrail")
-    assert capsys.readouterr().out.strip() == ("ok: 1 scheduler-managed show(s), none stranded; Maestro era: Cuebot keeps "
-                                               "every show's accounting tables, nothing to publish")
+    assert capsys.readouterr().out.strip() == (
+        "ok: 1 scheduler-managed show(s), none stranded; Maestro era: Cuebot keeps "
+        "every show's accounting tables, nothing to publish"
+    )
 
 
 def test_the_command_says_which_eras_the_fleet_publishes_on(farm, settings, capsys):
     settings.ACCOUNTING_NOTIFY_ENABLED = True
     call_command("accounting_guardrail")
-    assert capsys.readouterr().out.strip() == "ok: 1 scheduler-managed show(s); every live instance publishes on NOTIFY, Redis"
+    assert (
+        capsys.readouterr().out.strip()
+        == "ok: 1 scheduler-managed show(s); every live instance publishes on NOTIFY, Redis"
+    )
 
 
 # Stranded: a flagged show with waiting frames that nothing has booked for ACCOUNTING_STRANDED_MINUTES.
 
 
 def fix(show: str) -> str:
-    return (f"nothing books show {show}: turn Maestro on for it (maestro.enabled=managed, or facility for every show) "
-            f"or clear its flag: set_scheduler_managed {show} off")
+    return (
+        f"nothing books show {show}: turn Maestro on for it (maestro.enabled=managed, or facility for every show) "
+        f"or clear its flag: set_scheduler_managed {show} off"
+    )
 
 
 @as_cuebot()
@@ -238,8 +275,9 @@ def booked_ago(proc, minutes: float) -> None:
     Proc.objects.filter(pk=proc.pk).update(ts_booked=timezone.now() - timedelta(minutes=minutes))
 
 
-def test_maestro_era_a_flagged_show_nothing_books_is_named_with_its_fix_and_the_command_exits_1(farm, maestro, capsys,
-                                                                                                caplog):
+def test_maestro_era_a_flagged_show_nothing_books_is_named_with_its_fix_and_the_command_exits_1(
+    farm, maestro, capsys, caplog
+):
     farm.add_frame()
     with pytest.raises(SystemExit) as exit_, caplog.at_level(logging.WARNING, logger="accounting.ownership.guardrail"):
         call_command("accounting_guardrail")
@@ -247,7 +285,9 @@ def test_maestro_era_a_flagged_show_nothing_books_is_named_with_its_fix_and_the_
     err = capsys.readouterr().err
     name = farm.show.str_name
     assert err.splitlines() == [
-        "STRANDED: 1 scheduler-managed show(s) with waiting frames and no proc booked for 10 minutes", f"  {fix(name)}"]
+        "STRANDED: 1 scheduler-managed show(s) with waiting frames and no proc booked for 10 minutes",
+        f"  {fix(name)}",
+    ]
     assert "MISCONFIGURED" not in err and "ACCOUNTING_" not in err
     assert stranded_gauge(name) == 1 and gauge() == 0
     assert any(fix(name) in r.getMessage() for r in caplog.records)
@@ -305,4 +345,5 @@ def test_redis_era_a_stranded_show_is_named_with_the_schedulers_fix(farm, capsys
     name = farm.show.str_name
     assert capsys.readouterr().err.splitlines()[1] == (
         f"  nothing books show {name}: start the Rust scheduler that books flagged shows or clear its flag: "
-        f"set_scheduler_managed {name} off")
+        f"set_scheduler_managed {name} off"
+    )

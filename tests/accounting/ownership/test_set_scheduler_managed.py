@@ -18,7 +18,9 @@ def flag(show) -> bool:
 
 
 @pytest.mark.parametrize("value", ["true", "TRUE", "True", "on", "ON"])
-def test_moves_a_show_to_the_scheduler_and_prints_old_and_new(cuebot_farm, value, capsys, django_capture_on_commit_callbacks):
+def test_moves_a_show_to_the_scheduler_and_prints_old_and_new(
+    cuebot_farm, value, capsys, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         call_command("set_scheduler_managed", cuebot_farm.show.str_name, value)
     assert capsys.readouterr().out.strip() == f"{cuebot_farm.show.str_name}: b_scheduler_managed false -> true"
@@ -49,11 +51,16 @@ def test_an_unknown_show_is_refused(cuebot_farm):
 
 
 def test_a_move_to_the_scheduler_redis_cannot_take_exits_1_and_changes_nothing(
-    cuebot_farm, settings, fresh_accounting_client, django_capture_on_commit_callbacks,
+    cuebot_farm,
+    settings,
+    fresh_accounting_client,
+    django_capture_on_commit_callbacks,
 ):
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
-    with pytest.raises(CommandError, match="could not be closed before the switch") as error, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        pytest.raises(CommandError, match="could not be closed before the switch") as error,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         call_command("set_scheduler_managed", cuebot_farm.show.str_name, "true")
     assert error.value.returncode == 1
     assert flag(cuebot_farm.show) is False

@@ -1,4 +1,5 @@
 """Switching a show back to Cuebot: the bookings a scheduler made on the old flag ("stragglers")."""
+
 import ast
 from datetime import timedelta
 
@@ -30,11 +31,16 @@ def straggler(farm, *, cores: int, number: int = 7) -> str:
     no PG accounting row counts it."""
     proc_id, frame_id = new_pk(), new_pk()
     with as_cuebot(), connection.cursor() as cursor:  # a scheduler's booking
-        cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
-                       "VALUES (%s, %s, %s, %s, 'RUNNING', %s, 0)", [frame_id, farm.layer.id, farm.job.id, f"{frame_id}-late", number])
-        cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
-                       "int_mem_reserved) VALUES (%s, %s, %s, %s, %s, %s, %s, 1024)",
-                       [proc_id, farm.host.id, farm.job.id, farm.show.id, farm.layer.id, frame_id, cores])
+        cursor.execute(
+            "INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
+            "VALUES (%s, %s, %s, %s, 'RUNNING', %s, 0)",
+            [frame_id, farm.layer.id, farm.job.id, f"{frame_id}-late", number],
+        )
+        cursor.execute(
+            "INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
+            "int_mem_reserved) VALUES (%s, %s, %s, %s, %s, %s, %s, 1024)",
+            [proc_id, farm.host.id, farm.job.id, farm.show.id, farm.layer.id, frame_id, cores],
+        )
         cursor.execute("UPDATE host SET int_cores_idle = int_cores_idle - %s WHERE pk_host = %s", [cores, farm.host.id])
     return proc_id
 
@@ -47,7 +53,10 @@ def test_a_switch_back_schedules_a_second_recompute_once_no_stale_booking_can_la
     window = settings.SHOW_FLAG_CACHE_SECONDS + settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
     assert before + timedelta(seconds=window) <= schedule.next_run <= timezone.now() + timedelta(seconds=window)
     assert (schedule.func, ast.literal_eval(schedule.kwargs), schedule.schedule_type) == (
-        "accounting.tasks.settle_recompute", {"show_id": farm.show.id}, Schedule.ONCE)
+        "accounting.tasks.settle_recompute",
+        {"show_id": farm.show.id},
+        Schedule.ONCE,
+    )
 
 
 def test_a_straggler_released_while_the_show_settles_leaves_no_row_below_the_truth(farm):
@@ -122,7 +131,10 @@ def test_a_settling_release_counts_a_straggler_beyond_the_caps_and_leaves_the_ca
     assert unbook_proc(proc_id=mine).branch is Branch.CUEBOT
 
     assert accounting_mismatches(show_id=farm.show.id) == []
-    assert Subscription.objects.filter(pk=farm.subscription.pk).values_list("int_cores", "int_burst").get() == (500, 300)
+    assert Subscription.objects.filter(pk=farm.subscription.pk).values_list("int_cores", "int_burst").get() == (
+        500,
+        300,
+    )
     assert JobResource.objects.filter(job=farm.job).values_list("int_cores", "int_max_cores").get() == (500, 300)
 
 
@@ -170,11 +182,17 @@ def test_the_horizon_waits_for_a_transaction_running_at_the_switch(farm):
     assert xid_horizon(wait_seconds=5) is not None
 
 
-@pytest.mark.parametrize(("xmin", "horizon", "below"), [
-    (100, 200, True), (200, 200, False), (300, 200, False),
-    (2**32 - 10, 2**32 + 5, True),  # inserted just before the 32-bit xid wrapped
-    (3, 2**32 + 5, True), (7, 2**32 + 5, False),
-    (2**32 - 10, 3 * 2**32 - 20, False),  # placed in the horizon's epoch: 10 xids above it
-])
+@pytest.mark.parametrize(
+    ("xmin", "horizon", "below"),
+    [
+        (100, 200, True),
+        (200, 200, False),
+        (300, 200, False),
+        (2**32 - 10, 2**32 + 5, True),  # inserted just before the 32-bit xid wrapped
+        (3, 2**32 + 5, True),
+        (7, 2**32 + 5, False),
+        (2**32 - 10, 3 * 2**32 - 20, False),  # placed in the horizon's epoch: 10 xids above it
+    ],
+)
 def test_inserted_below_places_a_32_bit_xmin_next_to_the_64_bit_horizon(xmin, horizon, below):
     assert inserted_below(xmin=xmin, horizon=horizon) is below

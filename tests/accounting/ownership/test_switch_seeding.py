@@ -3,6 +3,7 @@
 To the scheduler: Redis gets the show's limits and its booked counters from its procs
 at once. Back to Cuebot: the five PG accounting tables equal SUM(proc) at once.
 """
+
 import ast
 from datetime import timedelta
 
@@ -45,14 +46,18 @@ def busy_cuebot_farm(cuebot_farm):
     finished_job, finished_layer = cuebot_farm.add_job(state="FINISHED")
     cuebot_farm.add_proc(cores=300, layer=finished_layer)
     cuebot_farm.finished_job = finished_job
-    FolderResource.objects.filter(folder=cuebot_farm.folder).update(int_max_cores=-1, int_min_cores=150, int_max_gpus=-1)
+    FolderResource.objects.filter(folder=cuebot_farm.folder).update(
+        int_max_cores=-1, int_min_cores=150, int_max_gpus=-1
+    )
     JobResource.objects.filter(job=cuebot_farm.job).update(int_max_cores=5050, int_max_gpus=3, int_priority=7)
     Point.objects.filter(show=cuebot_farm.show).update(int_min_cores=250, int_min_gpus=1)
     return cuebot_farm
 
 
 @pytest.mark.django_db
-def test_switch_to_scheduler_seeds_limits_and_booked_counters(busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks):
+def test_switch_to_scheduler_seeds_limits_and_booked_counters(
+    busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks
+):
     farm = busy_cuebot_farm
     switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
 
@@ -68,14 +73,21 @@ def test_switch_to_scheduler_seeds_limits_and_booked_counters(busy_cuebot_farm, 
     assert (job["int_cores"], job["int_gpus"]) == ("3", "1")
     assert acct_redis.hgetall(keys.layer(layer_id=farm.layer.id)) == {"int_cores": "3", "int_gpus": "1"}
     point = acct_redis.hgetall(keys.point(dept_id=farm.dept.id, show_id=farm.show.id))
-    assert (point["int_min_cores"], point["int_min_gpus"], point["int_cores"], point["int_gpus"]) == ("2", "1", "6", "1")
+    assert (point["int_min_cores"], point["int_min_gpus"], point["int_cores"], point["int_gpus"]) == (
+        "2",
+        "1",
+        "6",
+        "1",
+    )
     # No limits for a finished job (the scheduler books nothing for it), only its count.
     assert acct_redis.hgetall(keys.job(job_id=farm.finished_job.id)) == {"int_cores": "3", "int_gpus": "0"}
     assert not drift_report(show_ids=[farm.show.id]).drifted
 
 
 @pytest.mark.django_db
-def test_a_release_right_after_the_switch_goes_to_redis_and_stays_consistent(busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks):
+def test_a_release_right_after_the_switch_goes_to_redis_and_stays_consistent(
+    busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks
+):
     farm = busy_cuebot_farm
     switch(farm, managed=True, capture=django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):
@@ -99,14 +111,20 @@ def test_switch_back_to_cuebot_recomputes_the_pg_tables_from_procs(farm, django_
 
     assert Subscription.objects.values_list("int_cores", "int_gpus").get(pk=farm.subscription.pk) == (250, 1)
     assert FolderResource.objects.values_list("int_cores", "int_gpus").get(folder=farm.folder) == (250, 1)
-    assert JobResource.objects.values_list("int_cores", "int_gpus", "int_local_cores").get(job=farm.job) == (250, 1, 400)
+    assert JobResource.objects.values_list("int_cores", "int_gpus", "int_local_cores").get(job=farm.job) == (
+        250,
+        1,
+        400,
+    )
     assert LayerResource.objects.values_list("int_cores", "int_gpus").get(layer=farm.layer) == (650, 1)
     assert Point.objects.values_list("int_cores", "int_gpus").get(show=farm.show) == (250, 1)
 
 
 @pytest.mark.django_db
 def test_a_switch_that_seeds_the_only_managed_show_of_an_empty_redis_marks_it_seeded(
-    busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks,
+    busy_cuebot_farm,
+    acct_redis,
+    django_capture_on_commit_callbacks,
 ):
     farm = busy_cuebot_farm
     assert redis_is_empty()  # a Redis that came up empty, before any scheduler-managed show
@@ -120,7 +138,9 @@ def test_a_switch_that_seeds_the_only_managed_show_of_an_empty_redis_marks_it_se
 
 @pytest.mark.django_db
 def test_a_switch_on_an_empty_redis_leaves_the_marker_to_the_bootstrap_when_other_shows_are_managed(
-    busy_cuebot_farm, acct_redis, django_capture_on_commit_callbacks,
+    busy_cuebot_farm,
+    acct_redis,
+    django_capture_on_commit_callbacks,
 ):
     other = build_farm(managed=True)  # its keys were lost with Redis: only the bootstrap rebuilds them
     other.add_proc(cores=200)
@@ -132,16 +152,25 @@ def test_a_switch_on_an_empty_redis_leaves_the_marker_to_the_bootstrap_when_othe
 
 
 @pytest.mark.django_db
-def test_a_notify_era_switch_writes_no_redis_the_scheduler_seeds_itself(busy_cuebot_farm, acct_redis, settings,
-                                                                       django_capture_on_commit_callbacks):
+def test_a_notify_era_switch_writes_no_redis_the_scheduler_seeds_itself(
+    busy_cuebot_farm, acct_redis, settings, django_capture_on_commit_callbacks
+):
     settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
     switch(busy_cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
     assert acct_redis.keys("*") == []
 
 
 def book_cores(farm, *, cores: int):
-    return book(show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id, job_id=farm.job.id,
-                layer_id=farm.layer.id, dept_id=farm.dept.id, cores=cores, gpus=0)
+    return book(
+        show_id=farm.show.id,
+        alloc_id=farm.alloc.id,
+        folder_id=farm.folder.id,
+        job_id=farm.job.id,
+        layer_id=farm.layer.id,
+        dept_id=farm.dept.id,
+        cores=cores,
+        gpus=0,
+    )
 
 
 def back_to_the_scheduler_unseeded(farm, *, capture, cuebot_cores: list[int]) -> list:
@@ -159,7 +188,9 @@ def back_to_the_scheduler_unseeded(farm, *, capture, cuebot_cores: list[int]) ->
 
 @pytest.mark.django_db
 def test_a_show_switched_back_to_the_scheduler_books_nothing_until_its_counters_are_seeded(
-    busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks,
+    busy_cuebot_farm,
+    seeded_redis,
+    django_capture_on_commit_callbacks,
 ):
     farm = busy_cuebot_farm
     seeding = back_to_the_scheduler_unseeded(farm, capture=django_capture_on_commit_callbacks, cuebot_cores=[1000] * 5)
@@ -181,7 +212,10 @@ def test_a_show_switched_back_to_the_scheduler_books_nothing_until_its_counters_
 
 @pytest.mark.django_db
 def test_a_switch_to_the_scheduler_is_refused_when_redis_cannot_close_the_shows_keys(
-    cuebot_farm, settings, fresh_accounting_client, django_capture_on_commit_callbacks,
+    cuebot_farm,
+    settings,
+    fresh_accounting_client,
+    django_capture_on_commit_callbacks,
 ):
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     with pytest.raises(SwitchRefused, match="could not be closed"), django_capture_on_commit_callbacks(execute=True):
@@ -191,7 +225,9 @@ def test_a_switch_to_the_scheduler_is_refused_when_redis_cannot_close_the_shows_
 
 @pytest.mark.django_db
 def test_a_closed_show_is_opened_only_by_a_limit_write_that_follows_its_counters(
-    busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks,
+    busy_cuebot_farm,
+    seeded_redis,
+    django_capture_on_commit_callbacks,
 ):
     farm = busy_cuebot_farm
     seeding = back_to_the_scheduler_unseeded(farm, capture=django_capture_on_commit_callbacks, cuebot_cores=[1000])
@@ -213,7 +249,9 @@ def test_a_closed_show_is_opened_only_by_a_limit_write_that_follows_its_counters
 
 
 @pytest.mark.django_db
-def test_a_full_reseed_opens_a_show_whose_seeding_failed(busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks):
+def test_a_full_reseed_opens_a_show_whose_seeding_failed(
+    busy_cuebot_farm, seeded_redis, django_capture_on_commit_callbacks
+):
     farm = busy_cuebot_farm
     with django_capture_on_commit_callbacks(execute=False):  # its seeding never runs
         set_scheduler_managed(show=farm.show, managed=True)
@@ -224,8 +262,9 @@ def test_a_full_reseed_opens_a_show_whose_seeding_failed(busy_cuebot_farm, seede
 
 
 @pytest.mark.django_db
-def test_a_switch_to_the_scheduler_schedules_a_settling_reseed_one_flag_ttl_later(cuebot_farm, settings,
-                                                                                   django_capture_on_commit_callbacks):
+def test_a_switch_to_the_scheduler_schedules_a_settling_reseed_one_flag_ttl_later(
+    cuebot_farm, settings, django_capture_on_commit_callbacks
+):
     before = timezone.now()
     switch(cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
 
@@ -233,7 +272,10 @@ def test_a_switch_to_the_scheduler_schedules_a_settling_reseed_one_flag_ttl_late
     window = timedelta(seconds=settings.SHOW_FLAG_CACHE_SECONDS)
     assert before + window <= schedule.next_run <= timezone.now() + window
     assert (schedule.func, ast.literal_eval(schedule.kwargs), schedule.schedule_type) == (
-        "accounting.tasks.settle_reseed", {"show_id": cuebot_farm.show.id}, Schedule.ONCE)
+        "accounting.tasks.settle_reseed",
+        {"show_id": cuebot_farm.show.id},
+        Schedule.ONCE,
+    )
 
 
 def released_on_the_old_flag(farm, proc) -> None:
@@ -261,8 +303,9 @@ def test_the_settling_reseed_takes_off_a_release_made_on_the_old_flag_after_the_
 
 
 @pytest.mark.django_db
-def test_the_settling_reseed_of_a_show_back_with_cuebot_writes_nothing(cuebot_farm, acct_redis,
-                                                                     django_capture_on_commit_callbacks):
+def test_the_settling_reseed_of_a_show_back_with_cuebot_writes_nothing(
+    cuebot_farm, acct_redis, django_capture_on_commit_callbacks
+):
     proc = cuebot_farm.add_proc(cores=300)
     switch(cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
     switch(cuebot_farm, managed=False, capture=django_capture_on_commit_callbacks)

@@ -4,6 +4,7 @@ Here the seeding (accounting.reconcile.reseed.seed_show) is replaced through the
 accounting.ownership.switching.seed_show so a failure can be injected; tests/accounting/ownership/test_switch_seeding.py
 runs the real one.
 """
+
 import ast
 import logging
 

@@ -47,7 +47,9 @@ def test_setting_the_value_it_already_has_changes_nothing(farm, seeded, django_c
     assert seeded == []
 
 
-def test_switch_back_to_cuebot_leaves_the_five_tables_equal_to_sum_proc(farm, seeded, django_capture_on_commit_callbacks):
+def test_switch_back_to_cuebot_leaves_the_five_tables_equal_to_sum_proc(
+    farm, seeded, django_capture_on_commit_callbacks
+):
     farm.add_proc(cores=250, gpus=1)
     farm.add_proc(cores=100)
     farm.add_proc(cores=300, local=True)
@@ -63,7 +65,16 @@ def test_switch_back_to_cuebot_leaves_the_five_tables_equal_to_sum_proc(farm, se
 
 # The Maestro era: the flag only says that Maestro plans the show; Cuebot keeps its five tables either way.
 
-CUEBOT_ROWS = ("subscription", "folder_resource", "job_resource", "layer_resource", "point", "proc", "host", "host_local")
+CUEBOT_ROWS = (
+    "subscription",
+    "folder_resource",
+    "job_resource",
+    "layer_resource",
+    "point",
+    "proc",
+    "host",
+    "host_local",
+)
 
 
 @pytest.fixture
@@ -85,8 +96,9 @@ def cuebot_rows() -> dict[str, list]:
     return rows
 
 
-def test_maestro_era_a_flip_and_back_changes_the_flag_and_nothing_else(cuebot_farm, maestro,
-                                                                       django_capture_on_commit_callbacks):
+def test_maestro_era_a_flip_and_back_changes_the_flag_and_nothing_else(
+    cuebot_farm, maestro, django_capture_on_commit_callbacks
+):
     cuebot_farm.add_proc(cores=250, gpus=1)
     cuebot_farm.add_proc(cores=300, local=True)
     # Rows that differ from SUM(proc): a recompute or a settling pass at the switch would show.
@@ -97,8 +109,11 @@ def test_maestro_era_a_flip_and_back_changes_the_flag_and_nothing_else(cuebot_fa
     for managed in (True, False):
         with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as queries:
             assert set_scheduler_managed(show=cuebot_farm.show, managed=managed) == (not managed, managed)
-        writes = [q["sql"] for q in queries.captured_queries
-                  if q["sql"].lstrip().upper().startswith(("UPDATE", "INSERT", "DELETE"))]
+        writes = [
+            q["sql"]
+            for q in queries.captured_queries
+            if q["sql"].lstrip().upper().startswith(("UPDATE", "INSERT", "DELETE"))
+        ]
         assert len(writes) == 1 and writes[0].startswith('UPDATE "show" SET "b_scheduler_managed"')
         assert Show.objects.get(pk=cuebot_farm.show.pk).b_scheduler_managed is managed
         assert is_scheduler_managed(show_id=cuebot_farm.show.id) is managed  # the flag cache, refreshed on commit

@@ -1,6 +1,7 @@
 """What a proc counts for (docs/redis-protocol.md): a proc that exists is booked until it is
 released, whatever its job's state, so no counter reads below SUM(proc) when a killed job's
 procs (FINISHED first, released after) go, whichever reseeder ran in between."""
+
 import pytest
 
 from accounting.live import keys
@@ -59,7 +60,12 @@ def test_a_reseed_keeps_counting_the_procs_of_a_killed_job_until_they_are_releas
 
 @pytest.mark.parametrize("scheduler_reseeds", [True, False], ids=["scheduler-reseeds", "only-this-service-reseeds"])
 def test_killed_jobs_procs_released_after_our_reseed_leave_no_counter_low(
-    farm, killed_job, seeded_redis, settings, django_capture_on_commit_callbacks, scheduler_reseeds,
+    farm,
+    killed_job,
+    seeded_redis,
+    settings,
+    django_capture_on_commit_callbacks,
+    scheduler_reseeds,
 ):
     settings.ACCOUNTING_SCHEDULER_RESEEDS = scheduler_reseeds
     _, _, procs = killed_job
@@ -74,7 +80,10 @@ def test_killed_jobs_procs_released_after_our_reseed_leave_no_counter_low(
 
 
 def test_where_the_scheduler_reseeds_a_killed_jobs_releases_are_withheld_and_redis_stays_high(
-    farm, killed_job, seeded_redis, django_capture_on_commit_callbacks,
+    farm,
+    killed_job,
+    seeded_redis,
+    django_capture_on_commit_callbacks,
 ):
     _, _, procs = killed_job
     sub = keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id)
@@ -92,7 +101,11 @@ def test_where_the_scheduler_reseeds_a_killed_jobs_releases_are_withheld_and_red
 
 
 def test_without_withholding_the_schedulers_reseed_and_the_releases_would_take_counters_low(
-    farm, killed_job, seeded_redis, settings, django_capture_on_commit_callbacks,
+    farm,
+    killed_job,
+    seeded_redis,
+    settings,
+    django_capture_on_commit_callbacks,
 ):
     # The mechanism above is what stands between this deployment and a low counter.
     settings.ACCOUNTING_SCHEDULER_RESEEDS = False

@@ -1,4 +1,5 @@
 """Cuebot's own tables against SUM(proc): which rows the selector names, per era."""
+
 import json
 
 import pytest
@@ -27,7 +28,9 @@ def drifted_farms():
     flagged.add_proc(cores=100, local=True)
     unflagged.add_proc(cores=300)
     set_as_cuebot("UPDATE folder_resource SET int_cores = int_cores + 150 WHERE pk_folder = %s", flagged.folder.id)
-    set_as_cuebot("UPDATE subscription SET int_cores = 0, int_gpus = 3 WHERE pk_subscription = %s", flagged.subscription.id)
+    set_as_cuebot(
+        "UPDATE subscription SET int_cores = 0, int_gpus = 3 WHERE pk_subscription = %s", flagged.subscription.id
+    )
     set_as_cuebot("UPDATE layer_resource SET int_cores = 1 WHERE pk_layer = %s", unflagged.layer.id)
     return flagged, unflagged
 
@@ -88,10 +91,18 @@ def test_acct_drift_names_the_rows_and_acct_reseed_repairs_them_without_redis(ma
     flagged, unflagged = drifted_farms
     assert acct_drift() == 1
     out = capsys.readouterr().out
-    assert (f"{flagged.show.str_name} / {flagged.alloc.str_name}\tsubscription (int_cores, int_gpus)\t"
-            "cores stored=0 true=2.5 diff=-2.5\tgpus stored=3 true=1 diff=+2\t") in out
-    assert f"{flagged.show.str_name} / {flagged.folder.str_name}\tfolder_resource (int_cores, int_gpus)\tcores stored=4 true=2.5" in out
-    assert f"{unflagged.job.str_name} / {unflagged.layer.str_name}\tlayer_resource (int_cores, int_gpus)\tcores stored=0.01 true=3" in out
+    assert (
+        f"{flagged.show.str_name} / {flagged.alloc.str_name}\tsubscription (int_cores, int_gpus)\t"
+        "cores stored=0 true=2.5 diff=-2.5\tgpus stored=3 true=1 diff=+2\t"
+    ) in out
+    assert (
+        f"{flagged.show.str_name} / {flagged.folder.str_name}\tfolder_resource (int_cores, int_gpus)\tcores stored=4 true=2.5"
+        in out
+    )
+    assert (
+        f"{unflagged.job.str_name} / {unflagged.layer.str_name}\tlayer_resource (int_cores, int_gpus)\tcores stored=0.01 true=3"
+        in out
+    )
     assert "2 show(s), 3 row(s) drifted; repair: manage.py acct_reseed" in out
     assert "redis" not in out.lower()
 
@@ -100,14 +111,18 @@ def test_acct_drift_names_the_rows_and_acct_reseed_repairs_them_without_redis(ma
     assert list(data) == ["cuebot_tables"]
     assert data["cuebot_tables"]["repair"] == f"manage.py acct_reseed --show {unflagged.show.str_name}"
     assert [(r["name"], r["cores"]) for r in data["cuebot_tables"]["rows"]] == [
-        (f"{unflagged.job.str_name} / {unflagged.layer.str_name}", {"stored": 0.01, "true": 3, "difference": -2.99})]
+        (f"{unflagged.job.str_name} / {unflagged.layer.str_name}", {"stored": 0.01, "true": 3, "difference": -2.99})
+    ]
 
     call_command("acct_reseed", "--show", unflagged.show.str_name)
     assert "1 row(s) had drifted, 0 differ now" in capsys.readouterr().out
     assert acct_drift() == 1  # the flagged show is not repaired by a reseed of another
     capsys.readouterr()
     call_command("acct_reseed")
-    assert "Cuebot's tables of 2 show(s) recomputed from SUM(proc): 2 row(s) had drifted, 0 differ now" in capsys.readouterr().out
+    assert (
+        "Cuebot's tables of 2 show(s) recomputed from SUM(proc): 2 row(s) had drifted, 0 differ now"
+        in capsys.readouterr().out
+    )
     assert acct_drift() == 0
     assert "2 show(s), 0 row(s) drifted\n" in capsys.readouterr().out
     assert pg_mismatches(flagged, unflagged) == []

@@ -1,4 +1,5 @@
 """Drift inspector: selectors, command, API and admin page, on the real services."""
+
 import json
 import uuid
 
@@ -46,17 +47,26 @@ def test_tampering_shows_the_right_rows(farm, acct_redis):
     acct_redis.hdel(sub_key(farm), "burst")
     acct_redis.hset(keys.job(job_id=farm.job.id), "int_max_cores", 12)
     rows = sorted(drift_report(show_ids=[farm.show.id]).rows, key=lambda row: (row.key, row.field))
-    assert rows == sorted([
-        DriftRow(key=sub_key(farm), field="int_cores", redis=7, pg=2, difference=5),
-        DriftRow(key=sub_key(farm), field="burst", redis=None, pg=200, difference=-200),
-        DriftRow(key=keys.job(job_id=farm.job.id), field="int_max_cores", redis=12, pg=100, difference=-88),
-    ], key=lambda row: (row.key, row.field))
+    assert rows == sorted(
+        [
+            DriftRow(key=sub_key(farm), field="int_cores", redis=7, pg=2, difference=5),
+            DriftRow(key=sub_key(farm), field="burst", redis=None, pg=200, difference=-200),
+            DriftRow(key=keys.job(job_id=farm.job.id), field="int_max_cores", redis=12, pg=100, difference=-88),
+        ],
+        key=lambda row: (row.key, row.field),
+    )
 
 
 def test_in_flight_booking_is_not_drift(farm):
     seed_show(show_id=farm.show.id)
-    ids = dict(show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id, job_id=farm.job.id,
-               layer_id=farm.layer.id, dept_id=farm.dept.id)
+    ids = dict(
+        show_id=farm.show.id,
+        alloc_id=farm.alloc.id,
+        folder_id=farm.folder.id,
+        job_id=farm.job.id,
+        layer_id=farm.layer.id,
+        dept_id=farm.dept.id,
+    )
     assert book(**ids, cores=300, gpus=0, op_id=uuid.uuid4().hex).ok  # proc not inserted yet
     assert drift_report().rows == []
     assert book(**ids, cores=300, gpus=0).ok  # an unregistered booking with no proc is drift
@@ -78,8 +88,16 @@ def test_command_exit_codes_and_json(farm, acct_redis, capsys):
     assert exited.value.code == 1
     data = json.loads(capsys.readouterr().out)
     assert data["fields_drifted"] == 1
-    assert data["rows"][0] == {"key": sub_key(farm), "field": "int_cores", "redis": 5, "pg": 0, "difference": 5, "cause": None,
-                               "names": f"{farm.show.str_name} / {farm.alloc.str_name}", "label": "cores booked"}
+    assert data["rows"][0] == {
+        "key": sub_key(farm),
+        "field": "int_cores",
+        "redis": 5,
+        "pg": 0,
+        "difference": 5,
+        "cause": None,
+        "names": f"{farm.show.str_name} / {farm.alloc.str_name}",
+        "label": "cores booked",
+    }
 
 
 def test_api_drift(farm, acct_redis, reader_client):
@@ -149,14 +167,20 @@ def test_a_key_the_schedulers_recompute_wrote_differs_by_rounding_only(farm, see
     assert [(r.key, r.redis, r.pg, r.cause) for r in report.rounding_only] == [(job_key, 5, 4, "rounding")]
     with pytest.raises(SystemExit):
         call_command("acct_drift", "--show", farm.show.str_name)
-    assert "1 drifted, 1 differ only by the scheduler's sum-then-convert rounding (not drift)" in capsys.readouterr().out
+    assert (
+        "1 drifted, 1 differ only by the scheduler's sum-then-convert rounding (not drift)" in capsys.readouterr().out
+    )
 
 
-@pytest.mark.parametrize("markers, state", [
-    ({}, NOT_SEEDED),                                                         # came up empty
-    ({keys.BOOTSTRAPPING: "token"}, REBUILDING),                              # the rebuild is running
-    ({keys.SEEDED: keys.SEEDED_VALUE, keys.REBUILD_OWED: "1"}, REBUILD_OWED),  # promoted replica
-], ids=["not-seeded", "rebuilding", "rebuild-owed"])
+@pytest.mark.parametrize(
+    "markers, state",
+    [
+        ({}, NOT_SEEDED),  # came up empty
+        ({keys.BOOTSTRAPPING: "token"}, REBUILDING),  # the rebuild is running
+        ({keys.SEEDED: keys.SEEDED_VALUE, keys.REBUILD_OWED: "1"}, REBUILD_OWED),  # promoted replica
+    ],
+    ids=["not-seeded", "rebuilding", "rebuild-owed"],
+)
 def test_closed_keys_are_named_closed_never_drift(farm, acct_redis, capsys, markers, state):
     farm.add_proc(cores=250, gpus=1)
     # What a Redis that came up empty holds once releases recreated a counter: no limit field.
@@ -171,11 +195,16 @@ def test_closed_keys_are_named_closed_never_drift(farm, acct_redis, capsys, mark
     assert len(report.explained) > 10  # every limit missing, every counter low: all closed
     call_command("acct_drift", "--show", farm.show.str_name)  # exit 0: nothing drifted
     out = capsys.readouterr().out
-    assert f"the accounting Redis is {state}" in out and "0 drifted" in out and "differ on closed keys (not drift)" in out
+    assert (
+        f"the accounting Redis is {state}" in out and "0 drifted" in out and "differ on closed keys (not drift)" in out
+    )
 
 
 def test_an_aborted_release_is_in_flight_until_its_entry_expires_and_a_low_key_is_still_drift(
-    farm, seeded_redis, client, admin_user,
+    farm,
+    seeded_redis,
+    client,
+    admin_user,
 ):
     proc = farm.add_proc(cores=300, gpus=1)
     seed_show(show_id=farm.show.id)
@@ -188,7 +217,8 @@ def test_an_aborted_release_is_in_flight_until_its_entry_expires_and_a_low_key_i
     report = drift_report(show_ids=[farm.show.id])
 
     assert [(row.key, row.field, row.redis, row.pg) for row in report.rows] == [
-        (keys.folder(folder_id=farm.folder.id), "int_cores", 0, 6)]  # SUM(proc) 3, with the entry 6
+        (keys.folder(folder_id=farm.folder.id), "int_cores", 0, 6)
+    ]  # SUM(proc) 3, with the entry 6
     in_flight = report.explained_by(IN_FLIGHT)
     assert len(in_flight) == 9  # the other four keys' cores and all five keys' GPUs
     assert all(row.redis == row.pg - (3 if row.field == "int_cores" else 1) for row in in_flight)
@@ -220,8 +250,14 @@ def test_api_drift_without_a_show_answers_the_last_check_not_a_farm_wide_read(fa
     acct_redis.hset(sub_key(farm), "int_gpus", 5)  # after the check: not in its answer
     body = reader_client.get("/api/v1/accounting/drift").json()
     assert body["checked_at"] is not None and body["source"].startswith("the periodic drift check")
-    assert body["shows"] == [{"show": farm.show.str_name, "show_id": farm.show.id, "fields_drifted": 1,
-                              "fields_checked": body["shows"][0]["fields_checked"]}]
+    assert body["shows"] == [
+        {
+            "show": farm.show.str_name,
+            "show_id": farm.show.id,
+            "fields_drifted": 1,
+            "fields_checked": body["shows"][0]["fields_checked"],
+        }
+    ]
 
 
 def test_api_drift_computes_one_live_report_at_a_time_per_process(farm, reader_client):

@@ -36,7 +36,9 @@ def test_counts_fields_per_show_and_exports_them(client, acct_redis):
     assert (gauge(clean.show.str_name), gauge(drifted.show.str_name)) == (0, 2)
     assert REGISTRY.get_sample_value("cuebot_acct_drift_last_check_timestamp_seconds") == check.checked_at
     status = drift_status()
-    assert status.shows[drifted.show.pk].fields == 2 and status.checked_at.timestamp() == pytest.approx(check.checked_at, abs=1e-3)
+    assert status.shows[drifted.show.pk].fields == 2 and status.checked_at.timestamp() == pytest.approx(
+        check.checked_at, abs=1e-3
+    )
     scraped = client.get("/metrics").content.decode()
     assert f'cuebot_acct_drift_fields{{show="{drifted.show.str_name}"}} 2.0' in scraped
 

@@ -1,5 +1,6 @@
 """Sentinel: URLs, the cache on django-redis's Sentinel support, and a master killed under
 load on a real topology (one master, one replica, three sentinels on loopback ports)."""
+
 import threading
 import time
 from collections import Counter
@@ -39,8 +40,15 @@ def test_sentinel_url_parts():
     assert sentinel_target("redis://127.0.0.1:6379/0") is None
 
 
-@pytest.mark.parametrize("url", ["redis+sentinel:///acct/0", "redis+sentinel://h:1/", "redis+sentinel://h:x/acct/0",
-                                 "redis+sentinel://h:1/acct/zero"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel:///acct/0",
+        "redis+sentinel://h:1/",
+        "redis+sentinel://h:x/acct/0",
+        "redis+sentinel://h:1/acct/zero",
+    ],
+)
 def test_malformed_sentinel_url_is_refused_with_the_expected_form(url):
     with pytest.raises(BadRedisUrl, match="redis\\+sentinel"):
         sentinel_target(url)
@@ -53,8 +61,10 @@ def test_a_malformed_sentinel_url_stops_the_process_with_its_name(setting):
     done = manage("check", **{setting: "redis+sentinel://sentinel-a:x/acct/0"})
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()  # every entry point: tests/cuebot_acct/test_bad_settings.py
-    assert line.startswith(f"cuebot-acct: {setting} is 'redis+sentinel://sentinel-a:x/acct/0': sentinel 'sentinel-a:x' "
-                           "is not host:port; accepted: ")
+    assert line.startswith(
+        f"cuebot-acct: {setting} is 'redis+sentinel://sentinel-a:x/acct/0': sentinel 'sentinel-a:x' "
+        "is not host:port; accepted: "
+    )
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +142,7 @@ def test_master_killed_under_releases_is_rebuilt_and_never_reads_low(sentinel_ac
                 errors.append(repr(error))
             finally:
                 connection.close()
+
         return threading.Thread(target=run, daemon=True)
 
     def releaser():
@@ -160,8 +171,12 @@ def test_master_killed_under_releases_is_rebuilt_and_never_reads_low(sentinel_ac
             samples["taken"] += 1
 
     watcher_stop = threading.Event()
-    threads = [guarded(releaser), guarded(releaser), guarded(sampler),
-               guarded(lambda: watch_master(stop=watcher_stop, interval=0.2))]
+    threads = [
+        guarded(releaser),
+        guarded(releaser),
+        guarded(sampler),
+        guarded(lambda: watch_master(stop=watcher_stop, interval=0.2)),
+    ]
     rebuilds_before = counter_total("cuebot_acct_redis_rebuilds_total")
     failovers_before = counter_total("cuebot_acct_redis_failovers_total")
     try:
@@ -170,20 +185,30 @@ def test_master_killed_under_releases_is_rebuilt_and_never_reads_low(sentinel_ac
         await_true(lambda: len(released) >= 15, timeout=10, what="releases before the kill")
         killed_at = time.monotonic()
         topology.master.kill()
-        first_publish = await_true(lambda: next((t for t in published if t > killed_at), None), timeout=20,
-                                   what="a release published to the new master")
-        await_true(lambda: counter_total("cuebot_acct_redis_rebuilds_total") > rebuilds_before, timeout=20,
-                   what="the rebuild after the failover")
+        first_publish = await_true(
+            lambda: next((t for t in published if t > killed_at), None),
+            timeout=20,
+            what="a release published to the new master",
+        )
+        await_true(
+            lambda: counter_total("cuebot_acct_redis_rebuilds_total") > rebuilds_before,
+            timeout=20,
+            what="the rebuild after the failover",
+        )
         rebuilt_at = time.monotonic()
         settled = len(released)
-        await_true(lambda: len(released) >= settled + 10 or not to_release, timeout=10, what="releases after the rebuild")
+        await_true(
+            lambda: len(released) >= settled + 10 or not to_release, timeout=10, what="releases after the rebuild"
+        )
     finally:
         stop.set()
         watcher_stop.set()
         for thread in threads:
             thread.join(15)
-    print(f"\nmaster killed -> first successful publish {first_publish - killed_at:.2f} s, "
-          f"-> rebuild finished {rebuilt_at - killed_at:.2f} s; {len(released)} releases, {dict(samples)} samples")
+    print(
+        f"\nmaster killed -> first successful publish {first_publish - killed_at:.2f} s, "
+        f"-> rebuild finished {rebuilt_at - killed_at:.2f} s; {len(released)} releases, {dict(samples)} samples"
+    )
 
     assert errors == []
     assert low == []
@@ -274,8 +299,24 @@ def test_simulated_farm_keeps_every_invariant_through_a_failover(settings):
         try:
             out = StringIO()
             try:
-                call_command("simulate_farm", "--seconds", "12", "--faults", "failover,slow-commit,crash-after-lua",
-                             "--seed", "4", "--shows", "2", "--hosts", "10", "--jobs", "10", "--json", stdout=out, stderr=StringIO())
+                call_command(
+                    "simulate_farm",
+                    "--seconds",
+                    "12",
+                    "--faults",
+                    "failover,slow-commit,crash-after-lua",
+                    "--seed",
+                    "4",
+                    "--shows",
+                    "2",
+                    "--hosts",
+                    "10",
+                    "--jobs",
+                    "10",
+                    "--json",
+                    stdout=out,
+                    stderr=StringIO(),
+                )
             except CommandError:
                 pass  # an invariant failed: the report below says which
         finally:

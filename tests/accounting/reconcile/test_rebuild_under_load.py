@@ -5,6 +5,7 @@ read, then a proc is released (its registration and publish run as in service), 
 write. Under the compare-and-swap alone each such release made the write miss, so at a
 steady release rate a rebuild never finished and the keys stayed closed.
 """
+
 import pytest
 
 from accounting.live import keys
@@ -86,7 +87,8 @@ def test_without_a_reseeder_blind_to_inflight_releases_do_not_make_a_reseed_retr
 
 
 def test_where_the_scheduler_reseeds_too_releases_bump_the_sequence_for_its_cas_and_ours_writes_at_once(
-        acct_redis, monkeypatch, settings):
+    acct_redis, monkeypatch, settings
+):
     settings.ACCOUNTING_SCHEDULER_RESEEDS = True
     farm = build_farm(managed=True)
     procs = [farm.add_proc(cores=200) for _ in range(4)]

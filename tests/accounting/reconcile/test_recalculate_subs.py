@@ -22,8 +22,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def row_version(subscription: Subscription) -> tuple:
     """The physical tuple: any UPDATE, even to identical values, gives a new xmin and ctid."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT xmin::text, ctid::text, int_cores, int_gpus FROM subscription WHERE pk_subscription = %s",
-                       [subscription.pk])
+        cursor.execute(
+            "SELECT xmin::text, ctid::text, int_cores, int_gpus FROM subscription WHERE pk_subscription = %s",
+            [subscription.pk],
+        )
         return cursor.fetchone()
 
 
@@ -62,8 +64,15 @@ def test_allocation_comes_from_the_procs_host(two_farms):
     with as_cuebot():
         other_alloc = Alloc.objects.create(str_name=unique("alloc"), facility=cuebot.alloc.facility, str_tag="gpu")
         other_sub = Subscription.objects.create(show=cuebot.show, alloc=other_alloc, int_size=100, int_burst=100)
-        host = Host.objects.create(alloc=other_alloc, str_name=unique("host"), str_lock_state="OPEN", int_cores=800,
-                                   int_cores_idle=800, int_mem=1 << 26, int_mem_idle=1 << 26)
+        host = Host.objects.create(
+            alloc=other_alloc,
+            str_name=unique("host"),
+            str_lock_state="OPEN",
+            int_cores=800,
+            int_cores_idle=800,
+            int_mem=1 << 26,
+            int_mem_idle=1 << 26,
+        )
         cuebot.add_proc(cores=200, host=host)
     drift(other_sub, cores=0)
     drift(cuebot.subscription, cores=0)
@@ -173,8 +182,10 @@ def test_a_show_switched_to_the_scheduler_during_a_run_is_not_written(two_farms,
     # Other sessions' queries show in pg_stat_activity to the superuser only.
     with as_cuebot(), connection.cursor() as cursor:
         for _ in range(1000):
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                           ["%cuebot_shows%"])
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                ["%cuebot_shows%"],
+            )
             if cursor.fetchone()[0]:
                 break
             threading.Event().wait(0.01)
@@ -219,7 +230,9 @@ class Undo(Exception):
 
 def subscription_rows() -> list[tuple]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pk_subscription, int_cores, int_gpus, int_burst, float_tier FROM subscription ORDER BY 1")
+        cursor.execute(
+            "SELECT pk_subscription, int_cores, int_gpus, int_burst, float_tier FROM subscription ORDER BY 1"
+        )
         return cursor.fetchall()
 
 
@@ -261,11 +274,16 @@ def test_one_row_that_cannot_be_fixed_does_not_block_the_others(two_farms, capsy
     cuebot, _ = two_farms
     huge = build_farm(managed=False, size=10**12, burst=10**12, host_cores=10**12)
     with as_cuebot(), connection.cursor() as cursor:  # as a scheduler booking would insert it: no recompute
-        cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
-                       "VALUES ('f-huge', %s, %s, 'huge', 'RUNNING', 1, 0)", [huge.layer.id, huge.job.id])
-        cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
-                       "int_mem_reserved) VALUES ('p-huge', %s, %s, %s, %s, 'f-huge', %s, 1)",
-                       [huge.host.id, huge.job.id, huge.show.id, huge.layer.id, 3 * 10**9])
+        cursor.execute(
+            "INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
+            "VALUES ('f-huge', %s, %s, 'huge', 'RUNNING', 1, 0)",
+            [huge.layer.id, huge.job.id],
+        )
+        cursor.execute(
+            "INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
+            "int_mem_reserved) VALUES ('p-huge', %s, %s, %s, %s, 'f-huge', %s, 1)",
+            [huge.host.id, huge.job.id, huge.show.id, huge.layer.id, 3 * 10**9],
+        )
     drift(cuebot.subscription, cores=0)
 
     with pytest.raises(CommandError):
@@ -282,12 +300,15 @@ def test_maestro_era_fixes_scheduler_managed_shows_too_without_redis(maestro_era
     drift(managed.subscription, cores=-200, gpus=3)
 
     call_command("recalculate_subs", "--dry-run")
-    assert f"{managed.show.str_name} / {managed.alloc.str_name}: -2 cores → 3 cores, gpus 3 → 0" in capsys.readouterr().out
+    assert (
+        f"{managed.show.str_name} / {managed.alloc.str_name}: -2 cores → 3 cores, gpus 3 → 0" in capsys.readouterr().out
+    )
     result = recalculate_subs()
 
     assert result.ran
-    assert sorted((c.show, c.old_cores, c.new_cores) for c in result.changes) == sorted([
-        (cuebot.show.str_name, 9900, 350), (managed.show.str_name, -200, 300)])
+    assert sorted((c.show, c.old_cores, c.new_cores) for c in result.changes) == sorted(
+        [(cuebot.show.str_name, 9900, 350), (managed.show.str_name, -200, 300)]
+    )
     assert row_version(managed.subscription)[2:] == (300, 0)
     assert row_version(cuebot.subscription)[2:] == (350, 1)
 

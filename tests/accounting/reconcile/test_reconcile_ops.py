@@ -1,4 +1,5 @@
 """Locks, the scheduled reconciliation tasks and the limit API, on the real services."""
+
 import time
 
 import pytest
@@ -98,37 +99,55 @@ def token(token_with) -> str:
 
 
 def test_api_limit_change_needs_a_token(farm, client, acct_redis):
-    response = client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", {"size": 5},
-                            content_type="application/json")
+    response = client.patch(
+        f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", {"size": 5}, content_type="application/json"
+    )
     assert response.status_code == 401
     assert Subscription.objects.get(pk=farm.subscription.pk).int_size == 10000
 
 
-def test_api_limit_change_in_cores_reaches_redis(farm, client, seeded_redis, acct_redis, token, django_capture_on_commit_callbacks):
+def test_api_limit_change_in_cores_reaches_redis(
+    farm, client, seeded_redis, acct_redis, token, django_capture_on_commit_callbacks
+):
     auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     with django_capture_on_commit_callbacks(execute=True):
-        response = client.patch(f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits", {"burst": 300},
-                                content_type="application/json", **auth)
+        response = client.patch(
+            f"/api/v1/accounting/subscriptions/{farm.subscription.id}/limits",
+            {"burst": 300},
+            content_type="application/json",
+            **auth,
+        )
         assert response.status_code == 200 and response.json()["limits"]["burst"] == 300, response.content
-        response = client.patch(f"/api/v1/accounting/jobs/{farm.job.id}/limits", {"max_cores": 64, "priority": 9},
-                                content_type="application/json", **auth)
+        response = client.patch(
+            f"/api/v1/accounting/jobs/{farm.job.id}/limits",
+            {"max_cores": 64, "priority": 9},
+            content_type="application/json",
+            **auth,
+        )
         assert response.status_code == 200
-        response = client.patch(f"/api/v1/accounting/folders/{farm.folder.id}/limits", {"max_gpus": 3},
-                                content_type="application/json", **auth)
+        response = client.patch(
+            f"/api/v1/accounting/folders/{farm.folder.id}/limits",
+            {"max_gpus": 3},
+            content_type="application/json",
+            **auth,
+        )
         assert response.status_code == 200
     assert acct_redis.hget(sub_key(farm), "burst") == "300"
     assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_priority") == ["64", "9"]
     assert acct_redis.hget(keys.folder(folder_id=farm.folder.id), "int_max_gpus") == "3"
 
 
-@pytest.mark.parametrize("path, payload, status", [
-    ("subscriptions/{sub}/limits", {"size": -4}, 422),
-    ("subscriptions/{sub}/limits", {"size": "many"}, 422),
-    ("jobs/{job}/limits", {"max_gpus": -7}, 422),
-    ("jobs/{job}/limits", {"max_cores": -1}, 422),  # -1 is no "unlimited" for a job's max in Cuebot
-    ("subscriptions/{sub}/limits", {"burst": -1}, 422),
-    ("jobs/nosuchjob/limits", {"max_cores": 5}, 404),
-])
+@pytest.mark.parametrize(
+    "path, payload, status",
+    [
+        ("subscriptions/{sub}/limits", {"size": -4}, 422),
+        ("subscriptions/{sub}/limits", {"size": "many"}, 422),
+        ("jobs/{job}/limits", {"max_gpus": -7}, 422),
+        ("jobs/{job}/limits", {"max_cores": -1}, 422),  # -1 is no "unlimited" for a job's max in Cuebot
+        ("subscriptions/{sub}/limits", {"burst": -1}, 422),
+        ("jobs/nosuchjob/limits", {"max_cores": 5}, 404),
+    ],
+)
 def test_api_bad_limit_input(farm, client, acct_redis, token, path, payload, status):
     url = "/api/v1/accounting/" + path.format(sub=farm.subscription.id, job=farm.job.id)
     response = client.patch(url, payload, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")

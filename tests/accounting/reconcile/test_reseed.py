@@ -1,4 +1,5 @@
 """Reseeds against the real PostgreSQL and Redis: values, refused writes, the in-flight registry and the settle journal."""
+
 import uuid
 
 import pytest
@@ -23,8 +24,14 @@ from tests.redis_topology import redis_server
 
 
 def ids(farm) -> dict:
-    return dict(show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id, job_id=farm.job.id,
-                layer_id=farm.layer.id, dept_id=farm.dept.id)
+    return dict(
+        show_id=farm.show.id,
+        alloc_id=farm.alloc.id,
+        folder_id=farm.folder.id,
+        job_id=farm.job.id,
+        layer_id=farm.layer.id,
+        dept_id=farm.dept.id,
+    )
 
 
 def sub_key(farm) -> str:
@@ -48,14 +55,25 @@ def test_seed_show_writes_limits_and_booked_counters_converted_per_proc(farm, ac
     # runs, so it counts (8 cores) until it is released, on its own job and layer too.
     for key in (keys.job(job_id=farm.job.id), keys.layer(layer_id=farm.layer.id)):
         assert acct_redis.hmget(key, "int_cores", "int_gpus") == ["4", "1"], key
-    for key in (sub_key(farm), keys.folder(folder_id=farm.folder.id),
-                keys.point(dept_id=farm.dept.id, show_id=farm.show.id)):
+    for key in (
+        sub_key(farm),
+        keys.folder(folder_id=farm.folder.id),
+        keys.point(dept_id=farm.dept.id, show_id=farm.show.id),
+    ):
         assert acct_redis.hmget(key, "int_cores", "int_gpus") == ["12", "1"], key
     assert acct_redis.hmget(keys.layer(layer_id=finished_layer.id), "int_cores", "int_gpus") == ["8", "0"]
     assert acct_redis.hmget(sub_key(farm), "size", "burst") == ["100", "200"]
-    assert acct_redis.hmget(keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores", "int_max_gpus") == ["0", "-1", "-1"]
-    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_max_gpus", "int_priority") == ["100", "100", "1"]
-    assert acct_redis.hmget(keys.point(dept_id=farm.dept.id, show_id=farm.show.id), "int_min_cores", "int_min_gpus") == ["0", "0"]
+    assert acct_redis.hmget(
+        keys.folder(folder_id=farm.folder.id), "int_min_cores", "int_max_cores", "int_max_gpus"
+    ) == ["0", "-1", "-1"]
+    assert acct_redis.hmget(keys.job(job_id=farm.job.id), "int_max_cores", "int_max_gpus", "int_priority") == [
+        "100",
+        "100",
+        "1",
+    ]
+    assert acct_redis.hmget(
+        keys.point(dept_id=farm.dept.id, show_id=farm.show.id), "int_min_cores", "int_min_gpus"
+    ) == ["0", "0"]
     # A finished job gets no limits (the scheduler books nothing for it), only its count.
     assert acct_redis.hgetall(keys.job(job_id=finished_job.id)) == {"int_cores": "8", "int_gpus": "0"}
 
@@ -153,7 +171,14 @@ def insert_proc_sql(farm, *, centicores: int) -> tuple[str, dict]:
     return (
         "INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, int_cores_reserved, int_mem_reserved) "
         "VALUES (%(id)s, %(host)s, %(job)s, %(show)s, %(layer)s, %(cores)s, 1024)",
-        dict(id=str(uuid.uuid4()), host=farm.host.id, job=farm.job.id, show=farm.show.id, layer=farm.layer.id, cores=centicores),
+        dict(
+            id=str(uuid.uuid4()),
+            host=farm.host.id,
+            job=farm.job.id,
+            show=farm.show.id,
+            layer=farm.layer.id,
+            cores=centicores,
+        ),
     )
 
 
@@ -296,7 +321,9 @@ def test_booking_straddling_a_restart_is_counted_by_the_bootstrap(acct_redis, se
 
 
 @pytest.mark.django_db
-def test_settles_and_releases_on_an_empty_redis_do_not_hide_the_restart(farm, acct_redis, django_capture_on_commit_callbacks):
+def test_settles_and_releases_on_an_empty_redis_do_not_hide_the_restart(
+    farm, acct_redis, django_capture_on_commit_callbacks
+):
     """Hot-path scripts recreate acct:seq on an empty Redis at once; the marker is what
     tells a rebuilt Redis from a restarted one."""
     released = farm.add_proc(cores=300)

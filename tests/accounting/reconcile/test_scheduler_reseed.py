@@ -1,5 +1,6 @@
 """What a reseed without the in-flight overlay costs: the reference design's (the scheduler's
 own recompute) against this project's, in the window between a release's COMMIT and its publish."""
+
 import pytest
 
 from accounting.live import keys
@@ -10,12 +11,16 @@ from simulator.reconcile import reseed_like_scheduler
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("reseeder, expected", [
-    ("project", {"int_cores": "3", "int_gpus": "1"}),    # exact
-    ("scheduler", {"int_cores": "1", "int_gpus": "0"}),  # 2 cores and 1 GPU low: the scheduler may overbook
-])
-def test_reseed_between_a_releases_commit_and_its_publish(farm, seeded_redis, django_capture_on_commit_callbacks,
-                                                          reseeder, expected):
+@pytest.mark.parametrize(
+    "reseeder, expected",
+    [
+        ("project", {"int_cores": "3", "int_gpus": "1"}),  # exact
+        ("scheduler", {"int_cores": "1", "int_gpus": "0"}),  # 2 cores and 1 GPU low: the scheduler may overbook
+    ],
+)
+def test_reseed_between_a_releases_commit_and_its_publish(
+    farm, seeded_redis, django_capture_on_commit_callbacks, reseeder, expected
+):
     farm.add_proc(cores=300, gpus=1)
     leaving = farm.add_proc(cores=200, gpus=1)
     seed_show(show_id=farm.show.id)

@@ -1,4 +1,5 @@
 """A release writes what Cuebot's own release writes, beside Cuebot, under its triggers."""
+
 import threading
 
 import pytest
@@ -40,13 +41,19 @@ def test_a_local_release_gives_its_amounts_back_to_the_jobs_host_local_reservati
     proc = cuebot_farm.add_proc(cores=250, gpus=1, mem=1024, local=True)
     reservation = HostLocal.objects.get(host=cuebot_farm.host, job=cuebot_farm.job)
     assert (reservation.int_cores_idle, reservation.int_mem_idle, reservation.int_gpus_idle) == (
-        reservation.int_cores_max - 550, reservation.int_mem_max - 3072, reservation.int_gpus_max - 2)
+        reservation.int_cores_max - 550,
+        reservation.int_mem_max - 3072,
+        reservation.int_gpus_max - 2,
+    )
 
     assert unbook_proc(proc_id=proc.id).branch is Branch.LOCAL
 
     reservation.refresh_from_db()
     assert (reservation.int_cores_idle, reservation.int_mem_idle, reservation.int_gpus_idle) == (
-        reservation.int_cores_max - 300, reservation.int_mem_max - 2048, reservation.int_gpus_max - 1)
+        reservation.int_cores_max - 300,
+        reservation.int_mem_max - 2048,
+        reservation.int_gpus_max - 1,
+    )
     assert booked(cuebot_farm)["job_local"] == (300, 1)
 
 
@@ -94,14 +101,21 @@ def test_a_cuebot_managed_proc_whose_job_is_gone_is_released_and_what_can_be_res
     assert release is not None and release.job_gone
     assert not Proc.objects.filter(pk=proc.id).exists()
     assert host_idle(cuebot_farm) == (idle[0] + 400, idle[1] + 4096, idle[2] + 1, idle[3])
-    assert Subscription.objects.filter(pk=cuebot_farm.subscription.pk).values_list("int_cores", "int_gpus").get() == (0, 0)
+    assert Subscription.objects.filter(pk=cuebot_farm.subscription.pk).values_list("int_cores", "int_gpus").get() == (
+        0,
+        0,
+    )
     # The folder and point cannot be named without the job: they keep counting it (the next recompute heals).
-    assert tuple(FolderResource.objects.filter(folder=cuebot_farm.folder).values_list("int_cores", "int_gpus").get()) == folder_before
+    assert (
+        tuple(FolderResource.objects.filter(folder=cuebot_farm.folder).values_list("int_cores", "int_gpus").get())
+        == folder_before
+    )
     assert jobs_gone("cuebot") == counted + 1
 
 
-def test_a_scheduler_managed_proc_whose_job_is_gone_is_taken_off_the_keys_it_can_name(farm, seeded_redis,
-                                                                                      django_capture_on_commit_callbacks):
+def test_a_scheduler_managed_proc_whose_job_is_gone_is_taken_off_the_keys_it_can_name(
+    farm, seeded_redis, django_capture_on_commit_callbacks
+):
     proc = farm.add_proc(cores=300, gpus=1)
     names = seed_keys(seeded_redis, farm, cores=3, gpus=1)
     farm.delete_job_as_cuebot_does(job=farm.job)
@@ -111,7 +125,13 @@ def test_a_scheduler_managed_proc_whose_job_is_gone_is_taken_off_the_keys_it_can
 
     assert release.branch is Branch.SCHEDULER and release.job_gone
     after = hashes(seeded_redis, names)
-    assert {role: after[role]["int_cores"] for role in names} == {"sub": "0", "job": "0", "layer": "0", "folder": "3", "point": "3"}
+    assert {role: after[role]["int_cores"] for role in names} == {
+        "sub": "0",
+        "job": "0",
+        "layer": "0",
+        "folder": "3",
+        "point": "3",
+    }
 
 
 def test_the_point_taken_off_is_the_jobs_show_not_the_procs(cuebot_farm):
@@ -156,8 +176,15 @@ def test_a_release_beside_a_cuebot_ordered_release_of_the_same_job_waits_instead
     with as_cuebot():
         alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=farm.alloc.facility, str_tag="other")
         Subscription.objects.create(show=farm.show, alloc=alloc2, int_size=10000, int_burst=20000)
-        host2 = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=800,
-                                    int_cores_idle=800, int_mem=10**7, int_mem_idle=10**7)
+        host2 = Host.objects.create(
+            alloc=alloc2,
+            str_name=unique("host"),
+            str_lock_state="OPEN",
+            int_cores=800,
+            int_cores_idle=800,
+            int_mem=10**7,
+            int_mem_idle=10**7,
+        )
         HostStat.objects.create(host=host2)
     ours = farm.add_proc(cores=100)
     cuebots = farm.add_proc(cores=100, host=host2)
@@ -171,15 +198,23 @@ def test_a_release_beside_a_cuebot_ordered_release_of_the_same_job_waits_instead
                 pids["cuebot"] = backend_pid()
                 cursor.execute("DELETE FROM proc WHERE pk_proc = %s", [cuebots.id])
                 cursor.execute("UPDATE host SET int_cores_idle = int_cores_idle + 100 WHERE pk_host = %s", [host2.id])
-                cursor.execute("UPDATE subscription SET int_cores = int_cores - 100 WHERE pk_show = %s AND pk_alloc = %s",
-                               [farm.show.id, alloc2.id])
-                cursor.execute("UPDATE layer_resource SET int_cores = int_cores - 100 WHERE pk_layer = %s", [farm.layer.id])
+                cursor.execute(
+                    "UPDATE subscription SET int_cores = int_cores - 100 WHERE pk_show = %s AND pk_alloc = %s",
+                    [farm.show.id, alloc2.id],
+                )
+                cursor.execute(
+                    "UPDATE layer_resource SET int_cores = int_cores - 100 WHERE pk_layer = %s", [farm.layer.id]
+                )
                 cursor.execute("UPDATE job_resource SET int_cores = int_cores - 100 WHERE pk_job = %s", [farm.job.id])
                 holding.set()
                 assert go.wait(30)
-                cursor.execute("UPDATE folder_resource SET int_cores = int_cores - 100 WHERE pk_folder = %s", [farm.folder.id])
-                cursor.execute("UPDATE point SET int_cores = int_cores - 100 WHERE pk_show = %s AND pk_dept = %s",
-                               [farm.show.id, farm.dept.id])
+                cursor.execute(
+                    "UPDATE folder_resource SET int_cores = int_cores - 100 WHERE pk_folder = %s", [farm.folder.id]
+                )
+                cursor.execute(
+                    "UPDATE point SET int_cores = int_cores - 100 WHERE pk_show = %s AND pk_dept = %s",
+                    [farm.show.id, farm.dept.id],
+                )
         except BaseException as error:  # noqa: BLE001 - asserted below
             errors.append(error)
         finally:
@@ -221,23 +256,38 @@ def test_a_recompute_sets_every_row_it_can_and_reports_the_rest(cuebot_farm):
     with as_cuebot():
         alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=cuebot_farm.alloc.facility, str_tag="big")
         big_sub = Subscription.objects.create(show=cuebot_farm.show, alloc=alloc2, int_size=10**12, int_burst=10**12)
-        big_host = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=10**12,
-                                       int_cores_idle=10**12, int_mem=10**7, int_mem_idle=10**7)
+        big_host = Host.objects.create(
+            alloc=alloc2,
+            str_name=unique("host"),
+            str_lock_state="OPEN",
+            int_cores=10**12,
+            int_cores_idle=10**12,
+            int_mem=10**7,
+            int_mem_idle=10**7,
+        )
         with connection.cursor() as cursor:  # as a scheduler booking would insert it: no recompute
-            cursor.execute("INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
-                           "VALUES ('f-big', %s, %s, 'big', 'RUNNING', 1, 0)", [cuebot_farm.layer.id, cuebot_farm.job.id])
-            cursor.execute("INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
-                           "int_mem_reserved) VALUES ('p-big', %s, %s, %s, %s, 'f-big', %s, 1)",
-                           [big_host.id, cuebot_farm.job.id, cuebot_farm.show.id, cuebot_farm.layer.id, 3 * 10**9])
+            cursor.execute(
+                "INSERT INTO frame (pk_frame, pk_layer, pk_job, str_name, str_state, int_number, int_layer_order) "
+                "VALUES ('f-big', %s, %s, 'big', 'RUNNING', 1, 0)",
+                [cuebot_farm.layer.id, cuebot_farm.job.id],
+            )
+            cursor.execute(
+                "INSERT INTO proc (pk_proc, pk_host, pk_job, pk_show, pk_layer, pk_frame, int_cores_reserved, "
+                "int_mem_reserved) VALUES ('p-big', %s, %s, %s, %s, 'f-big', %s, 1)",
+                [big_host.id, cuebot_farm.job.id, cuebot_farm.show.id, cuebot_farm.layer.id, 3 * 10**9],
+            )
         cuebot_farm.add_proc(cores=200)  # its recompute already reports the rows it could not set
         Subscription.objects.filter(pk=cuebot_farm.subscription.pk).update(int_cores=0)
 
     failures = recompute_pg_accounting(show_ids=[cuebot_farm.show.id])
 
-    assert sorted((f.table, f.pk) for f in failures) == sorted([
-        ("subscription", big_sub.pk), ("folder_resource", cuebot_farm.folder.pk),
-        ("point", Point.objects.get(show=cuebot_farm.show).pk),
-    ])
+    assert sorted((f.table, f.pk) for f in failures) == sorted(
+        [
+            ("subscription", big_sub.pk),
+            ("folder_resource", cuebot_farm.folder.pk),
+            ("point", Point.objects.get(show=cuebot_farm.show).pk),
+        ]
+    )
     assert all("integer out of range" in f.error for f in failures)
     assert Subscription.objects.get(pk=cuebot_farm.subscription.pk).int_cores == 200
     assert JobResource.objects.get(job=cuebot_farm.job).int_cores == 3 * 10**9 + 200  # bigint: set

@@ -3,6 +3,7 @@
 The accounting Redis is pointed at a closed port in every test here: the era touches none, and
 a release that tried would count a publish failure.
 """
+
 import psycopg
 import pytest
 from django.db import connection
@@ -28,22 +29,34 @@ def maestro(settings):
 
 
 def publish_failures() -> float:
-    return sum(REGISTRY.get_sample_value("cuebot_acct_release_publish_failures_total", {"stage": stage}) or 0.0
-               for stage in ("prepare", "publish", "breaker"))
+    return sum(
+        REGISTRY.get_sample_value("cuebot_acct_release_publish_failures_total", {"stage": stage}) or 0.0
+        for stage in ("prepare", "publish", "breaker")
+    )
 
 
 def truth(farm) -> dict[str, tuple[int, int]]:
     """SUM(proc) for the farm's five rows, by Cuebot's counting rules (local procs only in the
     layer and the job's int_local_*), in centicores."""
-    procs = list(Proc.objects.filter(show=farm.show).values_list("layer_id", "b_local", "int_cores_reserved", "int_gpus_reserved"))
+    procs = list(
+        Proc.objects.filter(show=farm.show).values_list(
+            "layer_id", "b_local", "int_cores_reserved", "int_gpus_reserved"
+        )
+    )
 
     def total(rows):
         rows = list(rows)
         return (sum(r[2] for r in rows), sum(r[3] for r in rows))
 
     shared = total(r for r in procs if not r[1])
-    return {"sub": shared, "folder": shared, "job": shared, "job_local": total(r for r in procs if r[1]),
-            "layer": total(r for r in procs if r[0] == farm.layer.id), "point": shared}
+    return {
+        "sub": shared,
+        "folder": shared,
+        "job": shared,
+        "job_local": total(r for r in procs if r[1]),
+        "layer": total(r for r in procs if r[0] == farm.layer.id),
+        "point": shared,
+    }
 
 
 def test_the_maestro_era_is_what_both_flags_off_name():
@@ -65,8 +78,18 @@ def test_a_release_credits_the_five_tables_for_flagged_and_unflagged_shows_alike
         released = [unbook_proc(proc_id=procs[0].id), unbook_proc(proc_id=procs[2].id)]
 
     assert [r.branch for r in released] == [Branch.CUEBOT, Branch.CUEBOT]
-    assert booked(farm) == truth(farm) == {"sub": (400, 0), "folder": (400, 0), "job": (400, 0), "job_local": (0, 0),
-                                           "layer": (400, 0), "point": (400, 0)}
+    assert (
+        booked(farm)
+        == truth(farm)
+        == {
+            "sub": (400, 0),
+            "folder": (400, 0),
+            "job": (400, 0),
+            "job_local": (0, 0),
+            "layer": (400, 0),
+            "point": (400, 0),
+        }
+    )
     assert host_idle(farm) == (idle[0] + 400, idle[1] + 2000, idle[2] + 3, idle[3])
     assert publish_failures() == failures  # no Redis was asked
 
@@ -82,8 +105,18 @@ def test_a_proc_released_twice_credits_once(batch):
         else:
             unbook_proc(proc_id=proc.id)
 
-    assert booked(farm) == truth(farm) == {"sub": (200, 0), "folder": (200, 0), "job": (200, 0), "job_local": (0, 0),
-                                           "layer": (200, 0), "point": (200, 0)}
+    assert (
+        booked(farm)
+        == truth(farm)
+        == {
+            "sub": (200, 0),
+            "folder": (200, 0),
+            "job": (200, 0),
+            "job_local": (0, 0),
+            "layer": (200, 0),
+            "point": (200, 0),
+        }
+    )
     assert Proc.objects.filter(pk=kept.pk).exists()
 
 
@@ -128,8 +161,13 @@ def test_the_caps_are_left_as_they_were_when_the_counters_sit_above_them():
 
     unbook_proc(proc_id=procs[0].id)
 
-    assert Subscription.objects.filter(pk=farm.subscription.pk).values_list("int_cores", "int_burst").get() == (400, 300)
+    assert Subscription.objects.filter(pk=farm.subscription.pk).values_list("int_cores", "int_burst").get() == (
+        400,
+        300,
+    )
     assert JobResource.objects.filter(job=farm.job).values_list("int_cores", "int_max_cores").get() == (400, 100)
     assert booked(farm) == truth(farm)
     assert LayerResource.objects.get(layer=farm.layer).int_cores == 400
-    assert FolderResource.objects.get(folder=farm.folder).int_cores == Point.objects.get(show=farm.show).int_cores == 400
+    assert (
+        FolderResource.objects.get(folder=farm.folder).int_cores == Point.objects.get(show=farm.show).int_cores == 400
+    )

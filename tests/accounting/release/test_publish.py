@@ -3,6 +3,7 @@
 Every failure must leave the PG commit standing, log a WARN naming procs and shows,
 count a failure, and never send a release twice.
 """
+
 import logging
 import threading
 import time
@@ -120,8 +121,10 @@ def test_redis_stopped_at_prepare_commits_and_schedules_no_publish(
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     before = failures("prepare")
 
-    with caplog.at_level(logging.WARNING, logger="accounting.release.publish"), \
-            django_capture_on_commit_callbacks(execute=True) as callbacks:
+    with (
+        caplog.at_level(logging.WARNING, logger="accounting.release.publish"),
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+    ):
         release = unbook_proc(proc_id=proc.id)
 
     assert release is not None
@@ -212,7 +215,9 @@ def stale() -> float:
     return REGISTRY.get_sample_value("cuebot_acct_release_publish_stale_total") or 0.0
 
 
-def test_release_straddling_a_restart_is_not_decremented_twice(farm, acct_redis, django_capture_on_commit_callbacks, caplog):
+def test_release_straddling_a_restart_is_not_decremented_twice(
+    farm, acct_redis, django_capture_on_commit_callbacks, caplog
+):
     """Prepared, then Redis restarts and the bootstrap rebuilds from SUM(proc), which no
     longer has the deleted proc; the publish must not take it off a second time."""
     farm.add_proc(cores=400)
@@ -250,7 +255,9 @@ def test_release_whose_entry_expired_changes_no_counter(farm, acct_redis, settin
     assert acct_redis.get(keys.SEQ) == "2"  # prepare, and the release that applied nothing
 
 
-def test_a_release_with_a_live_entry_is_applied_and_not_counted_stale(farm, acct_redis, django_capture_on_commit_callbacks):
+def test_a_release_with_a_live_entry_is_applied_and_not_counted_stale(
+    farm, acct_redis, django_capture_on_commit_callbacks
+):
     proc = farm.add_proc(cores=300)
     names = seed_keys(acct_redis, farm, cores=3)
     stale_before = stale()
@@ -273,8 +280,10 @@ def test_a_release_that_finds_a_counter_below_it_keeps_it_at_0_and_says_so(
     names = seed_keys(acct_redis, farm, cores=3, gpus=1)
     acct_redis.hset(names["folder"], mapping={"int_cores": 1, "int_gpus": 0})  # low: 2 cores and a GPU short
     before = clamped()
-    with caplog.at_level(logging.WARNING, logger="accounting.release.publish"), \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        caplog.at_level(logging.WARNING, logger="accounting.release.publish"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         unbook_proc(proc_id=proc.id)
     assert hashes(acct_redis, names)["folder"] == {"int_cores": "0", "int_gpus": "0"}
     assert hashes(acct_redis, names)["sub"] == {"int_cores": "0", "int_gpus": "0"}  # exact: not counted

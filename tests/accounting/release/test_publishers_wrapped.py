@@ -1,6 +1,7 @@
 """The release path's one seam (accounting.release.eras.publishers_wrapped) and the client a
 RedisReleasePublisher sends to: what the simulator's publish-drop fault stands on, instead of
 patching a module's names."""
+
 import pytest
 from prometheus_client import REGISTRY
 
@@ -30,8 +31,9 @@ class Recording:
         return self.inner.publish(prepared=prepared)
 
 
-def test_a_release_in_the_block_goes_through_the_wrapper_and_none_after(farm, acct_redis,
-                                                                         django_capture_on_commit_callbacks):
+def test_a_release_in_the_block_goes_through_the_wrapper_and_none_after(
+    farm, acct_redis, django_capture_on_commit_callbacks
+):
     first, second = farm.add_proc(cores=200), farm.add_proc(cores=100)
     names = seed_keys(acct_redis, farm, cores=3)
     original = release_era()

@@ -6,6 +6,7 @@ scheduler-managed release waits at most ACCOUNTING_REDIS_TIMEOUT per Redis step,
 one has timed out, the breaker makes the others skip Redis at once for
 ACCOUNTING_REDIS_BREAKER_SECONDS. Every skipped or failed step leaves Redis high.
 """
+
 import threading
 import time
 
@@ -54,8 +55,14 @@ def test_a_stalled_redis_holds_no_row_lock_and_stalls_no_cuebot_release(stallabl
     waiting_proc = managed.add_proc(cores=200)
     skipped_proc = managed.add_proc(cores=300)
     cuebot_proc = cuebot.add_proc(cores=100, host=managed.host)
-    for key in keys.of_proc(show_id=managed.show.id, alloc_id=managed.alloc.id, folder_id=managed.folder.id,
-                            job_id=managed.job.id, layer_id=managed.layer.id, dept_id=managed.dept.id):
+    for key in keys.of_proc(
+        show_id=managed.show.id,
+        alloc_id=managed.alloc.id,
+        folder_id=managed.folder.id,
+        job_id=managed.job.id,
+        layer_id=managed.layer.id,
+        dept_id=managed.dept.id,
+    ):
         stallable_redis.client().hset(key, mapping={"int_cores": 5, "int_gpus": 0})
 
     in_redis_call = threading.Event()

@@ -1,4 +1,5 @@
 """unbook_proc / unbook_procs against real PostgreSQL and Redis."""
+
 import re
 import tempfile
 import threading
@@ -61,7 +62,9 @@ def booked(farm) -> dict[str, tuple[int, int]]:
 
 def host_idle(farm) -> tuple[int, int, int, int]:
     return tuple(
-        Host.objects.filter(pk=farm.host.pk).values_list("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle").get()
+        Host.objects.filter(pk=farm.host.pk)
+        .values_list("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle")
+        .get()
     )
 
 
@@ -83,9 +86,22 @@ def test_scheduler_managed_release_publishes_once_after_commit_and_leaves_pg_acc
         release = unbook_proc(proc_id=proc.id)
 
     assert release == Release(
-        proc_id=proc.id, host_id=farm.host.id, show_id=farm.show.id, alloc_id=farm.alloc.id, folder_id=farm.folder.id,
-        job_id=farm.job.id, layer_id=farm.layer.id, dept_id=farm.dept.id, point_show_id=farm.show.id, job_state=farm.job.str_state,
-        cores_centicores=250, cores=2, gpus=1, memory=2048, gpu_memory=0, branch=Branch.SCHEDULER,
+        proc_id=proc.id,
+        host_id=farm.host.id,
+        show_id=farm.show.id,
+        alloc_id=farm.alloc.id,
+        folder_id=farm.folder.id,
+        job_id=farm.job.id,
+        layer_id=farm.layer.id,
+        dept_id=farm.dept.id,
+        point_show_id=farm.show.id,
+        job_state=farm.job.str_state,
+        cores_centicores=250,
+        cores=2,
+        gpus=1,
+        memory=2048,
+        gpu_memory=0,
+        branch=Branch.SCHEDULER,
     )
     assert not release.job_finished
     assert len(callbacks) == 2  # the publish and the metric
@@ -114,7 +130,12 @@ def test_cuebot_managed_release_decrements_pg_accounting_and_touches_no_redis(
 
     assert release.branch is Branch.CUEBOT
     assert booked(farm) == {
-        "sub": (400, 1), "folder": (400, 1), "job": (400, 1), "job_local": (0, 0), "layer": (400, 1), "point": (400, 1),
+        "sub": (400, 1),
+        "folder": (400, 1),
+        "job": (400, 1),
+        "job_local": (0, 0),
+        "layer": (400, 1),
+        "point": (400, 1),
     }
     assert host_idle(farm) == (idle_before[0] + 250, idle_before[1] + 3000, idle_before[2] + 2, idle_before[3])
     assert hashes(acct_redis, names) == {role: {"int_cores": "6", "int_gpus": "3"} for role in names}
@@ -189,8 +210,13 @@ def test_batch_sums_deltas_per_key_converting_per_proc(farm, acct_redis, django_
     assert [r and r.proc_id for r in results] == [a.id, None, b.id, c.id]
     # Per proc 2 + 2 + 1 = 5 cores on the shared keys, not (250+250+150)//100 = 6.
     shared = {"int_cores": "15", "int_gpus": "3"}
-    assert hashes(acct_redis, names) == {"sub": shared, "folder": shared, "job": {"int_cores": "16", "int_gpus": "3"},
-                                          "layer": {"int_cores": "16", "int_gpus": "3"}, "point": shared}
+    assert hashes(acct_redis, names) == {
+        "sub": shared,
+        "folder": shared,
+        "job": {"int_cores": "16", "int_gpus": "3"},
+        "layer": {"int_cores": "16", "int_gpus": "3"},
+        "point": shared,
+    }
     assert acct_redis.hgetall(other["job"]) == {"int_cores": "6", "int_gpus": "0"}
     assert acct_redis.hgetall(other["layer"]) == {"int_cores": "6", "int_gpus": "0"}
     assert acct_redis.get(keys.SEQ) == "11"  # one prepare and one release for the whole batch
@@ -211,8 +237,19 @@ def test_mixed_batch_across_branches_is_one_transaction_with_exact_values(
         results = unbook_procs(proc_ids=[c1.id, s1.id, s_local.id, c2.id])
 
     assert [r.branch for r in results] == [Branch.CUEBOT, Branch.SCHEDULER, Branch.LOCAL, Branch.CUEBOT]
-    assert booked(cue) == {"sub": (100, 0), "folder": (100, 0), "job": (100, 0), "job_local": (0, 0), "layer": (100, 0), "point": (100, 0)}
-    assert booked(sched) == {**sched_before, "job_local": (0, 0), "layer": (sched_before["layer"][0] - 100, sched_before["layer"][1])}
+    assert booked(cue) == {
+        "sub": (100, 0),
+        "folder": (100, 0),
+        "job": (100, 0),
+        "job_local": (0, 0),
+        "layer": (100, 0),
+        "point": (100, 0),
+    }
+    assert booked(sched) == {
+        **sched_before,
+        "job_local": (0, 0),
+        "layer": (sched_before["layer"][0] - 100, sched_before["layer"][1]),
+    }
     assert hashes(acct_redis, sched_keys) == {role: {"int_cores": "1", "int_gpus": "0"} for role in sched_keys}
 
 
@@ -226,23 +263,57 @@ def test_a_batch_over_two_allocations_returns_each_proc_as_stored_with_its_own_h
     with as_cuebot():
         alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=farm.alloc.facility, str_tag="other")
         Subscription.objects.create(show=farm.show, alloc=alloc2, int_size=10000, int_burst=20000)
-        host2 = Host.objects.create(alloc=alloc2, str_name=unique("host"), str_lock_state="OPEN", int_cores=800,
-                                    int_cores_idle=800, int_mem=10**7, int_mem_idle=10**7, int_gpus=2, int_gpus_idle=2)
+        host2 = Host.objects.create(
+            alloc=alloc2,
+            str_name=unique("host"),
+            str_lock_state="OPEN",
+            int_cores=800,
+            int_cores_idle=800,
+            int_mem=10**7,
+            int_mem_idle=10**7,
+            int_gpus=2,
+            int_gpus_idle=2,
+        )
         HostStat.objects.create(host=host2)
     on_first = farm.add_proc(cores=250, gpus=1, mem=2048)
     on_second = farm.add_proc(cores=150, gpus=2, mem=1024, host=host2)
     branch = Branch.SCHEDULER if managed else Branch.CUEBOT
-    common = dict(show_id=farm.show.id, folder_id=farm.folder.id, job_id=farm.job.id, layer_id=farm.layer.id,
-                  dept_id=farm.dept.id, point_show_id=farm.show.id, job_state=farm.job.str_state, gpu_memory=0, branch=branch)
+    common = dict(
+        show_id=farm.show.id,
+        folder_id=farm.folder.id,
+        job_id=farm.job.id,
+        layer_id=farm.layer.id,
+        dept_id=farm.dept.id,
+        point_show_id=farm.show.id,
+        job_state=farm.job.str_state,
+        gpu_memory=0,
+        branch=branch,
+    )
 
     with django_capture_on_commit_callbacks(execute=True):
         released = unbook_procs(proc_ids=[on_first.id, on_second.id])
 
     assert released == [
-        Release(proc_id=on_first.id, host_id=farm.host.id, alloc_id=farm.alloc.id, cores_centicores=250, cores=2, gpus=1,
-                memory=2048, **common),
-        Release(proc_id=on_second.id, host_id=host2.id, alloc_id=alloc2.id, cores_centicores=150, cores=1, gpus=2,
-                memory=1024, **common),
+        Release(
+            proc_id=on_first.id,
+            host_id=farm.host.id,
+            alloc_id=farm.alloc.id,
+            cores_centicores=250,
+            cores=2,
+            gpus=1,
+            memory=2048,
+            **common,
+        ),
+        Release(
+            proc_id=on_second.id,
+            host_id=host2.id,
+            alloc_id=alloc2.id,
+            cores_centicores=150,
+            cores=1,
+            gpus=2,
+            memory=1024,
+            **common,
+        ),
     ]
 
 
@@ -341,7 +412,9 @@ def test_rolled_back_savepoint_publishes_nothing_but_the_outer_commit_does(
     assert hashes(acct_redis, names) == {role: {"int_cores": "7", "int_gpus": "0"} for role in names}
 
 
-def test_in_flight_entry_exists_between_prepare_and_publish(farm, acct_redis, django_capture_on_commit_callbacks, settings):
+def test_in_flight_entry_exists_between_prepare_and_publish(
+    farm, acct_redis, django_capture_on_commit_callbacks, settings
+):
     settings.ACCOUNTING_INFLIGHT_TTL_SECONDS = 60
     proc = farm.add_proc(cores=250, gpus=1)
     names = seed_keys(acct_redis, farm, cores=5, gpus=1)
@@ -441,17 +514,23 @@ def test_threads_releasing_one_proc_release_it_once(acct_redis):
 def statements(queries) -> list[str]:
     """The verb of each statement: its first unindented one, so a locking CTE counts as the statement it leads."""
     # The test's own transaction turns the release's atomic block into a savepoint.
-    verbs = [re.search(r"^(?:DELETE|UPDATE|INSERT|SELECT|SAVEPOINT|RELEASE)\b", q["sql"].strip(), re.M).group(0)
-             for q in queries.captured_queries]
+    verbs = [
+        re.search(r"^(?:DELETE|UPDATE|INSERT|SELECT|SAVEPOINT|RELEASE)\b", q["sql"].strip(), re.M).group(0)
+        for q in queries.captured_queries
+    ]
     return [verb for verb in verbs if verb not in ("SAVEPOINT", "RELEASE")]
 
 
 def pg_answers(run) -> int:
     """PostgreSQL round trips `run` waits for that end in ReadyForQuery (a Sync or a simple Query)."""
-    return sum(1 for _, answered in protocol_exchanges(run) for message in answered if message.startswith("ReadyForQuery"))
+    return sum(
+        1 for _, answered in protocol_exchanges(run) for message in answered if message.startswith("ReadyForQuery")
+    )
 
 
-def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag(farm, monkeypatch, django_capture_on_commit_callbacks):
+def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag(
+    farm, monkeypatch, django_capture_on_commit_callbacks
+):
     from django.test.utils import CaptureQueriesContext
     from django_redis import get_redis_connection
 
@@ -463,22 +542,32 @@ def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag(farm, monke
         unbook_procs(proc_ids=[p.id for p in procs[1:3]])
     sent: dict[str, list[str]] = {"accounting": [], "cache": []}
     for name, client in (("accounting", accounting_redis()), ("cache", get_redis_connection("default"))):
-        monkeypatch.setattr(client, "execute_command",
-                            lambda *args, _sent=sent[name], _original=client.execute_command, **kw:
-                            _sent.append(args[0]) or _original(*args, **kw))
+        monkeypatch.setattr(
+            client,
+            "execute_command",
+            lambda *args, _sent=sent[name], _original=client.execute_command, **kw: (
+                _sent.append(args[0]) or _original(*args, **kw)
+            ),
+        )
 
     with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
         # The read before any lock (what is registered in flight), then the savepoint (the
         # test's transaction holds the outer one), the one statement, its release.
         assert pg_answers(lambda: unbook_proc(proc_id=procs[3].id)) == 4
-    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == ["SELECT", "WITH"]
+    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == [
+        "SELECT",
+        "WITH",
+    ]
     assert sent == {"accounting": ["EVALSHA", "EVALSHA"], "cache": []}  # in-flight registration, then the release
 
     sent["accounting"].clear()
     batch = [procs[4].id, farm.add_proc(cores=100).id]
     with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
         assert pg_answers(lambda: unbook_procs(proc_ids=batch)) == 4
-    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == ["SELECT", "WITH"]
+    assert [q["sql"].strip().split()[0] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]] == [
+        "SELECT",
+        "WITH",
+    ]
     assert sent == {"accounting": ["EVALSHA", "EVALSHA"], "cache": []}
 
     # Prepared on the service's own connection, and planned once (generic plans) after the first runs.
@@ -494,8 +583,9 @@ def test_the_single_release_gets_a_generic_plan(farm, django_capture_on_commit_c
         for _ in range(8):
             unbook_proc(proc_id=farm.add_proc(cores=100).id)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-                       ["%WITH gone AS%"])
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s", ["%WITH gone AS%"]
+        )
         generic, custom = cursor.fetchone()
     # PostgreSQL tries five custom plans, then keeps the generic one: no planning per release.
     assert (generic, custom) == (3, 5)
@@ -541,8 +631,12 @@ def test_a_batch_sends_its_arrays_in_binary(managed):
     # and a FINISHED job's local procs, so its host_local reservation is removed by array too.
     farm = build_farm(managed=managed)
     running_job, running_layer = farm.add_job()
-    procs = [farm.add_proc(cores=100, local=True), farm.add_proc(cores=200, local=True),
-             farm.add_proc(cores=100, local=True, layer=running_layer), farm.add_proc(cores=300, layer=running_layer)]
+    procs = [
+        farm.add_proc(cores=100, local=True),
+        farm.add_proc(cores=200, local=True),
+        farm.add_proc(cores=100, local=True, layer=running_layer),
+        farm.add_proc(cores=300, layer=running_layer),
+    ]
     with as_cuebot():
         Job.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
 
