@@ -1,64 +1,55 @@
-"""The layout's promise that lint-imports cannot state: no module imports itself back
-through others (an import circle), anywhere in the project's packages."""
+"""The layout's promise that no module imports itself back through others (an import circle) is
+held by import-linter's `acyclic_siblings` contract in .importlinter, which `make test` runs: these
+tests hold that contract to every package of the project, and show the same contract breaking on
+a circle."""
 
-import grimp
+import configparser
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-PACKAGES = ("accounting", "shows", "cuebot_acct", "settings", "simulator")
-
-
-def import_circles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """Strongly connected groups of two modules or more (Tarjan), each sorted."""
-    edges = {module: sorted(graph.find_modules_directly_imported_by(module)) for module in graph.modules}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    circles = []
-    for root in sorted(edges):
-        if root in index:
-            continue
-        work = [(root, iter(edges[root]))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            module, targets = work[-1]
-            target = next(targets, None)
-            if target is not None:
-                if target not in index:
-                    index[target] = low[target] = len(index)
-                    stack.append(target)
-                    on_stack.add(target)
-                    work.append((target, iter(edges[target])))
-                elif target in on_stack:
-                    low[module] = min(low[module], index[target])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[module])
-            if low[module] == index[module]:
-                group = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    group.append(member)
-                    if member == module:
-                        break
-                if len(group) > 1:
-                    circles.append(sorted(group))
-    return circles
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def test_no_module_imports_itself_back():
-    assert import_circles(grimp.build_graph(*PACKAGES)) == []
+def contracts() -> configparser.ConfigParser:
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    return config
 
 
-def test_a_circle_is_found_when_there_is_one():
-    graph = grimp.ImportGraph()
-    for module in ("a", "b", "c", "d"):
-        graph.add_module(module)
-    graph.add_import(importer="a", imported="b")
-    graph.add_import(importer="b", imported="c")
-    graph.add_import(importer="c", imported="a")
-    graph.add_import(importer="c", imported="d")
-    assert import_circles(graph) == [["a", "b", "c"]]
+def names(value: str) -> set[str]:
+    return {line.strip() for line in value.splitlines() if line.strip()}
+
+
+def test_the_no_circles_contract_covers_every_package_of_the_project():
+    config = contracts()
+    circles = config["importlinter:contract:no-circles"]
+    assert circles["type"] == "acyclic_siblings"
+    assert names(circles["ancestors"]) == names(config["importlinter"]["root_packages"])
+    assert int(circles["depth"]) >= 10
+
+
+def test_the_contract_breaks_on_a_circle(tmp_path):
+    package = tmp_path / "circled"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("import circled.b\n")
+    (package / "b.py").write_text("import circled.c\n")
+    (package / "c.py").write_text("import circled.a\n")
+    circles = contracts()["importlinter:contract:no-circles"]
+    (tmp_path / ".importlinter").write_text(  # lists one item a line, as import-linter reads them
+        f"[importlinter]\nroot_packages =\n    circled\n\n[importlinter:contract:no-circles]\nname = {circles['name']}\n"
+        f"type = {circles['type']}\nancestors =\n    circled\ndepth = {circles['depth']}\n"
+    )
+    done = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "BROKEN" in done.stdout and ".c -> .a" in done.stdout
