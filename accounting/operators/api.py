@@ -38,6 +38,7 @@ from accounting.live.units import CoresRefused, cores_number, cores_text, not_a_
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.operators.auth import BearerToken
 from accounting.operators.selectors import drift_status, labelled_drift, release_names, table_drift_status, table_repair
+from accounting.operators.shows_api import show_or_404
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import drift_report
 from accounting.release.types import Release
@@ -55,7 +56,6 @@ from cuebot_acct.api_types import (
 )
 from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS, VIEW_ACCOUNTING
 from shows.models import Show
-from shows.selectors import ShowNameUnusable, show_named
 
 router = Router(tags=["accounting"])
 
@@ -194,10 +194,7 @@ _live_drift = threading.Lock()
 def accounting_drift(request, show: DbText | None = None):
     if show is None:
         return _last_check()
-    try:
-        found = show_named(name=show)
-    except ShowNameUnusable as error:
-        raise HttpError(409 if error.several else 404, str(error)) from None
+    found = show_or_404(show)
     if not _live_drift.acquire(blocking=False):
         raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
     try:

@@ -3,12 +3,12 @@
 import json
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
+from accounting.management.commands._show_arg import show_argument
 from accounting.operators.selectors import field_label, key_labels, labelled_drift, table_repair
 from accounting.reconcile.cuebot_drift import TableDriftReport, cuebot_table_drift, signed_cores
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
-from shows.selectors import ShowNameUnusable, show_named
 
 EXPLANATIONS = {
     ROUNDING: "differ only by the scheduler's sum-then-convert rounding",
@@ -38,10 +38,7 @@ class Command(BaseCommand):
     def handle(self, *args, show: str | None, **options) -> None:
         show_ids = None
         if show is not None:
-            try:
-                found = show_named(name=show)
-            except ShowNameUnusable as error:
-                raise CommandError(f"{error}; nothing changed", returncode=2) from None
+            found = show_argument(name=show)
             show_ids = [found.id]
         tables = cuebot_table_drift(show_ids=show_ids)
         report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None

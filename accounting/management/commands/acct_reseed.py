@@ -4,13 +4,13 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from accounting.live.leases import LockBusy
+from accounting.management.commands._show_arg import show_argument
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.failover import check_master
 from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.reconcile.reseed import reseed
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
-from shows.selectors import ShowNameUnusable, show_named
 
 
 class Command(BaseCommand):
@@ -36,10 +36,7 @@ class Command(BaseCommand):
             limits = booked = True
         show_ids = None
         if show is not None:
-            try:
-                found = show_named(name=show)
-            except ShowNameUnusable as error:
-                raise CommandError(f"{error}; nothing changed", returncode=2) from None
+            found = show_argument(name=show)
             if not found.b_scheduler_managed and not cuebot_owns_every_show():
                 raise CommandError(f"show {show!r} is Cuebot-managed; Redis holds nothing for it", returncode=2)
             show_ids = [found.id]

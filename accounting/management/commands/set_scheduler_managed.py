@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from accounting.management.commands._show_arg import show_argument
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
-from shows.selectors import ShowNameUnusable, show_named
 
 # cueadmin -scheduler-managed SHOW on|off takes on/off; the earlier -setSchedulerManaged took true/false.
 VALUES = {"true": True, "on": True, "false": False, "off": False}
@@ -22,10 +22,7 @@ class Command(BaseCommand):
         managed = VALUES.get(value.lower())
         if managed is None:
             raise CommandError(f"value must be on, off, true or false, got {value!r}; nothing changed", returncode=2)
-        try:
-            found = show_named(name=show)
-        except ShowNameUnusable as error:
-            raise CommandError(f"{error}; nothing changed", returncode=2) from None
+        found = show_argument(name=show)
         try:
             old, new = set_scheduler_managed(show=found, managed=managed)
         except SwitchRefused as error:

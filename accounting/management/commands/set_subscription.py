@@ -7,8 +7,8 @@ from django.core.management.base import BaseCommand, CommandError
 from accounting.limits.changes import InvalidLimit, set_subscription_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
+from accounting.management.commands._show_arg import show_argument
 from accounting.models import Subscription
-from shows.selectors import ShowNameUnusable, show_named
 
 
 class Command(BaseCommand):
@@ -25,10 +25,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, show: str, alloc: str, **options) -> None:
         values = parse_limits(options, model=Subscription, cores=["size", "burst"], counts=[])
-        try:
-            found = show_named(name=show)
-        except ShowNameUnusable as error:
-            raise CommandError(str(error), returncode=2) from None
+        found = show_argument(name=show)
         subscription = Subscription.objects.filter(show=found, alloc__str_name=alloc).first()
         if subscription is None:
             raise CommandError(f"no subscription of show {show!r} on allocation {alloc!r}", returncode=2)
