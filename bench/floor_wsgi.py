@@ -24,13 +24,13 @@ import psycopg  # noqa: E402
 import redis  # noqa: E402
 from django.conf import settings  # noqa: E402
 from release import (  # noqa: E402  (bench/release.py: the in-process floor's statements and script)
-    FLOOR_CUEBOT,
     FLOOR_DELETE,
     FLOOR_HOST,
     FLOOR_HOSTS,
     FLOOR_SCRIPT,
     Floor,
     _per_host,
+    floor_decrements,
 )
 
 MAESTRO = not settings.ACCOUNTING_REDIS_ENABLED
@@ -78,19 +78,6 @@ class _PgOnly(Floor):
         self.pg = psycopg.connect(settings.DATABASE_URL)
 
 
-def _decrements(cursor, rows: list[tuple]) -> None:
-    """Cuebot's five decrements, summed per key and sent in key order, table after table."""
-    for sql, params in FLOOR_CUEBOT:
-        per_key: dict[tuple, list[int]] = {}
-        for row in rows:
-            cores, gpus, *key = params(row)
-            total = per_key.setdefault(tuple(key), [0, 0])
-            total[0] += cores
-            total[1] += gpus
-        for key in sorted(per_key):
-            cursor.execute(sql, (*per_key[key], *key))
-
-
 def release(proc_ids: list[str], *, single: bool) -> list[tuple]:
     floor = _floor()
     with floor.pg.cursor() as cursor:
@@ -107,7 +94,7 @@ def release(proc_ids: list[str], *, single: bool) -> list[tuple]:
                 hosts = _per_host(rows)
                 cursor.execute(UPDATE_HOSTS, (hosts[0], *hosts))
         if rows and MAESTRO:
-            _decrements(cursor, rows)
+            floor_decrements(cursor, rows)
     floor.pg.commit()
     if rows and not MAESTRO:
         floor.publish(rows)

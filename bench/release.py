@@ -312,6 +312,20 @@ def _floor_keys(row: tuple) -> tuple[str, ...]:
     )
 
 
+def floor_decrements(cursor, rows: list[tuple]) -> None:
+    """Cuebot's five decrements of a batch, summed per key and sent in key order, table after table
+    (batchDeleteVirtualProcs, written plainly)."""
+    for sql, params in FLOOR_CUEBOT:
+        per_key: dict[tuple, list[int]] = {}
+        for row in rows:
+            cores, gpus, *key = params(row)
+            total = per_key.setdefault(tuple(key), [0, 0])
+            total[0] += cores
+            total[1] += gpus
+        for key in sorted(per_key):
+            cursor.execute(sql, (*per_key[key], *key))
+
+
 def _per_host(rows: list[tuple]) -> tuple:
     """The batch floor's host UPDATE parameters: cores, memory, GPUs, GPU memory summed per host."""
     per_host: dict[str, list[int]] = {}
@@ -389,15 +403,7 @@ class Floor:
                 cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i : i + size],))
                 rows = cursor.fetchall()
                 cursor.execute(FLOOR_HOSTS, _per_host(rows))
-                for sql, params in FLOOR_CUEBOT:
-                    per_key: dict[tuple, list[int]] = {}
-                    for row in rows:
-                        cores, gpus, *key = params(row)
-                        total = per_key.setdefault(tuple(key), [0, 0])
-                        total[0] += cores
-                        total[1] += gpus
-                    for key in sorted(per_key):
-                        cursor.execute(sql, (*per_key[key], *key))
+                floor_decrements(cursor, rows)
             self.pg.commit()
         return len(proc_ids) / (time.perf_counter() - started)
 

@@ -60,13 +60,15 @@ def run_drift_check() -> DriftCheck:
             STATUS_KEY, {**previous, "error": f"{type(error).__name__}: {error}", "failed_at": started}, timeout=None
         )
         return DriftCheck(checked_at=started, fields_drifted={}, error=str(error))
-    for show_id, entry in previous.get("shows", {}).items():
-        if show_id not in status:
-            metrics.DRIFT_FIELDS.labels(show=entry["name"]).set(0)
-    for entry in status.values():
-        metrics.DRIFT_FIELDS.labels(show=entry["name"]).set(entry["fields"])
-    metrics.DRIFT_LAST_CHECK.set(started)
-    cache.set(STATUS_KEY, {"checked_at": started, "shows": status}, timeout=None)
+    _record(
+        key=STATUS_KEY,
+        status=status,
+        previous=previous.get("shows", {}),
+        count="fields",
+        gauge=metrics.DRIFT_FIELDS,
+        last_check=metrics.DRIFT_LAST_CHECK,
+        started=started,
+    )
     drifted = {entry["name"]: entry["fields"] for entry in status.values() if entry["fields"]}
     if drifted:
         logger.warning(
@@ -74,6 +76,21 @@ def run_drift_check() -> DriftCheck:
             ", ".join(f"{n} ({f} fields)" for n, f in drifted.items()),
         )
     return DriftCheck(checked_at=started, fields_drifted={entry["name"]: entry["fields"] for entry in status.values()})
+
+
+def _record(
+    *, key: str, status: dict[str, dict], previous: dict[str, dict], count: str, gauge, last_check, started: float
+) -> None:
+    """A check's result for the faces that read it later: per show its `count` on the gauge (0 for a
+    show the last check had and this one has not, so its series does not stay up), the time of the
+    check, and the status in the shared cache (every process's admin reads it)."""
+    for show_id, entry in previous.items():
+        if show_id not in status:
+            gauge.labels(show=entry["name"]).set(0)
+    for entry in status.values():
+        gauge.labels(show=entry["name"]).set(entry[count])
+    last_check.set(started)
+    cache.set(key, {"checked_at": started, "shows": status}, timeout=None)
 
 
 @dataclass(frozen=True)
@@ -89,14 +106,15 @@ def run_table_drift_check() -> TableDriftCheck:
     names = dict(shows.values_list("pk", "str_name"))
     drifted = cuebot_table_drift().rows_by_show()
     status = {pk: {"name": name, "rows": drifted.get(pk, 0)} for pk, name in names.items()}
-    previous = (cache.get(TABLES_STATUS_KEY) or {}).get("shows", {})
-    for show_id, entry in previous.items():
-        if show_id not in status:
-            metrics.CUEBOT_TABLE_DRIFT_ROWS.labels(show=entry["name"]).set(0)
-    for entry in status.values():
-        metrics.CUEBOT_TABLE_DRIFT_ROWS.labels(show=entry["name"]).set(entry["rows"])
-    metrics.CUEBOT_TABLE_DRIFT_LAST_CHECK.set(started)
-    cache.set(TABLES_STATUS_KEY, {"checked_at": started, "shows": status}, timeout=None)
+    _record(
+        key=TABLES_STATUS_KEY,
+        status=status,
+        previous=(cache.get(TABLES_STATUS_KEY) or {}).get("shows", {}),
+        count="rows",
+        gauge=metrics.CUEBOT_TABLE_DRIFT_ROWS,
+        last_check=metrics.CUEBOT_TABLE_DRIFT_LAST_CHECK,
+        started=started,
+    )
     found = {entry["name"]: entry["rows"] for entry in status.values() if entry["rows"]}
     if found:
         logger.warning(
