@@ -28,6 +28,7 @@ from django.conf import settings
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from cuebot_acct import schedulers
 from cuebot_acct.serving import gunicorn_args
 
 ROOT = Path(__file__).resolve().parent.parent  # the project root, where gunicorn finds cuebot_acct
@@ -160,9 +161,10 @@ class WebServer:
 
 
 @contextmanager
-def web_server(*, token: str) -> Iterator[WebServer]:
-    """gunicorn as deployed (cuebot_acct.serving), on this run's database and Redis, with the
-    run's settings where the simulation overrides them."""
+def web_server(*, token: str, database_url: str | None = None) -> Iterator[WebServer]:
+    """gunicorn as deployed (cuebot_acct.serving), on this run's database (as `database_url`'s
+    role when given) and Redis, with the run's settings, its era included, where the simulation
+    overrides them."""
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="sim-metrics-") as metrics_dir:
         env = {
@@ -171,7 +173,8 @@ def web_server(*, token: str) -> Iterator[WebServer]:
             "LOG_LEVEL": "WARNING",
             "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
             "DJANGO_SECRET_KEY": uuid.uuid4().hex * 2,
-            "DATABASE_URL": _database_url(),
+            "DATABASE_URL": database_url or _database_url(),
+            "ACCOUNTING_SCHEDULER": schedulers.current(),
             "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
             "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
             "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,

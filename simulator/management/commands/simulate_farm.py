@@ -2,7 +2,7 @@ import json
 import random
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -17,8 +17,9 @@ from cuebot_acct.startup import redact
 from simulator.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
 from simulator.farm_builder import FarmRefused, refuse_without_cuebots_rights
 from simulator.faults import FAULT_KINDS, parse_faults
+from simulator.maestro_era import MAESTRO_FAULTS, parse_maestro_faults, run_maestro_simulation
 from simulator.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
-from simulator.processes import ProcessRefused
+from simulator.processes import ProcessRefused, web_server
 from simulator.runner import SimConfig, run_simulation
 from simulator.workers import RESEEDERS
 
@@ -82,11 +83,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--era",
-            choices=["redis", "notify"],
+            choices=["redis", "notify", "maestro"],
             default="redis",
-            help="which OpenCue scheduler to play: the Redis era's (acct:* hashes) or the NOTIFY era's "
-            "(in-memory counters fed by LISTEN; faults: " + ", ".join(NOTIFY_FAULTS) + ") "
-            "(default: %(default)s)",
+            help="which OpenCue scheduler to play: the Redis era's (acct:* hashes), the NOTIFY era's "
+            "(in-memory counters fed by LISTEN; faults: " + ", ".join(NOTIFY_FAULTS) + ") or the Maestro "
+            "era's (Cuebot owns the five tables for every show: Maestro's bookings and Cuebot's releases "
+            "beside this service's, the tables equal to SUM(proc) in every snapshot; faults: "
+            + ", ".join(MAESTRO_FAULTS)
+            + ") (default: %(default)s)",
         )
         parser.add_argument(
             "--reseeder",
@@ -99,6 +103,8 @@ class Command(BaseCommand):
     def handle(self, *args, faults: str, json: bool, allow_flush_foreign_keys: bool, **options) -> None:
         if options["era"] == "notify":
             return self._notify_era(faults=faults, as_json=json, **options)
+        if options["era"] == "maestro":
+            return self._maestro_era(faults=faults, as_json=json, **options)
         try:
             kinds = parse_faults(faults)
         except ValueError as error:
@@ -189,6 +195,47 @@ class Command(BaseCommand):
                 faults=kinds,
                 seed=options["seed"],
             )
+        self._remove_farm(keep=options["keep_farm"])
+        if as_json:
+            self.stdout.write(_json_dumps(report))
+        else:
+            for name, value in report.items():
+                self.stdout.write(f"{name:34s} {value}")
+        if not report["ok"]:
+            raise CommandError("an invariant does not hold", returncode=1)
+
+    def _maestro_era(self, *, faults: str, as_json: bool, **options) -> None:
+        try:
+            kinds = parse_maestro_faults(faults)
+        except ValueError as error:
+            raise CommandError(str(error), returncode=2) from None
+        self._refuse_without_cuebots_rights()
+        if options["existing"]:
+            raise CommandError("--era maestro builds its own farm; --existing is for the Redis era", returncode=2)
+        # The era as a site sets it: both scheduler flags off, no accounting Redis written.
+        with override_settings(ACCOUNTING_REDIS_ENABLED=False, ACCOUNTING_NOTIFY_ENABLED=False), ExitStack() as stack:
+            try:
+                farm = build_sim_farm(
+                    shows=options["shows"],
+                    hosts=options["hosts"],
+                    jobs=options["jobs"],
+                    rng=random.Random(options["seed"]),
+                )
+            except (FarmRefused, ValueError) as refused:
+                raise CommandError(str(refused), returncode=2) from None
+            token = stack.enter_context(http_release_token(wanted=True))
+            try:
+                report = run_maestro_simulation(
+                    farm=farm,
+                    seconds=options["seconds"],
+                    bookers=options["bookers"],
+                    releasers=options["releasers"],
+                    faults=kinds,
+                    seed=options["seed"],
+                    web=lambda database_url: web_server(token=token, database_url=database_url),
+                )
+            except ProcessRefused as refused:
+                raise CommandError(str(refused), returncode=2) from None
         self._remove_farm(keep=options["keep_farm"])
         if as_json:
             self.stdout.write(_json_dumps(report))
