@@ -16,6 +16,7 @@ snapshot and fires the faults that stop the world (pg-restart, deadlock-order); 
 fault fires at its worker's own point.
 """
 
+import itertools
 import random
 import threading
 import time
@@ -545,12 +546,12 @@ def release_with_cuebots_statements(
 
 
 def operator_loop(run: MaestroRun, index: int) -> None:
-    rng = run.rng("operator", index)
+    rng, kinds = run.rng("operator", index), itertools.cycle(("subscription", "folder", "job"))
     next_repair = time.monotonic() + REPAIR_SECONDS
     while not run.stop.wait(0.2):
         try:
             if rng.random() < 0.75:
-                change_a_cap(run, rng=rng)
+                change_a_cap(run, rng=rng, kind=next(kinds))  # in turn: each kind of cap binds early
             else:
                 flip_a_flag(run, rng=rng)
             if time.monotonic() >= next_repair:
@@ -576,14 +577,13 @@ def flip_a_flag(run: MaestroRun, *, rng: random.Random) -> None:
     run.stats.add(flag_flips=1)
 
 
-def change_a_cap(run: MaestroRun, *, rng: random.Random) -> None:
+def change_a_cap(run: MaestroRun, *, rng: random.Random, kind: str) -> None:
     """A burst, a folder's max cores or GPUs, or a job's, moved by the limit services; often
     below what is booked now, which no later booking may exceed."""
-    kind = rng.choice(("subscription", "folder", "job"))
     if kind == "subscription":
         sub = rng.choice(list(Subscription.objects.filter(show_id__in=run.farm.show_ids)))
-        # Half the time just above what is booked now, so that the burst binds within seconds.
-        burst = sub.int_cores + rng.randint(1, 8) * 100 if rng.random() < 0.5 else sub.int_burst * rng.uniform(0.5, 1.5)
+        # Half the time down to what is booked now, so that the burst binds within seconds.
+        burst = sub.int_cores + rng.randint(0, 2) * 100 if rng.random() < 0.5 else sub.int_burst * rng.uniform(0.5, 1.5)
         set_subscription_limits(subscription=sub, burst=max(100, int(burst) // 100 * 100))
     elif kind == "folder":
         fr = rng.choice(list(FolderResource.objects.filter(folder__show_id__in=run.farm.show_ids)))
@@ -643,28 +643,27 @@ SELECT p.pk_proc, q.pk_proc FROM proc p JOIN host h ON h.pk_host = p.pk_host
    AND p.pk_job <> ALL(%(killed)s::text[]) AND q.pk_job <> ALL(%(killed)s::text[])
  ORDER BY random() LIMIT 1
 """
-WAITING_ON_A_LOCK = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
 
 
 def deadlock_order(run: MaestroRun) -> None:
     """The repair, Cuebot's release and this service's release on the same rows at once.
 
-    Cuebot's release of one proc holds its subscription row (Cuebot's first table) and waits;
-    the repair is started and runs until PostgreSQL has it waiting on a lock, then this service's
-    release of another proc of the same subscription likewise; then Cuebot's release goes on
-    through layer, job, folder and point. A repair (or release) that takes those rows in
-    Cuebot's order waits behind it and nobody deadlocks; one that takes a later table first
-    (point before subscription, say) holds what Cuebot's release needs next: a deadlock, every
-    time, counted by whichever side PostgreSQL rolls back."""
+    Cuebot's release of one proc holds its subscription row (Cuebot's first table) and waits.
+    The repair is started and left to run until PostgreSQL has it waiting, directly or behind
+    others, on Cuebot's release; then this service's release of another proc of the same
+    subscription likewise; then Cuebot's release goes on through layer, job, folder and point.
+    A repair (or release) that takes those rows in Cuebot's order waits behind it and nobody
+    deadlocks; one that takes a later table first (point before subscription, say) already
+    holds what Cuebot's release needs next: a deadlock, every time, counted by whichever side
+    PostgreSQL rolls back."""
     with connection.cursor() as cursor:
         cursor.execute(DEADLOCK_PAIR, {"shows": run.farm.show_ids, "killed": sorted(run.killed_jobs.copy())})
         pair = cursor.fetchone()
     if pair is None:
         run.faults.rearm("deadlock-order")
         return
-    holding, go = threading.Event(), threading.Event()
+    holding, go, held_once = threading.Event(), threading.Event(), threading.Event()
     pids: dict[str, int] = {}
-    held_once = threading.Event()
 
     def hold(table: str) -> None:
         if table == "subscription" and not held_once.is_set():
@@ -673,8 +672,9 @@ def deadlock_order(run: MaestroRun) -> None:
             go.wait(LOCK_WAIT_SECONDS * 3)
 
     def cuebot() -> None:
+        pids["cuebot"] = _backend_pid()
         release_with_cuebots_statements(run, proc_ids=[pair[0]], after_table=hold)
-        holding.set()  # the proc was gone already: nothing to hold
+        holding.set()  # the proc was gone already: nothing held
 
     def repairing() -> None:
         pids["repair"] = _backend_pid()
@@ -684,16 +684,17 @@ def deadlock_order(run: MaestroRun) -> None:
         pids["service"] = _backend_pid()
         release_through_service(run, proc_ids=[pair[1]], kind="service single")
 
-    threads = [threading.Thread(target=_worker("deadlock-order cuebot", lambda r, i: cuebot()), args=(run, 0))]
-    threads[0].start()
+    first = threading.Thread(target=_worker("deadlock-order cuebot", lambda r, i: cuebot()), args=(run, 0))
+    first.start()
     holding.wait(LOCK_WAIT_SECONDS)
+    threads = [first]
     for name, body in (("repair", repairing), ("service", service)):
         thread = threading.Thread(
             target=_worker(name, lambda r, i, body=body: body()), args=(run, 0), name=f"{SERVICE_THREAD}-{name}"
         )
         thread.start()
         threads.append(thread)
-        _await_lock_wait(pids, name)
+        _await_blocked_by(pids, waiter=name, holder="cuebot", thread=thread, still_holding=first)
     go.set()
     for thread in threads:
         thread.join()
@@ -706,18 +707,25 @@ def _backend_pid() -> int:
         return cursor.fetchone()[0]
 
 
-def _await_lock_wait(pids: dict[str, int], name: str) -> None:
-    """Until that thread's session waits on a row lock (or LOCK_WAIT_SECONDS pass: it may take
-    no lock that is held, and then it simply finishes first)."""
+def _await_blocked_by(
+    pids: dict[str, int], *, waiter: str, holder: str, thread: threading.Thread, still_holding: threading.Thread
+) -> None:
+    """Until the waiter's session waits on the holder's, directly or behind other sessions
+    (pg_blocking_pids, followed), or the waiter finished without meeting it (it needed none of
+    the held rows), or the holder is gone, or LOCK_WAIT_SECONDS pass."""
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            pid = pids.get(name)
-            if pid is not None:
-                cursor.execute(WAITING_ON_A_LOCK, [pid])
-                row = cursor.fetchone()
-                if row is None or row[0]:
-                    return
+        while time.monotonic() < deadline and thread.is_alive() and still_holding.is_alive():
+            if waiter in pids and holder in pids:
+                seen, frontier = set(), [pids[waiter]]
+                while frontier:
+                    cursor.execute("SELECT pg_blocking_pids(%s)", [frontier.pop()])
+                    for pid in cursor.fetchone()[0] or ():
+                        if pid == pids[holder]:
+                            return
+                        if pid not in seen:
+                            seen.add(pid)
+                            frontier.append(pid)
             time.sleep(0.01)  # PostgreSQL announces no lock wait to a bystander: polled
 
 

@@ -1,0 +1,139 @@
+"""`simulate_farm --era maestro`: Maestro's bookings and Cuebot's releases beside this service's,
+every invariant held under every fault, and each invariant shown able to fail.
+
+Each broken variant changes one seam for one short run on a fresh farm and must be caught by the
+invariant named for it; the same run with nothing broken holds every invariant, so the catch is
+the variant's doing.
+"""
+
+import json
+import random
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from accounting.reconcile import recompute
+from accounting.release import unbook
+from shows.models import Show
+from simulator import maestro_cuebot
+from simulator.farm import build_sim_farm
+from simulator.maestro_cuebot import CAP_KINDS
+from simulator.maestro_era import MAESTRO_FAULTS, run_maestro_simulation
+
+# It books as Maestro (INSERT on proc and frame), kills jobs and ends other sessions: more than
+# the service's role may do. The service's own writes run as a role the run makes with the
+# documented grants.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.superuser, pytest.mark.slow]
+
+
+def test_every_fault_keeps_every_invariant_and_every_cap_binds():
+    """The CI run: the command as an operator runs it, releases over HTTP included."""
+    out = StringIO()
+    call_command(
+        "simulate_farm", "--era", "maestro", "--faults", "all", "--seconds", "12", "--seed", "4", "--json",
+        stdout=out, stderr=StringIO(),
+    )  # fmt: skip
+    report = json.loads(out.getvalue())
+    assert report["ok"] is True, report["invariants"]
+    assert not any(report["invariants"].values())
+    assert set(report["faults"]) == set(MAESTRO_FAULTS) and report["faults_pending"] == {}
+    assert all(report["rejections"][kind] > 0 for kind in CAP_KINDS if kind != "job finished"), str(
+        report["rejections"]
+    )
+    assert report["samples"] >= 15 and report["repairs"] >= 3
+    assert {"service single", "service batch", "cuebot", "job-kill"} <= set(report["releases_by_kind"])
+    assert any(kind.startswith("service http") for kind in report["releases_by_kind"])
+    assert report["procs"]["gone"] == report["releases"] or report["release_outcome_unknown"] > 0
+    assert report["service_role"].startswith("sim_service_")
+    assert not Show.objects.filter(str_name__startswith="sim-").exists()
+
+
+def short_run(*, faults: tuple[str, ...] = (), seed: int = 8) -> dict:
+    """A small busy farm for a few seconds, in process (no web server: the seams are here)."""
+    farm = build_sim_farm(shows=3, hosts=8, jobs=24, rng=random.Random(seed))
+    return run_maestro_simulation(farm=farm, seconds=5, bookers=3, releasers=2, faults=faults, seed=seed)
+
+
+@pytest.fixture(autouse=True)
+def maestro(settings):
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+
+
+def release_skips_the_point(monkeypatch):
+    """The point's statement, for one row and for several, writes nothing."""
+    monkeypatch.setitem(unbook.ONE_ROW_ADJUSTMENT_SQL, "point", "SELECT 1")
+    monkeypatch.setitem(unbook.ADJUSTMENT_SQL, "point", "SELECT 1")
+
+
+def release_credits_twice(monkeypatch):
+    real = unbook._adjust_pg_accounting
+
+    def twice(cursor, releases, **options):
+        real(cursor, releases, **options)
+        real(cursor, releases, **options)
+
+    monkeypatch.setattr(unbook, "_adjust_pg_accounting", twice)
+
+
+def booking_skips_the_layer(monkeypatch):
+    monkeypatch.setattr(
+        maestro_cuebot, "BOOKING_WRITES", tuple(t for t in maestro_cuebot.BOOKING_WRITES if t != "layer_resource")
+    )
+
+
+def booking_ignores_the_caps(monkeypatch):
+    """Every cap check dropped; the host's room still checked (PostgreSQL's own trigger guards it)."""
+    real = maestro_cuebot._fits
+
+    def fits(plan, *, host, rows):
+        return "host" if real(plan, host=host, rows=rows) == "host" else None
+
+    monkeypatch.setattr(maestro_cuebot, "_fits", fits)
+
+
+def repair_locks_point_first(monkeypatch):
+    by_table = {table.table: table for table in recompute.TABLES}
+    order = ("point", "subscription", "layer_resource", "job_resource", "folder_resource")
+    monkeypatch.setattr(recompute, "TABLES", tuple(by_table[name] for name in order))
+
+
+VARIANTS = {
+    # variant: (faults it needs to show, the invariant that catches it, what the violation names)
+    release_skips_the_point: ((), "tables_differ_from_sum_proc", "point"),
+    release_credits_twice: ((), "tables_differ_from_sum_proc", "subscription"),
+    booking_skips_the_layer: ((), "tables_differ_from_sum_proc", "layer_resource"),
+    booking_ignores_the_caps: ((), "over_cap", ""),
+    repair_locks_point_first: (("deadlock-order",), "lock_order_deadlocks", ""),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda variant: variant.__name__)
+def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
+    faults, invariant, named = VARIANTS[variant]
+    variant(monkeypatch)
+    report = short_run(faults=faults)
+    assert report["invariants"][invariant] > 0, report
+    assert report["ok"] is False
+    if named:
+        assert any(named in " ".join(v) for v in report["violations"][invariant]), report["violations"]
+
+
+@pytest.mark.parametrize("faults", sorted({v[0] for v in VARIANTS.values()}), ids=lambda f: ",".join(f) or "none")
+def test_the_same_runs_unbroken_hold_every_invariant(faults):
+    report = short_run(faults=faults)
+    assert report["ok"] is True, report
+    assert report["bookings"] > 0 and report["releases"] > 0 and report["samples"] >= 8
+    assert set(report["faults"]) == set(faults)
+
+
+def test_unknown_faults_and_an_existing_farm_are_refused():
+    with pytest.raises(CommandError, match="unknown fault") as raised:
+        call_command(
+            "simulate_farm", "--era", "maestro", "--faults", "redis-kill", stdout=StringIO(), stderr=StringIO()
+        )
+    assert raised.value.returncode == 2
+    with pytest.raises(CommandError, match="builds its own farm") as raised:
+        call_command("simulate_farm", "--era", "maestro", "--existing", stdout=StringIO(), stderr=StringIO())
+    assert raised.value.returncode == 2
