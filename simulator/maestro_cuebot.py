@@ -50,7 +50,7 @@ class Planned:
     frame_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
 
-def row_keys(plan: Planned) -> dict[str, tuple[str, ...]]:
+def row_keys(*, plan: Planned) -> dict[str, tuple[str, ...]]:
     """The accounting rows a proc counts in, by Cuebot's counting rules: a local proc only in
     its layer, its job's int_local_* and the job's reservation on its host."""
     layer = plan.layer
@@ -112,7 +112,7 @@ KEY_COLUMNS = {
 }
 
 
-def _where(table: str) -> str:
+def _where(*, table: str) -> str:
     return " AND ".join(f"{column} = %(k{i})s" for i, column in enumerate(KEY_COLUMNS[table]))
 
 
@@ -124,34 +124,35 @@ def _where(table: str) -> str:
 ADD = {
     "subscription": (
         "UPDATE subscription SET int_burst = int_burst + %(cores)s, int_cores = int_cores + %(cores)s, "
-        "int_gpus = int_gpus + %(gpus)s WHERE " + _where("subscription"),
-        "UPDATE subscription SET int_burst = int_burst - %(cores)s WHERE " + _where("subscription"),
+        "int_gpus = int_gpus + %(gpus)s WHERE " + _where(table="subscription"),
+        "UPDATE subscription SET int_burst = int_burst - %(cores)s WHERE " + _where(table="subscription"),
     ),
     "layer_resource": (
         "UPDATE layer_resource SET int_cores = int_cores + %(cores)s, int_gpus = int_gpus + %(gpus)s WHERE "
-        + _where("layer_resource"),
+        + _where(table="layer_resource"),
         None,
     ),
     "job_resource": (
         "UPDATE job_resource SET int_max_cores = int_max_cores + %(cores)s, int_max_gpus = int_max_gpus + %(gpus)s, "
         "int_cores = int_cores + %(cores)s, int_gpus = int_gpus + %(gpus)s, "
         "int_local_cores = int_local_cores + %(local_cores)s, int_local_gpus = int_local_gpus + %(local_gpus)s "
-        "WHERE " + _where("job_resource"),
+        "WHERE " + _where(table="job_resource"),
         "UPDATE job_resource SET int_max_cores = int_max_cores - %(cores)s, int_max_gpus = int_max_gpus - %(gpus)s "
-        "WHERE " + _where("job_resource"),
+        "WHERE " + _where(table="job_resource"),
     ),
     "host_local": (
         "UPDATE host_local SET int_cores_idle = int_cores_idle - %(cores)s, int_mem_idle = int_mem_idle - %(mem)s, "
-        "int_gpus_idle = int_gpus_idle - %(gpus)s WHERE " + _where("host_local"),
+        "int_gpus_idle = int_gpus_idle - %(gpus)s WHERE " + _where(table="host_local"),
         None,
     ),
     "folder_resource": (
         "UPDATE folder_resource SET int_cores = int_cores + %(cores)s, int_gpus = int_gpus + %(gpus)s WHERE "
-        + _where("folder_resource"),
+        + _where(table="folder_resource"),
         None,
     ),
     "point": (
-        "UPDATE point SET int_cores = int_cores + %(cores)s, int_gpus = int_gpus + %(gpus)s WHERE " + _where("point"),
+        "UPDATE point SET int_cores = int_cores + %(cores)s, int_gpus = int_gpus + %(gpus)s WHERE "
+        + _where(table="point"),
         None,
     ),
 }
@@ -180,12 +181,12 @@ class ChunkOutcome:
     rejected: dict[str, int]  # cap kind -> bookings turned away
 
 
-def _fits(plan: Planned, *, host: list[int], rows: dict[str, dict[tuple, list]]) -> str | None:
+def _fits(*, plan: Planned, host: list[int], rows: dict[str, dict[tuple, list]]) -> str | None:
     """The first cap (or the host's room) that turns this proc away, None if it fits; the rows
     are the locked ones as this chunk's earlier procs left them."""
     if host[0] < plan.cores or host[1] < PROC_MEM_KB or host[2] < plan.gpus:
         return "host"
-    keys = row_keys(plan)
+    keys = row_keys(plan=plan)
     job = rows["job_resource"].get(keys["job_resource"])
     if job is None or job[4] == "FINISHED":
         return "job finished"  # Maestro books no frame of a finished (killed) job
@@ -214,11 +215,11 @@ def _fits(plan: Planned, *, host: list[int], rows: dict[str, dict[tuple, list]])
     return None
 
 
-def _take(plan: Planned, *, host: list[int], rows: dict[str, dict[tuple, list]]) -> None:
+def _take(*, plan: Planned, host: list[int], rows: dict[str, dict[tuple, list]]) -> None:
     host[0] -= plan.cores
     host[1] -= PROC_MEM_KB
     host[2] -= plan.gpus
-    keys = row_keys(plan)
+    keys = row_keys(plan=plan)
     if plan.local:
         reservation = rows["host_local"][keys["host_local"]]
         reservation[0] -= plan.cores
@@ -231,7 +232,7 @@ def _take(plan: Planned, *, host: list[int], rows: dict[str, dict[tuple, list]])
         row[1] += plan.gpus
 
 
-def book_chunk(*, cursor, plans: list[Planned], after_writes: Callable[[list[Planned]], None]) -> ChunkOutcome:
+def book_chunk(*, cursor, plans: list[Planned], after_writes: Callable[..., None]) -> ChunkOutcome:
     """One host-aligned chunk of a tick, inside the caller's transaction: hosts and accounting
     rows locked in Cuebot's order, each proc checked against every cap under those locks, the
     procs that fit inserted with their frames, their hosts' idle taken down and each row's
@@ -243,7 +244,7 @@ def book_chunk(*, cursor, plans: list[Planned], after_writes: Callable[[list[Pla
     }
     wanted: dict[str, set[tuple[str, ...]]] = defaultdict(set)
     for plan in plans:
-        for table, key in row_keys(plan).items():
+        for table, key in row_keys(plan=plan).items():
             wanted[table].add(key)
     rows: dict[str, dict[tuple, list]] = {}
     for table in LOCK_ORDER:
@@ -252,15 +253,15 @@ def book_chunk(*, cursor, plans: list[Planned], after_writes: Callable[[list[Pla
         rows[table] = {tuple(row[:width]): list(row[width:]) for row in locked}
     booked, rejected = [], defaultdict(int)
     for plan in plans:
-        turned_away = _fits(plan, host=hosts[plan.host_id], rows=rows)
+        turned_away = _fits(plan=plan, host=hosts[plan.host_id], rows=rows)
         if turned_away:
             rejected[turned_away] += 1
             continue
-        _take(plan, host=hosts[plan.host_id], rows=rows)
+        _take(plan=plan, host=hosts[plan.host_id], rows=rows)
         booked.append(plan)
     if booked:
         _write(cursor=cursor, booked=booked)
-        after_writes(booked)
+        after_writes(booked=booked)
     return ChunkOutcome(booked=booked, rejected=dict(rejected))
 
 
@@ -294,7 +295,7 @@ def _write(*, cursor, booked: list[Planned]) -> None:
     for host_id in sorted(per_host):
         cores, mem, gpus = per_host[host_id]
         cursor.execute(CLAIM_HOST, {"host": host_id, "cores": cores, "mem": mem, "gpus": gpus})
-    deltas = _deltas(booked)
+    deltas = _deltas(procs=booked)
     for table in BOOKING_WRITES:
         for key in sorted(deltas[table]):
             add, restore = ADD[table]
@@ -304,14 +305,14 @@ def _write(*, cursor, booked: list[Planned]) -> None:
                 cursor.execute(restore, params)
 
 
-def _deltas(procs: Iterable[Planned]) -> dict[str, dict[tuple, dict[str, int]]]:
+def _deltas(*, procs: Iterable[Planned]) -> dict[str, dict[tuple, dict[str, int]]]:
     """Per table and row: the amounts these procs move (added by a booking, taken off by a release)."""
     deltas: dict[str, dict[tuple, dict[str, int]]] = {
         table: defaultdict(lambda: {"cores": 0, "gpus": 0, "local_cores": 0, "local_gpus": 0, "mem": 0})
         for table in LOCK_ORDER
     }
     for plan in procs:
-        for table, key in row_keys(plan).items():
+        for table, key in row_keys(plan=plan).items():
             amounts = deltas[table][key]
             if plan.local and table == "job_resource":
                 amounts["local_cores"] += plan.cores
@@ -342,24 +343,23 @@ UPDATE host SET int_cores_idle = int_cores_idle + %(cores)s, int_mem_idle = int_
 JOBS_OF = "SELECT pk_job, pk_folder, pk_dept, pk_show FROM job WHERE pk_job = ANY(%(ids)s::text[])"
 TAKE_OFF = {
     "subscription": "UPDATE subscription SET int_cores = int_cores - %(cores)s, int_gpus = int_gpus - %(gpus)s WHERE "
-    + _where("subscription"),
+    + _where(table="subscription"),
     "layer_resource": "UPDATE layer_resource SET int_cores = int_cores - %(cores)s, int_gpus = int_gpus - %(gpus)s "
-    "WHERE " + _where("layer_resource"),
+    "WHERE " + _where(table="layer_resource"),
     "job_resource": "UPDATE job_resource SET int_cores = int_cores - %(cores)s, int_gpus = int_gpus - %(gpus)s, "
     "int_local_cores = int_local_cores - %(local_cores)s, int_local_gpus = int_local_gpus - %(local_gpus)s WHERE "
-    + _where("job_resource"),
+    + _where(table="job_resource"),
     "host_local": "UPDATE host_local SET int_cores_idle = int_cores_idle + %(cores)s, "
-    "int_mem_idle = int_mem_idle + %(mem)s, int_gpus_idle = int_gpus_idle + %(gpus)s WHERE " + _where("host_local"),
+    "int_mem_idle = int_mem_idle + %(mem)s, int_gpus_idle = int_gpus_idle + %(gpus)s WHERE "
+    + _where(table="host_local"),
     "folder_resource": "UPDATE folder_resource SET int_cores = int_cores - %(cores)s, "
-    "int_gpus = int_gpus - %(gpus)s WHERE " + _where("folder_resource"),
+    "int_gpus = int_gpus - %(gpus)s WHERE " + _where(table="folder_resource"),
     "point": "UPDATE point SET int_cores = int_cores - %(cores)s, int_gpus = int_gpus - %(gpus)s WHERE "
-    + _where("point"),
+    + _where(table="point"),
 }
 
 
-def cuebot_release(
-    *, cursor, proc_ids: list[str], after_table: Callable[[str], None] = lambda table: None
-) -> list[str]:
+def cuebot_release(*, cursor, proc_ids: list[str], after_table: Callable[..., None] = lambda **_: None) -> list[str]:
     """Release procs with Cuebot's statements, inside the caller's transaction; returns the ids
     deleted here (a proc someone else deleted first returns nothing and credits nothing).
     Proc rows locked in key order, one DELETE ... RETURNING (amounts as of deletion), the hosts
@@ -402,7 +402,7 @@ def cuebot_release(
         )
         for row in gone
     ]
-    deltas = _deltas(released)
+    deltas = _deltas(procs=released)
     for table in LOCK_ORDER:
         if not deltas[table]:
             continue
@@ -413,5 +413,5 @@ def cuebot_release(
         for key in sorted(deltas[table]):
             params = {f"k{i}": part for i, part in enumerate(key)} | deltas[table][key]
             cursor.execute(TAKE_OFF[table], params)
-        after_table(table)
+        after_table(table=table)
     return [row[0] for row in gone]

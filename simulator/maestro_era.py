@@ -23,12 +23,12 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import psycopg
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import DatabaseError, IntegrityError, connection, connections, transaction
 from django.db import InterfaceError as DjangoInterfaceError
 from django.db import OperationalError as DjangoOperationalError
 from django.db.backends.signals import connection_created
@@ -46,7 +46,7 @@ from simulator import pg_truth
 from simulator.farm import PROC_MEM_KB, LayerRef, SimFarm
 from simulator.farm_builder import PROC_CORES
 from simulator.maestro_cuebot import CAP_KINDS, Planned, book_chunk, cuebot_release
-from simulator.processes import WebServer
+from simulator.processes import ProcessRefused, WebServer
 
 MAESTRO_FAULTS = ("job-kill", "pg-restart", "release-rollback", "booking-rollback", "deadlock-order", "flag-flip")
 # Mean seconds between two firings; every selected kind fires at least once, none in the last fifth.
@@ -71,7 +71,7 @@ SERVICE_THREAD = "sim-maestro-service"  # threads whose connections take the ser
 T = TypeVar("T")
 
 
-def parse_maestro_faults(text: str) -> tuple[str, ...]:
+def parse_maestro_faults(*, text: str) -> tuple[str, ...]:
     if text == "all":
         return MAESTRO_FAULTS
     if text in ("", "none"):
@@ -181,6 +181,7 @@ class MaestroRun:
     faults: FaultClock
     seed: int
     web: WebServer | None = None
+    repair_seconds: float = REPAIR_SECONDS  # between two of the operator's repairs
     stop: threading.Event = field(default_factory=threading.Event)
     killed_jobs: set[str] = field(default_factory=set)
     kills_due: list[tuple[float, str]] = field(default_factory=list)  # (when its procs go, job id)
@@ -203,53 +204,54 @@ class Lost(Exception):
     so nothing is retried blindly; the caller looks up what committed, where it can."""
 
 
-def _sqlstate(error: BaseException) -> str | None:
+def _sqlstate(*, error: BaseException) -> str | None:
     return getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None)
 
 
-def _lost(error: BaseException) -> bool:
+def _lost(*, error: BaseException) -> bool:
     """A terminated session (57P01 and kin), a closed socket, a connection Django already gave up."""
     if isinstance(error, DjangoInterfaceError | psycopg.InterfaceError):
         return True
     if isinstance(error, DjangoOperationalError | psycopg.OperationalError):
-        state = _sqlstate(error)
+        state = _sqlstate(error=error)
         return state is None or state.startswith(("57P", "08"))
     return False
 
 
-def attempt(run: MaestroRun, *, where: str, body: Callable[[], T]) -> T:
+def attempt(*, run: MaestroRun, where: str, body: Callable[[], T]) -> T:
     """Run `body` (it opens its own transaction). A deadlock victim was rolled back whole, so
     running it again is safe and it is, counted; a lost connection is raised as Lost."""
-    for n in range(1, DEADLOCK_ATTEMPTS + 1):
+    attempts = 1
+    while True:
         try:
             return body()
         except (DjangoOperationalError, psycopg.OperationalError) as error:
-            if _sqlstate(error) != "40P01":
-                if _lost(error):
+            if _sqlstate(error=error) != "40P01":
+                if _lost(error=error):
                     raise Lost(where) from error
                 raise
             run.stats.count("deadlocks", where)
             run.stats.note_deadlock(f"{where}: {error.__cause__ or error}")
-            if n == DEADLOCK_ATTEMPTS:
+            if attempts == DEADLOCK_ATTEMPTS:
                 run.stats.record("deadlocks_not_retried", where)
                 raise
             run.stats.count("retries", where)
+            attempts += 1
         except DjangoInterfaceError as error:
             raise Lost(where) from error
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _reconnect(run: MaestroRun, where: str) -> None:
+def _reconnect(*, run: MaestroRun, where: str) -> None:
     run.stats.count("lost_connections", where)
     connections.close_all()
 
 
-def _worker(name: str, body: Callable[[MaestroRun, int], None]) -> Callable[[MaestroRun, int], None]:
+def _worker(*, name: str, body: Callable[..., None]) -> Callable[..., None]:
     """Run a worker's loop; an unexpected exception is a failed invariant, never silent."""
 
-    def run_worker(run: MaestroRun, index: int) -> None:
+    def run_worker(*, run: MaestroRun, index: int) -> None:
         try:
-            body(run, index)
+            body(run=run, index=index)
         except Exception as error:  # noqa: BLE001 - reported as worker_errors
             run.stats.record("worker_errors", f"{name} {index}: {type(error).__name__}: {error}")
         finally:
@@ -266,21 +268,19 @@ SELECT pk_host, pk_alloc, int_cores_idle, int_gpus_idle FROM host
 """
 
 
-def booker_loop(run: MaestroRun, index: int) -> None:
+def booker_loop(*, run: MaestroRun, index: int) -> None:
     rng, layers = run.rng("booker", index), run.layers()
     while not run.stop.is_set():
         try:
-            tick(run, rng=rng, layers=layers)
-        except Lost:
-            _reconnect(run, "booker")
+            tick(run=run, rng=rng, layers=layers)
         except (DjangoOperationalError, DjangoInterfaceError) as error:
-            if not _lost(error):
+            if not _lost(error=error):
                 raise
-            _reconnect(run, "booker")
+            _reconnect(run=run, where="booker")
         run.stop.wait(0.005)
 
 
-def tick(run: MaestroRun, *, rng: random.Random, layers: list[LayerRef]) -> None:
+def tick(*, run: MaestroRun, rng: random.Random, layers: list[LayerRef]) -> None:
     """One tick: PostgreSQL read afresh (open hosts, who plans which show), procs planned on a
     few hosts, then booked in host-aligned chunks, each its own transaction."""
     with connection.cursor() as cursor:
@@ -299,19 +299,19 @@ def tick(run: MaestroRun, *, rng: random.Random, layers: list[LayerRef]) -> None
             plan
             for host in chosen[start : start + CHUNK_HOSTS]
             for _ in range(rng.randint(1, 3))
-            if (plan := _plan(run, rng=rng, host=host, layers=layers, flagged=flagged)) is not None
+            if (plan := _plan(run=run, rng=rng, host=host, layers=layers, flagged=flagged)) is not None
         ]
         if plans:
             chunks.append(plans)
     for i, plans in enumerate(chunks):
         if i and run.faults.take("flag-flip"):
-            flip_a_flag(run, rng=rng)  # mid-tick: the rest of this tick was planned on the old flag
+            flip_a_flag(run=run, rng=rng)  # mid-tick: the rest of this tick was planned on the old flag
             run.stats.count("faults", "flag-flip")
-        book(run, plans=plans, rollback=run.faults.take("booking-rollback"))
+        book(run=run, plans=plans, rollback=run.faults.take("booking-rollback"))
 
 
 def _plan(
-    run: MaestroRun, *, rng: random.Random, host: tuple, layers: list[LayerRef], flagged: set[str]
+    *, run: MaestroRun, rng: random.Random, host: tuple, layers: list[LayerRef], flagged: set[str]
 ) -> Planned | None:
     host_id, alloc_id, _, gpus_idle = host
     cores = rng.choice(PROC_CORES)
@@ -338,11 +338,11 @@ class _RolledBack(Exception):
 FRAMES_THERE = "SELECT pk_frame FROM frame WHERE pk_frame = ANY(%(ids)s)"
 
 
-def book(run: MaestroRun, *, plans: list[Planned], rollback: bool) -> None:
+def book(*, run: MaestroRun, plans: list[Planned], rollback: bool) -> None:
     """One chunk. With `rollback` (the booking-rollback fault) its writes are made inside a
     savepoint, released into the chunk's transaction, which then rolls back: nothing may stay."""
 
-    def over_caps(booked: list[Planned]) -> None:
+    def over_caps(*, booked: list[Planned]) -> None:
         with connection.cursor() as cursor:
             for over in pg_truth.over_caps(cursor=cursor, proc_ids=[p.proc_id for p in booked]):
                 run.stats.record("over_cap", over)
@@ -356,7 +356,7 @@ def book(run: MaestroRun, *, plans: list[Planned], rollback: bool) -> None:
             raise _RolledBack(outcome)
 
     try:
-        outcome = attempt(run, where="booking", body=once)
+        outcome = attempt(run=run, where="booking", body=once)
     except _RolledBack as rolled_back:
         booked = rolled_back.args[0].booked
         run.stats.count("faults", "booking-rollback")
@@ -366,8 +366,8 @@ def book(run: MaestroRun, *, plans: list[Planned], rollback: bool) -> None:
                 run.stats.record("rolled_back_booking_visible", frame_id)
         return
     except Lost:
-        _reconnect(run, "booking")
-        _resolve_cut_off_booking(run, plans=plans)
+        _reconnect(run=run, where="booking")
+        _resolve_cut_off_booking(run=run, plans=plans)
         return
     except IntegrityError as error:
         run.stats.count("rejections", f"refused by PostgreSQL: {str(error).splitlines()[0][:60]}")
@@ -379,7 +379,7 @@ def book(run: MaestroRun, *, plans: list[Planned], rollback: bool) -> None:
         run.stats.count("bookings", plan.planner)
 
 
-def _resolve_cut_off_booking(run: MaestroRun, *, plans: list[Planned]) -> None:
+def _resolve_cut_off_booking(*, run: MaestroRun, plans: list[Planned]) -> None:
     """A chunk whose connection went away at an unknown moment: its frames are never deleted,
     so those that exist are exactly the procs it booked."""
     with connection.cursor() as cursor:
@@ -399,18 +399,18 @@ SELECT pk_proc FROM proc WHERE pk_show = ANY(%(shows)s) AND pk_job <> ALL(%(kill
 """
 
 
-def _pick(run: MaestroRun, *, n: int) -> list[str]:
+def _pick(*, run: MaestroRun, n: int) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(PICK_PROCS, {"shows": run.farm.show_ids, "killed": sorted(run.killed_jobs.copy()), "n": n})
         return [row[0] for row in cursor.fetchall()]
 
 
-def _released(run: MaestroRun, request: int, *, kind: str, outcomes: list[bool]) -> None:
+def _released(*, run: MaestroRun, request: int, kind: str, outcomes: list[bool]) -> None:
     run.stats.count("releases", kind, sum(outcomes))
     run.stats.answer(request, outcome="released" if any(outcomes) else "not found")
 
 
-def release_through_service(run: MaestroRun, *, proc_ids: list[str], kind: str) -> None:
+def release_through_service(*, run: MaestroRun, proc_ids: list[str], kind: str) -> None:
     """This service's release, in process: one proc (unbook_proc) or a batch (unbook_procs)."""
     request = run.stats.request()
 
@@ -420,16 +420,16 @@ def release_through_service(run: MaestroRun, *, proc_ids: list[str], kind: str) 
         return [r is not None for r in unbook_procs(proc_ids=proc_ids)]
 
     try:
-        outcomes = attempt(run, where=kind, body=once)
+        outcomes = attempt(run=run, where=kind, body=once)
     except Lost:
         run.stats.answer(request, outcome="connection lost")
         run.stats.add(release_unknown=len(proc_ids))
-        _reconnect(run, kind)
+        _reconnect(run=run, where=kind)
         return
-    _released(run, request, kind=kind, outcomes=outcomes)
+    _released(run=run, request=request, kind=kind, outcomes=outcomes)
 
 
-def release_over_http(run: MaestroRun, *, proc_ids: list[str]) -> None:
+def release_over_http(*, run: MaestroRun, proc_ids: list[str]) -> None:
     """The same release through the web server as deployed; one response per request."""
     assert run.web is not None
     request = run.stats.request()
@@ -441,10 +441,10 @@ def release_over_http(run: MaestroRun, *, proc_ids: list[str]) -> None:
         run.stats.answer(request, outcome="http failed")
         run.stats.add(release_unknown=len(proc_ids))
         return
-    _released(run, request, kind=kind, outcomes=outcomes)
+    _released(run=run, request=request, kind=kind, outcomes=outcomes)
 
 
-def release_rolled_back(run: MaestroRun, *, proc_ids: list[str]) -> None:
+def release_rolled_back(*, run: MaestroRun, proc_ids: list[str]) -> None:
     """release-rollback: the service's batch release inside a savepoint of a caller's transaction
     that then rolls back, savepoint included: nothing may change."""
     request = run.stats.request()
@@ -457,39 +457,39 @@ def release_rolled_back(run: MaestroRun, *, proc_ids: list[str]) -> None:
         run.stats.answer(request, outcome="rolled back")
         run.stats.count("faults", "release-rollback")
     except (DjangoOperationalError, DjangoInterfaceError) as error:
-        if not _lost(error) and _sqlstate(error) != "40P01":
+        if not _lost(error=error) and _sqlstate(error=error) != "40P01":
             raise
-        if _sqlstate(error) == "40P01":
+        if _sqlstate(error=error) == "40P01":
             run.stats.count("deadlocks", "release-rollback")  # rolled back as it was meant to be: no rerun
         run.stats.answer(request, outcome="rolled back")  # by PostgreSQL instead: nothing changed either way
-        _reconnect(run, "release-rollback")
+        _reconnect(run=run, where="release-rollback")
 
 
-def service_releaser_loop(run: MaestroRun, index: int) -> None:
+def service_releaser_loop(*, run: MaestroRun, index: int) -> None:
     rng = run.rng("service releaser", index)
     while not run.stop.is_set():
         try:
-            _release_killed_jobs_due(run)
-            proc_ids = _pick(run, n=rng.randint(2, 8) if rng.random() < 0.2 else 1)
+            _release_killed_jobs_due(run=run)
+            proc_ids = _pick(run=run, n=rng.randint(2, 8) if rng.random() < 0.2 else 1)
         except (DjangoOperationalError, DjangoInterfaceError) as error:
-            if not _lost(error):
+            if not _lost(error=error):
                 raise
-            _reconnect(run, "service releaser")
+            _reconnect(run=run, where="service releaser")
             continue
         if not proc_ids:
             run.stop.wait(0.02)
             continue
         if run.faults.take("release-rollback"):
-            release_rolled_back(run, proc_ids=proc_ids)
+            release_rolled_back(run=run, proc_ids=proc_ids)
         elif run.web is not None and rng.random() < HTTP_SHARE:
-            release_over_http(run, proc_ids=proc_ids)
+            release_over_http(run=run, proc_ids=proc_ids)
         else:
             release_through_service(
-                run, proc_ids=proc_ids, kind="service batch" if len(proc_ids) > 1 else "service single"
+                run=run, proc_ids=proc_ids, kind="service batch" if len(proc_ids) > 1 else "service single"
             )
 
 
-def _release_killed_jobs_due(run: MaestroRun) -> None:
+def _release_killed_jobs_due(*, run: MaestroRun) -> None:
     """Cuebot releases a killed job's procs as their hosts report back, later, one call each,
     through this service; the releases credit all five tables like any other."""
     with run.lock:
@@ -501,30 +501,30 @@ def _release_killed_jobs_due(run: MaestroRun) -> None:
             cursor.execute("SELECT pk_proc FROM proc WHERE pk_job = %s ORDER BY pk_proc", [job_id])
             proc_ids = [row[0] for row in cursor.fetchall()]
         for proc_id in proc_ids:
-            release_through_service(run, proc_ids=[proc_id], kind="job-kill")
+            release_through_service(run=run, proc_ids=[proc_id], kind="job-kill")
 
 
-def cuebot_releaser_loop(run: MaestroRun, index: int) -> None:
+def cuebot_releaser_loop(*, run: MaestroRun, index: int) -> None:
     rng = run.rng("cuebot releaser", index)
     while not run.stop.is_set():
         try:
-            if run.faults.take("job-kill") and not kill_a_job(run, rng=rng):
+            if run.faults.take("job-kill") and not kill_a_job(run=run, rng=rng):
                 run.faults.rearm("job-kill")
-            proc_ids = _pick(run, n=rng.randint(2, 6) if rng.random() < 0.3 else 1)
+            proc_ids = _pick(run=run, n=rng.randint(2, 6) if rng.random() < 0.3 else 1)
         except (DjangoOperationalError, DjangoInterfaceError) as error:
-            if not _lost(error):
+            if not _lost(error=error):
                 raise
-            _reconnect(run, "cuebot releaser")
+            _reconnect(run=run, where="cuebot releaser")
             continue
         if not proc_ids:
             run.stop.wait(0.02)
             continue
-        release_with_cuebots_statements(run, proc_ids=proc_ids)
+        release_with_cuebots_statements(run=run, proc_ids=proc_ids)
         run.stop.wait(0.005)
 
 
 def release_with_cuebots_statements(
-    run: MaestroRun, *, proc_ids: list[str], after_table: Callable[[str], None] = lambda table: None
+    *, run: MaestroRun, proc_ids: list[str], after_table: Callable[..., None] = lambda **_: None
 ) -> None:
     request = run.stats.request()
 
@@ -533,51 +533,51 @@ def release_with_cuebots_statements(
             return cuebot_release(cursor=cursor, proc_ids=proc_ids, after_table=after_table)
 
     try:
-        released = attempt(run, where="cuebot release", body=once)
+        released = attempt(run=run, where="cuebot release", body=once)
     except Lost:
         run.stats.answer(request, outcome="connection lost")
         run.stats.add(release_unknown=len(proc_ids))
-        _reconnect(run, "cuebot release")
+        _reconnect(run=run, where="cuebot release")
         return
-    _released(run, request, kind="cuebot", outcomes=[proc_id in released for proc_id in proc_ids])
+    _released(run=run, request=request, kind="cuebot", outcomes=[proc_id in released for proc_id in proc_ids])
 
 
 # --- The operator --------------------------------------------------------------------------------
 
 
-def operator_loop(run: MaestroRun, index: int) -> None:
+def operator_loop(*, run: MaestroRun, index: int) -> None:
     rng, kinds = run.rng("operator", index), itertools.cycle(("subscription", "folder", "job"))
-    next_repair = time.monotonic() + REPAIR_SECONDS
+    next_repair = time.monotonic() + run.repair_seconds
     while not run.stop.wait(0.2):
         try:
             if rng.random() < 0.75:
-                change_a_cap(run, rng=rng, kind=next(kinds))  # in turn: each kind of cap binds early
+                change_a_cap(run=run, rng=rng, kind=next(kinds))  # in turn: each kind of cap binds early
             else:
-                flip_a_flag(run, rng=rng)
+                flip_a_flag(run=run, rng=rng)
             if time.monotonic() >= next_repair:
-                repair(run)
-                next_repair = time.monotonic() + REPAIR_SECONDS
+                repair(run=run)
+                next_repair = time.monotonic() + run.repair_seconds
         except (DjangoOperationalError, DjangoInterfaceError) as error:
-            if not _lost(error):
+            if not _lost(error=error):
                 raise
-            _reconnect(run, "operator")
+            _reconnect(run=run, where="operator")
 
 
-def repair(run: MaestroRun) -> None:
+def repair(*, run: MaestroRun) -> None:
     """The drift repair under load (accounting.reconcile.recompute, the service's own), over
     every show of the farm; it reruns itself after a deadlock (counted in its metric)."""
     recompute_pg_accounting(show_ids=run.farm.show_ids)
     run.stats.add(repairs=1)
 
 
-def flip_a_flag(run: MaestroRun, *, rng: random.Random) -> None:
+def flip_a_flag(*, run: MaestroRun, rng: random.Random) -> None:
     """cueadmin -scheduler-managed SHOW on|off: in this era one UPDATE of show, no accounting."""
     show = Show.objects.get(pk=rng.choice(run.farm.show_ids))
     set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
     run.stats.add(flag_flips=1)
 
 
-def change_a_cap(run: MaestroRun, *, rng: random.Random, kind: str) -> None:
+def change_a_cap(*, run: MaestroRun, rng: random.Random, kind: str) -> None:
     """A burst, a folder's max cores or GPUs, or a job's, moved by the limit services; often
     below what is booked now, which no later booking may exceed."""
     if kind == "subscription":
@@ -604,7 +604,7 @@ SELECT j.pk_job FROM job j WHERE j.pk_show = ANY(%(shows)s) AND j.str_state <> '
 """
 
 
-def kill_a_job(run: MaestroRun, *, rng: random.Random) -> bool:
+def kill_a_job(*, run: MaestroRun, rng: random.Random) -> bool:
     """As OpenCue kills a job: FINISHED and its name freed first, its procs released later."""
     with connection.cursor() as cursor:
         cursor.execute(KILLABLE, {"shows": run.farm.show_ids})
@@ -626,7 +626,7 @@ def kill_a_job(run: MaestroRun, *, rng: random.Random) -> bool:
 # --- Faults that stop the world, from the main thread ---------------------------------------------
 
 
-def pg_restart(run: MaestroRun) -> None:
+def pg_restart(*, run: MaestroRun) -> None:
     """Every other session of this database ended, as a restart ends them: workers reconnect."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -645,7 +645,7 @@ SELECT p.pk_proc, q.pk_proc FROM proc p JOIN host h ON h.pk_host = p.pk_host
 """
 
 
-def deadlock_order(run: MaestroRun) -> None:
+def deadlock_order(*, run: MaestroRun) -> None:
     """The repair, Cuebot's release and this service's release on the same rows at once.
 
     Cuebot's release of one proc holds its subscription row (Cuebot's first table) and waits.
@@ -665,7 +665,7 @@ def deadlock_order(run: MaestroRun) -> None:
     holding, go, held_once = threading.Event(), threading.Event(), threading.Event()
     pids: dict[str, int] = {}
 
-    def hold(table: str) -> None:
+    def hold(*, table: str) -> None:
         if table == "subscription" and not held_once.is_set():
             held_once.set()
             holding.set()
@@ -673,24 +673,28 @@ def deadlock_order(run: MaestroRun) -> None:
 
     def cuebot() -> None:
         pids["cuebot"] = _backend_pid()
-        release_with_cuebots_statements(run, proc_ids=[pair[0]], after_table=hold)
+        release_with_cuebots_statements(run=run, proc_ids=[pair[0]], after_table=hold)
         holding.set()  # the proc was gone already: nothing held
 
     def repairing() -> None:
         pids["repair"] = _backend_pid()
-        repair(run)
+        repair(run=run)
 
     def service() -> None:
         pids["service"] = _backend_pid()
-        release_through_service(run, proc_ids=[pair[1]], kind="service single")
+        release_through_service(run=run, proc_ids=[pair[1]], kind="service single")
 
-    first = threading.Thread(target=_worker("deadlock-order cuebot", lambda r, i: cuebot()), args=(run, 0))
+    first = threading.Thread(
+        target=_worker(name="deadlock-order cuebot", body=lambda **_: cuebot()), kwargs={"run": run, "index": 0}
+    )
     first.start()
     holding.wait(LOCK_WAIT_SECONDS)
     threads = [first]
     for name, body in (("repair", repairing), ("service", service)):
         thread = threading.Thread(
-            target=_worker(name, lambda r, i, body=body: body()), args=(run, 0), name=f"{SERVICE_THREAD}-{name}"
+            target=_worker(name=name, body=lambda body=body, **_: body()),
+            kwargs={"run": run, "index": 0},
+            name=f"{SERVICE_THREAD}-{name}",
         )
         thread.start()
         threads.append(thread)
@@ -732,7 +736,7 @@ def _await_blocked_by(
 # --- Samples: the invariants in one snapshot -------------------------------------------------------
 
 
-def sample(run: MaestroRun, *, moment: str) -> None:
+def sample(*, run: MaestroRun, moment: str) -> None:
     """In one REPEATABLE READ snapshot: every row of the five tables equals SUM(proc), and every
     host's (and local reservation's) idle amounts equal its capacity minus its procs."""
     with transaction.atomic(), connection.cursor() as cursor:
@@ -760,7 +764,7 @@ GPU_CAPS_FOLDERS = (
 GPU_CAPS_JOBS = "UPDATE job_resource SET int_max_gpus = %(gpus)s WHERE pk_job = %(job)s AND int_max_gpus = 100"
 
 
-def prepare_farm(run: MaestroRun, *, rng: random.Random) -> None:
+def prepare_farm(*, run: MaestroRun, rng: random.Random) -> None:
     """What the shared farm leaves out and this era plays: a local reservation for some jobs on
     one host each, layers whose per-frame limits bind (2 cores, 1 GPU), and GPU caps on the
     folders and jobs still at their defaults (-1 and 100, which no farm of this size reaches)."""
@@ -799,7 +803,13 @@ def service_role(*, prefix: str = "sim_service") -> Iterator[tuple[str, str]]:
     Yields (role, password); dropped, grants and all, when the run ends."""
     role, password = f"{prefix}_{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
     with connection.cursor() as cursor:
-        cursor.execute(f"CREATE ROLE {role} LOGIN PASSWORD %s", [password])
+        try:
+            cursor.execute(f"CREATE ROLE {role} LOGIN PASSWORD %s", [password])
+        except DatabaseError as error:
+            raise ProcessRefused(
+                "simulate_farm --era maestro releases as a role it makes with the service's documented grants, "
+                f"and this database user may not make one: {str(error).splitlines()[0]}"
+            ) from None
         for statement in grant_statements(role=role):
             cursor.execute(statement)
         cursor.execute(
@@ -838,7 +848,7 @@ def _service_retries() -> float:
     )
 
 
-def _procs(show_ids: list[str]) -> int:
+def _procs(*, show_ids: list[str]) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM proc WHERE pk_show = ANY(%s)", [show_ids])
         return cursor.fetchone()[0]
@@ -852,30 +862,37 @@ def run_maestro_simulation(
     releasers: int,
     faults: tuple[str, ...],
     seed: int,
-    web: Callable[[str], WebServer] | None = None,
+    web: Callable[[str], AbstractContextManager[WebServer]] | None = None,
+    repair_seconds: float = REPAIR_SECONDS,
 ) -> dict:
     """Run the workers for `seconds` on `farm` (built by the caller, who holds the Maestro era's
     settings) and return the report. `web`, given the service role's database URL, starts the
     web server the HTTP releases go through."""
     rng = random.Random(f"{seed}:maestro")
     stats = MaestroStats()
-    run = MaestroRun(farm=farm, stats=stats, faults=FaultClock(kinds=faults, seconds=seconds, rng=rng), seed=seed)
-    prepare_farm(run, rng=rng)
+    run = MaestroRun(
+        farm=farm,
+        stats=stats,
+        faults=FaultClock(kinds=faults, seconds=seconds, rng=rng),
+        seed=seed,
+        repair_seconds=repair_seconds,
+    )
+    prepare_farm(run=run, rng=rng)
     with ExitStack() as stack:
         role, password = stack.enter_context(service_role())
         if web is not None:
-            run.web = stack.enter_context(web(_role_url(role, password)))
-        return _run(run, seconds=seconds, bookers=bookers, releasers=releasers, role=role)
+            run.web = stack.enter_context(web(_role_url(role=role, password=password)))
+        return _run(run=run, seconds=seconds, bookers=bookers, releasers=releasers, role=role)
 
 
-def _role_url(role: str, password: str) -> str:
+def _role_url(*, role: str, password: str) -> str:
     db = connection.settings_dict
     return f"postgres://{role}:{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
-def _run(run: MaestroRun, *, seconds: float, bookers: int, releasers: int, role: str) -> dict:
+def _run(*, run: MaestroRun, seconds: float, bookers: int, releasers: int, role: str) -> dict:
     farm = run.farm
-    procs_before, retries_before = _procs(farm.show_ids), _service_retries()
+    procs_before, retries_before = _procs(show_ids=farm.show_ids), _service_retries()
     http_retries_before = run.web.counter("cuebot_acct_transaction_retries_total") if run.web else 0.0
     roles = (
         [("booker", booker_loop, i) for i in range(bookers)]
@@ -883,7 +900,9 @@ def _run(run: MaestroRun, *, seconds: float, bookers: int, releasers: int, role:
         + [("cuebot-releaser", cuebot_releaser_loop, 0), (f"{SERVICE_THREAD}-operator", operator_loop, 0)]
     )
     threads = [
-        threading.Thread(target=_worker(name, body), args=(run, i), name=f"{name}-{i}", daemon=True)
+        threading.Thread(
+            target=_worker(name=name, body=body), kwargs={"run": run, "index": i}, name=f"{name}-{i}", daemon=True
+        )
         for name, body, i in roles
     ]
     started = time.monotonic()
@@ -894,16 +913,11 @@ def _run(run: MaestroRun, *, seconds: float, bookers: int, releasers: int, role:
     try:
         while time.monotonic() - started < seconds:
             if run.faults.take("pg-restart"):
-                pg_restart(run)
+                pg_restart(run=run)
             if run.faults.take("deadlock-order"):
-                deadlock_order(run)
+                deadlock_order(run=run)
             if time.monotonic() >= next_sample:
-                try:
-                    sample(run, moment=f"{time.monotonic() - started:.1f}s")
-                except (DjangoOperationalError, DjangoInterfaceError) as error:
-                    if not _lost(error):
-                        raise
-                    _reconnect(run, "sample")  # ended by a restart fired elsewhere: the next one reads
+                sample(run=run, moment=f"{time.monotonic() - started:.1f}s")  # pg-restart spares this session
                 next_sample = time.monotonic() + SAMPLE_SECONDS
             run.stop.wait(0.02)
     finally:
@@ -912,13 +926,13 @@ def _run(run: MaestroRun, *, seconds: float, bookers: int, releasers: int, role:
             thread.join()
     elapsed = time.monotonic() - started
     connections.close_all()
-    sample(run, moment="end")
-    procs_after = _procs(farm.show_ids)
+    sample(run=run, moment="end")
+    procs_after = _procs(show_ids=farm.show_ids)
     deadlocks_in_service = _service_retries() - retries_before
     if run.web is not None:
         deadlocks_in_service += run.web.counter("cuebot_acct_transaction_retries_total") - http_retries_before
     return report(
-        run,
+        run=run,
         seconds=elapsed,
         procs_before=procs_before,
         procs_after=procs_after,
@@ -928,7 +942,7 @@ def _run(run: MaestroRun, *, seconds: float, bookers: int, releasers: int, role:
 
 
 def report(
-    run: MaestroRun, *, seconds: float, procs_before: int, procs_after: int, service_deadlocks: int, role: str
+    *, run: MaestroRun, seconds: float, procs_before: int, procs_after: int, service_deadlocks: int, role: str
 ) -> dict:
     stats = run.stats
     booked, released = sum(stats.bookings.values()), sum(stats.releases.values())

@@ -51,9 +51,13 @@ def test_every_fault_keeps_every_invariant_and_every_cap_binds():
 
 
 def short_run(*, faults: tuple[str, ...] = (), seed: int = 8) -> dict:
-    """A small busy farm for a few seconds, in process (no web server: the seams are here)."""
+    """A small busy farm for a few seconds, in process (no web server: the seams are here). No
+    repair but the deadlock-order fault's: the lock order is then shown by that fault alone, not
+    by a periodic repair's luck, and no repair rewrites a drift before a sample sees it."""
     farm = build_sim_farm(shows=3, hosts=8, jobs=24, rng=random.Random(seed))
-    return run_maestro_simulation(farm=farm, seconds=5, bookers=3, releasers=2, faults=faults, seed=seed)
+    return run_maestro_simulation(
+        farm=farm, seconds=4, bookers=3, releasers=2, faults=faults, seed=seed, repair_seconds=3600
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -87,8 +91,8 @@ def booking_ignores_the_caps(monkeypatch):
     """Every cap check dropped; the host's room still checked (PostgreSQL's own trigger guards it)."""
     real = maestro_cuebot._fits
 
-    def fits(plan, *, host, rows):
-        return "host" if real(plan, host=host, rows=rows) == "host" else None
+    def fits(*, plan, host, rows):
+        return "host" if real(plan=plan, host=host, rows=rows) == "host" else None
 
     monkeypatch.setattr(maestro_cuebot, "_fits", fits)
 
@@ -124,7 +128,7 @@ def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
 def test_the_same_runs_unbroken_hold_every_invariant(faults):
     report = short_run(faults=faults)
     assert report["ok"] is True, report
-    assert report["bookings"] > 0 and report["releases"] > 0 and report["samples"] >= 8
+    assert report["bookings"] > 0 and report["releases"] > 0 and report["samples"] >= 6
     assert set(report["faults"]) == set(faults)
 
 

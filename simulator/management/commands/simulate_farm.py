@@ -206,7 +206,7 @@ class Command(BaseCommand):
 
     def _maestro_era(self, *, faults: str, as_json: bool, **options) -> None:
         try:
-            kinds = parse_maestro_faults(faults)
+            kinds = parse_maestro_faults(text=faults)
         except ValueError as error:
             raise CommandError(str(error), returncode=2) from None
         self._refuse_without_cuebots_rights()
