@@ -5,8 +5,9 @@ both sides against them, and they never import it (.importlinter). It is a Djang
 that Django finds its commands, `simulate_farm` and `seed_demo_farm`.
 
 `runner.run_simulation` is the entry point (`notify_era.run_notify_simulation` for the NOTIFY
-era, `maestro_era.run_maestro_simulation` for the Maestro era, whose Cuebot side, Maestro's
-booking chunk and Cuebot's own release, is `maestro_cuebot`). The modules: `farm_builder` (farms as Cuebot writes them, with COPY: the demo farm, the
+era, `maestro_era.run_maestro_simulation` for the Maestro era: its threads are `maestro_workers`,
+their shared state `maestro_run`, and Cuebot's own statements, Maestro's booking chunk and
+Cuebot's release, `maestro_cuebot`). The modules: `farm_builder` (farms as Cuebot writes them, with COPY: the demo farm, the
 benches' and the tests'), `farm` (the simulated farm), `faults` (when each fault fires),
 `workers` (bookers, releasers, the reconciler and the operator; each injects the faults due at
 its own point, there is no fault thread),

@@ -20,7 +20,8 @@ from shows.models import Show
 from simulator import maestro_cuebot
 from simulator.farm import build_sim_farm
 from simulator.maestro_cuebot import CAP_KINDS
-from simulator.maestro_era import MAESTRO_FAULTS, run_maestro_simulation
+from simulator.maestro_era import run_maestro_simulation
+from simulator.maestro_run import MAESTRO_FAULTS
 
 # It books as Maestro (INSERT on proc and frame), kills jobs and ends other sessions: more than
 # the service's role may do. The service's own writes run as a role the run makes with the

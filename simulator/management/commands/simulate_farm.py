@@ -17,7 +17,8 @@ from cuebot_acct.startup import redact
 from simulator.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
 from simulator.farm_builder import FarmRefused, refuse_without_cuebots_rights
 from simulator.faults import FAULT_KINDS, parse_faults
-from simulator.maestro_era import MAESTRO_FAULTS, parse_maestro_faults, run_maestro_simulation
+from simulator.maestro_era import run_maestro_simulation
+from simulator.maestro_run import MAESTRO_FAULTS, parse_maestro_faults
 from simulator.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
 from simulator.processes import ProcessRefused, web_server
 from simulator.runner import SimConfig, run_simulation
