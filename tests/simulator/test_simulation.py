@@ -13,6 +13,7 @@ from accounting.reconcile.reseed import open_to_booking
 from shows.models import Show
 from simulator.farm import foreign_redis_keys, sim_show_ids
 from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
+from simulator.maestro_run import MAESTRO_FAULTS
 from simulator.management.commands.simulate_farm import Command as SimulateFarm
 from tests.service_role import as_cuebot
 
@@ -49,7 +50,11 @@ def test_bad_fault_name_exits_2_and_builds_nothing():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("args", [[], ["--era", "notify"], ["--existing"]], ids=["redis-era", "notify-era", "existing"])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--era", "notify"], ["--era", "maestro"], ["--existing"]],
+    ids=["redis-era", "notify-era", "maestro-era", "existing"],
+)
 def test_the_services_documented_role_is_refused_in_one_line_before_anything_is_written(args):
     """The simulator books as the scheduler (INSERT on proc, frame) and builds Cuebot's rows:
     under the role docs/attaching.md grants (the suite's) it stops at once, exit 2."""
@@ -75,6 +80,7 @@ def test_help_states_every_default():
     ):
         assert default in flat, default
     assert "none by default" in flat and "--allow-flush-foreign-keys" in flat
+    assert "{redis,notify,maestro}" in flat and all(kind in flat for kind in MAESTRO_FAULTS)
     assert "under injected faults" not in flat
 
 
