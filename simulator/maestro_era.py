@@ -271,6 +271,7 @@ def report(
         # Exactly what went, unless a request lost its connection (then at most that many more).
         "released_differs_from_gone": int(not released <= gone <= released + stats.release_unknown),
         "rolled_back_booking_visible": len(stats.violations["rolled_back_booking_visible"]),
+        "flag_flip_wrote_accounting": len(stats.violations["flag_flip_wrote_accounting"]),
         "worker_errors": len(stats.violations["worker_errors"]),
     }
     return {

@@ -346,10 +346,41 @@ def repair(*, run: MaestroRun) -> None:
     run.stats.add(repairs=1)
 
 
+# The flipped show's rows of the five tables with their row versions, locked FOR SHARE in
+# Cuebot's order: nobody else can write them until the flip commits, so a version that moved
+# in between was written by the flip itself.
+SHOW_ROW_VERSIONS = (
+    "SELECT 'subscription', pk_subscription, ctid::text FROM subscription WHERE pk_show = %(show)s "
+    "ORDER BY pk_subscription FOR SHARE",
+    "SELECT 'layer_resource', r.pk_layer_resource, r.ctid::text FROM layer_resource r JOIN job j ON j.pk_job = r.pk_job "
+    "WHERE j.pk_show = %(show)s ORDER BY r.pk_layer_resource FOR SHARE OF r",
+    "SELECT 'job_resource', r.pk_job_resource, r.ctid::text FROM job_resource r JOIN job j ON j.pk_job = r.pk_job "
+    "WHERE j.pk_show = %(show)s ORDER BY r.pk_job_resource FOR SHARE OF r",
+    "SELECT 'folder_resource', r.pk_folder_resource, r.ctid::text FROM folder_resource r "
+    "JOIN folder f ON f.pk_folder = r.pk_folder WHERE f.pk_show = %(show)s ORDER BY r.pk_folder_resource FOR SHARE OF r",
+    "SELECT 'point', pk_point, ctid::text FROM point WHERE pk_show = %(show)s ORDER BY pk_point FOR SHARE",
+)
+
+
+def _row_versions(*, show_id: str) -> dict[tuple[str, str], str]:
+    with connection.cursor() as cursor:
+        versions = {}
+        for sql in SHOW_ROW_VERSIONS:
+            cursor.execute(sql, {"show": show_id})
+            versions |= {(table, pk): ctid for table, pk, ctid in cursor.fetchall()}
+        return versions
+
+
 def flip_a_flag(*, run: MaestroRun, rng: random.Random) -> None:
-    """cueadmin -scheduler-managed SHOW on|off: in this era one UPDATE of show, no accounting."""
+    """cueadmin -scheduler-managed SHOW on|off: in this era one UPDATE of show and nothing else;
+    the show's accounting rows, held still around it, must come out of it unwritten."""
     show = Show.objects.get(pk=rng.choice(run.farm.show_ids))
-    set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
+    with transaction.atomic():
+        before = _row_versions(show_id=show.pk)
+        set_scheduler_managed(show=show, managed=not show.b_scheduler_managed)
+        after = _row_versions(show_id=show.pk)
+    for row in sorted(row for row, version in after.items() if before.get(row) != version):
+        run.stats.record("flag_flip_wrote_accounting", (show.pk, *row))
     run.stats.add(flag_flips=1)
 
 

@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 from accounting.reconcile import recompute
 from accounting.release import unbook
 from shows.models import Show
-from simulator import maestro_cuebot
+from simulator import maestro_cuebot, maestro_workers
 from simulator.farm import build_sim_farm
 from simulator.maestro_cuebot import CAP_KINDS
 from simulator.maestro_era import run_maestro_simulation
@@ -104,6 +104,18 @@ def repair_locks_point_first(monkeypatch):
     monkeypatch.setattr(recompute, "TABLES", tuple(by_table[name] for name in order))
 
 
+def flip_recomputes_the_show(monkeypatch):
+    """A flip that hands the show's rows over as the Redis and NOTIFY eras' switch back did."""
+    real = maestro_workers.set_scheduler_managed
+
+    def flip(*, show, managed):
+        changed = real(show=show, managed=managed)
+        recompute.recompute_pg_accounting(show_ids=[show.pk])
+        return changed
+
+    monkeypatch.setattr(maestro_workers, "set_scheduler_managed", flip)
+
+
 VARIANTS = {
     # variant: (faults it needs to show, the invariant that catches it, what the violation names)
     release_skips_the_point: ((), "tables_differ_from_sum_proc", "point"),
@@ -111,6 +123,7 @@ VARIANTS = {
     booking_skips_the_layer: ((), "tables_differ_from_sum_proc", "layer_resource"),
     booking_ignores_the_caps: ((), "over_cap", ""),
     repair_locks_point_first: (("deadlock-order",), "lock_order_deadlocks", ""),
+    flip_recomputes_the_show: ((), "flag_flip_wrote_accounting", "job_resource"),
 }
 
 
