@@ -1,6 +1,6 @@
 """Cuebot's own writes in the Maestro era, for `simulate_farm --era maestro`: a Maestro tick's
-booking chunk and Cuebot's release, written here from the documented order
-(/work/shared/docs/opencue-eras.md, "The Maestro era in detail"; docs/eras.md), not copied.
+booking chunk and Cuebot's release, written here from their documented order (docs/eras.md,
+docs/cuebot-schema.md's triggers and caps, docs/architecture.md's lock order), no code copied.
 
 Why it exists: in the Maestro era Cuebot writes the five accounting tables on every booking and
 every release, for every show, while this service releases procs beside it. The simulator
@@ -46,6 +46,7 @@ class Planned:
     gpus: int
     local: bool
     planner: str  # "maestro" (a flagged show) or "dispatcher" (Cuebot's legacy one, unflagged)
+    mem: int = PROC_MEM_KB  # KB; a release's is the proc's as deleted
     proc_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     frame_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
@@ -171,6 +172,8 @@ VALUES (%(proc)s, %(host)s, %(job)s, %(show)s, %(layer)s, %(frame)s, %(cores)s, 
 
 def _lock(*, cursor, sql: str, keys: Iterable[tuple[str, ...]], width: int) -> list[tuple]:
     ordered = sorted(set(keys))
+    if not ordered:
+        return []
     cursor.execute(sql, {f"k{i}": [key[i] for key in ordered] for i in range(width)})
     return cursor.fetchall()
 
@@ -184,7 +187,7 @@ class ChunkOutcome:
 def _fits(*, plan: Planned, host: list[int], rows: dict[str, dict[tuple, list]]) -> str | None:
     """The first cap (or the host's room) that turns this proc away, None if it fits; the rows
     are the locked ones as this chunk's earlier procs left them."""
-    if host[0] < plan.cores or host[1] < PROC_MEM_KB or host[2] < plan.gpus:
+    if host[0] < plan.cores or host[1] < plan.mem or host[2] < plan.gpus:
         return "host"
     keys = row_keys(plan=plan)
     job = rows["job_resource"].get(keys["job_resource"])
@@ -195,11 +198,9 @@ def _fits(*, plan: Planned, host: list[int], rows: dict[str, dict[tuple, list]])
         return "layer"
     if plan.local:
         reservation = rows["host_local"].get(keys["host_local"])
-        if reservation is None or reservation[0] < plan.cores or reservation[1] < PROC_MEM_KB:
+        if reservation is None or reservation[0] < plan.cores or reservation[1] < plan.mem:
             return "host"
-        if reservation[2] < plan.gpus:
-            return "host"
-        return None
+        return "host" if reservation[2] < plan.gpus else None
     sub = rows["subscription"][keys["subscription"]]
     if sub[0] + plan.cores > sub[2]:
         return "subscription"
@@ -217,13 +218,13 @@ def _fits(*, plan: Planned, host: list[int], rows: dict[str, dict[tuple, list]])
 
 def _take(*, plan: Planned, host: list[int], rows: dict[str, dict[tuple, list]]) -> None:
     host[0] -= plan.cores
-    host[1] -= PROC_MEM_KB
+    host[1] -= plan.mem
     host[2] -= plan.gpus
     keys = row_keys(plan=plan)
     if plan.local:
         reservation = rows["host_local"][keys["host_local"]]
         reservation[0] -= plan.cores
-        reservation[1] -= PROC_MEM_KB
+        reservation[1] -= plan.mem
         reservation[2] -= plan.gpus
         return
     for table in ("subscription", "folder_resource", "job_resource"):
@@ -282,7 +283,7 @@ def _write(*, cursor, booked: list[Planned]) -> None:
                 "frame": plan.frame_id,
                 "cores": plan.cores,
                 "gpus": plan.gpus,
-                "mem": PROC_MEM_KB,
+                "mem": plan.mem,
                 "local": plan.local,
             },
         )
@@ -290,7 +291,7 @@ def _write(*, cursor, booked: list[Planned]) -> None:
     for plan in booked:
         totals = per_host[plan.host_id]
         totals[0] += plan.cores
-        totals[1] += PROC_MEM_KB
+        totals[1] += plan.mem
         totals[2] += plan.gpus
     for host_id in sorted(per_host):
         cores, mem, gpus = per_host[host_id]
@@ -320,7 +321,7 @@ def _deltas(*, procs: Iterable[Planned]) -> dict[str, dict[tuple, dict[str, int]
             else:
                 amounts["cores"] += plan.cores
                 amounts["gpus"] += plan.gpus
-                amounts["mem"] += PROC_MEM_KB
+                amounts["mem"] += plan.mem
     return deltas
 
 
@@ -395,6 +396,7 @@ def cuebot_release(*, cursor, proc_ids: list[str], after_table: Callable[..., No
                 layer_id=row[4],
             ),
             cores=row[5],
+            mem=row[6],
             gpus=row[7],
             local=row[9],
             planner="cuebot release",
