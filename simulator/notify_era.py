@@ -42,7 +42,7 @@ from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Show
 from simulator.farm import LayerRef, SimFarm
 from simulator.farm_builder import PROC_CORES
-from simulator.workers import PICK_PROCS, Gate, HostFull, HostView, insert_booked_proc
+from simulator.workers import FRAME_SECONDS, PICK_PROCS, Gate, HostFull, HostView, insert_booked_proc
 
 NOTIFY_FAULTS = ("listener-drop", "pg-restart", "release-rollback")
 RECOMPUTE_SECONDS = 1.0
@@ -415,7 +415,7 @@ def releaser(run: NotifyRun, seed: int) -> None:
 def _release_some(run: NotifyRun, *, rng: random.Random) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
-            PICK_PROCS, {"shows": run.farm.show_ids, "killed": [], "n": rng.randint(1, 6)}
+            PICK_PROCS, {"shows": run.farm.show_ids, "killed": [], "n": rng.randint(1, 6), "ran": FRAME_SECONDS}
         )  # no job-kill fault here
         ids = [row[0] for row in cursor.fetchall()]
     if not ids:
