@@ -41,7 +41,8 @@ from accounting.notify.payloads import LIMIT_CHANGE, RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Show
 from simulator.farm import LayerRef, SimFarm
-from simulator.report import CAP_KINDS
+from simulator.invariants import over_cap_after_booking
+from simulator.report import CAP_KINDS, OverCap
 from simulator.workers import (
     FRAME_SECONDS,
     PICK_PROCS,
@@ -97,6 +98,12 @@ class NotifyStats:
     transient_errors: Counter = field(default_factory=Counter)
     low: list[tuple] = field(default_factory=list)  # (key, field, store, truth)
     unparsable: int = 0
+    # Bookings whose committed SUM(proc) exceeded a cap the model knew (simulator.invariants),
+    # and those past a cap it had not heard yet.
+    over_cap: list[OverCap] = field(default_factory=list)
+    over_cap_excused: int = 0
+    # Bookings past a cap only when the procs of FINISHED (killed) jobs still running count.
+    over_cap_by_killed_jobs_procs: int = 0
     # Releases heard for a job after its kill's marker: (job, cores, gpus). The NOTIFY era sends
     # none for a FINISHED job (docs/notify.md): its procs are out of the recompute already.
     killed_job_releases: list[tuple] = field(default_factory=list)
@@ -114,6 +121,11 @@ class NotifyStats:
             getattr(self, counter)[key] += 1
 
 
+# The folder's and the job's caps the model checks, cores first, then GPUs (booking.lua's
+# order), folder before job: (unit, index in a counter's [cores, GPUs]).
+FOLDER_AND_JOB_CAPS = (("cores", 0), ("gpus", 1))
+
+
 class Store:
     """The scheduler's counters (cores, GPUs) and caps, keyed ('sub', show:alloc), ('folder', id), ('job', id)."""
 
@@ -123,6 +135,7 @@ class Store:
         self.caps: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         self.pending: dict[str, tuple[list[tuple[str, str]], int, int, int | None]] = {}
         self.epoch = 0
+        self.cap_heard_at: dict[tuple[str, str], float] = {}  # when a key's caps last changed (time.monotonic())
 
     def try_book(self, *, keys: list[tuple[str, str]], cores: int, gpus: int) -> tuple[str | None, str | None]:
         """(operation id, None) when booked; (None, the cap that refused it, named as the Redis
@@ -132,10 +145,10 @@ class Store:
             burst = self.caps[sub].get("burst", 0)
             if burst <= 0 or self.booked[sub][0] + cores > burst:
                 return None, "subscription burst" if burst > 0 else "subscription closed"
-            # Cores first, then GPUs, folder before job: booking.lua's order.
-            for unit, index, amount, cap_name in (("cores", 0, cores, "max_cores"), ("gpus", 1, gpus, "max_gpus")):
+            for unit, index in FOLDER_AND_JOB_CAPS:
+                amount = (cores, gpus)[index]
                 for key in (folder, job):
-                    cap = self.caps[key].get(cap_name, 0)
+                    cap = self.caps[key].get(f"max_{unit}", 0)
                     if amount > 0 and cap > 0 and self.booked[key][index] + amount > cap:
                         return None, f"{key[0]} {unit}"
             for key in keys:
@@ -171,11 +184,21 @@ class Store:
     def limit(self, fields: dict) -> None:
         with self.lock:
             if fields["vertex"] == "sub":
-                self.caps[("sub", f"{fields['show']}:{fields['alloc']}")]["burst"] = fields["burst"]
+                key = ("sub", f"{fields['show']}:{fields['alloc']}")
+                self.caps[key]["burst"] = fields["burst"]
             else:
+                key = (fields["vertex"], fields["id"])
                 for name in ("max_cores", "max_gpus"):
                     if name in fields:
-                        self.caps[(fields["vertex"], fields["id"])][name] = fields[name]
+                        self.caps[key][name] = fields[name]
+            self.cap_heard_at[key] = time.monotonic()
+
+    def knew_cap(self, *, key: tuple[str, str], unit: str, cap: int, since: float) -> bool:
+        """Whether the model booked against `cap`: it holds that value for the key's cap in
+        `unit` ("cores" or "gpus") and has heard no change of the key's caps since `since`."""
+        name = "burst" if key[0] == "sub" else f"max_{unit}"
+        with self.lock:
+            return self.caps[key].get(name) == cap and self.cap_heard_at.get(key, float("-inf")) < since
 
     def begin_recompute(self) -> int:
         with self.lock:
@@ -376,7 +399,10 @@ class NotifyRun:
     kill_releases: list[tuple[float, str]] = field(default_factory=list)
 
     def managed_layers(self) -> list[LayerRef]:
-        return [layer for show in self.farm.show_ids for layer in self.farm.layers_by_show.get(show, [])]
+        """The layers the scheduler books: its shows' (no show changes owner in this era's run).
+        Booking a Cuebot-managed show's, it booked keys it neither counts nor hears about."""
+        managed = Show.objects.filter(pk__in=self.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True)
+        return [layer for show in managed for layer in self.farm.layers_by_show.get(show, [])]
 
 
 def _transient(run: NotifyRun, where: str, error: Exception) -> None:
@@ -414,6 +440,7 @@ def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: Lay
         return
     host_id, alloc_id = host
     keys = [("sub", f"{layer.show_id}:{alloc_id}"), ("folder", layer.folder_id), ("job", layer.job_id)]
+    started = time.monotonic()
     op, refused = run.store.try_book(keys=keys, cores=cores_from_centicores(centicores), gpus=gpus)
     if op is None:
         _refused(run, cap=str(refused))
@@ -431,6 +458,35 @@ def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: Lay
         raise
     run.store.committed(op)
     run.stats.add(bookings=1)
+    check = dict(
+        show_id=layer.show_id,
+        alloc_id=alloc_id,
+        folder_id=layer.folder_id,
+        job_id=layer.job_id,
+        layer_id=layer.layer_id,
+        gpus=gpus,
+        started=started,
+    )
+    if over_cap_after_booking(**check):
+        _judge_over_cap(run, keys=keys, check=check, started=started)
+
+
+def _judge_over_cap(run: NotifyRun, *, keys: list[tuple[str, str]], check: dict, started: float) -> None:
+    """A booking whose committed SUM(proc) is past a cap. The era's scheduler leaves a killed
+    job's procs out of its recompute while they still run: past a cap only with them, it is
+    the era's design (over_cap_by_killed_jobs_procs, reported), not the model's doing. Past a
+    cap the model had not heard yet (a change on its way, or lost with a dropped connection:
+    the limit reseed, which the model does not play, would bring it): excused."""
+    store_key = dict(zip(("subscription", "folder", "job"), keys))
+    by_the_eras_count = over_cap_after_booking(**check, finished_jobs=False)
+    run.stats.add(over_cap_by_killed_jobs_procs=int(not by_the_eras_count))
+    for violation in by_the_eras_count:
+        key = store_key.get(violation.table)
+        if key is None or run.store.knew_cap(key=key, unit=violation.unit, cap=violation.cap, since=started):
+            with run.stats.lock:
+                run.stats.over_cap.append(violation)
+        else:
+            run.stats.add(over_cap_excused=1)
 
 
 def _refused(run: NotifyRun, *, cap: str) -> None:
@@ -675,6 +731,7 @@ def run_notify_simulation(
         "cap_changes_not_heard": len(caps_missing),
         "unparsable_payloads": stats.unparsable,
         "killed_job_releases_heard": len(stats.killed_job_releases),
+        "over_cap": len(stats.over_cap),
     }
     return {
         "era": "notify",
@@ -695,6 +752,9 @@ def run_notify_simulation(
         "low_samples": [list(map(str, low)) for low in stats.low[:10]],
         "caps_missing": [list(map(str, c)) for c in caps_missing[:10]],
         "killed_job_releases": [list(map(str, r)) for r in stats.killed_job_releases[:10]],
+        "over_cap_excused": stats.over_cap_excused,
+        "over_cap_by_killed_jobs_procs": stats.over_cap_by_killed_jobs_procs,
+        "over_cap_examples": [vars(v) for v in stats.over_cap[:10]],
         "invariants": invariants,
         "ok": not any(invariants.values()),
     }

@@ -330,6 +330,7 @@ def book_one(
         folder_id=layer.folder_id,
         job_id=layer.job_id,
         layer_id=layer.layer_id,
+        gpus=gpus,
         started=started,
     ):
         ctx.stats.record("over_cap", violation)

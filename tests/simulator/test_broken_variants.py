@@ -22,7 +22,7 @@ from accounting.live.scripts import script as real_script
 from accounting.reconcile import reseed
 from accounting.release import publish, unbook
 from accounting.release.types import Release
-from simulator import workers
+from simulator import notify_era, workers
 from simulator.report import CAP_KINDS
 from simulator.runner import SimConfig, run_simulation
 
@@ -204,6 +204,16 @@ def test_a_notify_era_release_sent_for_a_killed_jobs_procs_is_caught(monkeypatch
     monkeypatch.setattr(Release, "job_finished", property(lambda release: False))
     report = notify_era_run()
     assert report["invariants"]["killed_job_releases_heard"] > 0, report
+    assert report["ok"] is False
+
+
+def test_a_notify_era_scheduler_ignoring_gpu_caps_is_caught(monkeypatch):
+    """The NOTIFY-era scheduler model checks the folder's and the job's max cores, not their
+    max GPUs: the default farm's GPU caps bind, so it books past them."""
+    monkeypatch.setattr(notify_era, "FOLDER_AND_JOB_CAPS", (("cores", 0),))
+    report = notify_era_run()
+    assert report["invariants"]["over_cap"] > 0, report
+    assert {v["unit"] for v in report["over_cap_examples"]} == {"gpus"}
     assert report["ok"] is False
 
 
