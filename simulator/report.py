@@ -64,6 +64,7 @@ class Stats:
     # Managed keys' counters below SUM(proc) in a quiet sample (no operation under way), taken
     # before each reseed (what releases and bookings left) and after it (what it wrote).
     low_counters: list[tuple] = field(default_factory=list)
+    quiet_samples: int = 0
     # PG accounting rows of Cuebot-managed shows seen below zero during the run.
     negative_pg_rows: list[tuple] = field(default_factory=list)
     # When an operator lowered a key's cap, or switched a show's owner: (key or show id,
@@ -155,6 +156,7 @@ class Report:
             "rejections": dict(sorted(s.rejections.items())),
             "refused_at_cap": {kind: s.rejections[kind] for kind in CAP_KINDS},
             "rollbacks": s.rollbacks,
+            "quiet_samples": s.quiet_samples,
             "releases": s.releases,
             "release_calls": dict(sorted(s.release_calls.items())),
             "release_misses": s.release_misses,
@@ -200,6 +202,7 @@ class Report:
             f"  rejections            {sum(d['rejections'].values()):>10}  {d['rejections']}",
             f"  refused at each cap   {min(d['refused_at_cap'].values()):>10}  (the fewest; {d['refused_at_cap']})",
             f"  rollbacks             {d['rollbacks']:>10}",
+            f"  quiet samples         {d['quiet_samples']:>10}",
             f"  releases              {d['releases']:>10}  calls {d['release_calls']}, not found {d['release_misses']}",
             f"  faults injected       {sum(d['faults'].values()):>10}  {d['faults']}",
             f"  reseed cycles run     {d['reseed']['cycles_run']:>10}",

@@ -485,6 +485,7 @@ def sample_low_now(ctx: SimContext, *, moment: str) -> None:
     """Send the stalled publishes now due, then record every counter below SUM(proc); the
     caller holds the gate quiet."""
     publish_expired(ctx)
+    ctx.stats.add(quiet_samples=1)
     for low in low_counters(farm=ctx.farm):
         ctx.stats.record("low_counters", (moment, *low))
 
