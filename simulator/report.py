@@ -77,6 +77,7 @@ class Stats:
     # lowered: (key, field, before, after).
     stalled_publishes: int = 0
     stalled_publishes_entry_expired: int = 0
+    reseeds_deferred_for_stalls: int = 0
     expired_inflight_applied: list[tuple] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -172,7 +173,11 @@ class Report:
                 "rebuilds_after_failover": s.rebuilds_after_failover,
             },
             "redis_errors": dict(s.redis_errors),
-            "stalled_publishes": {"sent": s.stalled_publishes, "entry_expired": s.stalled_publishes_entry_expired},
+            "stalled_publishes": {
+                "sent": s.stalled_publishes,
+                "entry_expired": s.stalled_publishes_entry_expired,
+                "reseeds_deferred": s.reseeds_deferred_for_stalls,
+            },
             "excluded": {"cap_lowerings": len(s.cap_lowerings), "switches": len(s.switches)},
             "exactness_judged": self.exactness_judged,
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
@@ -215,7 +220,8 @@ class Report:
             f"(after {d['faults'].get('failover', 0)} failover faults; Redis errors {d['redis_errors']})",
             f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",
             f"  stalled publishes     {d['stalled_publishes']['sent']:>10}  (sent after their in-flight entry expired; "
-            f"{d['stalled_publishes']['entry_expired']} found it there, not purged by a reseed yet)",
+            f"{d['stalled_publishes']['entry_expired']} found it there, not purged by a reseed yet; "
+            f"{d['stalled_publishes']['reseeds_deferred']} reseed cycles deferred for them)",
             f"  over cap, excused     {d['over_cap_excluded']:>10}  (booked while their cap was lowered ({d['excluded']['cap_lowerings']} "
             f"lowerings) or their show switched ({d['excluded']['switches']} switches))",
             f"  exactness judged      {'yes' if d['exactness_judged'] else 'no (a fault of this run may leave Redis high)':>10}",

@@ -176,7 +176,7 @@ def _run(
         ctx.stalls = StalledPublishes(stats=stats)
         wraps.append(ctx.stalls.wrap)
     if wraps:
-        seams.enter_context(publishers_wrapped(wrap_redis_publishers(wraps)))
+        seams.enter_context(publishers_wrapped(wrap_redis_publishers(wraps=wraps)))
     roles = [(booker, config.bookers), (releaser, config.releasers), (reconciler, 1), (operator, 1)]
     threads = [
         threading.Thread(target=body, args=(ctx, i), name=f"sim-{body.__name__}-{i}", daemon=True)

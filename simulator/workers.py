@@ -388,7 +388,7 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
     if ctx.stalls is not None and not ctx.last_reseed_done.is_set() and ctx.plan.take("release-stall"):
         with ctx.stalls.stalling() as held:
             released = release(proc_ids)
-        if not held:  # no scheduler-managed proc among them: nothing was published to hold
+        if not held:  # no scheduler-managed proc released among them: no publish to hold
             ctx.plan.rearm("release-stall")
     else:
         released = release(proc_ids)
@@ -466,8 +466,14 @@ def reconciler(ctx: SimContext, index: int) -> None:
                 # Before the reseed: what bookings and releases left (a reseed would rewrite
                 # the evidence); after it: what the reseed wrote.
                 sample_low(ctx, moment="before reseed")
-                reconcile_once(ctx.stats, reseeder=ctx.reseeder)
-                sample_low(ctx, moment="after reseed")
+                if ctx.stalls is not None and ctx.stalls.expiring_within(seconds=ctx.reconcile_interval + 0.5):
+                    # A stalled release's entry expires before the next cycle: no reseed until
+                    # it is sent, or the reseed's purge of expired entries would leave its
+                    # publish nothing to apply, and release.lua's rule untested.
+                    ctx.stats.add(reseeds_deferred_for_stalls=1)
+                else:
+                    reconcile_once(ctx.stats, reseeder=ctx.reseeder)
+                    sample_low(ctx, moment="after reseed")
         except redis.exceptions.RedisError as error:
             # A cycle cut short by Redis (a redis-restart fault between a script load and
             # its call, say) is what a scheduler's loop meets too: it logs and tries again
@@ -745,7 +751,9 @@ class StalledPublishes:
 
     def hold(self, *, inner: ReleasePublisher, prepared: PreparedRelease) -> bool:
         held = getattr(self._local, "held", None)
-        if held is None or held:
+        # A publish with nothing to take off (its procs released meanwhile by another caller)
+        # would test nothing: sent at once, and the fault is due again.
+        if held is None or held or not prepared.deltas:
             return False
         held.append(prepared)
         with self._lock:
@@ -770,9 +778,15 @@ class StalledPublishes:
             self._held = kept
         return due
 
-    def pending(self) -> int:
+    def expiring_within(self, *, seconds: float) -> bool:
+        """Whether a held publish's entry is live now and expires within `seconds` (Redis's clock)."""
+        client = accounting_redis()
+        redis_seconds, micros = client.time()
+        now_ms = redis_seconds * 1000 + micros // 1000
         with self._lock:
-            return len(self._held)
+            entries = [client.hget(keys.INFLIGHT, prepared.op_id) for _, prepared in self._held]
+        expiries = [int(entry.split(b"|", 1)[0]) for entry in entries if entry is not None]
+        return any(now_ms < expiry <= now_ms + seconds * 1000 for expiry in expiries)
 
 
 class _StallingPublisher:
@@ -797,16 +811,16 @@ def publish_expired(ctx: SimContext) -> None:
     with ctx.redis_faults:
         for inner, prepared, entry_there in ctx.stalls.take_expired():
             ctx.stats.add(stalled_publishes=1, stalled_publishes_entry_expired=int(entry_there))
-            before = _counters(list(prepared.deltas))
+            before = _counters(redis_keys=list(prepared.deltas))
             inner.publish(prepared=prepared)
-            after = _counters(list(prepared.deltas))
+            after = _counters(redis_keys=list(prepared.deltas))
             for key in prepared.deltas:
                 for name, was, now in zip(("int_cores", "int_gpus"), before[key], after[key]):
                     if now < was:
                         ctx.stats.record("expired_inflight_applied", (key, name, was, now))
 
 
-def _counters(redis_keys: list[str]) -> dict[str, tuple[int, int]]:
+def _counters(*, redis_keys: list[str]) -> dict[str, tuple[int, int]]:
     client = accounting_redis()
     with client.pipeline(transaction=False) as pipe:
         for key in redis_keys:
@@ -815,7 +829,7 @@ def _counters(redis_keys: list[str]) -> dict[str, tuple[int, int]]:
 
 
 def wrap_redis_publishers(
-    wraps: list[Callable[[ReleasePublisher], ReleasePublisher]],
+    *, wraps: list[Callable[[ReleasePublisher], ReleasePublisher]]
 ) -> Callable[[ReleasePublisher], ReleasePublisher]:
     """For publishers_wrapped, which takes one wrapper: each of `wraps` in turn around the
     Redis era's publisher. An era that publishes nothing to Redis has nothing to drop or stall."""
