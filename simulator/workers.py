@@ -245,7 +245,7 @@ def layer_refusal(*, layer: LayerRef, cores: int, gpus: int) -> str | None:
     return None
 
 
-def refusal_label(result: booking.BookingResult) -> str:
+def refusal_label(*, result: booking.BookingResult) -> str:
     """A rejection named by the cap that refused it: "subscription burst", "folder gpus"... A
     subscription without a burst is closed to booking (a rebuild, a switch), not at its cap."""
     if result.table == "subscription":
@@ -300,7 +300,7 @@ def book_one(
     if result is None:
         return
     if not result.ok:
-        ctx.stats.count("rejections", refusal_label(result))
+        ctx.stats.count("rejections", refusal_label(result=result))
         return
     if ctx.plan.take("crash-after-lua"):
         # The booker dies here: no INSERT, no settle, no rollback. Its in-flight entry
