@@ -2,9 +2,11 @@
 
 A run on its own farm first removes the previous simulated farm (PostgreSQL rows and
 their acct:* keys) and builds a new one with fresh uuid4 ids, so no two runs share a
-key and the demo farm is never touched. Limits are tight on purpose: subscriptions
-bind before the hosts fill up, and job and folder caps bind often, so bookings are
-rejected by every table and the over-cap invariant is exercised.
+key and the demo farm is never touched. Limits are tight on purpose: every cap a booking
+is checked against binds within seconds of a default run (the subscription burst, the
+folder's and the job's max cores and max GPUs, the layer's per-frame cores and GPUs),
+so a scheduler that ignores any one of them books past it and the over-cap invariant
+sees it, on the farm every run uses, not only on one built for a test.
 """
 
 import random
@@ -48,8 +50,23 @@ PREFIX = "sim"
 HOST_CORES = 3200  # centicores
 HOST_MEM_KB = 256 * KB_PER_GB
 PROC_MEM_KB = 2 * KB_PER_GB
-GPU_HOST_GPUS = 4
+GPU_HOST_GPUS = 8
 INITIAL_FILL = 0.3  # share of each subscription's burst booked before the run starts
+# Each allocation's bursts add up to this share of its cores. Tight on the general
+# allocation: a managed show reaches its burst there long before its jobs and folders are
+# full. Oversubscribed on the GPU allocation, as render farms are: there folders, jobs and
+# hosts bind first.
+BURST_SHARE = {"general": 0.4, "gpu": 2.0}
+# Every job's two layers and their per-frame limits (layer.int_cores_max in centicores,
+# int_gpus_min, int_gpus_max): a render frame takes at most 2 cores and no GPU, a GPU frame
+# 1 or 2 GPUs. The bookers draw frame sizes beyond both, so both refuse bookings.
+LAYER_KINDS = {"render": (200, 0, 0), "gpu": (0, 1, 2)}
+JOB_MAX_CORES = (600, 1000, 1500, 2000, 3000)  # centicores
+JOB_MAX_GPUS = (1, 2, 3)
+# A folder other than lighting is capped at this share of its jobs' caps summed, cores and
+# GPUs, so it fills before its jobs do; lighting's has no cap, so its jobs fill up to theirs.
+FOLDER_SHARE_OF_JOBS = 0.5
+UNCAPPED_FOLDER = f"{PREFIX}-lighting"
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,10 @@ class LayerRef:
     dept_id: str
     job_id: str
     layer_id: str
+    # The layer's per-frame limits (no cap when 0): the scheduler sizes a frame within them.
+    cores_max: int = 0  # centicores
+    gpus_min: int = 0
+    gpus_max: int = 0
 
 
 @dataclass
@@ -168,10 +189,10 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
         with connection.cursor() as cursor:
             cursor.execute(ADD_HOST_STATS, {"hosts": [h.id for h in host_rows]})
         hosts_per_alloc = {a.id: sum(1 for h in host_rows if h.alloc_id == a.id) for a in allocs}
-        # Bursts add up to 200% of each allocation (render farms are oversubscribed), so
-        # subscriptions, job and folder caps and full hosts all turn bookings away.
         burst = {
-            (s.id, a.id): max(400, int(2.0 * hosts_per_alloc[a.id] * HOST_CORES / shows) // 100 * 100)
+            (s.id, a.id): max(
+                400, int(BURST_SHARE[a.str_tag] * hosts_per_alloc[a.id] * HOST_CORES / shows) // 100 * 100
+            )
             for s in show_rows
             for a in allocs
         }
@@ -190,13 +211,6 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
                 for d in depts
             ]
         )
-        show_burst = {s.id: sum(burst[s.id, a.id] for a in allocs) for s in show_rows}
-        folder_max = {f.id: rng.choice([-1, show_burst[f.show_id] * 2 // 5 // 100 * 100]) for f in folders}
-        # Cuebot's trigger made each folder's resource row (pk = pk_folder); set its cap.
-        FolderResource.objects.bulk_update(
-            [FolderResource(id=f.id, folder_id=f.id, int_max_cores=folder_max[f.id]) for f in folders],
-            ["int_max_cores"],
-        )
         job_rows = []
         for n in range(max(jobs, len(folders))):
             f = folders[n % len(folders)]
@@ -214,14 +228,28 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
                 )
             )
         Job.objects.bulk_create(job_rows, batch_size=2000)
-        job_max = {j.id: rng.choice([600, 1000, 1500, 2000, 3000]) for j in job_rows}
+        job_caps = {j.id: Caps(cores=rng.choice(JOB_MAX_CORES), gpus=rng.choice(JOB_MAX_GPUS)) for j in job_rows}
         JobResource.objects.bulk_update(
-            [JobResource(id=j.id, job_id=j.id, int_max_cores=job_max[j.id]) for j in job_rows],
-            ["int_max_cores"],
+            [
+                JobResource(id=j.id, job_id=j.id, int_max_cores=job_caps[j.id].cores, int_max_gpus=job_caps[j.id].gpus)
+                for j in job_rows
+            ],
+            ["int_max_cores", "int_max_gpus"],
             batch_size=2000,
         )
+        folder_caps = {f.id: folder_cap(folder=f, jobs=job_rows, job_caps=job_caps) for f in folders}
+        # Cuebot's trigger made each folder's resource row (pk = pk_folder); set its caps.
+        FolderResource.objects.bulk_update(
+            [
+                FolderResource(
+                    id=f.id, folder_id=f.id, int_max_cores=folder_caps[f.id].cores, int_max_gpus=folder_caps[f.id].gpus
+                )
+                for f in folders
+            ],
+            ["int_max_cores", "int_max_gpus"],
+        )
         layer_rows = Layer.objects.bulk_create(
-            [new_layer(job_id=j.id, name=kind, mem_min=PROC_MEM_KB) for j in job_rows for kind in ("render", "comp")],
+            [sim_layer(job_id=j.id, kind=kind) for j in job_rows for kind in LAYER_KINDS],
             batch_size=2000,
         )
 
@@ -230,15 +258,23 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
         for l in layer_rows:
             j = job_by_id[l.job_id]
             layers_by_show[j.show_id].append(
-                LayerRef(show_id=j.show_id, folder_id=j.folder_id, dept_id=j.dept_id, job_id=j.id, layer_id=l.id)
+                LayerRef(
+                    show_id=j.show_id,
+                    folder_id=j.folder_id,
+                    dept_id=j.dept_id,
+                    job_id=j.id,
+                    layer_id=l.id,
+                    cores_max=l.int_cores_max,
+                    gpus_min=l.int_gpus_min,
+                    gpus_max=l.int_gpus_max,
+                )
             )
         add_initial_procs(
             rng=rng,
             layers_by_show=layers_by_show,
             hosts=host_rows,
             burst=burst,
-            folder_max=folder_max,
-            job_max=job_max,
+            caps={**folder_caps, **job_caps},
         )
         with connection.cursor() as cursor:
             cursor.execute(HOST_IDLE, {"hosts": [h.id for h in host_rows]})
@@ -251,36 +287,71 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
     )
 
 
+@dataclass(frozen=True)
+class Caps:
+    """A folder's or a job's max cores (centicores) and max GPUs; -1 is no cap (a folder's)."""
+
+    cores: int
+    gpus: int
+
+    def admits(self, *, cores: int, gpus: int) -> bool:
+        return (self.cores < 0 or cores <= self.cores) and (self.gpus < 0 or gpus <= self.gpus)
+
+
+def folder_cap(*, folder: Folder, jobs: list[Job], job_caps: dict[str, Caps]) -> Caps:
+    """No cap on UNCAPPED_FOLDER; on the others, FOLDER_SHARE_OF_JOBS of their jobs' caps."""
+    if folder.str_name == UNCAPPED_FOLDER:
+        return Caps(cores=-1, gpus=-1)
+    own = [job_caps[j.id] for j in jobs if j.folder_id == folder.id]
+    return Caps(
+        cores=max(100, int(FOLDER_SHARE_OF_JOBS * sum(c.cores for c in own)) // 100 * 100),
+        gpus=max(1, int(FOLDER_SHARE_OF_JOBS * sum(c.gpus for c in own))),
+    )
+
+
+def sim_layer(*, job_id: str, kind: str) -> Layer:
+    layer = new_layer(job_id=job_id, name=kind, mem_min=PROC_MEM_KB)
+    layer.int_cores_max, layer.int_gpus_min, layer.int_gpus_max = LAYER_KINDS[kind]
+    return layer
+
+
 def add_initial_procs(
     *,
     rng: random.Random,
     layers_by_show: dict[str, list[LayerRef]],
     hosts: list[Host],
     burst: dict[tuple[str, str], int],
-    folder_max: dict[str, int],
-    job_max: dict[str, int],
+    caps: dict[str, Caps],
 ) -> None:
-    """Running procs for every show (Cuebot-managed ones too), each within every cap, in cores per proc."""
-    booked: dict[object, int] = defaultdict(int)
-    idle = {h.id: h.int_cores for h in hosts}
+    """Running procs for every show (Cuebot-managed ones too), each within every cap (`caps`
+    by folder and job id) and its layer's frame limits: a GPU layer's frame takes its minimum."""
+    booked: dict[object, list[int]] = defaultdict(lambda: [0, 0])  # centicores, GPUs
+    idle = {h.id: [h.int_cores, h.int_gpus] for h in hosts}
     frames, procs = [], []
     for show_id, layers in layers_by_show.items():
-        target = INITIAL_FILL * sum(v for (s, _), v in burst.items() if s == show_id) // 100
+        target = INITIAL_FILL * sum(v for (s, _), v in burst.items() if s == show_id)
         attempts = 0
-        while booked[show_id] < target and attempts < 50 * len(layers):
+        while booked[show_id][0] < target and attempts < 50 * len(layers):
             attempts += 1
             layer, host, cores = rng.choice(layers), rng.choice(hosts), rng.choice(PROC_CORES)
-            whole = cores // 100
+            gpus = layer.gpus_min
             sub = (show_id, host.alloc_id)
-            if idle[host.id] < cores or booked[sub] + whole > burst[sub] // 100:
+            if 0 < layer.cores_max < cores or idle[host.id][0] < cores or idle[host.id][1] < gpus:
                 continue
-            if 0 < folder_max[layer.folder_id] < (booked[layer.folder_id] + whole) * 100:
+            # Whole cores per proc, as the accounting counts them against a burst or cap.
+            whole = cores // 100 * 100
+            if booked[sub][0] + whole > burst[sub]:
                 continue
-            if 0 < job_max[layer.job_id] < (booked[layer.job_id] + whole) * 100:
+            if not all(
+                caps[k].admits(cores=booked[k][0] + whole, gpus=booked[k][1] + gpus)
+                for k in (layer.folder_id, layer.job_id)
+            ):
                 continue
             for key in (sub, layer.folder_id, layer.job_id, show_id):
-                booked[key] += whole
-            idle[host.id] -= cores
+                booked[key][0] += whole
+                booked[key][1] += gpus
+            idle[host.id][0] -= cores
+            idle[host.id][1] -= gpus
             frame_id = new_pk()
             frames.append(
                 Frame(
@@ -303,6 +374,7 @@ def add_initial_procs(
                     layer_id=layer.layer_id,
                     frame_id=frame_id,
                     int_cores_reserved=cores,
+                    int_gpus_reserved=gpus,
                     int_mem_reserved=PROC_MEM_KB,
                 )
             )
@@ -315,11 +387,27 @@ def load_existing_farm() -> SimFarm:
     refuse_without_cuebots_rights(command="simulate_farm")  # its bookings insert procs and frames
     layers_by_show: dict[str, list[LayerRef]] = defaultdict(list)
     rows = Layer.objects.exclude(job__str_state="FINISHED").values_list(
-        "pk", "job_id", "job__show_id", "job__folder_id", "job__dept_id"
+        "pk",
+        "job_id",
+        "job__show_id",
+        "job__folder_id",
+        "job__dept_id",
+        "int_cores_max",
+        "int_gpus_min",
+        "int_gpus_max",
     )
-    for layer_id, job_id, show_id, folder_id, dept_id in rows.iterator(chunk_size=5000):
+    for layer_id, job_id, show_id, folder_id, dept_id, cores_max, gpus_min, gpus_max in rows.iterator(chunk_size=5000):
         layers_by_show[show_id].append(
-            LayerRef(show_id=show_id, folder_id=folder_id, dept_id=dept_id, job_id=job_id, layer_id=layer_id)
+            LayerRef(
+                show_id=show_id,
+                folder_id=folder_id,
+                dept_id=dept_id,
+                job_id=job_id,
+                layer_id=layer_id,
+                cores_max=cores_max,
+                gpus_min=gpus_min,
+                gpus_max=gpus_max,
+            )
         )
     hosts = list(Host.objects.values_list("pk", "int_gpus"))
     return SimFarm(

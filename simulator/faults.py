@@ -21,6 +21,7 @@ FAULT_KINDS = (
     "job-kill",  # a job is killed: FINISHED first, its procs released 0.5-2.5 s later
     "redis-kill",  # the run's own accounting Redis is killed with SIGKILL and started again, empty
     "http-release",  # a release goes through the HTTP API of the web server as deployed (gunicorn)
+    "release-stall",  # Cuebot stops between a release's commit and its publish until its in-flight entry expired
 )
 
 # Faults that need a topology the run does not build: named one by one, never part of "all".
@@ -40,6 +41,7 @@ PERIOD_SECONDS = {
     "job-kill": 2.0,
     "redis-kill": 30.0,
     "http-release": 0.25,
+    "release-stall": 4.0,
     "failover": 30.0,
 }
 

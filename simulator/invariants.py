@@ -1,6 +1,6 @@
 """What must hold, checked from PostgreSQL's rows and Redis's hashes directly, never through the
-code under test: no booking above a cap in force (cores and GPUs), no managed counter below
-SUM(proc), no drift after reconciling, no negative counter.
+code under test: no booking above a cap in force (cores and GPUs; a layer's per-frame limits),
+no managed counter below SUM(proc), no drift after reconciling, no negative counter.
 
 The truth here (`TRUTH`) is written apart from the reseed's snapshot on purpose: a snapshot
 that leaves procs out (the upstream scheduler's FINISHED-job rule, say) must be caught by the
@@ -18,20 +18,29 @@ from simulator.report import OverCap
 
 # Booked cores per proc, truncated like accounting.live.units (PG's integer division of a
 # non-negative bigint truncates), summed per key; GPUs as well; and the caps in force now.
+# A layer's limits are per frame (layer.int_cores_max, centicores, and int_gpus_max): its
+# largest proc against them. %(finished)s false leaves the procs of FINISHED jobs out of the
+# subscription's and the folder's sums (the job booked is never FINISHED), as the NOTIFY-era
+# scheduler counts.
 BOOKED_AND_CAPS = """
 SELECT (SELECT COALESCE(SUM(p.int_cores_reserved / 100), 0) FROM proc p JOIN host h ON h.pk_host = p.pk_host
-         WHERE p.pk_show = %(show)s AND h.pk_alloc = %(alloc)s AND NOT p.b_local),
+         WHERE p.pk_show = %(show)s AND h.pk_alloc = %(alloc)s AND NOT p.b_local
+           AND (%(finished)s OR NOT EXISTS (SELECT 1 FROM job f WHERE f.pk_job = p.pk_job AND f.str_state = 'FINISHED'))),
        (SELECT int_burst FROM subscription WHERE pk_show = %(show)s AND pk_alloc = %(alloc)s),
        (SELECT COALESCE(SUM(p.int_cores_reserved / 100), 0) FROM proc p JOIN job j ON j.pk_job = p.pk_job
-         WHERE j.pk_folder = %(folder)s AND NOT p.b_local),
+         WHERE j.pk_folder = %(folder)s AND NOT p.b_local AND (%(finished)s OR j.str_state <> 'FINISHED')),
        (SELECT int_max_cores FROM folder_resource WHERE pk_folder = %(folder)s),
        (SELECT COALESCE(SUM(p.int_gpus_reserved), 0) FROM proc p JOIN job j ON j.pk_job = p.pk_job
-         WHERE j.pk_folder = %(folder)s AND NOT p.b_local),
+         WHERE j.pk_folder = %(folder)s AND NOT p.b_local AND (%(finished)s OR j.str_state <> 'FINISHED')),
        (SELECT int_max_gpus FROM folder_resource WHERE pk_folder = %(folder)s),
        (SELECT COALESCE(SUM(int_cores_reserved / 100), 0) FROM proc WHERE pk_job = %(job)s AND NOT b_local),
        (SELECT int_max_cores FROM job_resource WHERE pk_job = %(job)s),
        (SELECT COALESCE(SUM(int_gpus_reserved), 0) FROM proc WHERE pk_job = %(job)s AND NOT b_local),
-       (SELECT int_max_gpus FROM job_resource WHERE pk_job = %(job)s)
+       (SELECT int_max_gpus FROM job_resource WHERE pk_job = %(job)s),
+       (SELECT COALESCE(MAX(int_cores_reserved), 0) FROM proc WHERE pk_layer = %(layer)s),
+       (SELECT int_cores_max FROM layer WHERE pk_layer = %(layer)s),
+       (SELECT COALESCE(MAX(int_gpus_reserved), 0) FROM proc WHERE pk_layer = %(layer)s),
+       (SELECT int_gpus_max FROM layer WHERE pk_layer = %(layer)s)
 """
 
 # SUM(proc) per key, every non-local proc whatever its job's state (a proc that exists is
@@ -118,18 +127,40 @@ def _over(
 
 
 def over_cap_after_booking(
-    *, show_id: str, alloc_id: str, folder_id: str, job_id: str, started: float
+    *,
+    show_id: str,
+    alloc_id: str,
+    folder_id: str,
+    job_id: str,
+    layer_id: str,
+    gpus: int,
+    started: float,
+    finished_jobs: bool = True,
 ) -> list[OverCap]:
     """Keys of a just-committed booking whose SUM(proc) exceeds the cap in force: cores
-    against the burst and the folder's and job's max cores, GPUs against their max GPUs.
+    against the burst and the folder's and job's max cores, GPUs against their max GPUs;
+    and its layer, if one of its procs is larger than the layer's per-frame max cores or GPUs.
 
     The booking script admits `booked + delta <= cap` (burst always; folder and job caps
-    only when > 0), so with Redis counting at least SUM(proc) this is never above.
+    only when > 0; GPU caps only for a booking of GPUs, `gpus` > 0: a booking without any
+    adds nothing to a GPU count a lowered cap left above it), so with Redis counting at least
+    SUM(proc) this is never above. No script reads a layer's limits: the scheduler sizes the
+    frame within them itself. `finished_jobs` False: the sums leave out FINISHED jobs' procs.
     `started` is when the booking began (time.monotonic()): with the check's own time it
     bounds the window in which a cap lowered or a show switched may excuse it.
     """
     with connection.cursor() as cursor:
-        cursor.execute(BOOKED_AND_CAPS, {"show": show_id, "alloc": alloc_id, "folder": folder_id, "job": job_id})
+        cursor.execute(
+            BOOKED_AND_CAPS,
+            {
+                "show": show_id,
+                "alloc": alloc_id,
+                "folder": folder_id,
+                "job": job_id,
+                "layer": layer_id,
+                "finished": finished_jobs,
+            },
+        )
         (
             sub_cores,
             burst,
@@ -141,6 +172,10 @@ def over_cap_after_booking(
             job_max,
             job_gpus,
             job_max_gpus,
+            frame_centicores,
+            layer_max_centicores,
+            frame_gpus,
+            layer_max_gpus,
         ) = (None if v is None else int(v) for v in cursor.fetchone())
     found: list[OverCap] = []
     sub, folder, job = (
@@ -151,10 +186,42 @@ def over_cap_after_booking(
     _over(found, "subscription", sub, show_id, sub_cores, burst, unit="cores", started=started, centicores=True)
     _over(found, "folder", folder, show_id, folder_cores, folder_max, unit="cores", started=started, centicores=True)
     _over(found, "job", job, show_id, job_cores, job_max, unit="cores", started=started, centicores=True)
+    if gpus > 0:
+        _over(
+            found,
+            "folder",
+            folder,
+            show_id,
+            folder_gpus,
+            folder_max_gpus,
+            unit="gpus",
+            started=started,
+            centicores=False,
+        )
+        _over(found, "job", job, show_id, job_gpus, job_max_gpus, unit="gpus", started=started, centicores=False)
+    layer = keys.layer(layer_id=layer_id)
     _over(
-        found, "folder", folder, show_id, folder_gpus, folder_max_gpus, unit="gpus", started=started, centicores=False
+        found,
+        "layer",
+        layer,
+        show_id,
+        frame_centicores,
+        layer_max_centicores,
+        unit="centicores per frame",
+        started=started,
+        centicores=False,
     )
-    _over(found, "job", job, show_id, job_gpus, job_max_gpus, unit="gpus", started=started, centicores=False)
+    _over(
+        found,
+        "layer",
+        layer,
+        show_id,
+        frame_gpus,
+        layer_max_gpus,
+        unit="gpus per frame",
+        started=started,
+        centicores=False,
+    )
     return found
 
 

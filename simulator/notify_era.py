@@ -41,10 +41,23 @@ from accounting.notify.payloads import LIMIT_CHANGE, RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Show
 from simulator.farm import LayerRef, SimFarm
-from simulator.farm_builder import PROC_CORES
-from simulator.workers import PICK_PROCS, Gate, HostFull, HostView, insert_booked_proc
+from simulator.invariants import over_cap_after_booking
+from simulator.report import CAP_KINDS, OverCap
+from simulator.workers import (
+    FRAME_SECONDS,
+    PICK_PROCS,
+    Gate,
+    HostFull,
+    HostView,
+    frame_size,
+    insert_booked_proc,
+    layer_refusal,
+)
 
-NOTIFY_FAULTS = ("listener-drop", "pg-restart", "release-rollback")
+NOTIFY_FAULTS = ("listener-drop", "pg-restart", "release-rollback", "job-kill")
+# A kill's marker, sent on acct_release in the transaction that marks the job FINISHED: every
+# release heard after it was committed after the kill (PostgreSQL delivers in commit order).
+KILL_MARKER = "sim-kill-"
 RECOMPUTE_SECONDS = 1.0
 SAMPLE_SECONDS = 1.5
 
@@ -85,6 +98,15 @@ class NotifyStats:
     transient_errors: Counter = field(default_factory=Counter)
     low: list[tuple] = field(default_factory=list)  # (key, field, store, truth)
     unparsable: int = 0
+    # Bookings whose committed SUM(proc) exceeded a cap the model knew (simulator.invariants),
+    # and those past a cap it had not heard yet.
+    over_cap: list[OverCap] = field(default_factory=list)
+    over_cap_excused: int = 0
+    # Bookings past a cap only when the procs of FINISHED (killed) jobs still running count.
+    over_cap_by_killed_jobs_procs: int = 0
+    # Releases heard for a job after its kill's marker: (job, cores, gpus). The NOTIFY era sends
+    # none for a FINISHED job (docs/notify.md): its procs are out of the recompute already.
+    killed_job_releases: list[tuple] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **amounts: int) -> None:
@@ -99,6 +121,11 @@ class NotifyStats:
             getattr(self, counter)[key] += 1
 
 
+# The folder's and the job's caps the model checks, cores first, then GPUs (booking.lua's
+# order), folder before job: (unit, index in a counter's [cores, GPUs]).
+FOLDER_AND_JOB_CAPS = (("cores", 0), ("gpus", 1))
+
+
 class Store:
     """The scheduler's counters (cores, GPUs) and caps, keyed ('sub', show:alloc), ('folder', id), ('job', id)."""
 
@@ -108,25 +135,28 @@ class Store:
         self.caps: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         self.pending: dict[str, tuple[list[tuple[str, str]], int, int, int | None]] = {}
         self.epoch = 0
+        self.cap_heard_at: dict[tuple[str, str], float] = {}  # when a key's caps last changed (time.monotonic())
 
-    def try_book(self, *, keys: list[tuple[str, str]], cores: int, gpus: int) -> str | None:
+    def try_book(self, *, keys: list[tuple[str, str]], cores: int, gpus: int) -> tuple[str | None, str | None]:
+        """(operation id, None) when booked; (None, the cap that refused it, named as the Redis
+        era's rejections are: "subscription burst", "folder gpus"...) otherwise."""
         sub, folder, job = keys
         with self.lock:
             burst = self.caps[sub].get("burst", 0)
             if burst <= 0 or self.booked[sub][0] + cores > burst:
-                return None
-            for key in (folder, job):
-                caps = self.caps[key]
-                if caps.get("max_cores", 0) > 0 and self.booked[key][0] + cores > caps["max_cores"]:
-                    return None
-                if gpus and caps.get("max_gpus", 0) > 0 and self.booked[key][1] + gpus > caps["max_gpus"]:
-                    return None
+                return None, "subscription burst" if burst > 0 else "subscription closed"
+            for unit, index in FOLDER_AND_JOB_CAPS:
+                amount = (cores, gpus)[index]
+                for key in (folder, job):
+                    cap = self.caps[key].get(f"max_{unit}", 0)
+                    if amount > 0 and cap > 0 and self.booked[key][index] + amount > cap:
+                        return None, f"{key[0]} {unit}"
             for key in keys:
                 self.booked[key][0] += cores
                 self.booked[key][1] += gpus
             op = uuid.uuid4().hex
             self.pending[op] = (keys, cores, gpus, None)
-            return op
+            return op, None
 
     def committed(self, op: str) -> None:
         with self.lock:
@@ -154,11 +184,21 @@ class Store:
     def limit(self, fields: dict) -> None:
         with self.lock:
             if fields["vertex"] == "sub":
-                self.caps[("sub", f"{fields['show']}:{fields['alloc']}")]["burst"] = fields["burst"]
+                key = ("sub", f"{fields['show']}:{fields['alloc']}")
+                self.caps[key]["burst"] = fields["burst"]
             else:
+                key = (fields["vertex"], fields["id"])
                 for name in ("max_cores", "max_gpus"):
                     if name in fields:
-                        self.caps[(fields["vertex"], fields["id"])][name] = fields[name]
+                        self.caps[key][name] = fields[name]
+            self.cap_heard_at[key] = time.monotonic()
+
+    def knew_cap(self, *, key: tuple[str, str], unit: str, cap: int, since: float) -> bool:
+        """Whether the model booked against `cap`: it holds that value for the key's cap in
+        `unit` ("cores" or "gpus") and has heard no change of the key's caps since `since`."""
+        name = "burst" if key[0] == "sub" else f"max_{unit}"
+        with self.lock:
+            return self.caps[key].get(name) == cap and self.cap_heard_at.get(key, float("-inf")) < since
 
     def begin_recompute(self) -> int:
         with self.lock:
@@ -202,6 +242,7 @@ class Scheduler:
         self.synced = threading.Condition()
         self.sync_markers: dict[str, bool] = {}
         self.lost_connection = False  # a notification may have been lost: exactness is not judged
+        self.killed_heard: set[str] = set()  # jobs whose kill marker was heard
         self.connected = threading.Event()
         self.recomputed = threading.Condition()
         self.next_recompute = time.monotonic() + RECOMPUTE_SECONDS
@@ -228,6 +269,9 @@ class Scheduler:
                     self.sync_markers[payload] = True
                     self.synced.notify_all()
             return
+        if payload.startswith(KILL_MARKER):
+            self.killed_heard.add(payload.removeprefix(KILL_MARKER))
+            return
         heard = decode(channel=channel, payload=payload)
         if heard.problem:
             self.stats.unparsable += 1
@@ -237,6 +281,8 @@ class Scheduler:
             return
         self.stats.heard_cores -= heard.fields["cores"]
         self.stats.heard_gpus -= heard.fields["gpus"]
+        if heard.fields["job"] in self.killed_heard:
+            self.stats.killed_job_releases.append((heard.fields["job"], heard.fields["cores"], heard.fields["gpus"]))
         if drop_releases:
             self.stats.dropped_by_recompute += 1
         else:
@@ -348,9 +394,15 @@ class NotifyRun:
     faults: tuple[str, ...]
     rng: random.Random
     caps_expected: dict[tuple[str, str], dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    # Jobs the job-kill fault marked FINISHED, and when each one's procs go (time.monotonic()).
+    killed_jobs: set[str] = field(default_factory=set)
+    kill_releases: list[tuple[float, str]] = field(default_factory=list)
 
     def managed_layers(self) -> list[LayerRef]:
-        return [layer for show in self.farm.show_ids for layer in self.farm.layers_by_show.get(show, [])]
+        """The layers the scheduler books: its shows' (no show changes owner in this era's run).
+        Booking a Cuebot-managed show's, it booked keys it neither counts nor hears about."""
+        managed = Show.objects.filter(pk__in=self.farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True)
+        return [layer for show in managed for layer in self.farm.layers_by_show.get(show, [])]
 
 
 def _transient(run: NotifyRun, where: str, error: Exception) -> None:
@@ -376,17 +428,22 @@ def booker(run: NotifyRun, seed: int) -> None:
 
 
 def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: LayerRef) -> None:
-    centicores = rng.choice(PROC_CORES)
-    host = hosts.pick(rng=rng, cores=centicores)
+    if layer.job_id in run.killed_jobs:
+        return  # the scheduler books no more frames of a killed job
+    centicores, gpus = frame_size(rng=rng, layer=layer)
+    refused = layer_refusal(layer=layer, cores=centicores, gpus=gpus)
+    if refused is not None:
+        _refused(run, cap=refused)
+        return
+    host = hosts.pick(rng=rng, cores=centicores, gpus=gpus)
     if host is None:
         return
-    host_id, alloc_id, gpus_idle = host
-    gpus = 1 if gpus_idle > 0 and rng.random() < 0.3 else 0
+    host_id, alloc_id = host
     keys = [("sub", f"{layer.show_id}:{alloc_id}"), ("folder", layer.folder_id), ("job", layer.job_id)]
-    op = run.store.try_book(keys=keys, cores=cores_from_centicores(centicores), gpus=gpus)
+    started = time.monotonic()
+    op, refused = run.store.try_book(keys=keys, cores=cores_from_centicores(centicores), gpus=gpus)
     if op is None:
-        run.stats.count("rejections", "store")
-        run.stop.wait(0.002)  # a full farm: the scheduler waits for capacity rather than spinning
+        _refused(run, cap=str(refused))
         return
     try:
         with transaction.atomic(), connection.cursor() as cursor:
@@ -401,6 +458,40 @@ def _book_one(run: NotifyRun, *, rng: random.Random, hosts: HostView, layer: Lay
         raise
     run.store.committed(op)
     run.stats.add(bookings=1)
+    check = dict(
+        show_id=layer.show_id,
+        alloc_id=alloc_id,
+        folder_id=layer.folder_id,
+        job_id=layer.job_id,
+        layer_id=layer.layer_id,
+        gpus=gpus,
+        started=started,
+    )
+    if over_cap_after_booking(**check):
+        _judge_over_cap(run, keys=keys, check=check, started=started)
+
+
+def _judge_over_cap(run: NotifyRun, *, keys: list[tuple[str, str]], check: dict, started: float) -> None:
+    """A booking whose committed SUM(proc) is past a cap. The era's scheduler leaves a killed
+    job's procs out of its recompute while they still run: past a cap only with them, it is
+    the era's design (over_cap_by_killed_jobs_procs, reported), not the model's doing. Past a
+    cap the model had not heard yet (a change on its way, or lost with a dropped connection:
+    the limit reseed, which the model does not play, would bring it): excused."""
+    store_key = dict(zip(("subscription", "folder", "job"), keys))
+    by_the_eras_count = over_cap_after_booking(**check, finished_jobs=False)
+    run.stats.add(over_cap_by_killed_jobs_procs=int(not by_the_eras_count))
+    for violation in by_the_eras_count:
+        key = store_key.get(violation.table)
+        if key is None or run.store.knew_cap(key=key, unit=violation.unit, cap=violation.cap, since=started):
+            with run.stats.lock:
+                run.stats.over_cap.append(violation)
+        else:
+            run.stats.add(over_cap_excused=1)
+
+
+def _refused(run: NotifyRun, *, cap: str) -> None:
+    run.stats.count("rejections", cap)
+    run.stop.wait(0.002)  # a full farm: the scheduler waits for capacity rather than spinning
 
 
 class _RolledBack(Exception):
@@ -415,8 +506,14 @@ def releaser(run: NotifyRun, seed: int) -> None:
 def _release_some(run: NotifyRun, *, rng: random.Random) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
-            PICK_PROCS, {"shows": run.farm.show_ids, "killed": [], "n": rng.randint(1, 6)}
-        )  # no job-kill fault here
+            PICK_PROCS,
+            {
+                "shows": run.farm.show_ids,
+                "killed": sorted(run.killed_jobs),
+                "n": rng.randint(1, 6),
+                "ran": FRAME_SECONDS,
+            },
+        )
         ids = [row[0] for row in cursor.fetchall()]
     if not ids:
         return
@@ -493,7 +590,47 @@ def quiet_sample(run: NotifyRun) -> None:
                 run.stats.low.append((key, name, mine, real))
 
 
+KILLABLE = """
+SELECT j.pk_job FROM job j JOIN show s ON s.pk_show = j.pk_show
+ WHERE j.pk_show = ANY(%(shows)s) AND s.b_scheduler_managed AND j.str_state <> 'FINISHED'
+   AND EXISTS (SELECT 1 FROM proc p WHERE p.pk_job = j.pk_job) ORDER BY j.pk_job
+"""
+
+
+def kill_a_job(run: NotifyRun) -> None:
+    """OpenCue's kill: the job FINISHED (its name freed), its procs released 0.5-2.5 s later,
+    one call each. Made with the workers held, so a release that starts after it reads the
+    job FINISHED and one before it has committed; the marker rides on the kill's transaction."""
+    with run.gate.quiet(), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(KILLABLE, {"shows": run.farm.show_ids})
+        candidates = [row[0] for row in cursor.fetchall()]
+        if not candidates:
+            return
+        job_id = run.rng.choice(candidates)
+        cursor.execute(
+            "UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL, ts_stopped = now() WHERE pk_job = %s",
+            [job_id],
+        )
+        cursor.execute("SELECT pg_notify(%s, %s)", [RELEASE, KILL_MARKER + job_id])
+        run.killed_jobs.add(job_id)
+    run.kill_releases.append((time.monotonic() + run.rng.uniform(0.5, 2.5), job_id))
+    run.stats.count("faults", "job-kill")
+
+
+def release_killed_jobs(run: NotifyRun) -> None:
+    """The procs of the killed jobs whose time has come, one call each, as Cuebot releases them."""
+    for due in [k for k in run.kill_releases if k[0] <= time.monotonic()]:
+        run.kill_releases.remove(due)
+        with run.gate.operation(), connection.cursor() as cursor:
+            cursor.execute("SELECT pk_proc FROM proc WHERE pk_job = %s", [due[1]])
+            released = [unbook_proc(proc_id=row[0]) for row in cursor.fetchall()]
+        run.stats.add(releases=sum(1 for r in released if r is not None))
+
+
 def inject(run: NotifyRun, kind: str) -> None:
+    if kind == "job-kill":
+        kill_a_job(run)
+        return
     if kind == "listener-drop":
         run.scheduler.disconnect()
     elif kind == "pg-restart":
@@ -506,7 +643,7 @@ def inject(run: NotifyRun, kind: str) -> None:
     run.stats.count("faults", kind)
 
 
-FAULT_PERIOD_SECONDS = {"listener-drop": 4.0, "pg-restart": 6.0}
+FAULT_PERIOD_SECONDS = {"listener-drop": 4.0, "pg-restart": 6.0, "job-kill": 2.0}
 
 
 def run_notify_simulation(
@@ -553,6 +690,7 @@ def run_notify_simulation(
                 if now >= when:
                     inject(run, kind)
                     due[kind] = now + FAULT_PERIOD_SECONDS[kind]
+            release_killed_jobs(run)
             if now >= next_sample:
                 quiet_sample(run)
                 next_sample = time.monotonic() + SAMPLE_SECONDS
@@ -561,6 +699,9 @@ def run_notify_simulation(
         stop.set()
         for worker in workers:
             worker.join()
+    # The kills whose procs were still to go: released now, before the final checks.
+    run.kill_releases = [(0.0, job_id) for _, job_id in run.kill_releases]
+    release_killed_jobs(run)
     quiet_sample(run)  # the scheduler keeps listening for the final checks
     scheduler.recompute_now()
     final_store = store.counters()
@@ -589,6 +730,8 @@ def run_notify_simulation(
         else int((stats.heard_cores, stats.heard_gpus) != (stats.committed_cores, stats.committed_gpus)),
         "cap_changes_not_heard": len(caps_missing),
         "unparsable_payloads": stats.unparsable,
+        "killed_job_releases_heard": len(stats.killed_job_releases),
+        "over_cap": len(stats.over_cap),
     }
     return {
         "era": "notify",
@@ -596,6 +739,7 @@ def run_notify_simulation(
         "faults": dict(stats.faults),
         "bookings": stats.bookings,
         "rejections": dict(stats.rejections),
+        "refused_at_cap": {kind: stats.rejections[kind] for kind in CAP_KINDS},
         "releases": stats.releases,
         "cap_changes": stats.cap_changes,
         "recomputes": stats.recomputes,
@@ -607,6 +751,10 @@ def run_notify_simulation(
         "transient_errors": dict(stats.transient_errors),
         "low_samples": [list(map(str, low)) for low in stats.low[:10]],
         "caps_missing": [list(map(str, c)) for c in caps_missing[:10]],
+        "killed_job_releases": [list(map(str, r)) for r in stats.killed_job_releases[:10]],
+        "over_cap_excused": stats.over_cap_excused,
+        "over_cap_by_killed_jobs_procs": stats.over_cap_by_killed_jobs_procs,
+        "over_cap_examples": [vars(v) for v in stats.over_cap[:10]],
         "invariants": invariants,
         "ok": not any(invariants.values()),
     }

@@ -4,6 +4,18 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
+# Every cap a booking is checked against, as the rejections name them: a default run must
+# refuse bookings at each (docs/simulator.md), or a scheduler that ignored it could pass.
+CAP_KINDS = (
+    "subscription burst",
+    "folder cores",
+    "folder gpus",
+    "job cores",
+    "job gpus",
+    "layer cores",
+    "layer gpus",
+)
+
 
 @dataclass(frozen=True)
 class OverCap:
@@ -52,6 +64,7 @@ class Stats:
     # Managed keys' counters below SUM(proc) in a quiet sample (no operation under way), taken
     # before each reseed (what releases and bookings left) and after it (what it wrote).
     low_counters: list[tuple] = field(default_factory=list)
+    quiet_samples: int = 0
     # PG accounting rows of Cuebot-managed shows seen below zero during the run.
     negative_pg_rows: list[tuple] = field(default_factory=list)
     # When an operator lowered a key's cap, or switched a show's owner: (key or show id,
@@ -59,6 +72,13 @@ class Stats:
     # window overlaps one of these on its key or show: the cap or the owner of the moment.
     cap_lowerings: list[tuple[str, float, float]] = field(default_factory=list)
     switches: list[tuple[str, float, float]] = field(default_factory=list)
+    # release-stall: publishes sent after their in-flight entry expired, how many found the
+    # expired entry still there (not purged by a reseed yet), and every counter one of them
+    # lowered: (key, field, before, after).
+    stalled_publishes: int = 0
+    stalled_publishes_entry_expired: int = 0
+    reseeds_deferred_for_stalls: int = 0
+    expired_inflight_applied: list[tuple] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **amounts: int) -> None:
@@ -118,6 +138,7 @@ class Report:
             "releases_found_counter_low": self.releases_clamped,
             "negative_pg_rows": len(self.stats.negative_pg_rows),
             "pg_drift_after_reconcile": len(self.pg_drift_rows),
+            "expired_inflight_applied": len(self.stats.expired_inflight_applied),
             "worker_errors": sum(self.stats.errors.values()),
         }
 
@@ -134,7 +155,9 @@ class Report:
             "bookings": s.bookings,
             "bookings_per_second": round(s.bookings / self.seconds, 1) if self.seconds else 0,
             "rejections": dict(sorted(s.rejections.items())),
+            "refused_at_cap": {kind: s.rejections[kind] for kind in CAP_KINDS},
             "rollbacks": s.rollbacks,
+            "quiet_samples": s.quiet_samples,
             "releases": s.releases,
             "release_calls": dict(sorted(s.release_calls.items())),
             "release_misses": s.release_misses,
@@ -150,6 +173,11 @@ class Report:
                 "rebuilds_after_failover": s.rebuilds_after_failover,
             },
             "redis_errors": dict(s.redis_errors),
+            "stalled_publishes": {
+                "sent": s.stalled_publishes,
+                "entry_expired": s.stalled_publishes_entry_expired,
+                "reseeds_deferred": s.reseeds_deferred_for_stalls,
+            },
             "excluded": {"cap_lowerings": len(s.cap_lowerings), "switches": len(s.switches)},
             "exactness_judged": self.exactness_judged,
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
@@ -165,6 +193,7 @@ class Report:
             if self.exactness_judged
             else [],
             "negative_pg_examples": [list(n) for n in self.stats.negative_pg_rows[:10]],
+            "expired_applied_examples": [list(n) for n in self.stats.expired_inflight_applied[:10]],
             "pg_drift_examples": [list(n) for n in self.pg_drift_rows[:10]],
             "ok": self.ok,
         }
@@ -176,7 +205,9 @@ class Report:
             "",
             f"  bookings              {d['bookings']:>10}  ({d['bookings_per_second']}/s)",
             f"  rejections            {sum(d['rejections'].values()):>10}  {d['rejections']}",
+            f"  refused at each cap   {min(d['refused_at_cap'].values()):>10}  (the fewest; {d['refused_at_cap']})",
             f"  rollbacks             {d['rollbacks']:>10}",
+            f"  quiet samples         {d['quiet_samples']:>10}",
             f"  releases              {d['releases']:>10}  calls {d['release_calls']}, not found {d['release_misses']}",
             f"  faults injected       {sum(d['faults'].values()):>10}  {d['faults']}",
             f"  reseed cycles run     {d['reseed']['cycles_run']:>10}",
@@ -188,6 +219,9 @@ class Report:
             f"  failovers noticed     {d['reseed']['failovers']:>10}  rebuilt {d['reseed']['rebuilds_after_failover']} "
             f"(after {d['faults'].get('failover', 0)} failover faults; Redis errors {d['redis_errors']})",
             f"  transient PG errors   {sum(d['transient_errors'].values()):>10}  {d['transient_errors']}",
+            f"  stalled publishes     {d['stalled_publishes']['sent']:>10}  (sent after their in-flight entry expired; "
+            f"{d['stalled_publishes']['entry_expired']} found it there, not purged by a reseed yet; "
+            f"{d['stalled_publishes']['reseeds_deferred']} reseed cycles deferred for them)",
             f"  over cap, excused     {d['over_cap_excluded']:>10}  (booked while their cap was lowered ({d['excluded']['cap_lowerings']} "
             f"lowerings) or their show switched ({d['excluded']['switches']} switches))",
             f"  exactness judged      {'yes' if d['exactness_judged'] else 'no (a fault of this run may leave Redis high)':>10}",
@@ -206,6 +240,7 @@ class Report:
             ("negative", d["negative_examples"]),
             ("low", d["low_examples"]),
             ("low before the final reseed", d["final_low_examples"]),
+            ("expired in-flight entry applied", d["expired_applied_examples"]),
             ("high before the final reseed", d["final_high_examples"]),
             ("negative PG", d["negative_pg_examples"]),
             ("PG drift", d["pg_drift_examples"]),

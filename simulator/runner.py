@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from accounting.live.leases import LEASE_SECONDS
 from accounting.reconcile import reseed
 from accounting.release.eras import publishers_wrapped
+from accounting.release.publish import ReleasePublisher
 from cuebot_acct.redis_factory import accounting_redis, sentinel_target
 from shows.models import Show
 from simulator import pg_truth as pg_accounting
@@ -29,14 +30,17 @@ from simulator.report import Report, Stats
 from simulator.workers import (
     PublishDrop,
     SimContext,
+    StalledPublishes,
     booker,
     inflight_keys_pending,
     negative_pg_rows,
     operator,
+    publish_expired,
     reconcile_once,
     reconciler,
     redis_open,
     releaser,
+    wrap_redis_publishers,
 )
 
 
@@ -164,9 +168,15 @@ def _run(
     )
     clamped_before = REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0
     seams = ExitStack()  # what the run puts into the service's seams, taken out when the workers stop
+    wraps: list[Callable[[ReleasePublisher], ReleasePublisher]] = []
     if "publish-drop" in config.faults:
         ctx.publish_drop = PublishDrop(rng=ctx.rng("publish-drop"), stats=stats)
-        seams.enter_context(publishers_wrapped(ctx.publish_drop.wrap))
+        wraps.append(ctx.publish_drop.wrap)
+    if "release-stall" in config.faults:
+        ctx.stalls = StalledPublishes(stats=stats)
+        wraps.append(ctx.stalls.wrap)
+    if wraps:
+        seams.enter_context(publishers_wrapped(wrap_redis_publishers(wraps=wraps)))
     roles = [(booker, config.bookers), (releaser, config.releasers), (reconciler, 1), (operator, 1)]
     threads = [
         threading.Thread(target=body, args=(ctx, i), name=f"sim-{body.__name__}-{i}", daemon=True)
@@ -192,6 +202,7 @@ def _run(
     seconds = time.monotonic() - started
     progress(seconds, stats)
     settle_inflight(ttl_seconds=config.inflight_ttl_seconds)
+    publish_expired(ctx)  # what the workers' stop left stalled: nothing else runs now
     managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
     low, high = against_truth(show_ids=managed) if redis_open() else ([], [])
     judged = (

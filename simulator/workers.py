@@ -9,6 +9,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile import failover
 from accounting.reconcile.reseed import open_to_booking
-from accounting.release.publish import RedisReleasePublisher, ReleasePublisher
+from accounting.release.publish import PreparedRelease, RedisReleasePublisher, ReleasePublisher
 from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct.redis_factory import (
     accounting_redis,
@@ -103,6 +104,10 @@ class SimContext:
     reconcile_interval: float
     stop: threading.Event = field(default_factory=threading.Event)
     publish_drop: "PublishDrop | None" = None
+    stalls: "StalledPublishes | None" = None
+    # Held by a fault that empties or replaces the accounting Redis (redis-restart, redis-kill,
+    # failover) and by the stalled publishes' check, which reads counters before and after.
+    redis_faults: threading.Lock = field(default_factory=threading.Lock)
     reseeder: str = "project"
     gate: Gate = field(default_factory=Gate)
     # Jobs the job-kill fault marked FINISHED: the scheduler books no more frames of them.
@@ -188,17 +193,18 @@ class HostView:
         self.hosts: list[tuple[str, str, int, int]] = []
         self.read_at = 0.0
 
-    def pick(self, *, rng: random.Random, cores: int) -> tuple[str, str, int] | None:
+    def pick(self, *, rng: random.Random, cores: int, gpus: int) -> tuple[str, str] | None:
+        """(host id, allocation id) of a host that seemed to have `cores` and `gpus` idle."""
         if time.monotonic() - self.read_at > MANAGED_SHOWS_REFRESH_SECONDS:
             with connection.cursor() as cursor:
                 cursor.execute(OPEN_HOSTS, {"hosts": self.farm.host_ids, "cores": min(PROC_CORES), "mem": PROC_MEM_KB})
                 self.hosts = cursor.fetchall()
             self.read_at = time.monotonic()
-        fitting = [h for h in self.hosts if h[2] >= cores]
+        fitting = [h for h in self.hosts if h[2] >= cores and h[3] >= gpus]
         if not fitting:
             return None
-        host_id, alloc_id, _, gpus_idle = rng.choice(fitting)
-        return host_id, alloc_id, gpus_idle
+        host_id, alloc_id, _, _ = rng.choice(fitting)
+        return host_id, alloc_id
 
 
 class ManagedShows:
@@ -219,6 +225,34 @@ class ManagedShows:
         return self.show_ids
 
 
+# A GPU layer's frame asks for one of these many GPUs, some beyond its layer's maximum.
+FRAME_GPUS = (1, 2, 3)
+
+
+def frame_size(*, rng: random.Random, layer: LayerRef) -> tuple[int, int]:
+    """What a frame of `layer` asks for: centicores from PROC_CORES, GPUs when its layer
+    takes any; drawn past the layer's per-frame limits too, which the scheduler refuses."""
+    return rng.choice(PROC_CORES), rng.choice(FRAME_GPUS) if layer.gpus_min > 0 else 0
+
+
+def layer_refusal(*, layer: LayerRef, cores: int, gpus: int) -> str | None:
+    """The layer's per-frame limit a frame of this size exceeds ("layer cores", "layer gpus"),
+    or None. The scheduler sizes frames itself: booking.lua reads no layer limit."""
+    if 0 < layer.cores_max < cores:
+        return "layer cores"
+    if 0 < layer.gpus_max < gpus:
+        return "layer gpus"
+    return None
+
+
+def refusal_label(*, result: booking.BookingResult) -> str:
+    """A rejection named by the cap that refused it: "subscription burst", "folder gpus"... A
+    subscription without a burst is closed to booking (a rebuild, a switch), not at its cap."""
+    if result.table == "subscription":
+        return "subscription burst" if result.limit else "subscription closed"
+    return f"{result.table} {result.unit}" if result.unit else str(result.table)
+
+
 @worker("booker")
 def booker(ctx: SimContext, index: int) -> None:
     rng, managed, hosts = ctx.rng("booker", index), ManagedShows(ctx.farm), HostView(ctx.farm)
@@ -230,19 +264,24 @@ def booker(ctx: SimContext, index: int) -> None:
         layer = rng.choice(ctx.farm.layers_by_show[rng.choice(shows)])
         if layer.job_id in ctx.killed_jobs:
             continue
-        cores = rng.choice(PROC_CORES)
-        host = hosts.pick(rng=rng, cores=cores)
+        cores, gpus = frame_size(rng=rng, layer=layer)
+        refused = layer_refusal(layer=layer, cores=cores, gpus=gpus)
+        if refused:
+            ctx.stats.count("rejections", refused)
+            continue
+        host = hosts.pick(rng=rng, cores=cores, gpus=gpus)
         if host is None:
             ctx.stats.count("rejections", "host")
             continue
         with ctx.gate.operation():
-            book_one(ctx, rng=rng, layer=layer, host=host, cores=cores)
+            book_one(ctx, rng=rng, layer=layer, host=host, cores=cores, gpus=gpus)
 
 
-def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tuple[str, str, int], cores: int) -> None:
+def book_one(
+    ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tuple[str, str], cores: int, gpus: int
+) -> None:
     """One scheduler booking: script, INSERT (host claimed in the same transaction), settle."""
-    host_id, alloc_id, gpus_idle = host
-    gpus = 1 if gpus_idle > 0 and rng.random() < 0.3 else 0
+    host_id, alloc_id = host
     ids = dict(
         show_id=layer.show_id,
         alloc_id=alloc_id,
@@ -261,7 +300,7 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
     if result is None:
         return
     if not result.ok:
-        ctx.stats.count("rejections", result.table)
+        ctx.stats.count("rejections", refusal_label(result=result))
         return
     if ctx.plan.take("crash-after-lua"):
         # The booker dies here: no INSERT, no settle, no rollback. Its in-flight entry
@@ -286,7 +325,13 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
         booking.settle(op_id=op_id)
     ctx.stats.add(bookings=1)
     for violation in over_cap_after_booking(
-        show_id=layer.show_id, alloc_id=alloc_id, folder_id=layer.folder_id, job_id=layer.job_id, started=started
+        show_id=layer.show_id,
+        alloc_id=alloc_id,
+        folder_id=layer.folder_id,
+        job_id=layer.job_id,
+        layer_id=layer.layer_id,
+        gpus=gpus,
+        started=started,
     ):
         ctx.stats.record("over_cap", violation)
 
@@ -294,8 +339,12 @@ def book_one(ctx: SimContext, *, rng: random.Random, layer: LayerRef, host: tupl
 # Frames that finish release their procs. A killed job's frames do not finish: its procs go
 # through the kill's own release (release_a_killed_job), later, as in OpenCue; released here at
 # random, they were often gone before a reseed could run between the kill and their release.
+# A frame runs FRAME_SECONDS at least: released at once, procs went as fast as they came and
+# the farm never filled up to its caps.
+FRAME_SECONDS = 1.0
 PICK_PROCS = """
-SELECT pk_proc FROM proc WHERE pk_show = ANY(%(shows)s) AND pk_job <> ALL(%(killed)s::text[]) ORDER BY random() LIMIT %(n)s
+SELECT pk_proc FROM proc WHERE pk_show = ANY(%(shows)s) AND pk_job <> ALL(%(killed)s::text[])
+   AND ts_booked <= now() - make_interval(secs => %(ran)s) ORDER BY random() LIMIT %(n)s
 """
 
 
@@ -307,7 +356,7 @@ def releaser(ctx: SimContext, index: int) -> None:
         with connection.cursor() as cursor:
             # copy(): one C call under the GIL, while the fault thread may be adding a job.
             killed = sorted(ctx.killed_jobs.copy())
-            cursor.execute(PICK_PROCS, {"shows": ctx.farm.show_ids, "killed": killed, "n": n})
+            cursor.execute(PICK_PROCS, {"shows": ctx.farm.show_ids, "killed": killed, "n": n, "ran": FRAME_SECONDS})
             proc_ids = [row[0] for row in cursor.fetchall()]
         if not proc_ids:
             ctx.stop.wait(0.05)
@@ -334,7 +383,15 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
         ctx.stats.count("release_calls", "http batch" if len(proc_ids) > 1 else "http single")
         ctx.stats.add(releases=sum(outcomes), release_misses=len(outcomes) - sum(outcomes))
         return
-    released = release(proc_ids)
+    # Not once the run's last reseed is done: nothing after it would take a stalled release's
+    # proc off Redis, and the final check would find it high.
+    if ctx.stalls is not None and not ctx.last_reseed_done.is_set() and ctx.plan.take("release-stall"):
+        with ctx.stalls.stalling() as held:
+            released = release(proc_ids)
+        if not held:  # no scheduler-managed proc released among them: no publish to hold
+            ctx.plan.rearm("release-stall")
+    else:
+        released = release(proc_ids)
     ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
     ctx.stats.add(
         releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None)
@@ -402,14 +459,21 @@ def reconciler(ctx: SimContext, index: int) -> None:
                     deadline = time.monotonic() + settings.ACCOUNTING_INFLIGHT_TTL_SECONDS + 1
                     while inflight_keys_pending() and time.monotonic() < deadline:
                         time.sleep(0.1)  # expiry is Redis's clock: nothing to wait on but time
+                    publish_expired(ctx)  # stalled releases, their entries expired now
                     reconcile_once(ctx.stats, reseeder=ctx.reseeder)
                 ctx.last_reseed_done.set()
             else:
                 # Before the reseed: what bookings and releases left (a reseed would rewrite
                 # the evidence); after it: what the reseed wrote.
                 sample_low(ctx, moment="before reseed")
-                reconcile_once(ctx.stats, reseeder=ctx.reseeder)
-                sample_low(ctx, moment="after reseed")
+                if ctx.stalls is not None and ctx.stalls.expiring_within(seconds=ctx.reconcile_interval + 0.5):
+                    # A stalled release's entry expires before the next cycle: no reseed until
+                    # it is sent, or the reseed's purge of expired entries would leave its
+                    # publish nothing to apply, and release.lua's rule untested.
+                    ctx.stats.add(reseeds_deferred_for_stalls=1)
+                else:
+                    reconcile_once(ctx.stats, reseeder=ctx.reseeder)
+                    sample_low(ctx, moment="after reseed")
         except redis.exceptions.RedisError as error:
             # A cycle cut short by Redis (a redis-restart fault between a script load and
             # its call, say) is what a scheduler's loop meets too: it logs and tries again
@@ -424,7 +488,10 @@ def sample_low(ctx: SimContext, *, moment: str) -> None:
 
 
 def sample_low_now(ctx: SimContext, *, moment: str) -> None:
-    """Record every counter below SUM(proc) now; the caller holds the gate quiet."""
+    """Send the stalled publishes now due, then record every counter below SUM(proc); the
+    caller holds the gate quiet."""
+    publish_expired(ctx)
+    ctx.stats.add(quiet_samples=1)
     for low in low_counters(farm=ctx.farm):
         ctx.stats.record("low_counters", (moment, *low))
 
@@ -509,17 +576,19 @@ def operator(ctx: SimContext, index: int) -> None:
             with ctx.gate.operation(), transient(ctx, "job-kill release"):
                 release_a_killed_job(ctx, job_id=due[1])
         if ctx.plan.take("failover"):
-            with redis_errors_counted(ctx, "failover"):
+            with ctx.redis_faults, redis_errors_counted(ctx, "failover"):
                 promote_a_replica()
                 ctx.stats.count("faults", "failover")
         if ctx.plan.take("redis-kill"):
-            ctx.redis_server.restart()
+            with ctx.redis_faults:
+                ctx.redis_server.restart()
             ctx.stats.count("faults", "redis-kill")
         if ctx.plan.take("redis-restart"):
             # A restarted Redis without persistence: no keys, no scripts.
             client = accounting_redis()
-            client.flushdb()
-            client.script_flush()
+            with ctx.redis_faults:
+                client.flushdb()
+                client.script_flush()
             ctx.stats.count("faults", "redis-restart")
 
 
@@ -610,9 +679,7 @@ class PublishDrop:
             return True
 
     def wrap(self, publisher: ReleasePublisher) -> ReleasePublisher:
-        """For publishers_wrapped: an era that publishes nothing to Redis has nothing to drop."""
-        if not isinstance(publisher, RedisReleasePublisher):
-            return publisher
+        """For publishers_wrapped (wrap_redis_publishers), around the Redis era's publisher."""
         return _DroppingPublisher(inner=publisher, drop=self)
 
 
@@ -647,6 +714,134 @@ class _LossyLink:
 
     def script_load(self, source: str) -> str:
         return self.client.script_load(source)
+
+
+class StalledPublishes:
+    """release-stall: Cuebot stops (a long GC pause, a SIGSTOP) between a release's commit and
+    its publish, for longer than the in-flight TTL: the publish lands after its entry expired.
+
+    Installed through the service's seam like PublishDrop. A publish made while `stalling()`
+    is held is not sent; the reconciler sends it in a quiet moment once its entry has expired
+    (`publish_expired`), and reads the release's counters before and after. release.lua must
+    change none of them: an expired entry may already be out of a reseed's write (one that
+    does not purge expired entries, as the scheduler's own recompute, can have written SUM(proc)
+    without the proc), and taking the proc off again would read low.
+    """
+
+    def __init__(self, *, stats: Stats) -> None:
+        self.stats = stats
+        self._local = threading.local()
+        self._held: list[tuple[ReleasePublisher, PreparedRelease]] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def stalling(self):
+        """For a release call in this thread: its publish is held. Yields the list of the
+        publishes held (one at most; none when the call released no scheduler-managed proc)."""
+        held: list[PreparedRelease] = []
+        self._local.held = held
+        try:
+            yield held
+        finally:
+            self._local.held = None
+
+    def wrap(self, publisher: ReleasePublisher) -> ReleasePublisher:
+        """For publishers_wrapped (wrap_redis_publishers), around the Redis era's publisher."""
+        return _StallingPublisher(inner=publisher, stalls=self)
+
+    def hold(self, *, inner: ReleasePublisher, prepared: PreparedRelease) -> bool:
+        held = getattr(self._local, "held", None)
+        # A publish with nothing to take off (its procs released meanwhile by another caller)
+        # would test nothing: sent at once, and the fault is due again.
+        if held is None or held or not prepared.deltas:
+            return False
+        held.append(prepared)
+        with self._lock:
+            self._held.append((inner, prepared))
+        self.stats.count("faults", "release-stall")
+        return True
+
+    def take_expired(self) -> list[tuple[ReleasePublisher, PreparedRelease, bool]]:
+        """The held publishes whose entry has expired by Redis's clock (or is gone: purged by a
+        reseed, flushed by a restart), each with whether its expired entry is still there."""
+        client = accounting_redis()
+        seconds, micros = client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        due, kept = [], []
+        with self._lock:
+            for inner, prepared in self._held:
+                entry = client.hget(keys.INFLIGHT, prepared.op_id)
+                if entry is not None and int(entry.split(b"|", 1)[0]) > now_ms:
+                    kept.append((inner, prepared))
+                else:
+                    due.append((inner, prepared, entry is not None))
+            self._held = kept
+        return due
+
+    def expiring_within(self, *, seconds: float) -> bool:
+        """Whether a held publish's entry is live now and expires within `seconds` (Redis's clock)."""
+        client = accounting_redis()
+        redis_seconds, micros = client.time()
+        now_ms = redis_seconds * 1000 + micros // 1000
+        with self._lock:
+            entries = [client.hget(keys.INFLIGHT, prepared.op_id) for _, prepared in self._held]
+        expiries = [int(entry.split(b"|", 1)[0]) for entry in entries if entry is not None]
+        return any(now_ms < expiry <= now_ms + seconds * 1000 for expiry in expiries)
+
+
+class _StallingPublisher:
+    def __init__(self, *, inner: ReleasePublisher, stalls: StalledPublishes) -> None:
+        self.inner, self.stalls = inner, stalls
+
+    def prepare(self, *, releases):
+        return self.inner.prepare(releases=releases)
+
+    def publish(self, *, prepared):
+        if self.stalls.hold(inner=self.inner, prepared=prepared):
+            return None
+        return self.inner.publish(prepared=prepared)
+
+
+def publish_expired(ctx: SimContext) -> None:
+    """Send the stalled publishes whose entries have expired, and record every counter one of
+    them lowered. The caller holds the gate quiet and runs no reseed meanwhile, so between
+    the two reads nothing but the publish writes those keys."""
+    if ctx.stalls is None:
+        return
+    with ctx.redis_faults:
+        for inner, prepared, entry_there in ctx.stalls.take_expired():
+            ctx.stats.add(stalled_publishes=1, stalled_publishes_entry_expired=int(entry_there))
+            before = _counters(redis_keys=list(prepared.deltas))
+            inner.publish(prepared=prepared)
+            after = _counters(redis_keys=list(prepared.deltas))
+            for key in prepared.deltas:
+                for name, was, now in zip(("int_cores", "int_gpus"), before[key], after[key]):
+                    if now < was:
+                        ctx.stats.record("expired_inflight_applied", (key, name, was, now))
+
+
+def _counters(*, redis_keys: list[str]) -> dict[str, tuple[int, int]]:
+    client = accounting_redis()
+    with client.pipeline(transaction=False) as pipe:
+        for key in redis_keys:
+            pipe.hmget(key, "int_cores", "int_gpus")
+        return {key: (int(c or 0), int(g or 0)) for key, (c, g) in zip(redis_keys, pipe.execute())}
+
+
+def wrap_redis_publishers(
+    *, wraps: list[Callable[[ReleasePublisher], ReleasePublisher]]
+) -> Callable[[ReleasePublisher], ReleasePublisher]:
+    """For publishers_wrapped, which takes one wrapper: each of `wraps` in turn around the
+    Redis era's publisher. An era that publishes nothing to Redis has nothing to drop or stall."""
+
+    def wrap(publisher: ReleasePublisher) -> ReleasePublisher:
+        if not isinstance(publisher, RedisReleasePublisher):
+            return publisher
+        for one in wraps:
+            publisher = one(publisher)
+        return publisher
+
+    return wrap
 
 
 def inflight_keys_pending() -> int:

@@ -29,6 +29,8 @@ class BookingResult:
     table: str | None = None
     current: int | None = None
     limit: int | None = None
+    # Which of the table's caps refused: "cores" or "gpus" (None for "failover" and "acct:inflight").
+    unit: str | None = None
 
 
 def _delta_cores(centicores: int) -> int:
@@ -81,8 +83,12 @@ def _run(
     )
     if int(reply[0]) == 1:
         return BookingResult(ok=True, seq=int(reply[1]))
-    table = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
-    return BookingResult(ok=False, table=table, current=int(reply[2]), limit=int(reply[3]))
+    table, *unit = (_text(part) for part in (reply[1], *reply[4:5]))  # no unit on "failover" and "acct:inflight"
+    return BookingResult(ok=False, table=table, current=int(reply[2]), limit=int(reply[3]), unit=next(iter(unit), None))
+
+
+def _text(part: bytes | str) -> str:
+    return part.decode() if isinstance(part, bytes) else part
 
 
 def book(

@@ -2,22 +2,28 @@
 through `simulate_farm`'s engine and must be caught by the invariant named for it.
 
 Each variant changes one thing (a line of a Lua script, one step of the release path, the
-reseed's snapshot) for the length of one short run on a fresh farm, and the report must name
-its failure. The unbroken runs beside them (test_simulation.py, test_counting_rules.py) hold
-every invariant at 0, so a catch here is the variant's doing.
+reseed's snapshot, the scheduler's sizing of a frame) for the length of one short run on a
+fresh farm, and the report must name its failure. The caps are caught on the farm every run
+uses (simulate_farm's defaults), not on one built for the test: a default run reaches each of
+them. The same runs with nothing broken hold every invariant at 0, so a catch here is the
+variant's doing.
 """
 
+import json
 from dataclasses import replace
+from io import StringIO
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from accounting.live import booking
 from accounting.live.scripts import LuaScript
 from accounting.live.scripts import script as real_script
-from accounting.models import FolderResource, JobResource, Subscription
 from accounting.reconcile import reseed
 from accounting.release import publish, unbook
-from simulator import runner
+from accounting.release.types import Release
+from simulator import notify_era, workers
+from simulator.report import CAP_KINDS
 from simulator.runner import SimConfig, run_simulation
 
 pytestmark = [
@@ -27,37 +33,61 @@ pytestmark = [
 ]  # it books as the scheduler
 
 
-def booking_script_without(monkeypatch, check: str) -> None:
-    """booking.lua with one limit check turned off (the line must be there to turn off)."""
-    source = real_script("booking").source
+def script_without(monkeypatch, *, module, name: str, check: str, instead: str) -> None:
+    """The service's script `name`, as `module` loads it, with `check` replaced by `instead`
+    (the line must be there to replace)."""
+    source = real_script(name).source
     assert check in source
-    broken = LuaScript(name="booking", source=source.replace(check, "if false then"))
-    monkeypatch.setattr(booking, "script", lambda name: broken if name == "booking" else real_script(name))
-
-
-def with_farm_caps(monkeypatch, **caps) -> None:
-    """The run's farm with these caps (centicores) on every show: already reached by the procs
-    it starts with, so the enforced protocol books nothing more there and a broken one must."""
-    real = runner.build_sim_farm
-
-    def build(**options):
-        farm = real(**options)
-        Subscription.objects.filter(show_id__in=farm.show_ids).update(**caps.get("subscription", {}))
-        FolderResource.objects.filter(folder__show_id__in=farm.show_ids).update(**caps.get("folder", {}))
-        JobResource.objects.filter(job__show_id__in=farm.show_ids).update(**caps.get("job", {}))
-        return farm
-
-    monkeypatch.setattr(runner, "build_sim_farm", build)
+    broken = LuaScript(name=name, source=source.replace(check, instead))
+    monkeypatch.setattr(module, "script", lambda wanted: broken if wanted == name else real_script(wanted))
 
 
 def burst_not_enforced(monkeypatch):
-    booking_script_without(monkeypatch, "if burst == 0 or booked + cores > burst then")
-    with_farm_caps(monkeypatch, subscription={"int_burst": 400})
+    script_without(
+        monkeypatch,
+        module=booking,
+        name="booking",
+        check="if burst == 0 or booked + cores > burst then",
+        instead="if false then",
+    )
 
 
-def caps_not_enforced(monkeypatch):
-    booking_script_without(monkeypatch, "if cap > 0 and current + delta > cap then")  # cores and GPUs: one loop
-    with_farm_caps(monkeypatch, folder={"int_max_cores": 200}, job={"int_max_cores": 100})
+def core_caps_not_enforced(monkeypatch):
+    """The folder's and the job's max cores: the caps loop's cores entry, its delta made 0."""
+    script_without(
+        monkeypatch,
+        module=booking,
+        name="booking",
+        check="{cores, 'int_max_cores', 'int_cores', 'cores'}",
+        instead="{0, 'int_max_cores', 'int_cores', 'cores'}",
+    )
+
+
+def gpu_caps_not_enforced(monkeypatch):
+    """The folder's and the job's max GPUs: the caps loop's GPU entry, its delta made 0."""
+    script_without(
+        monkeypatch,
+        module=booking,
+        name="booking",
+        check="{gpus, 'int_max_gpus', 'int_gpus', 'gpus'}",
+        instead="{0, 'int_max_gpus', 'int_gpus', 'gpus'}",
+    )
+
+
+def layer_limits_not_enforced(monkeypatch):
+    """The scheduler books a frame whatever size its layer allows."""
+    monkeypatch.setattr(workers, "layer_refusal", lambda *, layer, cores, gpus: None)
+
+
+def expired_inflight_entry_applied(monkeypatch):
+    """release.lua decrements for an entry whose TTL has passed, as for a live one."""
+    script_without(
+        monkeypatch,
+        module=publish,
+        name="release",
+        check="if tonumber(string.match(entry, '^(%d+)')) <= now then",
+        instead="if false then",
+    )
 
 
 def publish_with(monkeypatch, deltas) -> None:
@@ -99,39 +129,99 @@ def published_before_commit(monkeypatch):
 # or once the run is over. Which of them sees it first is the threads' timing; each names it.
 LOW = ("low_counters_sampled", "releases_found_counter_low", "low_before_final_reseed")
 
+# The farm every run uses (simulate_farm's defaults), for a short run, with release-stall: each
+# variant below needs the farm and its own break only, and one control then covers them all.
+DEFAULT_FARM = SimConfig(seconds=6, seed=7, reconcile_interval=0.5)
+STALLS = ("release-stall",)
+# A small, busy farm: one releaser for four bookers.
+SMALL_FARM = SimConfig(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, seed=7, reconcile_interval=0.5)
+
 VARIANTS = {
-    # variant: (faults it needs to show, the invariants that catch it)
-    burst_not_enforced: ((), ("over_cap",)),
-    caps_not_enforced: ((), ("over_cap",)),
-    double_decrement: ((), LOW),
-    decrement_lost: ((), ("high_before_final_reseed",)),
-    finished_jobs_left_out_of_the_snapshot: (("job-kill",), LOW),
-    published_before_commit: (("pg-rollback",), LOW),
+    # variant: (the run, the faults it runs with, the invariants that catch it)
+    burst_not_enforced: (DEFAULT_FARM, STALLS, ("over_cap",)),
+    core_caps_not_enforced: (DEFAULT_FARM, STALLS, ("over_cap",)),
+    gpu_caps_not_enforced: (DEFAULT_FARM, STALLS, ("over_cap",)),
+    layer_limits_not_enforced: (DEFAULT_FARM, STALLS, ("over_cap",)),
+    expired_inflight_entry_applied: (DEFAULT_FARM, STALLS, ("expired_inflight_applied",)),
+    double_decrement: (DEFAULT_FARM, STALLS, LOW),
+    decrement_lost: (DEFAULT_FARM, STALLS, ("high_before_final_reseed",)),
+    finished_jobs_left_out_of_the_snapshot: (SMALL_FARM, ("job-kill",), LOW),
+    published_before_commit: (SMALL_FARM, ("pg-rollback",), LOW),
+}
+
+
+# The cap a variant ignores, as over_cap names the bookings past it: (tables, unit).
+CAP_IGNORED = {
+    burst_not_enforced: ({"subscription"}, "cores"),
+    core_caps_not_enforced: ({"folder", "job"}, "cores"),
+    gpu_caps_not_enforced: ({"folder", "job"}, "gpus"),
+    layer_limits_not_enforced: ({"layer"}, "per frame"),
 }
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda variant: variant.__name__)
 def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
-    faults, invariants = VARIANTS[variant]
+    config, faults, invariants = VARIANTS[variant]
     variant(monkeypatch)
-    # A small, busy farm: one releaser for four bookers, so caps and bursts are reached.
-    report = run_simulation(
-        config=SimConfig(
-            shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7, reconcile_interval=0.5
-        )
-    )
+    report = run_simulation(config=replace(config, faults=faults))
     assert any(report.invariants[name] > 0 for name in invariants), report.as_table()
     assert not report.ok
+    if variant in CAP_IGNORED:  # and past the very cap it ignores
+        tables, unit = CAP_IGNORED[variant]
+        assert any(v.table in tables and unit in v.unit for v in report.stats.counted_over_cap()), report.as_table()
 
 
 @pytest.mark.parametrize(
-    "faults", sorted({faults for faults, _ in VARIANTS.values()}), ids=lambda f: ",".join(f) or "none"
+    ("config", "faults"),
+    sorted({(config, faults) for config, faults, _ in VARIANTS.values()}, key=str),
+    ids=lambda value: (
+        ("default farm" if value is DEFAULT_FARM else "small farm")
+        if isinstance(value, SimConfig)
+        else ",".join(value) or "no faults"
+    ),
 )
-def test_the_same_runs_of_the_unbroken_protocol_hold_every_invariant(faults):
+def test_the_same_runs_of_the_unbroken_protocol_hold_every_invariant(config, faults):
     """The control: each run above, with nothing broken, is clean, exactness judged."""
-    report = run_simulation(
-        config=SimConfig(
-            shows=4, hosts=8, jobs=40, seconds=6, releasers=1, faults=faults, seed=7, reconcile_interval=0.5
-        )
-    )
+    report = run_simulation(config=replace(config, faults=faults))
     assert report.ok and report.exactness_judged, report.as_table()
+
+
+# The NOTIFY era's run on the farm every run uses, with its job kills (FINISHED first, procs
+# released later), and no fault that loses a notification.
+NOTIFY_RUN = ("--era", "notify", "--seconds", "5", "--faults", "job-kill", "--seed", "7")
+
+
+def notify_era_run() -> dict:
+    out = StringIO()
+    try:
+        call_command("simulate_farm", *NOTIFY_RUN, "--json", stdout=out, stderr=StringIO())
+    except CommandError as failed:
+        assert failed.returncode == 1  # an invariant failed: the report says which
+    return json.loads(out.getvalue())
+
+
+def test_a_notify_era_release_sent_for_a_killed_jobs_procs_is_caught(monkeypatch):
+    """Cuebot's own rule (it sends every release): a killed job's procs are heard after its
+    kill, and the scheduler's recompute has already left them out."""
+    monkeypatch.setattr(Release, "job_finished", property(lambda release: False))
+    report = notify_era_run()
+    assert report["invariants"]["killed_job_releases_heard"] > 0, report
+    assert report["ok"] is False
+
+
+def test_a_notify_era_scheduler_ignoring_gpu_caps_is_caught(monkeypatch):
+    """The NOTIFY-era scheduler model checks the folder's and the job's max cores, not their
+    max GPUs: the default farm's GPU caps bind, so it books past them."""
+    monkeypatch.setattr(notify_era, "FOLDER_AND_JOB_CAPS", (("cores", 0),))
+    report = notify_era_run()
+    assert report["invariants"]["over_cap"] > 0, report
+    assert {v["unit"] for v in report["over_cap_examples"]} == {"gpus"}
+    assert report["ok"] is False
+
+
+def test_the_same_notify_era_run_of_the_unbroken_protocol_holds_every_invariant():
+    report = notify_era_run()
+    assert report["ok"] is True and report["exactness_judged"] is True, report
+    assert report["faults"]["job-kill"] > 0
+    # The default farm's every cap turned the scheduler model's bookings away, as in the Redis era.
+    assert all(report["refused_at_cap"][kind] > 0 for kind in CAP_KINDS), report["refused_at_cap"]

@@ -15,6 +15,7 @@ from simulator.farm import foreign_redis_keys, sim_show_ids
 from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
 from simulator.maestro_run import MAESTRO_FAULTS
 from simulator.management.commands.simulate_farm import Command as SimulateFarm
+from simulator.report import CAP_KINDS
 from tests.service_role import as_cuebot
 
 
@@ -174,11 +175,15 @@ def test_short_run_with_every_fault_keeps_every_invariant():
         "releases_found_counter_low": 0,
         "negative_pg_rows": 0,
         "pg_drift_after_reconcile": 0,
+        "expired_inflight_applied": 0,
         "worker_errors": 0,
     }
     assert report["ok"] is True
     assert report["bookings"] > 0 and report["releases"] > 0
-    assert set(report["rejections"]) >= {"subscription", "job"}
+    # The default farm's every cap turned bookings away: a scheduler ignoring one would book past it.
+    assert all(report["refused_at_cap"][kind] > 0 for kind in CAP_KINDS), report["refused_at_cap"]
+    # A stalled release was published after its in-flight entry expired, and changed nothing.
+    assert report["stalled_publishes"]["sent"] > 0
     assert report["release_calls"]["single"] > 0 and report["release_calls"]["batch"] > 0
     # Through gunicorn too, single and batch, and counted released when the proc was there.
     assert report["release_calls"]["http single"] > 0 and report["release_calls"]["http batch"] > 0

@@ -147,6 +147,8 @@ def finish(model: Model, pending: Pending) -> None:
         alloc_id=pending.ids["alloc_id"],
         folder_id=pending.ids["folder_id"],
         job_id=pending.ids["job_id"],
+        layer_id=pending.ids["layer_id"],
+        gpus=0,
         started=pending.started,
     )
 

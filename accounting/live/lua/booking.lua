@@ -10,11 +10,13 @@
 --         worth the deltas on the five keys) or "remove" (a rollback: apply the deltas only
 --         if the entry is still live, and delete it)
 -- ARGV[6] in-flight TTL in milliseconds (used by "register")
--- Returns {1, seq} when applied; {0, table, current, limit} when a limit rejects it (nothing
--- changed); {0, "failover", 0, 0} when this server is a promoted replica whose keys are not
--- rebuilt yet (acct:master holds another replication id than this server's: it may have
--- missed its old master's last writes and read low; nothing changed); {0, "acct:inflight", 0, 0} when a rollback finds its entry gone or expired
--- (nothing changed: the booking may already have been erased by a reseed, so undoing it
+-- Returns {1, seq} when applied; {0, table, current, limit, unit} when a limit rejects it
+-- (nothing changed; unit, "cores" or "gpus", names which of the table's caps refused: a
+-- fifth element, so a caller that reads four is unaffected); {0, "failover", 0, 0} when
+-- this server is a promoted replica whose keys are not rebuilt yet (acct:master holds
+-- another replication id than this server's: it may have missed its old master's last
+-- writes and read low; nothing changed); {0, "acct:inflight", 0, 0} when a rollback finds
+-- its entry gone or expired (nothing changed: the booking may already have been erased by a reseed, so undoing it
 -- again could push the counters low; left high, the next reseed heals it).
 local cores = tonumber(ARGV[1])
 local gpus = tonumber(ARGV[2])
@@ -40,18 +42,18 @@ if not force then
     local booked = field(KEYS[1], 'int_cores')
     local burst = field(KEYS[1], 'burst')
     if burst == 0 or booked + cores > burst then
-      return {0, 'subscription', booked, burst}
+      return {0, 'subscription', booked, burst, 'cores'}
     end
   end
   -- The folder's and the job's caps, cores first, then GPUs: one loop over (delta, fields).
-  for _, amount in ipairs({{cores, 'int_max_cores', 'int_cores'}, {gpus, 'int_max_gpus', 'int_gpus'}}) do
-    local delta, cap_field, count_field = amount[1], amount[2], amount[3]
+  for _, amount in ipairs({{cores, 'int_max_cores', 'int_cores', 'cores'}, {gpus, 'int_max_gpus', 'int_gpus', 'gpus'}}) do
+    local delta, cap_field, count_field, unit = amount[1], amount[2], amount[3], amount[4]
     if delta > 0 then
       for _, pair in ipairs({{KEYS[2], 'folder'}, {KEYS[3], 'job'}}) do
         local cap = field(pair[1], cap_field)
         local current = field(pair[1], count_field)
         if cap > 0 and current + delta > cap then
-          return {0, pair[2], current, cap}
+          return {0, pair[2], current, cap, unit}
         end
       end
     end

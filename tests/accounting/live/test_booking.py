@@ -58,10 +58,10 @@ def test_over_burst_rejects_with_structured_answer_and_changes_nothing(farm, acc
 def test_job_and_folder_core_caps(farm, acct_redis):
     seed_show(show_id=farm.show.id)
     result = book(**ids(farm), cores=10100, gpus=0)  # 101 cores > the job's 100
-    assert (result.ok, result.table, result.current, result.limit) == (False, "job", 0, 100)
+    assert (result.ok, result.table, result.current, result.limit, result.unit) == (False, "job", 0, 100, "cores")
     acct_redis.hset(five_keys(farm)[1], "int_max_cores", 50)
-    result = book(**ids(farm), cores=5100, gpus=0)
-    assert (result.ok, result.table, result.limit) == (False, "folder", 50)
+    result = book(**ids(farm), cores=5100, gpus=1)
+    assert (result.ok, result.table, result.limit, result.unit) == (False, "folder", 50, "cores")
 
 
 def test_force_bypasses_every_check(farm, acct_redis):
@@ -75,10 +75,10 @@ def test_gpu_caps_of_folder_and_job(farm, acct_redis):
     folder, job = five_keys(farm)[1], five_keys(farm)[2]
     acct_redis.hset(job, "int_max_gpus", 2)
     result = book(**ids(farm), cores=100, gpus=3)
-    assert (result.ok, result.table, result.current, result.limit) == (False, "job", 0, 2)
+    assert (result.ok, result.table, result.current, result.limit, result.unit) == (False, "job", 0, 2, "gpus")
     acct_redis.hset(folder, "int_max_gpus", 1)
     result = book(**ids(farm), cores=100, gpus=2)
-    assert (result.ok, result.table, result.limit) == (False, "folder", 1)
+    assert (result.ok, result.table, result.limit, result.unit) == (False, "folder", 1, "gpus")
 
 
 def test_minus_one_is_unlimited(farm, acct_redis):
