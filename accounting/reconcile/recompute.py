@@ -12,6 +12,12 @@ cap it leaves unchanged, so the statements that meet such checks (subscription,
 job_resource) move the cap in the same UPDATE, to -cap - 1 (never equal to cap, never
 overflowing, and its own inverse), and a second UPDATE moves it back, as Cuebot's own
 recalculate_subs() does. The caps end as they were; the counters end at SUM(proc).
+
+A repair (repair_pg_accounting) writes only the rows that differ, each corrected by its drift:
+the read that finds them is the drift check's own statement, so a repair with nothing to do
+costs what the check costs, and one with a few rows to fix adds their locks and their UPDATEs,
+not a second sum. Rewriting every row cost 2.0-2.5x the bare sums on a farm of Maestro's size
+(docs/benchmarks.md): each row locked, summed again and written anew for nothing.
 """
 
 import logging
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connection, transaction
 
+from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows, without_jit
 from cuebot_acct import metrics
 from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
 
@@ -121,14 +128,54 @@ UPDATE point pt
 """
 
 
+# A repair's correction of drifted rows: each row minus its drift (stored - true, as read), the
+# arrays in primary-key order. Not set to the sums read: a booking or a release committing between
+# the read and the row's lock moves the row and its procs' sum by the same amount in one
+# transaction, so stored now - drift is the true sum now, and no second sum is needed. A rise past
+# a cap moves the cap (as above), and RETURNING says which were moved.
+_DRIFTS = "unnest(%(pks)s::text[], %(cores)s::bigint[], %(gpus)s::bigint[]) AS d(pk, cores, gpus)"
+CORRECT_SUBSCRIPTIONS = f"""
+UPDATE subscription s
+   SET int_cores = s.int_cores - d.cores, int_gpus = s.int_gpus - d.gpus,
+       int_burst = CASE WHEN d.cores < 0 AND s2.int_cores - d.cores > s2.int_burst THEN -s2.int_burst - 1 ELSE s2.int_burst END
+  FROM subscription s2, {_DRIFTS}
+ WHERE s.pk_subscription = d.pk AND s2.pk_subscription = d.pk
+RETURNING s.pk_subscription, d.cores < 0 AND s2.int_cores - d.cores > s2.int_burst
+"""
+CORRECT_JOBS = """
+UPDATE job_resource r
+   SET int_cores = r.int_cores - d.cores, int_gpus = r.int_gpus - d.gpus,
+       int_local_cores = r.int_local_cores - d.local_cores, int_local_gpus = r.int_local_gpus - d.local_gpus,
+       int_max_cores = CASE WHEN d.cores < 0 AND b.int_cores - d.cores > b.int_max_cores
+                            THEN -b.int_max_cores - 1 ELSE b.int_max_cores END,
+       int_max_gpus = CASE WHEN d.gpus < 0 AND b.int_gpus - d.gpus > b.int_max_gpus
+                           THEN -b.int_max_gpus - 1 ELSE b.int_max_gpus END
+  FROM job_resource b,
+       unnest(%(pks)s::text[], %(cores)s::bigint[], %(gpus)s::bigint[], %(local_cores)s::bigint[], %(local_gpus)s::bigint[])
+         AS d(pk, cores, gpus, local_cores, local_gpus)
+ WHERE r.pk_job_resource = d.pk AND b.pk_job_resource = d.pk
+RETURNING r.pk_job_resource, d.cores < 0 AND b.int_cores - d.cores > b.int_max_cores,
+          d.gpus < 0 AND b.int_gpus - d.gpus > b.int_max_gpus
+"""
+
+
+def _correct_uncapped(*, table: str, pk: str) -> str:
+    return f"UPDATE {table} t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus FROM {_DRIFTS} WHERE t.{pk} = d.pk"
+
+
 @dataclass(frozen=True)
 class TableRecompute:
     table: str
-    lock: str  # the show's rows, locked in primary-key order, returning their keys
     update: str  # %(only)s NULL: every row of the shows; an array of keys: those rows alone
+    correct: str  # the rows of %(pks)s minus their drifts (%(cores)s, %(gpus)s[, %(local_cores)s, %(local_gpus)s])
     keys: tuple[str, ...]  # the columns a release names the table's rows by (unique together)
     pk: str
-    restore: str | None = None  # moves back the caps `update` moved
+    restore: str | None = None  # moves back the caps `update` or `correct` moved
+
+    @property
+    def lock_keys(self) -> str:
+        """The rows of %(pks)s, locked in primary-key order."""
+        return f"SELECT {self.pk} FROM {self.table} WHERE {self.pk} = ANY(%(pks)s) ORDER BY {self.pk} FOR NO KEY UPDATE"
 
     @property
     def lock_named(self) -> str:
@@ -148,43 +195,31 @@ class TableRecompute:
 TABLES = (
     TableRecompute(
         "subscription",
-        "SELECT pk_subscription FROM subscription WHERE pk_show = ANY(%(shows)s) ORDER BY pk_subscription FOR NO KEY UPDATE",
         SUBSCRIPTIONS,
+        CORRECT_SUBSCRIPTIONS,
         keys=("pk_show", "pk_alloc"),
         pk="pk_subscription",
         restore=RESTORE_BURSTS,
     ),
     TableRecompute(
         "layer_resource",
-        """SELECT r.pk_layer_resource FROM layer_resource r JOIN layer l ON l.pk_layer = r.pk_layer JOIN job j ON j.pk_job = l.pk_job
-            WHERE j.pk_show = ANY(%(shows)s) ORDER BY r.pk_layer_resource FOR NO KEY UPDATE OF r""",
         LAYERS,
+        _correct_uncapped(table="layer_resource", pk="pk_layer_resource"),
         keys=("pk_layer",),
         pk="pk_layer_resource",
     ),
     TableRecompute(
-        "job_resource",
-        """SELECT r.pk_job_resource FROM job_resource r JOIN job j ON j.pk_job = r.pk_job WHERE j.pk_show = ANY(%(shows)s)
-            ORDER BY r.pk_job_resource FOR NO KEY UPDATE OF r""",
-        JOBS,
-        keys=("pk_job",),
-        pk="pk_job_resource",
-        restore=RESTORE_JOB_MAXIMA,
+        "job_resource", JOBS, CORRECT_JOBS, keys=("pk_job",), pk="pk_job_resource", restore=RESTORE_JOB_MAXIMA
     ),
     TableRecompute(
         "folder_resource",
-        """SELECT r.pk_folder_resource FROM folder_resource r JOIN folder f ON f.pk_folder = r.pk_folder
-            WHERE f.pk_show = ANY(%(shows)s) ORDER BY r.pk_folder_resource FOR NO KEY UPDATE OF r""",
         FOLDERS,
+        _correct_uncapped(table="folder_resource", pk="pk_folder_resource"),
         keys=("pk_folder",),
         pk="pk_folder_resource",
     ),
     TableRecompute(
-        "point",
-        "SELECT pk_point FROM point WHERE pk_show = ANY(%(shows)s) ORDER BY pk_point FOR NO KEY UPDATE",
-        POINTS,
-        keys=("pk_dept", "pk_show"),
-        pk="pk_point",
+        "point", POINTS, _correct_uncapped(table="point", pk="pk_point"), keys=("pk_dept", "pk_show"), pk="pk_point"
     ),
 )
 
@@ -250,40 +285,103 @@ class RowFailure:
     error: str
 
 
+@dataclass(frozen=True)
+class Repair:
+    drifted: list[TableDrift]  # every row that differed from SUM(proc) when read, by name, in lock order
+    failures: list[RowFailure]  # those it could not set (left as they were)
+
+
 def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
+    """repair_pg_accounting, for a caller that needs only the rows it could not set."""
+    return repair_pg_accounting(show_ids=show_ids).failures
+
+
+def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     """Make the five accounting tables of these shows equal SUM(proc), in one transaction.
 
-    Every row it can: a statement that fails for one row (say a sum beyond the column's
-    range) is redone row by row, each in a savepoint, and the rows that still fail are
-    logged, counted and returned. Idempotent (it rewrites from `proc`), so as the outermost
-    transaction a deadlock victim is simply run again (cuebot_acct.transactions); inside a
-    caller's transaction that error propagates.
+    Table after table in the lock order: the rows that differ from their sums are read in one
+    statement (cuebot_drift's, the check's), then those rows alone are locked and set from their
+    sums, read again once the locks are held. A row equal to its sum in a snapshot is not drift
+    (a booking or a release writes its procs and its rows in one transaction), so it is left
+    alone, unlocked; a drifted row is set from a snapshot taken after its lock, so a release or a
+    booking of that row still running commits after the repair and is counted once. With nothing
+    drifted this is the check and nothing more.
+
+    Every row it can: a statement that fails for one row (say a sum beyond the column's range)
+    is redone row by row, each in a savepoint, and the rows that still fail are logged, counted
+    and returned. Idempotent (it rewrites from `proc`), so as the outermost transaction a deadlock
+    victim is simply run again (cuebot_acct.transactions); inside a caller's transaction that
+    error propagates.
     """
-    return retry_transient(lambda: _recompute_once(show_ids=list(show_ids)), operation="recompute")
+    return retry_transient(lambda: _repair_once(show_ids=list(show_ids)), operation="recompute")
 
 
 TABLE_RECOMPUTES = {table.table: table for table in TABLES}
 
 
-def _recompute_once(*, show_ids: list[str]) -> list[RowFailure]:
+# Whether the shows named are every show. The reads then name none: an array of every show,
+# tested against each proc, cost the farm-wide repair 1.3x the bare sums at Maestro's size where
+# reading every proc costs 1.0x (docs/benchmarks.md). A show made between this and the reads is
+# then read too, and written only if its rows drifted.
+EVERY_SHOW_NAMED = "SELECT NOT EXISTS (SELECT 1 FROM show WHERE pk_show <> ALL(%(shows)s))"
+
+
+def _repair_once(*, show_ids: list[str]) -> Repair:
+    drifted: list[TableDrift] = []
     failures: list[RowFailure] = []
     with transaction.atomic(), connection.cursor() as cursor:
+        without_jit(cursor=cursor)
+        cursor.execute(EVERY_SHOW_NAMED, {"shows": show_ids})
+        (every_show,) = cursor.fetchone()
         for table in TABLES:
-            failures += recompute_table(cursor=cursor, table=table, show_ids=show_ids)
+            rows = drifted_rows(cursor=cursor, table=table.table, show_ids=None if every_show else show_ids)
+            if rows:
+                drifted += sorted(rows, key=lambda row: (row.name, row.columns, row.pk))
+                failures += _correct(cursor=cursor, table=table, rows=rows)
+    # Debug, not info: in the redis era the two-minute reconcile recomputes the scheduler-managed
+    # shows' rows, which nothing else writes, so rows found off there are the rule, not news.
+    for row in drifted:
+        logger.debug(
+            "recompute set %s %s (%s) to SUM(proc): centicores %s -> %s, gpus %s -> %s",
+            row.table,
+            row.name,
+            row.columns,
+            row.stored_cores,
+            row.true_cores,
+            row.stored_gpus,
+            row.true_gpus,
+        )
     report_row_failures(failures, operation="recompute")
-    return failures
+    return Repair(drifted=drifted, failures=failures)
 
 
-def recompute_table(*, cursor, table: TableRecompute, show_ids: list[str]) -> list[RowFailure]:
-    """One table's rows of these shows set to SUM(proc), locked first in primary-key order.
-    For a caller that interleaves it with its own writes in the same lock order."""
-    cursor.execute(table.lock, {"shows": show_ids})
-    keys = [key for (key,) in cursor.fetchall()]
-    _, failed = run_row_by_row_on_failure(
-        table=table.table,
-        keys=lambda: keys,
-        run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=None if only is None else [only]),
-    )
+def _correct(*, cursor, table: TableRecompute, rows: list[TableDrift]) -> list[RowFailure]:
+    """One table's drifted rows locked in primary-key order, then each corrected by its drift."""
+    drifts: dict[str, list[int]] = {}  # pk -> cores, gpus, local cores, local gpus to take off
+    for row in rows:
+        at = 2 if row.columns.startswith("int_local") else 0
+        drift = drifts.setdefault(row.pk, [0, 0, 0, 0])
+        drift[at : at + 2] = [row.cores_difference, row.gpus_difference]
+    pks = sorted(drifts)
+    cursor.execute(table.lock_keys, {"pks": pks})
+
+    def run(only: str | None) -> list:
+        these = pks if only is None else [only]
+        cursor.execute(
+            table.correct,
+            {
+                "pks": these,
+                **{
+                    name: [drifts[pk][i] for pk in these]
+                    for i, name in enumerate(("cores", "gpus", "local_cores", "local_gpus"))
+                },
+            },
+        )
+        if table.restore:
+            restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())
+        return []
+
+    _, failed = run_row_by_row_on_failure(table=table.table, keys=lambda: pks, run=run)
     return failed
 
 
@@ -345,7 +443,7 @@ def recompute_named_rows(*, show_ids: list[str], named: Mapping[str, Collection[
         ]
 
 
-def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: list[str] | None) -> list:
+def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: list[str]) -> list:
     cursor.execute(table.update, {"shows": show_ids, "only": only})
     if table.restore:
         restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())

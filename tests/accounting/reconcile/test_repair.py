@@ -1,0 +1,157 @@
+"""The repair of Cuebot's five tables: the drifted rows alone written, each corrected by its drift
+(exact beside a release that commits between the read and the lock), each named; the farm-wide
+repair reads without a list of shows."""
+
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from accounting.models import LayerResource
+from accounting.reconcile.recompute import recompute_pg_accounting, repair_pg_accounting
+from simulator.pg_truth import mismatches
+from tests.cuebot_acct.test_transactions import await_blocked, backend_pid
+from tests.farms import Farm, build_farm
+from tests.service_role import as_cuebot
+
+ROWS = (
+    ("subscription", "pk_subscription = %(subscription)s"),
+    ("layer_resource", "pk_layer = %(layer)s"),
+    ("job_resource", "pk_job = %(job)s"),
+    ("folder_resource", "pk_folder = %(folder)s"),
+    ("point", "pk_show = %(show)s AND pk_dept = %(dept)s"),
+)
+
+
+def versions(farm: Farm) -> dict[str, str]:
+    """Each of the farm's five rows' ctid: a row written gets a new one."""
+    keys = {
+        "subscription": farm.subscription.pk,
+        "layer": farm.layer.pk,
+        "job": farm.job.pk,
+        "folder": farm.folder.pk,
+        "show": farm.show.pk,
+        "dept": farm.dept.pk,
+    }
+    found = {}
+    with connection.cursor() as cursor:
+        for table, where in ROWS:
+            cursor.execute(f"SELECT ctid::text FROM {table} WHERE {where}", keys)
+            found[table] = cursor.fetchone()[0]
+    return found
+
+
+def set_as_cuebot(sql: str, *params) -> None:
+    with as_cuebot(), connection.cursor() as cursor:
+        cursor.execute(sql, list(params))
+
+
+@pytest.mark.django_db
+def test_a_repair_writes_the_drifted_rows_alone_and_names_each():
+    farm = build_farm(managed=False)
+    farm.add_proc(cores=300, gpus=1)
+    set_as_cuebot("UPDATE layer_resource SET int_cores = 7 WHERE pk_layer = %s", farm.layer.id)
+    set_as_cuebot("UPDATE point SET int_gpus = 4 WHERE pk_show = %s", farm.show.id)
+    before = versions(farm)
+
+    repair = repair_pg_accounting(show_ids=[farm.show.id])
+
+    assert [(r.table, r.name, r.stored_cores, r.true_cores, r.stored_gpus, r.true_gpus) for r in repair.drifted] == [
+        ("layer_resource", f"{farm.job.str_name} / {farm.layer.str_name}", 7, 300, 1, 1),
+        ("point", f"{farm.show.str_name} / {farm.dept.str_name}", 300, 300, 4, 1),
+    ]
+    assert repair.failures == []
+    after = versions(farm)
+    assert [table for table in after if after[table] != before[table]] == ["layer_resource", "point"]
+    assert mismatches(show_id=farm.show.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_committing_between_the_read_and_the_lock_is_counted_once():
+    """Cuebot releases a proc while the repair has read the layer row as drifted and waits for its
+    lock: the row is corrected by the drift it was read with, on top of the release's decrement.
+    Set to the sum it read, it would count the released proc again."""
+    farm = build_farm(managed=False)
+    farm.add_proc(cores=100)
+    released = farm.add_proc(cores=200)
+    set_as_cuebot("UPDATE layer_resource SET int_cores = int_cores + 500 WHERE pk_layer = %s", farm.layer.id)
+    holding, go = threading.Event(), threading.Event()
+    pids, errors, results = {}, [], {}
+
+    def cuebot_release() -> None:
+        try:
+            with as_cuebot(), transaction.atomic(), connection.cursor() as cursor:
+                pids["cuebot"] = backend_pid()
+                cursor.execute("DELETE FROM proc WHERE pk_proc = %s", [released.id])
+                cursor.execute(
+                    "UPDATE host SET int_cores_idle = int_cores_idle + 200 WHERE pk_host = %s", [farm.host.id]
+                )
+                for table, where in ROWS:
+                    cursor.execute(
+                        f"UPDATE {table} SET int_cores = int_cores - 200 WHERE {where}",
+                        {
+                            "subscription": farm.subscription.pk,
+                            "layer": farm.layer.pk,
+                            "job": farm.job.pk,
+                            "folder": farm.folder.pk,
+                            "show": farm.show.pk,
+                            "dept": farm.dept.pk,
+                        },
+                    )
+                holding.set()
+                assert go.wait(30)
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+        finally:
+            holding.set()
+            connections.close_all()
+
+    def repair() -> None:
+        try:
+            pids["repair"] = backend_pid()
+            results["repair"] = repair_pg_accounting(show_ids=[farm.show.id])
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    cuebot = threading.Thread(target=cuebot_release)
+    cuebot.start()
+    assert holding.wait(30)
+    repairing = threading.Thread(target=repair)
+    repairing.start()
+    while "repair" not in pids:
+        repairing.join(0.01)
+    await_blocked(pid=pids["repair"], by=pids["cuebot"])
+    go.set()
+    cuebot.join(30)
+    repairing.join(30)
+
+    assert errors == []
+    assert [(r.table, r.stored_cores, r.true_cores) for r in results["repair"].drifted] == [
+        ("layer_resource", 800, 300)
+    ]
+    assert LayerResource.objects.get(layer=farm.layer).int_cores == 100
+    assert mismatches(show_id=farm.show.id) == []
+
+
+@pytest.mark.django_db
+def test_the_repair_of_every_show_reads_without_a_list_of_them():
+    """Every show named: each proc is read without testing it against an array of every show."""
+    first, second = build_farm(managed=False), build_farm(managed=True)
+    for farm in (first, second):
+        farm.add_proc(cores=100)
+    set_as_cuebot("UPDATE job_resource SET int_cores = 0 WHERE pk_job = %s", second.job.id)
+
+    def reads_naming(show_ids: list[str]) -> list[bool]:
+        with CaptureQueriesContext(connection) as captured:
+            failures = recompute_pg_accounting(show_ids=show_ids)
+        assert failures == []
+        return [first.show.id in query["sql"] for query in captured.captured_queries if "FROM proc p" in query["sql"]]
+
+    assert reads_naming([first.show.id, second.show.id]) == [False] * 5
+    assert mismatches(show_id=second.show.id) == []
+    set_as_cuebot("UPDATE job_resource SET int_cores = 0 WHERE pk_job = %s", first.job.id)
+    assert reads_naming([first.show.id]) == [True] * 5
+    assert mismatches(show_id=first.show.id) == []
