@@ -342,6 +342,20 @@ def _rate(ids: list[str], release: Callable[[], object]) -> float:
     return len(ids) / seconds(release)
 
 
+def refuse_another_shape(*, host_cores: int) -> None:
+    """Stop if the demo farm here was built to another size first (bench/recalculate_subs.py's, say):
+    completing it keeps its procs on their hosts, and the figures would not be of Maestro's farm."""
+    hosts = [demo_id(f"host:{h}") for h in range(MAESTRO_PROOF.hosts)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM proc WHERE pk_show = ANY(%s) AND NOT pk_host = ANY(%s)", [SHOW_IDS, hosts])
+        (elsewhere,) = cursor.fetchone()
+    if elsewhere or host_cores != MAESTRO_PROOF.hosts * MAESTRO_PROOF.host_cores:
+        raise SystemExit(
+            "this database holds a demo farm of another size: run the bench on a database of its own "
+            "(DATABASE_URL), migrated, where it builds Maestro's"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -357,6 +371,7 @@ def main() -> None:
         f"farm: {summary.shows} shows, {summary.hosts} hosts, {summary.host_cores // 100:,} cores, "
         f"{summary.procs} procs ({summary.procs_added} added, in {time.perf_counter() - started:.1f} s)"
     )
+    refuse_another_shape(host_cores=summary.host_cores)
     if "drift" not in options.skip:
         drift_phase(rounds=options.rounds, drifted=options.drifted)
     if "release" not in options.skip:
