@@ -15,9 +15,10 @@ recalculate_subs() does. The caps end as they were; the counters end at SUM(proc
 
 A repair (repair_pg_accounting) writes only the rows that differ, each corrected by its drift:
 the read that finds them is the drift check's own statement, so a repair with nothing to do
-costs what the check costs, and one with a few rows to fix adds their locks and their UPDATEs,
-not a second sum. Rewriting every row cost 2.0-2.5x the bare sums on a farm of Maestro's size
-(docs/benchmarks.md): each row locked, summed again and written anew for nothing.
+costs what the check costs, and one with a few rows to fix adds their locks and their UPDATEs
+(one round trip a table), not a second sum. Rewriting every row cost 2.0-2.5x the bare sums
+on a farm of Maestro's size (docs/benchmarks.md): each row locked, summed again and written
+anew for nothing.
 """
 
 import logging
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connection, transaction
 
-from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows, without_jit
+from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows
 from cuebot_acct import metrics
 from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
 
@@ -131,8 +132,11 @@ UPDATE point pt
 # A repair's correction of drifted rows: each row minus its drift (stored - true, as read), the
 # arrays in primary-key order. Not set to the sums read: a booking or a release committing between
 # the read and the row's lock moves the row and its procs' sum by the same amount in one
-# transaction, so stored now - drift is the true sum now, and no second sum is needed. A rise past
-# a cap moves the cap (as above), and RETURNING says which were moved.
+# transaction, so stored now - drift is the true sum now, and no second sum is needed. A writer
+# that moves procs and leaves the rows alone (the scheduler's, on a show whose flag is changing)
+# is missed in that window of milliseconds as it is after the lock by any recompute: the settling
+# recompute of a switch is there for it. A rise past a cap moves the cap (as above), and
+# RETURNING says which were moved.
 _DRIFTS = "unnest(%(pks)s::text[], %(cores)s::bigint[], %(gpus)s::bigint[]) AS d(pk, cores, gpus)"
 CORRECT_SUBSCRIPTIONS = f"""
 UPDATE subscription s
@@ -319,25 +323,29 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
 TABLE_RECOMPUTES = {table.table: table for table in TABLES}
 
 
-# Whether the shows named are every show. The reads then name none: an array of every show,
+# JIT off for the transaction (cuebot_drift.without_jit says why) and whether the shows named are
+# every show, in one round trip. With every show named the reads name none: an array of every show,
 # tested against each proc, cost the farm-wide repair 1.3x the bare sums at Maestro's size where
 # reading every proc costs 1.0x (docs/benchmarks.md). A show made between this and the reads is
 # then read too, and written only if its rows drifted.
-EVERY_SHOW_NAMED = "SELECT NOT EXISTS (SELECT 1 FROM show WHERE pk_show <> ALL(%(shows)s))"
+PREPARE_REPAIR = (
+    "SELECT set_config('jit', 'off', true), NOT EXISTS (SELECT 1 FROM show WHERE pk_show <> ALL(%(shows)s))"
+)
 
 
 def _repair_once(*, show_ids: list[str]) -> Repair:
-    drifted: list[TableDrift] = []
-    failures: list[RowFailure] = []
-    with transaction.atomic(), connection.cursor() as cursor:
-        without_jit(cursor=cursor)
-        cursor.execute(EVERY_SHOW_NAMED, {"shows": show_ids})
-        (every_show,) = cursor.fetchone()
-        for table in TABLES:
-            rows = drifted_rows(cursor=cursor, table=table.table, show_ids=None if every_show else show_ids)
-            if rows:
-                drifted += sorted(rows, key=lambda row: (row.name, row.columns, row.pk))
-                failures += _correct(cursor=cursor, table=table, rows=rows)
+    # First without a savepoint per table, each table's lock and correction sent in one round
+    # trip. A row PostgreSQL refuses (a sum beyond its column's range) is rare; then the whole
+    # repair is undone and run again with a savepoint per table and, where one fails, per row,
+    # which sets every row it can.
+    try:
+        with transaction.atomic():
+            drifted, failures = _repair_pass(show_ids=show_ids, careful=False)
+    except DatabaseError as error:
+        if sqlstate(error) in TRANSIENT_SQLSTATES:
+            raise
+        with transaction.atomic():
+            drifted, failures = _repair_pass(show_ids=show_ids, careful=True)
     # Debug, not info: in the redis era the two-minute reconcile recomputes the scheduler-managed
     # shows' rows, which nothing else writes, so rows found off there are the rule, not news.
     for row in drifted:
@@ -355,7 +363,21 @@ def _repair_once(*, show_ids: list[str]) -> Repair:
     return Repair(drifted=drifted, failures=failures)
 
 
-def _correct(*, cursor, table: TableRecompute, rows: list[TableDrift]) -> list[RowFailure]:
+def _repair_pass(*, show_ids: list[str], careful: bool) -> tuple[list[TableDrift], list[RowFailure]]:
+    drifted: list[TableDrift] = []
+    failures: list[RowFailure] = []
+    with connection.cursor() as cursor:
+        cursor.execute(PREPARE_REPAIR, {"shows": show_ids})
+        (_, every_show) = cursor.fetchone()
+        for table in TABLES:
+            rows = drifted_rows(cursor=cursor, table=table.table, show_ids=None if every_show else show_ids)
+            if rows:
+                drifted += sorted(rows, key=lambda row: (row.name, row.columns, row.pk))
+                failures += _correct(cursor=cursor, table=table, rows=rows, careful=careful)
+    return drifted, failures
+
+
+def _correct(*, cursor, table: TableRecompute, rows: list[TableDrift], careful: bool) -> list[RowFailure]:
     """One table's drifted rows locked in primary-key order, then each corrected by its drift."""
     drifts: dict[str, list[int]] = {}  # pk -> cores, gpus, local cores, local gpus to take off
     for row in rows:
@@ -363,20 +385,25 @@ def _correct(*, cursor, table: TableRecompute, rows: list[TableDrift]) -> list[R
         drift = drifts.setdefault(row.pk, [0, 0, 0, 0])
         drift[at : at + 2] = [row.cores_difference, row.gpus_difference]
     pks = sorted(drifts)
+
+    def params(these: list[str]) -> dict:
+        columns = ("cores", "gpus", "local_cores", "local_gpus")
+        return {"pks": these, **{name: [drifts[pk][i] for pk in these] for i, name in enumerate(columns)}}
+
+    if not careful:
+        # One round trip: PostgreSQL runs the two statements in turn, so the correction (and its
+        # snapshot) starts once every lock is held.
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            cursor.execute(table.lock_keys, {"pks": pks})
+            corrected = connection.cursor()
+            corrected.execute(table.correct, params(pks))
+        if table.restore:
+            restore_moved_caps(cursor=cursor, restore=table.restore, moved=corrected.fetchall())
+        return []
     cursor.execute(table.lock_keys, {"pks": pks})
 
     def run(only: str | None) -> list:
-        these = pks if only is None else [only]
-        cursor.execute(
-            table.correct,
-            {
-                "pks": these,
-                **{
-                    name: [drifts[pk][i] for pk in these]
-                    for i, name in enumerate(("cores", "gpus", "local_cores", "local_gpus"))
-                },
-            },
-        )
+        cursor.execute(table.correct, params(pks if only is None else [only]))
         if table.restore:
             restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())
         return []

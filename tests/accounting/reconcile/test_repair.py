@@ -155,3 +155,42 @@ def test_the_repair_of_every_show_reads_without_a_list_of_them():
     set_as_cuebot("UPDATE job_resource SET int_cores = 0 WHERE pk_job = %s", first.job.id)
     assert reads_naming([first.show.id]) == [True] * 5
     assert mismatches(show_id=first.show.id) == []
+
+
+def statement_kind(sql: str) -> str:
+    for prefix, kind in (("SAVEPOINT", "savepoint"), ("RELEASE", "release"), ("SELECT set_config", "prepare")):
+        if sql.startswith(prefix):
+            return kind
+    if "FROM proc p" in sql:
+        return "read"
+    return "lock" if "FOR NO KEY UPDATE" in sql else "correct" if sql.lstrip().startswith("UPDATE") else sql
+
+
+@pytest.mark.django_db
+def test_a_repair_sends_a_read_per_table_and_a_lock_and_a_correction_per_drifted_table():
+    """No savepoint per table (nor per row) unless a row is refused: the repair's own savepoint
+    here is the test's transaction around it."""
+    farm = build_farm(managed=False)
+    farm.add_proc(cores=300)
+    set_as_cuebot("UPDATE layer_resource SET int_cores = 7 WHERE pk_layer = %s", farm.layer.id)
+    set_as_cuebot("UPDATE point SET int_gpus = 4 WHERE pk_show = %s", farm.show.id)
+
+    with CaptureQueriesContext(connection) as captured:
+        repair = repair_pg_accounting(show_ids=[farm.show.id])
+
+    assert [statement_kind(query["sql"]) for query in captured.captured_queries] == [
+        "savepoint",
+        "prepare",
+        "read",  # subscription
+        "read",  # layer_resource
+        "lock",
+        "correct",
+        "read",  # job_resource
+        "read",  # folder_resource
+        "read",  # point
+        "lock",
+        "correct",
+        "release",
+    ]
+    assert [row.table for row in repair.drifted] == ["layer_resource", "point"]
+    assert mismatches(show_id=farm.show.id) == []
