@@ -26,15 +26,15 @@ def demo_farm_parser(*, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def demo_farm_size(args: argparse.Namespace) -> DemoFarmSize:
+def demo_farm_size(*, args: argparse.Namespace) -> DemoFarmSize:
     if args.maestro_size:
         return MAESTRO_PROOF
     return DemoFarmSize(shows=args.shows, hosts=args.hosts, procs=args.procs, cores_per_host=args.cores_per_host)
 
 
-def build_sized(args: argparse.Namespace) -> DemoFarmSize:
+def build_sized(*, args: argparse.Namespace) -> DemoFarmSize:
     """The demo farm completed to the size asked for; prints how long that took."""
-    size = demo_farm_size(args)
+    size = demo_farm_size(args=args)
     started = time.perf_counter()
     summary = build_demo_farm(size=size)
     print(
@@ -47,7 +47,7 @@ def build_sized(args: argparse.Namespace) -> DemoFarmSize:
 def demo_farm_from_arguments(*, description: str) -> argparse.Namespace:
     """The size asked for and --rounds; the demo farm completed to that size."""
     args = demo_farm_parser(description=description).parse_args()
-    args.procs = build_sized(args).procs
+    args.procs = build_sized(args=args).procs
     return args
 
 

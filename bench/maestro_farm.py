@@ -43,6 +43,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -89,28 +90,39 @@ DRIFTED = (
 # Passes per round of the drift phase: a round's time for a path is the median of its passes, so
 # one stall of the shared machine does not make a round's ratio.
 PASSES = 3
+
+
+class Target(NamedTuple):
+    """The rows of one table the bench drifts, and the keys their sums are found by."""
+
+    table: str
+    pk: str  # the table's key column
+    pks: list[str]
+    keys: list[tuple]  # each row's sum key, in BARE_SUMS' order of columns
+
+
 BARE_SET = """
 UPDATE {table} t SET int_cores = v.cores, int_gpus = v.gpus
   FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(pk, cores, gpus) WHERE t.{pk} = v.pk
 """
 
 
-def seconds(fn: Callable[[], object]) -> float:
+def seconds(*, fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
 
 
-def spread(samples: dict[str, list[float]], path: str, base: str) -> str:
+def spread(*, samples: dict[str, list[float]], path: str, base: str) -> str:
     """bench/release.py's median (spread) of per-round ratios, for durations (lower is better)."""
     return ratio_text({name: [1 / s for s in values] for name, values in samples.items()}, base, path)
 
 
-def ms(values: list[float]) -> str:
+def ms(*, values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:8.1f} ms ({min(values) * 1000:.1f}–{max(values) * 1000:.1f})"
 
 
-def bare_sums(cursor) -> list[list[tuple]]:
+def bare_sums(*, cursor) -> list[list[tuple]]:
     sums = []
     for sql in BARE_SUMS:
         cursor.execute(sql)
@@ -118,39 +130,39 @@ def bare_sums(cursor) -> list[list[tuple]]:
     return sums
 
 
-def drift_targets(*, per_table: int) -> list[tuple[str, str, list[str], list[tuple]]]:
+def drift_targets(*, per_table: int) -> list[Target]:
     """`per_table` rows of each table of the farm's shows, spread over it: (table, key, keys, their sum keys)."""
     targets = []
     with connection.cursor() as cursor:
         for table, pk, key_columns, _ in DRIFTED:
-            join = "" if "pk_show" in key_columns else _show_join(table)
+            join = "" if "pk_show" in key_columns else _show_join(table=table)
             cursor.execute(
                 f"SELECT t.{pk}, {', '.join(f't.{c}' for c in key_columns)} FROM {table} t {join} "
                 f"WHERE {'t' if not join else 's'}.pk_show = ANY(%s) ORDER BY md5(t.{pk}) LIMIT %s",
                 [SHOW_IDS, per_table],
             )
             rows = cursor.fetchall()
-            targets.append((table, pk, [row[0] for row in rows], [tuple(row[1:]) for row in rows]))
+            targets.append(Target(table, pk, [row[0] for row in rows], [tuple(row[1:]) for row in rows]))
     return targets
 
 
-def _show_join(table: str) -> str:
+def _show_join(*, table: str) -> str:
     """How a table without pk_show reaches its show."""
     parent = "folder" if table == "folder_resource" else "job"
     return f"JOIN {parent} s ON s.pk_{parent} = t.pk_{parent}"
 
 
-def make_drift(targets) -> None:
+def make_drift(*, targets: list[Target]) -> None:
     """Each target row a core low, as a lost update would leave it (a decrement is never refused)."""
     with transaction.atomic(), connection.cursor() as cursor:
         for table, pk, pks, _ in targets:
             cursor.execute(f"UPDATE {table} SET int_cores = int_cores - 100 WHERE {pk} = ANY(%s)", [pks])
 
 
-def bare_fix(targets) -> None:
+def bare_fix(*, targets: list[Target]) -> None:
     """The baseline of a repair that writes: the bare sums, then the drifted rows set to them."""
     with transaction.atomic(), connection.cursor() as cursor:
-        sums = bare_sums(cursor)
+        sums = bare_sums(cursor=cursor)
         for (table, pk, pks, keys), (_, _, key_columns, which) in zip(targets, DRIFTED, strict=True):
             width = len(key_columns)
             by_key = {row[:width]: row[width : width + 2] for row in sums[which]}
@@ -178,7 +190,7 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
 
     def bare() -> None:
         with connection.cursor() as cursor:
-            bare_sums(cursor)
+            bare_sums(cursor=cursor)
 
     def repair() -> None:
         recompute_pg_accounting(show_ids=SHOW_IDS)
@@ -189,7 +201,7 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
         ("repair", repair),
     ]
     written: list[tuple[str, Callable[[], object]]] = [
-        ("bare_fix", lambda: bare_fix(targets)),
+        ("bare_fix", lambda: bare_fix(targets=targets)),
         ("repair_drifted", repair),
     ]
     samples: dict[str, list[float]] = {name: [] for name, _ in clean + written}
@@ -200,10 +212,10 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
         for j in range(PASSES):
             order = 1 if (i + j) % 2 == 0 else -1
             for name, fn in clean[::order]:
-                passes[name].append(seconds(fn))
+                passes[name].append(seconds(fn=fn))
             for name, fn in written[::order]:
-                make_drift(targets)
-                passes[name].append(seconds(fn))
+                make_drift(targets=targets)
+                passes[name].append(seconds(fn=fn))
         for name, values in passes.items():
             samples[name].append(statistics.median(values))
         left = cuebot_table_drift(show_ids=SHOW_IDS).rows
@@ -224,7 +236,7 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
         ("recompute_pg_accounting, rows drifted", "repair_drifted", "bare_fix"),
         ("recompute_pg_accounting, rows drifted, x the bare sums", "repair_drifted", "bare"),
     ):
-        print(f"{label:58s} {ms(samples[path]):>28s}  {spread(samples, path, base):>22s}")
+        print(f"{label:58s} {ms(values=samples[path]):>28s}  {spread(samples=samples, path=path, base=base):>22s}")
 
 
 class FarmProcs:
@@ -238,7 +250,7 @@ class FarmProcs:
     def refill(self) -> None:
         self.refills.append(
             seconds(
-                lambda: subprocess.run(
+                fn=lambda: subprocess.run(
                     [sys.executable, str(ROOT / "manage.py"), "seed_demo_farm", "--maestro-size"],
                     check=True,
                     stdout=subprocess.DEVNULL,
@@ -259,7 +271,7 @@ class FarmProcs:
         return taken
 
 
-def pipelined_batches(floor: Floor) -> Callable[[list[str]], float]:
+def pipelined_batches(*, floor: Floor) -> Callable[[list[str]], float]:
     """bench/release.py's Cuebot batch floor with its host refunds and decrements sent in one
     pipeline, as JDBC's batchUpdate sends a batch: on this farm a batch of 100 procs spans about
     100 layers and jobs, and the floor as written waits on one round trip per key (about 300)."""
@@ -289,7 +301,7 @@ def release_phase(*, rounds: int, releases: int) -> None:
         floor.cuebot(procs.add_procs(20))
         again.cuebot(procs.add_procs(20))
         floor.cuebot_batched(procs.add_procs(200))
-        pipelined = pipelined_batches(again)
+        pipelined = pipelined_batches(floor=again)
         pipelined(procs.add_procs(200))
         with pinned(server_pids(floor, again)) as placement:
             rates = interleaved_rates(
@@ -300,9 +312,10 @@ def release_phase(*, rounds: int, releases: int) -> None:
                     "floor_again": again.cuebot,
                     "batch_floor": floor.cuebot_batched,
                     "batch_floor_pipelined": pipelined,
-                    "unbook_proc": lambda ids: _rate(ids, lambda: [unbook_proc(proc_id=p) for p in ids]),
+                    "unbook_proc": lambda ids: _rate(ids=ids, release=lambda: [unbook_proc(proc_id=p) for p in ids]),
                     "unbook_procs": lambda ids: _rate(
-                        ids, lambda: [unbook_procs(proc_ids=ids[i : i + 100]) for i in range(0, len(ids), 100)]
+                        ids=ids,
+                        release=lambda: [unbook_procs(proc_ids=ids[i : i + 100]) for i in range(0, len(ids), 100)],
                     ),
                 },
                 batched=("unbook_procs", "batch_floor", "batch_floor_pipelined"),
@@ -319,7 +332,7 @@ def release_phase(*, rounds: int, releases: int) -> None:
     print(
         f"Releases (Maestro era, the five tables written in the transaction), procs of the farm at random: "
         f"{releases} per path and round ({BATCH_FACTOR * releases} for batches), {rounds} interleaved rounds; "
-        f"{placement}; the farm refilled before each round in {ms(procs.refills).strip()}"
+        f"{placement}; the farm refilled before each round in {ms(values=procs.refills).strip()}"
     )
     print_rates(
         rates,
@@ -338,8 +351,8 @@ def release_phase(*, rounds: int, releases: int) -> None:
     print(f"rows drifted after every release of the rounds, before the last refill: {len(left)}")
 
 
-def _rate(ids: list[str], release: Callable[[], object]) -> float:
-    return len(ids) / seconds(release)
+def _rate(*, ids: list[str], release: Callable[[], object]) -> float:
+    return len(ids) / seconds(fn=release)
 
 
 def refuse_another_shape(*, host_cores: int) -> None:
