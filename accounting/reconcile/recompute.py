@@ -304,18 +304,18 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     """Make the five accounting tables of these shows equal SUM(proc), in one transaction.
 
     Table after table in the lock order: the rows that differ from their sums are read in one
-    statement (cuebot_drift's, the check's), then those rows alone are locked and set from their
-    sums, read again once the locks are held. A row equal to its sum in a snapshot is not drift
-    (a booking or a release writes its procs and its rows in one transaction), so it is left
-    alone, unlocked; a drifted row is set from a snapshot taken after its lock, so a release or a
-    booking of that row still running commits after the repair and is counted once. With nothing
-    drifted this is the check and nothing more.
+    statement (cuebot_drift's, the check's), then those rows alone are locked in key order and
+    each is corrected by its drift as read (the comment on CORRECT_SUBSCRIPTIONS says why that is
+    exact). A row equal to its sum in a snapshot is not drift (a booking or a release writes its
+    procs and its rows in one transaction), so it is left alone, unlocked. With nothing drifted
+    this is the check and nothing more. Returns every drifted row, named, and the rows it could
+    not set.
 
-    Every row it can: a statement that fails for one row (say a sum beyond the column's range)
-    is redone row by row, each in a savepoint, and the rows that still fail are logged, counted
-    and returned. Idempotent (it rewrites from `proc`), so as the outermost transaction a deadlock
-    victim is simply run again (cuebot_acct.transactions); inside a caller's transaction that
-    error propagates.
+    Every row it can: when PostgreSQL refuses a row (say a sum beyond the column's range) the
+    repair is undone and run again with each table in a savepoint and, where one fails, each of
+    its rows; the rows that still fail are logged, counted and returned. Idempotent (it reads the
+    drift anew each run), so as the outermost transaction a deadlock victim is simply run again
+    (cuebot_acct.transactions); inside a caller's transaction that error propagates.
     """
     return retry_transient(lambda: _repair_once(show_ids=list(show_ids)), operation="recompute")
 
