@@ -13,8 +13,8 @@ job_resource) move the cap in the same UPDATE, to -cap - 1 (never equal to cap, 
 overflowing, and its own inverse), and a second UPDATE moves it back, as Cuebot's own
 recalculate_subs() does. The caps end as they were; the counters end at SUM(proc).
 
-A repair (repair_pg_accounting) writes only the rows that differ, each corrected by its drift:
-the read that finds them is the drift check's own statement, so a repair with nothing to do
+A repair (repair_pg_accounting) writes only the rows that differ, each set to the sums read if it
+has not changed since (recomputed from its sums under its lock if it has): the read that finds them is the drift check's own statement, so a repair with nothing to do
 costs what the check costs, and one with a few rows to fix adds their locks and their UPDATEs
 (one round trip a table), not a second sum. Rewriting every row cost 2.0-2.5x the bare sums
 on a farm of Maestro's size (docs/benchmarks.md): each row locked, summed again and written
@@ -129,49 +129,74 @@ UPDATE point pt
 """
 
 
-# A repair's correction of drifted rows: each row minus its drift (stored - true, as read), the
-# arrays in primary-key order. Not set to the sums read: a booking or a release committing between
-# the read and the row's lock moves the row and its procs' sum by the same amount in one
-# transaction, so stored now - drift is the true sum now, and no second sum is needed. A writer
-# that moves procs and leaves the rows alone (the scheduler's, on a show whose flag is changing)
-# is missed in that window of milliseconds as it is after the lock by any recompute: the settling
-# recompute of a switch is there for it. A rise past a cap moves the cap (as above), and
-# RETURNING says which were moved.
-_DRIFTS = "unnest(%(pks)s::text[], %(cores)s::bigint[], %(gpus)s::bigint[]) AS d(pk, cores, gpus)"
+# A repair's correction of drifted rows, the arrays in primary-key order: each row set to the sums
+# read, only if it still holds what was read (drifted pairs only; a pair given NULL is left as it
+# is). A row that changed between the read and its lock (a booking or a release, or another repair
+# or recompute that set it) is left to the caller, who recomputes it from its sums now that the lock
+# is held: corrected by its drift instead, a row another repair had set meanwhile would be
+# corrected twice. A writer that moves procs and leaves the rows alone (the scheduler's, on a show
+# whose flag is changing) is missed in that window of milliseconds as it is after the lock by any
+# recompute: the settling recompute of a switch is there for it. A rise past a cap moves the cap
+# (as above); RETURNING names the rows set and which caps were moved.
+_READ = "unnest(%(pks)s::text[], %(stored_cores)s::bigint[], %(stored_gpus)s::bigint[], %(cores)s::bigint[], %(gpus)s::bigint[])"
+_READ_AS = "AS d(pk, stored_cores, stored_gpus, cores, gpus)"
 CORRECT_SUBSCRIPTIONS = f"""
 UPDATE subscription s
-   SET int_cores = s.int_cores - d.cores, int_gpus = s.int_gpus - d.gpus,
-       int_burst = CASE WHEN d.cores < 0 AND s2.int_cores - d.cores > s2.int_burst THEN -s2.int_burst - 1 ELSE s2.int_burst END
-  FROM subscription s2, {_DRIFTS}
+   SET int_cores = d.cores, int_gpus = d.gpus,
+       int_burst = CASE WHEN d.cores > s2.int_cores AND d.cores > s2.int_burst THEN -s2.int_burst - 1 ELSE s2.int_burst END
+  FROM subscription s2, {_READ} {_READ_AS}
  WHERE s.pk_subscription = d.pk AND s2.pk_subscription = d.pk
-RETURNING s.pk_subscription, d.cores < 0 AND s2.int_cores - d.cores > s2.int_burst
+   AND s2.int_cores = d.stored_cores AND s2.int_gpus = d.stored_gpus
+RETURNING s.pk_subscription, d.cores > s2.int_cores AND d.cores > s2.int_burst
 """
 CORRECT_JOBS = """
 UPDATE job_resource r
-   SET int_cores = r.int_cores - d.cores, int_gpus = r.int_gpus - d.gpus,
-       int_local_cores = r.int_local_cores - d.local_cores, int_local_gpus = r.int_local_gpus - d.local_gpus,
-       int_max_cores = CASE WHEN d.cores < 0 AND b.int_cores - d.cores > b.int_max_cores
+   SET int_cores = COALESCE(d.cores, b.int_cores), int_gpus = COALESCE(d.gpus, b.int_gpus),
+       int_local_cores = COALESCE(d.local_cores, b.int_local_cores),
+       int_local_gpus = COALESCE(d.local_gpus, b.int_local_gpus),
+       int_max_cores = CASE WHEN d.cores > b.int_cores AND d.cores > b.int_max_cores
                             THEN -b.int_max_cores - 1 ELSE b.int_max_cores END,
-       int_max_gpus = CASE WHEN d.gpus < 0 AND b.int_gpus - d.gpus > b.int_max_gpus
+       int_max_gpus = CASE WHEN d.gpus > b.int_gpus AND d.gpus > b.int_max_gpus
                            THEN -b.int_max_gpus - 1 ELSE b.int_max_gpus END
   FROM job_resource b,
-       unnest(%(pks)s::text[], %(cores)s::bigint[], %(gpus)s::bigint[], %(local_cores)s::bigint[], %(local_gpus)s::bigint[])
-         AS d(pk, cores, gpus, local_cores, local_gpus)
+       unnest(%(pks)s::text[], %(stored_cores)s::bigint[], %(stored_gpus)s::bigint[], %(cores)s::bigint[],
+              %(gpus)s::bigint[], %(stored_local_cores)s::bigint[], %(stored_local_gpus)s::bigint[],
+              %(local_cores)s::bigint[], %(local_gpus)s::bigint[])
+         AS d(pk, stored_cores, stored_gpus, cores, gpus, stored_local_cores, stored_local_gpus, local_cores, local_gpus)
  WHERE r.pk_job_resource = d.pk AND b.pk_job_resource = d.pk
-RETURNING r.pk_job_resource, d.cores < 0 AND b.int_cores - d.cores > b.int_max_cores,
-          d.gpus < 0 AND b.int_gpus - d.gpus > b.int_max_gpus
+   AND (d.cores IS NULL OR (b.int_cores, b.int_gpus) = (d.stored_cores, d.stored_gpus))
+   AND (d.local_cores IS NULL OR (b.int_local_cores, b.int_local_gpus) = (d.stored_local_cores, d.stored_local_gpus))
+RETURNING r.pk_job_resource, COALESCE(d.cores > b.int_cores AND d.cores > b.int_max_cores, false),
+          COALESCE(d.gpus > b.int_gpus AND d.gpus > b.int_max_gpus, false)
 """
 
 
+# What a correction is given per row: the pair compared (stored and true, as read), then
+# job_resource's local pair.
+_READ_COLUMNS = (
+    "stored_cores",
+    "stored_gpus",
+    "cores",
+    "gpus",
+    "stored_local_cores",
+    "stored_local_gpus",
+    "local_cores",
+    "local_gpus",
+)
+
+
 def _correct_uncapped(*, table: str, pk: str) -> str:
-    return f"UPDATE {table} t SET int_cores = t.int_cores - d.cores, int_gpus = t.int_gpus - d.gpus FROM {_DRIFTS} WHERE t.{pk} = d.pk"
+    return (
+        f"UPDATE {table} t SET int_cores = d.cores, int_gpus = d.gpus FROM {_READ} {_READ_AS} "
+        f"WHERE t.{pk} = d.pk AND t.int_cores = d.stored_cores AND t.int_gpus = d.stored_gpus RETURNING t.{pk}"
+    )
 
 
 @dataclass(frozen=True)
 class TableRecompute:
     table: str
     update: str  # %(only)s NULL: every row of the shows; an array of keys: those rows alone
-    correct: str  # the rows of %(pks)s minus their drifts (%(cores)s, %(gpus)s[, %(local_cores)s, %(local_gpus)s])
+    correct: str  # the rows of %(pks)s still as read set to the sums read, returning those set
     keys: tuple[str, ...]  # the columns a release names the table's rows by (unique together)
     pk: str
     restore: str | None = None  # moves back the caps `update` or `correct` moved
@@ -305,11 +330,11 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
 
     Table after table in the lock order: the rows that differ from their sums are read in one
     statement (cuebot_drift's, the check's), then those rows alone are locked in key order and
-    each is corrected by its drift as read (the comment on CORRECT_SUBSCRIPTIONS says why that is
-    exact). A row equal to its sum in a snapshot is not drift (a booking or a release writes its
-    procs and its rows in one transaction), so it is left alone, unlocked. With nothing drifted
-    this is the check and nothing more. Returns every drifted row, named, and the rows it could
-    not set.
+    each is set to the sums read if it still holds what was read, or recomputed from its sums once
+    locked if it does not (the comment on CORRECT_SUBSCRIPTIONS says why). A row equal to its sum
+    in a snapshot is not drift (a booking or a release writes its procs and its rows in one
+    transaction), so it is left alone, unlocked. With nothing drifted this is the check and
+    nothing more. Returns every drifted row, named, and the rows it could not set.
 
     Every row it can: when PostgreSQL refuses a row (say a sum beyond the column's range) the
     repair is undone and run again with each table in a savepoint and, where one fails, each of
@@ -373,22 +398,32 @@ def _repair_pass(*, show_ids: list[str], careful: bool) -> tuple[list[TableDrift
             rows = drifted_rows(cursor=cursor, table=table.table, show_ids=None if every_show else show_ids)
             if rows:
                 drifted += sorted(rows, key=lambda row: (row.name, row.columns, row.pk))
-                failures += _correct(cursor=cursor, table=table, rows=rows, careful=careful)
+                failures += _correct(cursor=cursor, table=table, rows=rows, show_ids=show_ids, careful=careful)
     return drifted, failures
 
 
-def _correct(*, cursor, table: TableRecompute, rows: list[TableDrift], careful: bool) -> list[RowFailure]:
-    """One table's drifted rows locked in primary-key order, then each corrected by its drift."""
-    drifts: dict[str, list[int]] = {}  # pk -> cores, gpus, local cores, local gpus to take off
+def _correct(
+    *, cursor, table: TableRecompute, rows: list[TableDrift], show_ids: list[str], careful: bool
+) -> list[RowFailure]:
+    """One table's drifted rows locked in primary-key order, then each set to the sums read if it
+    still holds what was read, and recomputed from its sums otherwise."""
+    read: dict[str, list[int | None]] = {}  # pk -> _READ_COLUMNS, None for a pair that did not drift
     for row in rows:
-        at = 2 if row.columns.startswith("int_local") else 0
-        drift = drifts.setdefault(row.pk, [0, 0, 0, 0])
-        drift[at : at + 2] = [row.cores_difference, row.gpus_difference]
-    pks = sorted(drifts)
+        at = 4 if row.columns.startswith("int_local") else 0
+        values = read.setdefault(row.pk, [None] * 8)
+        values[at : at + 4] = [row.stored_cores, row.stored_gpus, row.true_cores, row.true_gpus]
+    pks = sorted(read)
 
     def params(these: list[str]) -> dict:
-        columns = ("cores", "gpus", "local_cores", "local_gpus")
-        return {"pks": these, **{name: [drifts[pk][i] for pk in these] for i, name in enumerate(columns)}}
+        return {"pks": these, **{name: [read[pk][i] for pk in these] for i, name in enumerate(_READ_COLUMNS)}}
+
+    def set_or_recompute(these: list[str], corrected) -> None:
+        moved = corrected.fetchall()
+        if table.restore:
+            restore_moved_caps(cursor=cursor, restore=table.restore, moved=moved)
+        changed = sorted(set(these) - {row[0] for row in moved})
+        if changed:
+            _update(cursor=cursor, table=table, show_ids=show_ids, only=changed)
 
     if not careful:
         # One round trip: PostgreSQL runs the two statements in turn, so the correction (and its
@@ -397,15 +432,14 @@ def _correct(*, cursor, table: TableRecompute, rows: list[TableDrift], careful: 
             cursor.execute(table.lock_keys, {"pks": pks})
             corrected = connection.cursor()
             corrected.execute(table.correct, params(pks))
-        if table.restore:
-            restore_moved_caps(cursor=cursor, restore=table.restore, moved=corrected.fetchall())
+        set_or_recompute(pks, corrected)
         return []
     cursor.execute(table.lock_keys, {"pks": pks})
 
     def run(only: str | None) -> list:
-        cursor.execute(table.correct, params(pks if only is None else [only]))
-        if table.restore:
-            restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())
+        these = pks if only is None else [only]
+        cursor.execute(table.correct, params(these))
+        set_or_recompute(these, cursor)
         return []
 
     _, failed = run_row_by_row_on_failure(table=table.table, keys=lambda: pks, run=run)

@@ -1,15 +1,17 @@
-"""The repair of Cuebot's five tables: the drifted rows alone written, each corrected by its drift
-(exact beside a release that commits between the read and the lock), each named; the farm-wide
-repair reads without a list of shows."""
+"""The repair of Cuebot's five tables: the drifted rows alone written and named, exact beside a
+release or another repair that writes a row between the read and its lock; the farm-wide repair
+reads without a list of shows; the statements it sends."""
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from accounting.models import LayerResource
-from accounting.reconcile.recompute import recompute_pg_accounting, repair_pg_accounting
+from accounting.reconcile.recompute import Repair, recompute_pg_accounting, repair_pg_accounting
 from simulator.pg_truth import mismatches
 from tests.cuebot_acct.test_transactions import await_blocked, backend_pid
 from tests.farms import Farm, build_farm
@@ -26,18 +28,10 @@ ROWS = (
 
 def versions(farm: Farm) -> dict[str, str]:
     """Each of the farm's five rows' ctid: a row written gets a new one."""
-    keys = {
-        "subscription": farm.subscription.pk,
-        "layer": farm.layer.pk,
-        "job": farm.job.pk,
-        "folder": farm.folder.pk,
-        "show": farm.show.pk,
-        "dept": farm.dept.pk,
-    }
     found = {}
     with connection.cursor() as cursor:
         for table, where in ROWS:
-            cursor.execute(f"SELECT ctid::text FROM {table} WHERE {where}", keys)
+            cursor.execute(f"SELECT ctid::text FROM {table} WHERE {where}", farm_keys(farm))
             found[table] = cursor.fetchone()[0]
     return found
 
@@ -67,38 +61,17 @@ def test_a_repair_writes_the_drifted_rows_alone_and_names_each():
     assert mismatches(show_id=farm.show.id) == []
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_release_committing_between_the_read_and_the_lock_is_counted_once():
-    """Cuebot releases a proc while the repair has read the layer row as drifted and waits for its
-    lock: the row is corrected by the drift it was read with, on top of the release's decrement.
-    Set to the sum it read, it would count the released proc again."""
-    farm = build_farm(managed=False)
-    farm.add_proc(cores=100)
-    released = farm.add_proc(cores=200)
-    set_as_cuebot("UPDATE layer_resource SET int_cores = int_cores + 500 WHERE pk_layer = %s", farm.layer.id)
+def repair_beside(*, farm: Farm, writes: Callable[[Any], None]) -> Repair:
+    """A repair of the farm's show that reads while Cuebot's transaction has run `writes` and holds
+    its rows, waits for their locks, and goes on once that transaction commits."""
     holding, go = threading.Event(), threading.Event()
     pids, errors, results = {}, [], {}
 
-    def cuebot_release() -> None:
+    def cuebot() -> None:
         try:
             with as_cuebot(), transaction.atomic(), connection.cursor() as cursor:
                 pids["cuebot"] = backend_pid()
-                cursor.execute("DELETE FROM proc WHERE pk_proc = %s", [released.id])
-                cursor.execute(
-                    "UPDATE host SET int_cores_idle = int_cores_idle + 200 WHERE pk_host = %s", [farm.host.id]
-                )
-                for table, where in ROWS:
-                    cursor.execute(
-                        f"UPDATE {table} SET int_cores = int_cores - 200 WHERE {where}",
-                        {
-                            "subscription": farm.subscription.pk,
-                            "layer": farm.layer.pk,
-                            "job": farm.job.pk,
-                            "folder": farm.folder.pk,
-                            "show": farm.show.pk,
-                            "dept": farm.dept.pk,
-                        },
-                    )
+                writes(cursor)
                 holding.set()
                 assert go.wait(30)
         except BaseException as error:  # noqa: BLE001 - asserted below
@@ -116,8 +89,8 @@ def test_a_release_committing_between_the_read_and_the_lock_is_counted_once():
         finally:
             connections.close_all()
 
-    cuebot = threading.Thread(target=cuebot_release)
-    cuebot.start()
+    writer = threading.Thread(target=cuebot)
+    writer.start()
     assert holding.wait(30)
     repairing = threading.Thread(target=repair)
     repairing.start()
@@ -125,14 +98,62 @@ def test_a_release_committing_between_the_read_and_the_lock_is_counted_once():
         repairing.join(0.01)
     await_blocked(pid=pids["repair"], by=pids["cuebot"])
     go.set()
-    cuebot.join(30)
+    writer.join(30)
     repairing.join(30)
-
     assert errors == []
-    assert [(r.table, r.stored_cores, r.true_cores) for r in results["repair"].drifted] == [
-        ("layer_resource", 800, 300)
-    ]
+    return results["repair"]
+
+
+def farm_keys(farm: Farm) -> dict[str, str]:
+    return {
+        "subscription": farm.subscription.pk,
+        "layer": farm.layer.pk,
+        "job": farm.job.pk,
+        "folder": farm.folder.pk,
+        "show": farm.show.pk,
+        "dept": farm.dept.pk,
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_release_committing_between_the_read_and_the_lock_is_counted_once():
+    """Cuebot releases a proc while the repair has read the layer row as drifted and waits for its
+    lock: the row it read has changed, so it is recomputed from its sums once the lock is held.
+    Set to the sum it read, it would count the released proc again."""
+    farm = build_farm(managed=False)
+    farm.add_proc(cores=100)
+    released = farm.add_proc(cores=200)
+    set_as_cuebot("UPDATE layer_resource SET int_cores = int_cores + 500 WHERE pk_layer = %s", farm.layer.id)
+
+    def release(cursor) -> None:
+        cursor.execute("DELETE FROM proc WHERE pk_proc = %s", [released.id])
+        cursor.execute("UPDATE host SET int_cores_idle = int_cores_idle + 200 WHERE pk_host = %s", [farm.host.id])
+        for table, where in ROWS:
+            cursor.execute(f"UPDATE {table} SET int_cores = int_cores - 200 WHERE {where}", farm_keys(farm))
+
+    repair = repair_beside(farm=farm, writes=release)
+
+    assert [(r.table, r.stored_cores, r.true_cores) for r in repair.drifted] == [("layer_resource", 800, 300)]
     assert LayerResource.objects.get(layer=farm.layer).int_cores == 100
+    assert mismatches(show_id=farm.show.id) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_another_repair_set_between_the_read_and_the_lock_is_not_corrected_twice():
+    """Two repairs at once (the periodic one and an operator's, say): the other sets the drifted
+    layer row while this one waits for its lock. Corrected by the drift it read, the row would end
+    that drift below its procs."""
+    farm = build_farm(managed=False)
+    farm.add_proc(cores=300)
+    set_as_cuebot("UPDATE layer_resource SET int_cores = 800 WHERE pk_layer = %s", farm.layer.id)
+
+    def other_repair(cursor) -> None:
+        cursor.execute("UPDATE layer_resource SET int_cores = 300 WHERE pk_layer = %s", [farm.layer.id])
+
+    repair = repair_beside(farm=farm, writes=other_repair)
+
+    assert [(r.table, r.stored_cores, r.true_cores) for r in repair.drifted] == [("layer_resource", 800, 300)]
+    assert LayerResource.objects.get(layer=farm.layer).int_cores == 300
     assert mismatches(show_id=farm.show.id) == []
 
 
