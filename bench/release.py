@@ -449,14 +449,22 @@ def vacuum_churned() -> None:
 
 
 def interleaved_rates(
-    farm: "BenchFarm", n: int, paths: dict, *, batched=("unbook_procs", "batch_floor"), slice_size: int = SLICE
+    farm: "BenchFarm",
+    n: int,
+    paths: dict,
+    *,
+    batched=("unbook_procs", "batch_floor"),
+    slice_size: int = SLICE,
+    rounds: int = ROUNDS,
+    before_round=vacuum_churned,
 ) -> dict[str, list[float]]:
-    """Releases/s per path and round, over ROUNDS rounds. Within a round the paths take
+    """Releases/s per path and round, over `rounds` rounds, `before_round` run untimed ahead of
+    each (a farm of fixed size refills what the last round released). Within a round the paths take
     turns in slices of `slice_size` releases (BATCH_FACTOR times more for a batched path),
     so a change in machine load hits every path alike; ratios are taken within a round."""
     rates: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(ROUNDS):
-        vacuum_churned()
+    for _ in range(rounds):
+        before_round()
         ids = {name: farm.add_procs(BATCH_FACTOR * n if name in batched else n) for name in paths}
         seconds = dict.fromkeys(paths, 0.0)
         slices = n // slice_size

@@ -40,6 +40,10 @@ class DemoFarmSize:
     shows: int = 4
     hosts: int = 20
     procs: int = 200
+    # Cores per host, 0 for enough that a host's share of the procs fits whatever their sizes
+    # (a farm of a real site's shape is denser: MAESTRO_PROOF). A host whose procs need more
+    # than this is grown to fit when the farm is built (HOST_IDLE), as Cuebot's host check demands.
+    cores_per_host: int = 0
 
     @property
     def jobs_per_folder(self) -> int:
@@ -53,6 +57,8 @@ class DemoFarmSize:
 
     @property
     def host_cores(self) -> int:
+        if self.cores_per_host:
+            return 100 * self.cores_per_host
         return 100 * max(64, math.ceil(self.procs_per_host * max(PROC_CORES) / 100))
 
     @property
@@ -60,10 +66,17 @@ class DemoFarmSize:
         return max(256, self.procs_per_host * 4) * KB_PER_GB
 
 
+# The size of OpenCue Maestro's own proof farm (sandbox/maestro-sim: 1,553 hosts, about 57,000
+# cores), with 20,000 procs running: 37 cores a host is 57,461 cores, and the demo's procs fit on
+# every host (at most 13 a host, 32.5 cores, since 1,553 hosts deal the four proc sizes round).
+MAESTRO_PROOF = DemoFarmSize(shows=20, hosts=1553, procs=20000, cores_per_host=37)
+
+
 @dataclass(frozen=True)
 class DemoFarmSummary:
     shows: int
     hosts: int
+    host_cores: int  # centicores of the farm's hosts, summed
     procs: int
     procs_added: int
     scheduler_managed_show_ids: list[str]
@@ -458,6 +471,16 @@ def build_demo_farm(*, size: DemoFarmSize, progress: Callable[[int], None] = lam
     managed = list(
         Show.objects.filter(pk__in=[s.id for s in shows], b_scheduler_managed=True).values_list("pk", flat=True)
     )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COALESCE(SUM(int_cores), 0) FROM host WHERE pk_host = ANY(%(hosts)s)", {"hosts": host_ids}
+        )
+        (host_cores,) = cursor.fetchone()
     return DemoFarmSummary(
-        shows=len(shows), hosts=size.hosts, procs=size.procs, procs_added=added, scheduler_managed_show_ids=managed
+        shows=len(shows),
+        hosts=size.hosts,
+        host_cores=int(host_cores),
+        procs=size.procs,
+        procs_added=added,
+        scheduler_managed_show_ids=managed,
     )

@@ -12,6 +12,13 @@ cap it leaves unchanged, so the statements that meet such checks (subscription,
 job_resource) move the cap in the same UPDATE, to -cap - 1 (never equal to cap, never
 overflowing, and its own inverse), and a second UPDATE moves it back, as Cuebot's own
 recalculate_subs() does. The caps end as they were; the counters end at SUM(proc).
+
+A repair (repair_pg_accounting) writes only the rows that differ, each set to the sums read if it
+has not changed since (recomputed from its sums under its lock if it has): the read that finds them is the drift check's own statement, so a repair with nothing to do
+costs what the check costs, and one with a few rows to fix adds their locks and their UPDATEs
+(one round trip a table), not a second sum. Rewriting every row cost 2.0-2.5x the bare sums
+on a farm of Maestro's size (docs/benchmarks.md): each row locked, summed again and written
+anew for nothing.
 """
 
 import logging
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connection, transaction
 
+from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows
 from cuebot_acct import metrics
 from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
 
@@ -121,14 +129,82 @@ UPDATE point pt
 """
 
 
+# A repair's correction of drifted rows, the arrays in primary-key order: each row set to the sums
+# read, only if it still holds what was read (drifted pairs only; a pair given NULL is left as it
+# is). A row that changed between the read and its lock (a booking or a release, or another repair
+# or recompute that set it) is left to the caller, who recomputes it from its sums now that the lock
+# is held: corrected by its drift instead, a row another repair had set meanwhile would be
+# corrected twice. A writer that moves procs and leaves the rows alone (the scheduler's, on a show
+# whose flag is changing) is missed in that window of milliseconds as it is after the lock by any
+# recompute: the settling recompute of a switch is there for it. A rise past a cap moves the cap
+# (as above); RETURNING names the rows set and which caps were moved.
+_READ = "unnest(%(pks)s::text[], %(stored_cores)s::bigint[], %(stored_gpus)s::bigint[], %(cores)s::bigint[], %(gpus)s::bigint[])"
+_READ_AS = "AS d(pk, stored_cores, stored_gpus, cores, gpus)"
+CORRECT_SUBSCRIPTIONS = f"""
+UPDATE subscription s
+   SET int_cores = d.cores, int_gpus = d.gpus,
+       int_burst = CASE WHEN d.cores > s2.int_cores AND d.cores > s2.int_burst THEN -s2.int_burst - 1 ELSE s2.int_burst END
+  FROM subscription s2, {_READ} {_READ_AS}
+ WHERE s.pk_subscription = d.pk AND s2.pk_subscription = d.pk
+   AND s2.int_cores = d.stored_cores AND s2.int_gpus = d.stored_gpus
+RETURNING s.pk_subscription, d.cores > s2.int_cores AND d.cores > s2.int_burst
+"""
+CORRECT_JOBS = """
+UPDATE job_resource r
+   SET int_cores = COALESCE(d.cores, b.int_cores), int_gpus = COALESCE(d.gpus, b.int_gpus),
+       int_local_cores = COALESCE(d.local_cores, b.int_local_cores),
+       int_local_gpus = COALESCE(d.local_gpus, b.int_local_gpus),
+       int_max_cores = CASE WHEN d.cores > b.int_cores AND d.cores > b.int_max_cores
+                            THEN -b.int_max_cores - 1 ELSE b.int_max_cores END,
+       int_max_gpus = CASE WHEN d.gpus > b.int_gpus AND d.gpus > b.int_max_gpus
+                           THEN -b.int_max_gpus - 1 ELSE b.int_max_gpus END
+  FROM job_resource b,
+       unnest(%(pks)s::text[], %(stored_cores)s::bigint[], %(stored_gpus)s::bigint[], %(cores)s::bigint[],
+              %(gpus)s::bigint[], %(stored_local_cores)s::bigint[], %(stored_local_gpus)s::bigint[],
+              %(local_cores)s::bigint[], %(local_gpus)s::bigint[])
+         AS d(pk, stored_cores, stored_gpus, cores, gpus, stored_local_cores, stored_local_gpus, local_cores, local_gpus)
+ WHERE r.pk_job_resource = d.pk AND b.pk_job_resource = d.pk
+   AND (d.cores IS NULL OR (b.int_cores, b.int_gpus) = (d.stored_cores, d.stored_gpus))
+   AND (d.local_cores IS NULL OR (b.int_local_cores, b.int_local_gpus) = (d.stored_local_cores, d.stored_local_gpus))
+RETURNING r.pk_job_resource, COALESCE(d.cores > b.int_cores AND d.cores > b.int_max_cores, false),
+          COALESCE(d.gpus > b.int_gpus AND d.gpus > b.int_max_gpus, false)
+"""
+
+
+# What a correction is given per row: the pair compared (stored and true, as read), then
+# job_resource's local pair.
+_READ_COLUMNS = (
+    "stored_cores",
+    "stored_gpus",
+    "cores",
+    "gpus",
+    "stored_local_cores",
+    "stored_local_gpus",
+    "local_cores",
+    "local_gpus",
+)
+
+
+def _correct_uncapped(*, table: str, pk: str) -> str:
+    return (
+        f"UPDATE {table} t SET int_cores = d.cores, int_gpus = d.gpus FROM {_READ} {_READ_AS} "
+        f"WHERE t.{pk} = d.pk AND t.int_cores = d.stored_cores AND t.int_gpus = d.stored_gpus RETURNING t.{pk}"
+    )
+
+
 @dataclass(frozen=True)
 class TableRecompute:
     table: str
-    lock: str  # the show's rows, locked in primary-key order, returning their keys
     update: str  # %(only)s NULL: every row of the shows; an array of keys: those rows alone
+    correct: str  # the rows of %(pks)s still as read set to the sums read, returning those set
     keys: tuple[str, ...]  # the columns a release names the table's rows by (unique together)
     pk: str
-    restore: str | None = None  # moves back the caps `update` moved
+    restore: str | None = None  # moves back the caps `update` or `correct` moved
+
+    @property
+    def lock_keys(self) -> str:
+        """The rows of %(pks)s, locked in primary-key order."""
+        return f"SELECT {self.pk} FROM {self.table} WHERE {self.pk} = ANY(%(pks)s) ORDER BY {self.pk} FOR NO KEY UPDATE"
 
     @property
     def lock_named(self) -> str:
@@ -148,43 +224,31 @@ class TableRecompute:
 TABLES = (
     TableRecompute(
         "subscription",
-        "SELECT pk_subscription FROM subscription WHERE pk_show = ANY(%(shows)s) ORDER BY pk_subscription FOR NO KEY UPDATE",
         SUBSCRIPTIONS,
+        CORRECT_SUBSCRIPTIONS,
         keys=("pk_show", "pk_alloc"),
         pk="pk_subscription",
         restore=RESTORE_BURSTS,
     ),
     TableRecompute(
         "layer_resource",
-        """SELECT r.pk_layer_resource FROM layer_resource r JOIN layer l ON l.pk_layer = r.pk_layer JOIN job j ON j.pk_job = l.pk_job
-            WHERE j.pk_show = ANY(%(shows)s) ORDER BY r.pk_layer_resource FOR NO KEY UPDATE OF r""",
         LAYERS,
+        _correct_uncapped(table="layer_resource", pk="pk_layer_resource"),
         keys=("pk_layer",),
         pk="pk_layer_resource",
     ),
     TableRecompute(
-        "job_resource",
-        """SELECT r.pk_job_resource FROM job_resource r JOIN job j ON j.pk_job = r.pk_job WHERE j.pk_show = ANY(%(shows)s)
-            ORDER BY r.pk_job_resource FOR NO KEY UPDATE OF r""",
-        JOBS,
-        keys=("pk_job",),
-        pk="pk_job_resource",
-        restore=RESTORE_JOB_MAXIMA,
+        "job_resource", JOBS, CORRECT_JOBS, keys=("pk_job",), pk="pk_job_resource", restore=RESTORE_JOB_MAXIMA
     ),
     TableRecompute(
         "folder_resource",
-        """SELECT r.pk_folder_resource FROM folder_resource r JOIN folder f ON f.pk_folder = r.pk_folder
-            WHERE f.pk_show = ANY(%(shows)s) ORDER BY r.pk_folder_resource FOR NO KEY UPDATE OF r""",
         FOLDERS,
+        _correct_uncapped(table="folder_resource", pk="pk_folder_resource"),
         keys=("pk_folder",),
         pk="pk_folder_resource",
     ),
     TableRecompute(
-        "point",
-        "SELECT pk_point FROM point WHERE pk_show = ANY(%(shows)s) ORDER BY pk_point FOR NO KEY UPDATE",
-        POINTS,
-        keys=("pk_dept", "pk_show"),
-        pk="pk_point",
+        "point", POINTS, _correct_uncapped(table="point", pk="pk_point"), keys=("pk_dept", "pk_show"), pk="pk_point"
     ),
 )
 
@@ -250,40 +314,135 @@ class RowFailure:
     error: str
 
 
+@dataclass(frozen=True)
+class Repair:
+    drifted: list[TableDrift]  # every row that differed from SUM(proc) when read, by name, in lock order
+    failures: list[RowFailure]  # those it could not set (left as they were)
+
+
 def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
+    """repair_pg_accounting, for a caller that needs only the rows it could not set."""
+    return repair_pg_accounting(show_ids=show_ids).failures
+
+
+def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     """Make the five accounting tables of these shows equal SUM(proc), in one transaction.
 
-    Every row it can: a statement that fails for one row (say a sum beyond the column's
-    range) is redone row by row, each in a savepoint, and the rows that still fail are
-    logged, counted and returned. Idempotent (it rewrites from `proc`), so as the outermost
-    transaction a deadlock victim is simply run again (cuebot_acct.transactions); inside a
-    caller's transaction that error propagates.
+    Table after table in the lock order: the rows that differ from their sums are read in one
+    statement (cuebot_drift's, the check's), then those rows alone are locked in key order and
+    each is set to the sums read if it still holds what was read, or recomputed from its sums once
+    locked if it does not (the comment on CORRECT_SUBSCRIPTIONS says why). A row equal to its sum
+    in a snapshot is not drift (a booking or a release writes its procs and its rows in one
+    transaction), so it is left alone, unlocked. With nothing drifted this is the check and
+    nothing more. Returns every drifted row, named, and the rows it could not set.
+
+    Every row it can: when PostgreSQL refuses a row (say a sum beyond the column's range) the
+    repair is undone and run again with each table in a savepoint and, where one fails, each of
+    its rows; the rows that still fail are logged, counted and returned. Idempotent (it reads the
+    drift anew each run), so as the outermost transaction a deadlock victim is simply run again
+    (cuebot_acct.transactions); inside a caller's transaction that error propagates.
     """
-    return retry_transient(lambda: _recompute_once(show_ids=list(show_ids)), operation="recompute")
+    return retry_transient(lambda: _repair_once(show_ids=list(show_ids)), operation="recompute")
 
 
 TABLE_RECOMPUTES = {table.table: table for table in TABLES}
 
 
-def _recompute_once(*, show_ids: list[str]) -> list[RowFailure]:
-    failures: list[RowFailure] = []
-    with transaction.atomic(), connection.cursor() as cursor:
-        for table in TABLES:
-            failures += recompute_table(cursor=cursor, table=table, show_ids=show_ids)
+# JIT off for the transaction (cuebot_drift.without_jit says why) and whether the shows named are
+# every show, in one round trip. With every show named the reads name none: an array of every show,
+# tested against each proc, cost the farm-wide repair 1.3x the bare sums at Maestro's size where
+# reading every proc costs 1.0x (docs/benchmarks.md). A show made between this and the reads is
+# then read too, and written only if its rows drifted.
+PREPARE_REPAIR = (
+    "SELECT set_config('jit', 'off', true), NOT EXISTS (SELECT 1 FROM show WHERE pk_show <> ALL(%(shows)s))"
+)
+
+
+def _repair_once(*, show_ids: list[str]) -> Repair:
+    # First without a savepoint per table, each table's lock and correction sent in one round
+    # trip. A row PostgreSQL refuses (a sum beyond its column's range) is rare; then the whole
+    # repair is undone and run again with a savepoint per table and, where one fails, per row,
+    # which sets every row it can.
+    try:
+        with transaction.atomic():
+            drifted, failures = _repair_pass(show_ids=show_ids, careful=False)
+    except DatabaseError as error:
+        if sqlstate(error) in TRANSIENT_SQLSTATES:
+            raise
+        with transaction.atomic():
+            drifted, failures = _repair_pass(show_ids=show_ids, careful=True)
+    # Debug, not info: in the redis era the two-minute reconcile recomputes the scheduler-managed
+    # shows' rows, which nothing else writes, so rows found off there are the rule, not news.
+    for row in drifted:
+        logger.debug(
+            "recompute set %s %s (%s) to SUM(proc): centicores %s -> %s, gpus %s -> %s",
+            row.table,
+            row.name,
+            row.columns,
+            row.stored_cores,
+            row.true_cores,
+            row.stored_gpus,
+            row.true_gpus,
+        )
     report_row_failures(failures, operation="recompute")
-    return failures
+    return Repair(drifted=drifted, failures=failures)
 
 
-def recompute_table(*, cursor, table: TableRecompute, show_ids: list[str]) -> list[RowFailure]:
-    """One table's rows of these shows set to SUM(proc), locked first in primary-key order.
-    For a caller that interleaves it with its own writes in the same lock order."""
-    cursor.execute(table.lock, {"shows": show_ids})
-    keys = [key for (key,) in cursor.fetchall()]
-    _, failed = run_row_by_row_on_failure(
-        table=table.table,
-        keys=lambda: keys,
-        run=lambda only: _update(cursor=cursor, table=table, show_ids=show_ids, only=None if only is None else [only]),
-    )
+def _repair_pass(*, show_ids: list[str], careful: bool) -> tuple[list[TableDrift], list[RowFailure]]:
+    drifted: list[TableDrift] = []
+    failures: list[RowFailure] = []
+    with connection.cursor() as cursor:
+        cursor.execute(PREPARE_REPAIR, {"shows": show_ids})
+        (_, every_show) = cursor.fetchone()
+        for table in TABLES:
+            rows = drifted_rows(cursor=cursor, table=table.table, show_ids=None if every_show else show_ids)
+            if rows:
+                drifted += sorted(rows, key=lambda row: (row.name, row.columns, row.pk))
+                failures += _correct(cursor=cursor, table=table, rows=rows, show_ids=show_ids, careful=careful)
+    return drifted, failures
+
+
+def _correct(
+    *, cursor, table: TableRecompute, rows: list[TableDrift], show_ids: list[str], careful: bool
+) -> list[RowFailure]:
+    """One table's drifted rows locked in primary-key order, then each set to the sums read if it
+    still holds what was read, and recomputed from its sums otherwise."""
+    read: dict[str, list[int | None]] = {}  # pk -> _READ_COLUMNS, None for a pair that did not drift
+    for row in rows:
+        at = 4 if row.columns.startswith("int_local") else 0
+        values = read.setdefault(row.pk, [None] * 8)
+        values[at : at + 4] = [row.stored_cores, row.stored_gpus, row.true_cores, row.true_gpus]
+    pks = sorted(read)
+
+    def params(these: list[str]) -> dict:
+        return {"pks": these, **{name: [read[pk][i] for pk in these] for i, name in enumerate(_READ_COLUMNS)}}
+
+    def set_or_recompute(these: list[str], corrected) -> None:
+        moved = corrected.fetchall()
+        if table.restore:
+            restore_moved_caps(cursor=cursor, restore=table.restore, moved=moved)
+        changed = sorted(set(these) - {row[0] for row in moved})
+        if changed:
+            _update(cursor=cursor, table=table, show_ids=show_ids, only=changed)
+
+    if not careful:
+        # One round trip: PostgreSQL runs the two statements in turn, so the correction (and its
+        # snapshot) starts once every lock is held.
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            cursor.execute(table.lock_keys, {"pks": pks})
+            corrected = connection.cursor()
+            corrected.execute(table.correct, params(pks))
+        set_or_recompute(pks, corrected)
+        return []
+    cursor.execute(table.lock_keys, {"pks": pks})
+
+    def run(only: str | None) -> list:
+        these = pks if only is None else [only]
+        cursor.execute(table.correct, params(these))
+        set_or_recompute(these, cursor)
+        return []
+
+    _, failed = run_row_by_row_on_failure(table=table.table, keys=lambda: pks, run=run)
     return failed
 
 
@@ -345,7 +504,7 @@ def recompute_named_rows(*, show_ids: list[str], named: Mapping[str, Collection[
         ]
 
 
-def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: list[str] | None) -> list:
+def _update(*, cursor, table: TableRecompute, show_ids: list[str], only: list[str]) -> list:
     cursor.execute(table.update, {"shows": show_ids, "only": only})
     if table.restore:
         restore_moved_caps(cursor=cursor, restore=table.restore, moved=cursor.fetchall())

@@ -86,6 +86,25 @@ def test_demo_farm_accounting_tables_agree_with_sum_of_procs():
 
 
 @pytest.mark.django_db
+def test_cores_per_host_sizes_the_hosts_and_the_farm_stays_consistent():
+    out = seed("--shows", "2", "--hosts", "7", "--procs", "90", "--cores-per-host", "37")
+    assert "7 hosts (259 cores), 90 procs (90 new), built in " in out
+    assert set(Host.objects.values_list("int_cores", flat=True)) == {3700}
+    assert_consistent()
+
+
+@pytest.mark.django_db
+def test_the_maestro_size_is_the_proof_farms_and_is_not_mixed_with_a_size_by_hand():
+    with pytest.raises(CommandError) as raised:
+        seed("--maestro-size", "--procs", "10")
+    assert raised.value.returncode == 2 and Show.objects.count() == 0
+    out = seed("--maestro-size")
+    assert "demo farm: 20 shows (10 scheduler-managed), 1553 hosts (57,461 cores), 20000 procs (20000 new)" in out
+    assert scalar("SELECT count(*) FROM proc") == 20000
+    assert scalar(HOST_IDLE_MISMATCHES) == 0
+
+
+@pytest.mark.django_db
 def test_in_the_maestro_era_the_demo_farm_seeds_no_redis(settings):
     settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
     settings.ACCOUNTING_SCHEDULER = "maestro"

@@ -5,9 +5,8 @@ from tqdm import tqdm
 
 from accounting.live.leases import LockBusy
 from accounting.management.commands._show_arg import show_argument
-from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.failover import check_master
-from accounting.reconcile.recompute import recompute_pg_accounting
+from accounting.reconcile.recompute import repair_pg_accounting
 from accounting.reconcile.reseed import reseed
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
@@ -67,18 +66,16 @@ class Command(BaseCommand):
             raise CommandError("booked reseed skipped", returncode=1)
 
     def _recompute_tables(self, *, show_ids: list[str] | None) -> None:
-        """The Maestro era's repair: Cuebot's tables from proc, the drift named before and after."""
+        """The Maestro era's repair: Cuebot's tables from proc, each row it found drifted named."""
         shows = show_ids if show_ids is not None else list(Show.objects.order_by("pk").values_list("pk", flat=True))
-        before = cuebot_table_drift(show_ids=show_ids)
-        failures = recompute_pg_accounting(show_ids=shows)
-        after = cuebot_table_drift(show_ids=show_ids)
-        for row in before.rows:
+        repair = repair_pg_accounting(show_ids=shows)
+        for row in repair.drifted:
             self.stdout.write(f"recomputed {row.name}\t{row.table} ({row.columns})")
-        for failure in failures:
+        for failure in repair.failures:
             self.stderr.write(f"{failure.table} {failure.pk} left as it was: {failure.error}")
         self.stdout.write(
             f"Cuebot's tables of {len(shows)} show(s) recomputed from SUM(proc): "
-            f"{len(before.rows)} row(s) had drifted, {len(after.rows)} differ now"
+            f"{len(repair.drifted)} row(s) had drifted, {len(repair.failures)} differ now"
         )
-        if failures:
-            raise CommandError(f"{len(failures)} row(s) could not be set to SUM(proc)", returncode=1)
+        if repair.failures:
+            raise CommandError(f"{len(repair.failures)} row(s) could not be set to SUM(proc)", returncode=1)

@@ -1,3 +1,7 @@
+"""seed_demo_farm: a farm to try the service on, built as Cuebot writes its rows, of any size up to Maestro's proof farm."""
+
+import time
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
@@ -5,6 +9,7 @@ from tqdm import tqdm
 from accounting.management.commands._limit_args import ascii_int
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
 from simulator.farm_builder import (
+    MAESTRO_PROOF,
     DemoFarmSize,
     FarmRefused,
     build_demo_farm,
@@ -26,25 +31,47 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--shows", type=positive, default=4)
-        parser.add_argument("--hosts", type=positive, default=20)
-        parser.add_argument("--procs", type=positive, default=200)
+        # No defaults here: --maestro-size refuses to be mixed with a size given by hand.
+        parser.add_argument("--shows", type=positive, help="default 4")
+        parser.add_argument("--hosts", type=positive, help="default 20")
+        parser.add_argument("--procs", type=positive, help="default 200")
+        parser.add_argument(
+            "--cores-per-host", type=positive, help="default 0: enough for any host's share of the procs"
+        )
+        parser.add_argument(
+            "--maestro-size",
+            action="store_true",
+            help=(
+                f"the size of OpenCue Maestro's proof farm: {MAESTRO_PROOF.shows} shows, {MAESTRO_PROOF.hosts} hosts "
+                f"of {MAESTRO_PROOF.cores_per_host} cores, {MAESTRO_PROOF.procs} procs"
+            ),
+        )
 
-    def handle(self, *args, shows: int, hosts: int, procs: int, **options) -> None:
-        if procs and not hosts:
+    def handle(self, *args, maestro_size: bool, **options) -> None:
+        given = {name: options[name] for name in ("shows", "hosts", "procs", "cores_per_host")}
+        if maestro_size and any(value is not None for value in given.values()):
+            raise CommandError("--maestro-size is a whole size: give it alone or give the size by hand", returncode=2)
+        size = (
+            MAESTRO_PROOF
+            if maestro_size
+            else DemoFarmSize(**{name: value for name, value in given.items() if value is not None})
+        )
+        if size.procs and not size.hosts:
             raise CommandError("--procs needs at least one host", returncode=2)
-        if shows < 2:
+        if size.shows < 2:
             raise CommandError("--shows must be at least 2 (one scheduler-managed, one Cuebot-managed)", returncode=2)
-        size = DemoFarmSize(shows=shows, hosts=hosts, procs=procs)
         try:
             refuse_demo_farm_here(size=size)  # before the progress bar, so that a refusal is one line
-            with tqdm(total=procs, desc="procs", unit="proc", disable=not procs, file=self.stderr) as bar:
+            started = time.monotonic()
+            with tqdm(total=size.procs, desc="procs", unit="proc", disable=not size.procs, file=self.stderr) as bar:
                 summary = build_demo_farm(size=size, progress=bar.update)
+            took = time.monotonic() - started
         except FarmRefused as refused:
             raise CommandError(str(refused), returncode=2) from None
         self.stdout.write(
             f"demo farm: {summary.shows} shows ({len(summary.scheduler_managed_show_ids)} scheduler-managed), "
-            f"{summary.hosts} hosts, {summary.procs} procs ({summary.procs_added} new)"
+            f"{summary.hosts} hosts ({summary.host_cores // 100:,} cores), {summary.procs} procs "
+            f"({summary.procs_added} new), built in {took:.1f} s"
         )
         if not settings.ACCOUNTING_REDIS_ENABLED:
             self.stdout.write(

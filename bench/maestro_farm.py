@@ -1,0 +1,395 @@
+#!/usr/bin/env python
+"""The drift check, the repair and the release path on a farm the size of OpenCue Maestro's proof.
+
+    ACCOUNTING_SCHEDULER=maestro DJANGO_SETTINGS_MODULE=settings .venv/bin/python bench/maestro_farm.py \
+        [--rounds 7] [--releases 200] [--drifted 20] [--skip drift] [--skip release]
+
+Why: in the Maestro era Cuebot writes the five tables of every show and Maestro plans each tick
+from them, so at a site's size the check that they equal SUM(proc), the repair that makes them so,
+and a release must each cost about what the bare SQL doing the same costs. The farm is
+simulator.farm_builder.MAESTRO_PROOF (1,553 hosts, 57,461 cores, 20,000 procs, 20 shows), built or
+completed first, its build timed. Each figure is a ratio to a baseline run in the same process:
+
+- the drift check (accounting.reconcile.cuebot_drift.cuebot_table_drift) and the repair with
+  nothing drifted (recompute_pg_accounting of every show): bench/cuebot_drift.py's BARE_SUMS, the
+  five aggregates of SUM(proc) by Cuebot's counting rules, fetched, nothing compared. A repair must
+  at least read those sums and compare them, so it is held to the same baseline;
+- the repair with --drifted rows of each table a core low: the bare sums, then a bare UPDATE of
+  those rows to the sums read (one statement per table, one transaction): no lock, no cap moved,
+  no names, rows the bench already knows;
+- releases: bench/release.py's Cuebot floors (single: DELETE ... RETURNING, host UPDATE, the five
+  decrements one by one, COMMIT; batched as batchDeleteVirtualProcs) against unbook_proc and
+  unbook_procs of 100, on procs of the farm taken at random, pinned and interleaved in slices as
+  bench/release.py does; the floor again on a second connection (A/A) is the method's own error.
+  A batch of random procs of this farm spans about 100 jobs and layers, and the batch floor as
+  bench/release.py writes it waits on one round trip per key; the same floor with its writes
+  pipelined (as JDBC's batchUpdate sends them) is printed beside it, and the batches against it.
+  Before each round the farm is refilled to its size by `manage.py seed_demo_farm --maestro-size`
+  in a process of its own: on the service's connection the builder's DROP TABLE would make psycopg
+  drop the release path's prepared statements.
+
+Rounds are interleaved (the drift phase: each path once per pass, three passes a round, the order
+reversed every other pass; a round's time is its passes' median), a ratio is taken within a round
+and printed as the median with the spread (lowest-highest round). The repair is timed as
+recompute_pg_accounting of every show of the farm, which is what acct_reseed runs in this era.
+"""
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
+
+from cuebot_drift import BARE_SUMS  # noqa: E402  (sets Django up)
+from django.db import connection, transaction  # noqa: E402
+from release import (  # noqa: E402
+    A_A_LABEL,
+    BATCH_FACTOR,
+    FLOOR_DELETE_MANY,
+    FLOOR_HOSTS,
+    Floor,
+    _per_host,
+    count_line,
+    counts_per_call,
+    floor_decrements,
+    interleaved_rates,
+    pinned,
+    print_rates,
+    ratio_text,
+    server_pids,
+    vacuum_churned,
+)
+
+from accounting.reconcile.cuebot_drift import cuebot_table_drift  # noqa: E402
+from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
+from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
+from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
+from simulator.farm_builder import MAESTRO_PROOF, build_demo_farm, demo_id  # noqa: E402
+
+SHOW_IDS = [demo_id(f"show:{i}") for i in range(MAESTRO_PROOF.shows)]
+
+# The rows the bench drifts, per table in the lock order: its key, the columns its sum is keyed by,
+# and which of BARE_SUMS holds that sum (whose rows are the key, then cores and GPUs).
+DRIFTED = (
+    ("subscription", "pk_subscription", ("pk_show", "pk_alloc"), 0),
+    ("layer_resource", "pk_layer_resource", ("pk_layer",), 3),
+    ("job_resource", "pk_job_resource", ("pk_job",), 2),
+    ("folder_resource", "pk_folder_resource", ("pk_folder",), 1),
+    ("point", "pk_point", ("pk_dept", "pk_show"), 4),
+)
+# Passes per round of the drift phase: a round's time for a path is the median of its passes, so
+# one stall of the shared machine does not make a round's ratio.
+PASSES = 3
+
+
+class Target(NamedTuple):
+    """The rows of one table the bench drifts, and the keys their sums are found by."""
+
+    table: str
+    pk: str  # the table's key column
+    pks: list[str]
+    keys: list[tuple]  # each row's sum key, in BARE_SUMS' order of columns
+
+
+BARE_SET = """
+UPDATE {table} t SET int_cores = v.cores, int_gpus = v.gpus
+  FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(pk, cores, gpus) WHERE t.{pk} = v.pk
+"""
+
+
+def seconds(*, fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def spread(*, samples: dict[str, list[float]], path: str, base: str) -> str:
+    """bench/release.py's median (spread) of per-round ratios, for durations (lower is better)."""
+    return ratio_text({name: [1 / s for s in values] for name, values in samples.items()}, base, path)
+
+
+def ms(*, values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:8.1f} ms ({min(values) * 1000:.1f}–{max(values) * 1000:.1f})"
+
+
+def bare_sums(*, cursor) -> list[list[tuple]]:
+    sums = []
+    for sql in BARE_SUMS:
+        cursor.execute(sql)
+        sums.append(cursor.fetchall())
+    return sums
+
+
+def drift_targets(*, per_table: int) -> list[Target]:
+    """`per_table` rows of each table of the farm's shows, spread over it: (table, key, keys, their sum keys)."""
+    targets = []
+    with connection.cursor() as cursor:
+        for table, pk, key_columns, _ in DRIFTED:
+            join = "" if "pk_show" in key_columns else _show_join(table=table)
+            cursor.execute(
+                f"SELECT t.{pk}, {', '.join(f't.{c}' for c in key_columns)} FROM {table} t {join} "
+                f"WHERE {'t' if not join else 's'}.pk_show = ANY(%s) ORDER BY md5(t.{pk}) LIMIT %s",
+                [SHOW_IDS, per_table],
+            )
+            rows = cursor.fetchall()
+            targets.append(Target(table, pk, [row[0] for row in rows], [tuple(row[1:]) for row in rows]))
+    return targets
+
+
+def _show_join(*, table: str) -> str:
+    """How a table without pk_show reaches its show."""
+    parent = "folder" if table == "folder_resource" else "job"
+    return f"JOIN {parent} s ON s.pk_{parent} = t.pk_{parent}"
+
+
+def make_drift(*, targets: list[Target]) -> None:
+    """Each target row a core low, as a lost update would leave it (a decrement is never refused)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table, pk, pks, _ in targets:
+            cursor.execute(f"UPDATE {table} SET int_cores = int_cores - 100 WHERE {pk} = ANY(%s)", [pks])
+
+
+def bare_fix(*, targets: list[Target]) -> None:
+    """The baseline of a repair that writes: the bare sums, then the drifted rows set to them."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        sums = bare_sums(cursor=cursor)
+        for (table, pk, pks, keys), (_, _, key_columns, which) in zip(targets, DRIFTED, strict=True):
+            width = len(key_columns)
+            by_key = {row[:width]: row[width : width + 2] for row in sums[which]}
+            values = [by_key.get(key, (0, 0)) for key in keys]
+            cursor.execute(
+                BARE_SET.format(table=table, pk=pk),
+                [pks, [int(v[0] or 0) for v in values], [int(v[1] or 0) for v in values]],
+            )
+
+
+def vacuum_accounting(*, full: bool = False) -> None:
+    """VACUUM the five tables, as autovacuum would at a site. The bare sums never read them, so
+    their dead rows weigh on the check and the repair alone: on a PostgreSQL with autovacuum off
+    (this machine's), repeated repairs that rewrote every row left layer_resource at 943 pages
+    for 2,160 rows (about 30 when built), which VACUUM frees but does not give back, so the
+    check's scan still read them; `full` (once, before the first round) rewrites the files."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"VACUUM {'FULL ' if full else ''}subscription, layer_resource, job_resource, folder_resource, point"
+        )
+
+
+def drift_phase(*, rounds: int, drifted: int) -> None:
+    targets = drift_targets(per_table=drifted)
+
+    def bare() -> None:
+        with connection.cursor() as cursor:
+            bare_sums(cursor=cursor)
+
+    def repair() -> None:
+        recompute_pg_accounting(show_ids=SHOW_IDS)
+
+    clean: list[tuple[str, Callable[[], object]]] = [
+        ("bare", bare),
+        ("check", cuebot_table_drift),
+        ("repair", repair),
+    ]
+    written: list[tuple[str, Callable[[], object]]] = [
+        ("bare_fix", lambda: bare_fix(targets=targets)),
+        ("repair_drifted", repair),
+    ]
+    samples: dict[str, list[float]] = {name: [] for name, _ in clean + written}
+    vacuum_accounting(full=True)
+    for i in range(rounds):
+        vacuum_accounting()
+        passes: dict[str, list[float]] = {name: [] for name in samples}
+        for j in range(PASSES):
+            order = 1 if (i + j) % 2 == 0 else -1
+            for name, fn in clean[::order]:
+                passes[name].append(seconds(fn=fn))
+            for name, fn in written[::order]:
+                make_drift(targets=targets)
+                passes[name].append(seconds(fn=fn))
+        for name, values in passes.items():
+            samples[name].append(statistics.median(values))
+        left = cuebot_table_drift(show_ids=SHOW_IDS).rows
+        if left:
+            raise SystemExit(f"round {i + 1}: {len(left)} row(s) still drifted after the repair, first {left[0]}")
+    rows = sum(len(pks) for _, _, pks, _ in targets)
+    print(
+        f"Drift check and repair, {rounds} rounds of {PASSES} interleaved passes (a round's time: its passes' median), "
+        f"median (lowest–highest round); "
+        f"drifted: {rows} rows ({', '.join(f'{t} {len(p)}' for t, _, p, _ in targets)}), each a core low"
+    )
+    print(f"{'':58s} {'time':>28s}  {'x its baseline':>22s}")
+    for label, path, base in (
+        ("five bare sums (baseline)", "bare", "bare"),
+        ("cuebot_table_drift, nothing drifted", "check", "bare"),
+        ("recompute_pg_accounting, nothing drifted", "repair", "bare"),
+        ("bare sums + bare UPDATE of the drifted rows (baseline)", "bare_fix", "bare_fix"),
+        ("recompute_pg_accounting, rows drifted", "repair_drifted", "bare_fix"),
+        ("recompute_pg_accounting, rows drifted, x the bare sums", "repair_drifted", "bare"),
+    ):
+        print(f"{label:58s} {ms(values=samples[path]):>28s}  {spread(samples=samples, path=path, base=base):>22s}")
+
+
+class FarmProcs:
+    """The farm's procs handed to the release paths at random, the farm refilled before each round."""
+
+    def __init__(self) -> None:
+        self.pool: list[str] = []
+        self.refills: list[float] = []
+        self.random = random.Random(34)
+
+    def refill(self) -> None:
+        self.refills.append(
+            seconds(
+                fn=lambda: subprocess.run(
+                    [sys.executable, str(ROOT / "manage.py"), "seed_demo_farm", "--maestro-size"],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        )
+        vacuum_churned()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pk_proc FROM proc WHERE pk_show = ANY(%s) ORDER BY pk_proc", [SHOW_IDS])
+            self.pool = [pk for (pk,) in cursor.fetchall()]
+        self.random.shuffle(self.pool)
+
+    def add_procs(self, n: int) -> list[str]:
+        if n > len(self.pool):
+            raise SystemExit(f"the farm has {len(self.pool)} procs left for {n} releases: ask fewer (--releases)")
+        taken, self.pool = self.pool[:n], self.pool[n:]
+        return taken
+
+
+def pipelined_batches(*, floor: Floor) -> Callable[[list[str]], float]:
+    """bench/release.py's Cuebot batch floor with its host refunds and decrements sent in one
+    pipeline, as JDBC's batchUpdate sends a batch: on this farm a batch of 100 procs spans about
+    100 layers and jobs, and the floor as written waits on one round trip per key (about 300)."""
+
+    def run(proc_ids: list[str], size: int = 100) -> float:
+        started = time.perf_counter()
+        for i in range(0, len(proc_ids), size):
+            with floor.pg.cursor() as cursor:
+                cursor.execute(FLOOR_DELETE_MANY, (proc_ids[i : i + size],))
+                rows = cursor.fetchall()
+                with floor.pg.pipeline():
+                    cursor.execute(FLOOR_HOSTS, _per_host(rows))
+                    floor_decrements(cursor, rows)
+            floor.pg.commit()
+        return len(proc_ids) / (time.perf_counter() - started)
+
+    return run
+
+
+def release_phase(*, rounds: int, releases: int) -> None:
+    procs, floor, again = FarmProcs(), Floor(), Floor()
+    try:
+        procs.refill()
+        for proc_id in procs.add_procs(20):  # connections, prepared statements
+            unbook_proc(proc_id=proc_id)
+        unbook_procs(proc_ids=procs.add_procs(100))
+        floor.cuebot(procs.add_procs(20))
+        again.cuebot(procs.add_procs(20))
+        floor.cuebot_batched(procs.add_procs(200))
+        pipelined = pipelined_batches(floor=again)
+        pipelined(procs.add_procs(200))
+        with pinned(server_pids(floor, again)) as placement:
+            rates = interleaved_rates(
+                procs,
+                releases,
+                {
+                    "floor": floor.cuebot,
+                    "floor_again": again.cuebot,
+                    "batch_floor": floor.cuebot_batched,
+                    "batch_floor_pipelined": pipelined,
+                    "unbook_proc": lambda ids: _rate(ids=ids, release=lambda: [unbook_proc(proc_id=p) for p in ids]),
+                    "unbook_procs": lambda ids: _rate(
+                        ids=ids,
+                        release=lambda: [unbook_procs(proc_ids=ids[i : i + 100]) for i in range(0, len(ids), 100)],
+                    ),
+                },
+                batched=("unbook_procs", "batch_floor", "batch_floor_pipelined"),
+                rounds=rounds,
+                before_round=procs.refill,
+            )
+        one, hundred = counts_per_call(procs)
+        left = cuebot_table_drift(show_ids=SHOW_IDS).rows
+    finally:
+        floor.close()
+        again.close()
+    procs.refill()  # the farm left whole
+    print()
+    print(
+        f"Releases (Maestro era, the five tables written in the transaction), procs of the farm at random: "
+        f"{releases} per path and round ({BATCH_FACTOR * releases} for batches), {rounds} interleaved rounds; "
+        f"{placement}; the farm refilled before each round in {ms(values=procs.refills).strip()}"
+    )
+    print_rates(
+        rates,
+        [
+            ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
+            (A_A_LABEL, "floor_again", "floor", "1.00"),
+            ("batch floor: the same per 100, decrements summed per key", "batch_floor", "batch_floor", ""),
+            ("batch floor, its writes pipelined", "batch_floor_pipelined", "batch_floor", ""),
+            ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
+            ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
+            ("unbook_procs, x the pipelined batch floor", "unbook_procs", "batch_floor_pipelined", ""),
+        ],
+    )
+    print(count_line("per unbook_proc", one))
+    print(count_line("per unbook_procs of 100", hundred))
+    print(f"rows drifted after every release of the rounds, before the last refill: {len(left)}")
+
+
+def _rate(*, ids: list[str], release: Callable[[], object]) -> float:
+    return len(ids) / seconds(fn=release)
+
+
+def refuse_another_shape(*, host_cores: int) -> None:
+    """Stop if the demo farm here was built to another size first (bench/recalculate_subs.py's, say):
+    completing it keeps its procs on their hosts, and the figures would not be of Maestro's farm."""
+    hosts = [demo_id(f"host:{h}") for h in range(MAESTRO_PROOF.hosts)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM proc WHERE pk_show = ANY(%s) AND NOT pk_host = ANY(%s)", [SHOW_IDS, hosts])
+        (elsewhere,) = cursor.fetchone()
+    if elsewhere or host_cores != MAESTRO_PROOF.hosts * MAESTRO_PROOF.host_cores:
+        raise SystemExit(
+            "this database holds a demo farm of another size: run the bench on a database of its own "
+            "(DATABASE_URL), migrated, where it builds Maestro's"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--releases", type=int, default=200, help="single releases per path and round (batches 5x)")
+    parser.add_argument("--drifted", type=int, default=20, help="rows of each table drifted for the repair")
+    parser.add_argument("--skip", choices=["drift", "release"], action="append", default=[])
+    options = parser.parse_args()
+    if not cuebot_owns_every_show():
+        raise SystemExit("run with ACCOUNTING_SCHEDULER=maestro: this bench is the Maestro era's")
+    started = time.perf_counter()
+    summary = build_demo_farm(size=MAESTRO_PROOF)
+    print(
+        f"farm: {summary.shows} shows, {summary.hosts} hosts, {summary.host_cores // 100:,} cores, "
+        f"{summary.procs} procs ({summary.procs_added} added, in {time.perf_counter() - started:.1f} s)"
+    )
+    refuse_another_shape(host_cores=summary.host_cores)
+    if "drift" not in options.skip:
+        drift_phase(rounds=options.rounds, drifted=options.drifted)
+    if "release" not in options.skip:
+        release_phase(rounds=options.rounds, releases=options.releases)
+
+
+if __name__ == "__main__":
+    main()
