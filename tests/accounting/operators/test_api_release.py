@@ -318,3 +318,18 @@ def test_every_kind_of_release_answer_is_what_the_openapi_schema_declares(farm, 
         assert model.model_validate(body, strict=True).model_dump(mode="json") == body
     assert [r["status"] for r in batch.json()["results"]] == ["released", "not_found", "released"]
     assert batch.json()["results"][2]["release"]["folder_id"] is None
+
+
+def test_a_batchs_releases_of_one_layer_are_named_once(farm):
+    # Named per distinct set of ids, that dict shared (a batch named proc by proc spent a quarter
+    # of its request's CPU naming: issue 35); another job's release is named on its own.
+    from accounting.operators.selectors import release_names
+    from accounting.release.unbook import unbook_procs
+
+    other_job, other_layer = farm.add_job()
+    procs = [farm.add_proc(cores=100) for _ in range(3)] + [farm.add_proc(cores=100, layer=other_layer)]
+    names = release_names(releases=[r for r in unbook_procs(proc_ids=[p.id for p in procs]) if r is not None])
+    first, second, third, other = (names[p.id] for p in procs)
+    assert first is second is third and other is not first
+    assert (first["job"], other["job"]) == (farm.job.str_name, other_job.str_name)
+    assert first["layer"] == other["layer"] == "render" and first["show"] == other["show"] == farm.show.str_name
