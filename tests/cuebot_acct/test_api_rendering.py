@@ -22,6 +22,7 @@ def test_orjson_writes_what_ninjas_encoder_wrote():
         "checked_at": datetime(2026, 11, 26, 22, 0, 0, 123456, tzinfo=UTC),
         "exact": Decimal("2.50"),
         "results": [{"status": "released"}, {"status": "not_found", "release": None}],
+        "by_count": {3: "three", True: "yes", None: "none"},
     }
     rendered = OrjsonRenderer().render(None, data, response_status=200)  # type: ignore[arg-type]
     assert isinstance(rendered, bytes)
