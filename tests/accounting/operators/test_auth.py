@@ -145,3 +145,23 @@ def test_each_request_reads_its_own_user_object(raw, clock):
         BearerToken(RELEASE_PROCS).authenticate(request, raw)
     first.user.first_name = "changed by one request"
     assert second.user.first_name == "" and user_for_token(raw=raw).first_name == ""
+
+
+def test_the_header_is_read_as_django_ninja_reads_it_without_building_request_headers(raw, clock):
+    from django.test import RequestFactory
+    from ninja.security import HttpBearer
+
+    from accounting.operators.auth import BearerToken
+
+    grant_permissions(user=get_user_model().objects.get(username="releaser"), permissions=[RELEASE_PROCS])
+
+    class NinjasReading(HttpBearer):
+        def authenticate(self, request, token):
+            return token
+
+    for header in (f"Bearer {raw}", f"bearer {raw}", f"Bearer  {raw}", f"Basic {raw}", "Bearer", "", raw):
+        ours, ninjas = RequestFactory().post("/", HTTP_AUTHORIZATION=header), RequestFactory().post("/")
+        ninjas.META["HTTP_AUTHORIZATION"] = header
+        expected = NinjasReading()(ninjas)
+        assert BearerToken(RELEASE_PROCS)(ours) == (expected if expected == raw else None), header
+        assert "headers" not in ours.__dict__  # request.headers was never built
