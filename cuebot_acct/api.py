@@ -8,13 +8,17 @@ match no endpoint answer a JSON 404 (cuebot_acct.urls).
 
 import json
 import logging
+from typing import Any
 
+import orjson
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from ninja import NinjaAPI, Swagger
 from ninja.errors import HttpError
 from ninja.parser import Parser
+from ninja.renderers import JSONRenderer
+from ninja.responses import NinjaJSONEncoder
 
 from cuebot_acct.api_types import JsonNumber, MissingPermission, NotJson
 
@@ -32,8 +36,23 @@ class JsonOnly(Parser):
         return json.loads(request.body, parse_float=JsonNumber)
 
 
+class OrjsonRenderer(JSONRenderer):
+    """ninja's JSON renderer, written by orjson: the answer of a batch of 100 releases took
+    459 µs through json.dumps and ninja's encoder, 35 µs through orjson (issue 35). What orjson
+    does not write itself goes to ninja's encoder (a Decimal, a URL, a pydantic model), and so do
+    datetimes, so that they keep Django's format (milliseconds, `Z`). A dict key that is not a
+    string is written as json.dumps writes it (orjson refuses one unless told)."""
+
+    _fallback = NinjaJSONEncoder().default
+    _options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
+        return orjson.dumps(data, default=self._fallback, option=self._options)
+
+
 api = NinjaAPI(
     parser=JsonOnly(),
+    renderer=OrjsonRenderer(),
     title="cuebot-acct",
     version="1",
     description="Cuebot-side accounting for OpenCue's Redis-backed scheduler.",
@@ -41,6 +60,14 @@ api = NinjaAPI(
     # Swagger UI would send the schema to validator.swagger.io: the docs must work air-gapped.
     docs=Swagger(settings={"validatorUrl": None}),
 )
+
+
+def answered(request: HttpRequest, data: Any) -> HttpResponse:
+    """A 200 answer rendered as every answer of the API is, for an endpoint that builds its answer
+    from values already typed and returns it as is: ninja would validate it against the
+    endpoint's response schema on every request (1.4 ms for a batch of 100 releases, more than
+    its rendering), where the tests hold the endpoint's answers to that schema once."""
+    return api.create_response(request, data, status=200)
 
 
 @api.exception_handler(HttpError)

@@ -8,13 +8,16 @@ wrappers and Django's error translation (a deadlock raised as the OperationalErr
 """
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 
 def django_cursor(cursor_class: type[psycopg.Cursor]):
     """A Django cursor wrapper around `cursor_class` on the default connection (opened if need be)."""
-    connection.ensure_connection()
-    raw = cursor_class(connection.connection)
+    # The thread's connection looked up once: each attribute read through django.db.connection
+    # looks it up again (asgiref's thread-local storage, 2-4 µs a read: docs/benchmarks.md).
+    db = connections[DEFAULT_DB_ALIAS]
+    db.ensure_connection()
+    raw = cursor_class(db.connection)
     # django-stubs type both methods as taking Django's wrapper; Django wraps the raw DB-API cursor.
-    wrap = connection.make_debug_cursor if connection.queries_logged else connection.make_cursor
+    wrap = db.make_debug_cursor if db.queries_logged else db.make_cursor
     return wrap(raw)  # type: ignore[arg-type]

@@ -19,13 +19,15 @@ handler404 = "cuebot_acct.api.not_found"
 handler500 = "cuebot_acct.api.server_error"
 
 urlpatterns = [
+    # First: Django tries the patterns in order at every request, and Cuebot's releases, the most
+    # frequent, are under /api/ (no other pattern matches there).
+    path("api/v1/", api.urls),
     # The farm overview is the admin's front page: it answers the admin index's URL first.
     path("admin/", admin.site.admin_view(overview), name="acct-overview"),
     path("admin/accounting/drift/", admin.site.admin_view(drift_index), name="acct-drift"),
     path("admin/accounting/drift/<str:show_id>/", admin.site.admin_view(drift_show), name="acct-drift-show"),
     path("admin/accounting/drift/<str:show_id>/reseed/", admin.site.admin_view(reseed_show), name="acct-drift-reseed"),
     path("admin/", admin.site.urls),
-    path("api/v1/", api.urls),
     path("metrics", health.metrics, name="metrics"),
     path("healthz", health.healthz, name="healthz"),
 ]

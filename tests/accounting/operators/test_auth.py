@@ -107,3 +107,61 @@ def test_a_withdrawn_permission_takes_effect_within_the_cache_period(raw, clock,
     assert user_for_token(raw=raw).has_perm(RELEASE_PROCS)  # the documented bound
     clock[0] += 0.001
     assert not user_for_token(raw=raw).has_perm(RELEASE_PROCS)
+
+
+def test_a_fresh_tokens_permission_is_decided_once_per_cache_period(raw, clock, settings, monkeypatch):
+    # Django's has_perm walks every authentication backend; the release path asks the same
+    # permission at every request, so each permission is decided once per cache period.
+    from django.contrib.auth.models import PermissionsMixin
+    from django.test import RequestFactory
+
+    from accounting.operators.auth import BearerToken
+
+    grant_permissions(user=get_user_model().objects.get(username="releaser"), permissions=[RELEASE_PROCS])
+    asked = []
+    has_perm = PermissionsMixin.has_perm
+    monkeypatch.setattr(
+        PermissionsMixin, "has_perm", lambda user, perm, obj=None: asked.append(perm) or has_perm(user, perm, obj)
+    )
+    check = BearerToken(RELEASE_PROCS)
+    for _ in range(3):
+        request = RequestFactory().post("/api/v1/procs/unbook")
+        assert check.authenticate(request, raw) == raw
+    assert asked == [RELEASE_PROCS]
+    assert request.user.username == "releaser"  # read when asked for, each request its own object
+    clock[0] += settings.AUTH_TOKEN_CACHE_SECONDS
+    check.authenticate(RequestFactory().post("/api/v1/procs/unbook"), raw)
+    assert asked == [RELEASE_PROCS, RELEASE_PROCS]
+
+
+def test_each_request_reads_its_own_user_object(raw, clock):
+    from django.test import RequestFactory
+
+    from accounting.operators.auth import BearerToken
+
+    grant_permissions(user=get_user_model().objects.get(username="releaser"), permissions=[RELEASE_PROCS])
+    first, second = RequestFactory().post("/"), RequestFactory().post("/")
+    for request in (first, second):
+        BearerToken(RELEASE_PROCS).authenticate(request, raw)
+    first.user.first_name = "changed by one request"
+    assert second.user.first_name == "" and user_for_token(raw=raw).first_name == ""
+
+
+def test_the_header_is_read_as_django_ninja_reads_it_without_building_request_headers(raw, clock):
+    from django.test import RequestFactory
+    from ninja.security import HttpBearer
+
+    from accounting.operators.auth import BearerToken
+
+    grant_permissions(user=get_user_model().objects.get(username="releaser"), permissions=[RELEASE_PROCS])
+
+    class NinjasReading(HttpBearer):
+        def authenticate(self, request, token):
+            return token
+
+    for header in (f"Bearer {raw}", f"bearer {raw}", f"Bearer  {raw}", f"Basic {raw}", "Bearer", "", raw):
+        ours, ninjas = RequestFactory().post("/", HTTP_AUTHORIZATION=header), RequestFactory().post("/")
+        ninjas.META["HTTP_AUTHORIZATION"] = header
+        expected = NinjasReading()(ninjas)
+        assert BearerToken(RELEASE_PROCS)(ours) == (expected if expected == raw else None), header
+        assert "headers" not in ours.__dict__  # request.headers was never built
