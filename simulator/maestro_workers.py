@@ -453,9 +453,40 @@ SELECT p.pk_proc, q.pk_proc FROM proc p JOIN host h ON h.pk_host = p.pk_host
 """
 
 
+# One proc's five rows, each a centicore below its sum: drift for the repair to find and lock.
+# Lowered, never raised, so no cap trigger looks at it; in Cuebot's table order, one row each.
+PROC_ROWS = """
+SELECT s.pk_subscription, p.pk_layer, p.pk_job, j.pk_folder, pt.pk_point
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host JOIN job j ON j.pk_job = p.pk_job
+  JOIN subscription s ON s.pk_show = p.pk_show AND s.pk_alloc = h.pk_alloc
+  JOIN point pt ON pt.pk_dept = j.pk_dept AND pt.pk_show = j.pk_show
+ WHERE p.pk_proc = %(proc)s
+"""
+DRIFT_ROWS = (
+    "UPDATE subscription SET int_cores = int_cores - 1 WHERE pk_subscription = %s",
+    "UPDATE layer_resource SET int_cores = int_cores - 1 WHERE pk_layer = %s",
+    "UPDATE job_resource SET int_cores = int_cores - 1 WHERE pk_job = %s",
+    "UPDATE folder_resource SET int_cores = int_cores - 1 WHERE pk_folder = %s",
+    "UPDATE point SET int_cores = int_cores - 1 WHERE pk_point = %s",
+)
+
+
+def drift_rows_of(*, proc_id: str) -> None:
+    """Set the proc's five rows a centicore low, as drift from elsewhere would (an older writer,
+    a hand edit): the repair has rows to lock only where something drifted."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(PROC_ROWS, {"proc": proc_id})
+        keys = cursor.fetchone()
+        for statement, key in zip(DRIFT_ROWS, keys or (), strict=False):
+            cursor.execute(statement, [key])
+
+
 def deadlock_order(*, run: MaestroRun) -> None:
     """The repair, Cuebot's release and this service's release on the same rows at once.
 
+    First the rows of the proc Cuebot's release will take are set to drift: the repair locks
+    only the rows it finds drifted, so without drift it would take no lock to order. The
+    samples, taken on this thread, do not run until the repair has set them right again.
     Cuebot's release of one proc holds its subscription row (Cuebot's first table) and waits.
     The repair is started and left to run until PostgreSQL has it waiting, directly or behind
     others, on Cuebot's release; then this service's release of another proc of the same
@@ -470,6 +501,7 @@ def deadlock_order(*, run: MaestroRun) -> None:
     if pair is None:
         run.faults.rearm("deadlock-order")
         return
+    attempt(run=run, where="deadlock-order drift", body=lambda: drift_rows_of(proc_id=pair[0]))
     holding, go, held_once = threading.Event(), threading.Event(), threading.Event()
     pids: dict[str, int] = {}
 
