@@ -365,8 +365,9 @@ def _bootstrap(
 
 def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool:
     """Rebuild everything when Redis is empty. True when it did; ReseedSkipped if it could not
-    finish (the booked write refused on every attempt: Redis restarted again during the rebuild): no marker, so
-    the next check starts over. `wait` replaces the in-flight wait (tests control time)."""
+    finish (another rebuild took it over, or Redis restarted again during each of its
+    MAX_ATTEMPTS rounds): no marker, so the next check starts over. `wait` replaces the
+    in-flight wait (tests control time)."""
     if not redis_is_empty():
         return False
     with named_lock(name=FARM_LOCK):
