@@ -38,14 +38,22 @@ def bootstrap_if_empty() -> bool:
         return False
 
 
-def reseed_all() -> bool:
-    """The farm reseed (booked counters, then limits) of every managed show; False when the
-    booked compare-and-swap was skipped or another reseed held the farm lock."""
+@dataclass(frozen=True)
+class FarmReseed:
+    written: bool
+    # The reseed found Redis empty and was its bootstrap (reseed() runs it then), which the
+    # run counts with the bootstraps of its own empty-Redis check.
+    bootstrapped: bool
+
+
+def reseed_all() -> FarmReseed:
+    """The farm reseed (booked counters, then limits) of every managed show; not written when
+    the booked cycle was skipped or another reseed held the farm lock."""
     try:
         report = reseed.reseed(limits=True, booked=True)
     except LockBusy:
-        return False
-    return report.booked.written
+        return FarmReseed(written=False, bootstrapped=False)
+    return FarmReseed(written=report.booked is not None and report.booked.written, bootstrapped=report.bootstrapped)
 
 
 @dataclass(frozen=True)

@@ -540,7 +540,9 @@ def reconcile_once(stats: Stats, *, reseeder: str = "project") -> None:
         written = outcome.written
         stats.add(reseed_keys_over_inflight=outcome.exposed_keys)
     else:
-        written = reconcile.reseed_all()
+        farm_reseed = reconcile.reseed_all()
+        written = farm_reseed.written
+        stats.add(bootstraps=int(farm_reseed.bootstrapped))
     if written:
         stats.add(reseed_cycles_run=1)
     else:

@@ -138,6 +138,11 @@ def reseed_booked(
             if written is not None:
                 return BookedOutcome(written=True, keys=written, attempts=attempt)
             RESEED_WRITES_REFUSED.inc()
+            if closed_token is not None:
+                # The rebuild's token was dropped (Redis restarted or failed over) or replaced
+                # (another rebuild began): nothing writes it back, so no later attempt can
+                # succeed. The bootstrap decides whether to start over.
+                return BookedOutcome(written=False, keys=0, attempts=attempt)
             if attempt < max_attempts:
                 time.sleep(backoff_seconds(attempt=attempt))
         RESEED_SKIPPED.labels(scope=scope).inc()
@@ -324,33 +329,45 @@ def _bootstrap(
     proc may commit after our SUM(proc): counted by neither, the key would read low. So the
     keys stay closed to booking (no limit field: booking.lua rejects without a burst) for
     one in-flight TTL, after which every such booking has committed its proc or expired;
-    then booked counters, then limits, then the marker. The token makes the limit writes and
-    the marker refuse if Redis restarted again (or another bootstrap began) meanwhile."""
+    then booked counters, then limits, then the marker. The token makes the booked write, the
+    limit writes and the marker refuse if Redis restarted again (or another bootstrap began)
+    meanwhile. A restart (or failover close) that dropped the token starts the rebuild over at
+    once, with a new token and a whole wait: that restart may have lost in-flight entries too,
+    and leaving it to the next caller's check kept the keys closed for as long as that takes."""
     client = accounting_redis()
-    token = uuid.uuid4().hex
-    client.set(keys.BOOTSTRAPPING, token)
     ttl = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
-    log.warning(
-        "accounting Redis is empty: keys stay closed to booking for %s s (the in-flight TTL), then rebuild", ttl
-    )
-    (wait or inflight_wait)(ttl)
-    shows = managed_show_ids()
-    outcome = reseed_booked(show_ids=shows, scope="bootstrap", progress=progress, closed_token=token)
-    if not outcome.written:
-        return ReseedReport(shows=len(shows), booked=outcome, limit_fields=None, bootstrapped=False)
-    fields = write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), opens=True, progress=progress)
-    done = fields is not None and _finish_rebuild(token=token)
-    if done:
-        log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))
-        BOOTSTRAPS.inc()
-        REBUILDS.inc()
-    return ReseedReport(shows=len(shows), booked=outcome, limit_fields=fields, bootstrapped=bool(done))
+    for _ in range(MAX_ATTEMPTS):
+        token = uuid.uuid4().hex
+        client.set(keys.BOOTSTRAPPING, token)
+        log.warning(
+            "accounting Redis is empty: keys stay closed to booking for %s s (the in-flight TTL), then rebuild", ttl
+        )
+        (wait or inflight_wait)(ttl)
+        shows = managed_show_ids()
+        outcome = reseed_booked(show_ids=shows, scope="bootstrap", progress=progress, closed_token=token)
+        fields = (
+            write_limits(show_ids=shows, guard=(keys.BOOTSTRAPPING, token), opens=True, progress=progress)
+            if outcome.written
+            else None
+        )
+        if fields is not None and _finish_rebuild(token=token):
+            log.warning("accounting Redis rebuilt: %d scheduler-managed show(s)", len(shows))
+            BOOTSTRAPS.inc()
+            REBUILDS.inc()
+            return ReseedReport(shows=len(shows), booked=outcome, limit_fields=fields, bootstrapped=True)
+        # A token still there belongs to another rebuild, which finishes; a marker means one did.
+        if client.exists(keys.BOOTSTRAPPING) or not redis_is_empty():
+            break
+        log.warning("accounting Redis restarted again (or failed over) during its rebuild: starting over")
+    RESEED_SKIPPED.labels(scope="bootstrap").inc()
+    return ReseedReport(shows=len(shows), booked=outcome, limit_fields=fields, bootstrapped=False)
 
 
 def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool:
     """Rebuild everything when Redis is empty. True when it did; ReseedSkipped if it could not
-    finish (the booked write refused on every attempt: Redis restarted again during the rebuild): no marker, so
-    the next check starts over. `wait` replaces the in-flight wait (tests control time)."""
+    finish (another rebuild took it over, or Redis restarted again during each of its
+    MAX_ATTEMPTS rounds): no marker, so the next check starts over. `wait` replaces the
+    in-flight wait (tests control time)."""
     if not redis_is_empty():
         return False
     with named_lock(name=FARM_LOCK):

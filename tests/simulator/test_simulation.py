@@ -9,12 +9,15 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from accounting.live import keys
+from accounting.reconcile import reseed
 from accounting.reconcile.reseed import open_to_booking
 from shows.models import Show
+from simulator import reconcile
 from simulator.farm import foreign_redis_keys, sim_show_ids
 from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
 from simulator.maestro_run import MAESTRO_FAULTS
 from simulator.management.commands.simulate_farm import Command as SimulateFarm
+from simulator.reconcile import FarmReseed
 from simulator.report import CAP_KINDS
 from tests.service_role import as_cuebot
 
@@ -203,3 +206,15 @@ def test_a_show_closed_to_booking_by_its_switch_is_left_out_of_the_low_samples(f
     # booking.lua refuses the show's core bookings, so its stale counters can read low meanwhile.
     acct_redis.hdel(sub, "size", "burst")
     assert open_to_booking(show_ids=[farm.show.id]) == []
+
+
+@pytest.mark.django_db
+def test_a_farm_reseed_that_finds_redis_empty_reports_its_bootstrap(farm, acct_redis, monkeypatch):
+    """A restart between the reconciler's empty check and its farm reseed is rebuilt by the
+    reseed (reseed() runs the bootstrap then): the run counts that bootstrap, where it used to
+    report none while the keys were rebuilt."""
+    monkeypatch.setattr(reseed, "inflight_wait", lambda seconds: None)  # time, not Redis: the test's clock
+    farm.add_proc(cores=200)
+    assert reconcile.reseed_all() == FarmReseed(written=True, bootstrapped=True)
+    assert open_to_booking(show_ids=[farm.show.id]) == [farm.show.id]
+    assert reconcile.reseed_all() == FarmReseed(written=True, bootstrapped=False)

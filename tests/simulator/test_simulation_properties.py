@@ -247,7 +247,7 @@ def test_invariants_hold_for_any_interleaving(plan, acct_redis, monkeypatch):
         finish_all(model)
         expire_inflight(client)
         reconcile.bootstrap_if_empty()
-        assert reconcile.reseed_all()
+        assert reconcile.reseed_all().written
         show_ids = [farm.show.id] if Show.objects.get(pk=farm.show.id).b_scheduler_managed else []
         assert reconcile.drift_rows(show_ids=show_ids) == []
         assert negative_counters(redis_keys=farm_keys(show_ids=[farm.show.id])) == []

@@ -352,6 +352,46 @@ def test_a_restart_during_the_bootstrap_leaves_keys_closed_and_unmarked(farm, ac
 
 
 @pytest.mark.django_db
+def test_a_restart_during_the_wait_starts_the_bootstrap_over_at_once(farm, acct_redis, settings):
+    """Redis restarts again while the bootstrap keeps the keys closed, dropping its token. The
+    bootstrap starts over within the same call, keeps the keys closed for a whole new TTL (that
+    restart may have lost in-flight entries too), then opens them; it used to retry a write the
+    dropped token refuses every time and give up, leaving the keys closed until the next check."""
+    settings.ACCOUNTING_INFLIGHT_TTL_SECONDS = 4
+    farm.add_proc(cores=300)
+    waited = []
+
+    def restarts_during_the_first_wait(seconds: float) -> None:
+        waited.append(seconds)
+        if len(waited) == 1:
+            acct_redis.flushdb()
+            return
+        closed = book(**ids(farm), cores=100, gpus=0, op_id=uuid.uuid4().hex)
+        assert (closed.ok, closed.table) == (False, "subscription")  # still closed after the restart
+
+    assert bootstrap_if_empty(wait=restarts_during_the_first_wait)
+    assert waited == [4, 4]
+    assert acct_redis.hmget(sub_key(farm), "int_cores", "burst") == ["3", "200"]
+    assert not redis_is_empty()
+
+
+@pytest.mark.django_db
+def test_a_bootstrap_whose_token_another_rebuild_took_leaves_it_to_that_one(farm, acct_redis):
+    farm.add_proc(cores=300)
+    waited = []
+
+    def another_rebuild_begins(seconds: float) -> None:
+        waited.append(seconds)
+        acct_redis.set(keys.BOOTSTRAPPING, "another")
+
+    with pytest.raises(ReseedSkipped):
+        bootstrap_if_empty(wait=another_rebuild_begins)
+    assert len(waited) == 1  # no second round: the other rebuild waits and finishes
+    assert acct_redis.get(keys.BOOTSTRAPPING) == "another"
+    assert not acct_redis.hexists(sub_key(farm), "burst") and redis_is_empty()
+
+
+@pytest.mark.django_db
 def test_a_reseed_with_limits_on_an_empty_redis_is_the_bootstrap(farm, acct_redis, monkeypatch, settings):
     settings.ACCOUNTING_INFLIGHT_TTL_SECONDS = 5
     waited = []
