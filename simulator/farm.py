@@ -417,3 +417,27 @@ def load_existing_farm() -> SimFarm:
         gpu_host_ids={h for h, g in hosts if g},
         own=False,
     )
+
+
+# A job OpenCue could kill: not FINISHED, with procs still running; only the scheduler's own
+# shows where a model books only those (the NOTIFY era's).
+KILLABLE = """
+SELECT j.pk_job FROM job j JOIN show s ON s.pk_show = j.pk_show
+ WHERE j.pk_show = ANY(%(shows)s) AND (s.b_scheduler_managed OR NOT %(managed_only)s) AND j.str_state <> 'FINISHED'
+   AND EXISTS (SELECT 1 FROM proc p WHERE p.pk_job = j.pk_job) ORDER BY j.pk_job
+"""
+
+
+def finish_a_job(*, cursor, show_ids: list[str], rng: random.Random, managed_only: bool = False) -> str | None:
+    """What OpenCue does first when it kills a job: the job FINISHED and its name freed, its procs
+    still running (they go later). The job killed; None when no job with procs is left."""
+    cursor.execute(KILLABLE, {"shows": show_ids, "managed_only": managed_only})
+    candidates = [row[0] for row in cursor.fetchall()]
+    if not candidates:
+        return None
+    job_id = rng.choice(candidates)
+    cursor.execute(
+        "UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL, ts_stopped = now() WHERE pk_job = %s",
+        [job_id],
+    )
+    return job_id

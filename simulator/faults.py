@@ -9,6 +9,7 @@ Thread timing still varies between runs; the schedule and every random choice do
 import random
 import threading
 import time
+from collections.abc import Mapping
 
 FAULT_KINDS = (
     "redis-restart",  # FLUSHDB of the accounting database and SCRIPT FLUSH: an empty Redis
@@ -64,13 +65,23 @@ def parse_faults(text: str) -> tuple[str, ...]:
 
 
 class FaultPlan:
-    def __init__(self, *, kinds: tuple[str, ...], seconds: float, rng: random.Random) -> None:
+    """When each selected fault is due, drawn from the seed: every kind at least once, about one
+    firing per period (`periods`: this module's for the Redis era, the Maestro era's its own)."""
+
+    def __init__(
+        self,
+        *,
+        kinds: tuple[str, ...],
+        seconds: float,
+        rng: random.Random,
+        periods: Mapping[str, float] = PERIOD_SECONDS,
+    ) -> None:
         self.kinds = kinds
         self._lock = threading.Lock()
         self._started = time.monotonic()
         self._due: dict[str, list[float]] = {}
         for kind in kinds:
-            count = max(1, round(seconds / PERIOD_SECONDS[kind]))
+            count = max(1, round(seconds / periods[kind]))
             # Leave the last fifth of the run free of new faults so every one can be
             # observed by the reconciler before the workers stop.
             self._due[kind] = sorted(rng.uniform(0.05 * seconds, 0.8 * seconds) for _ in range(count))

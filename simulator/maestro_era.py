@@ -30,8 +30,9 @@ from shows.attach import grant_statements
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from simulator import pg_truth
 from simulator.farm import PROC_MEM_KB, SimFarm
+from simulator.faults import FaultPlan
 from simulator.maestro_cuebot import CAP_KINDS
-from simulator.maestro_run import REPAIR_SECONDS, SERVICE_THREAD, FaultClock, MaestroRun, MaestroStats, worker
+from simulator.maestro_run import FAULT_PERIOD_SECONDS, REPAIR_SECONDS, SERVICE_THREAD, MaestroRun, MaestroStats, worker
 from simulator.maestro_workers import (
     booker_loop,
     cuebot_releaser_loop,
@@ -184,7 +185,7 @@ def run_maestro_simulation(
     run = MaestroRun(
         farm=farm,
         stats=stats,
-        faults=FaultClock(kinds=faults, seconds=seconds, rng=rng),
+        faults=FaultPlan(kinds=faults, seconds=seconds, rng=rng, periods=FAULT_PERIOD_SECONDS),
         seed=seed,
         repair_seconds=repair_seconds,
     )

@@ -9,7 +9,6 @@ again, counted; a lost connection leaves the outcome unknown, so nothing is retr
 
 import random
 import threading
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,17 +20,19 @@ from django.db import OperationalError as DjangoOperationalError
 from django.db import connections
 
 from simulator.farm import LayerRef, SimFarm
+from simulator.faults import FaultPlan
 from simulator.processes import WebServer
 
 MAESTRO_FAULTS = ("job-kill", "pg-restart", "release-rollback", "booking-rollback", "deadlock-order", "flag-flip")
-# Mean seconds between two firings; every selected kind fires at least once, none in the last fifth.
+# Mean seconds between two firings over the whole run (simulator.faults.FaultPlan: every selected
+# kind fires at least once, none in the last fifth).
 FAULT_PERIOD_SECONDS = {
-    "job-kill": 3.0,
-    "pg-restart": 6.0,
-    "release-rollback": 1.0,
-    "booking-rollback": 1.0,
-    "deadlock-order": 5.0,
-    "flag-flip": 2.0,
+    "job-kill": 3.75,
+    "pg-restart": 7.5,
+    "release-rollback": 1.25,
+    "booking-rollback": 1.25,
+    "deadlock-order": 6.25,
+    "flag-flip": 2.5,
 }
 REPAIR_SECONDS = 2.0
 DEADLOCK_ATTEMPTS = 10  # a deadlock victim rolled back whole: run again, up to this many times in all
@@ -52,42 +53,6 @@ def parse_maestro_faults(*, text: str) -> tuple[str, ...]:
             f"unknown fault(s) for --era maestro: {', '.join(unknown)}; one of {', '.join(MAESTRO_FAULTS)}"
         )
     return kinds
-
-
-class FaultClock:
-    """When each selected fault is due: drawn from the seed, in the first four fifths of the run;
-    `take` is True once per firing whose time has come, for the first worker that asks."""
-
-    def __init__(self, *, kinds: tuple[str, ...], seconds: float, rng: random.Random) -> None:
-        self.kinds = kinds
-        self._lock = threading.Lock()
-        self._started = time.monotonic()
-        self._due = {
-            kind: sorted(
-                rng.uniform(0.05 * seconds, 0.8 * seconds)
-                for _ in range(max(1, round(0.8 * seconds / FAULT_PERIOD_SECONDS[kind])))
-            )
-            for kind in kinds
-        }
-
-    def start(self) -> None:
-        self._started = time.monotonic()
-
-    def take(self, kind: str) -> bool:
-        with self._lock:
-            due = self._due.get(kind)
-            if not due or time.monotonic() - self._started < due[0]:
-                return False
-            due.pop(0)
-            return True
-
-    def rearm(self, kind: str) -> None:
-        with self._lock:
-            self._due.setdefault(kind, []).insert(0, 0.0)
-
-    def pending(self) -> dict[str, int]:
-        with self._lock:
-            return {kind: len(times) for kind, times in self._due.items() if times}
 
 
 @dataclass
@@ -147,7 +112,7 @@ class MaestroStats:
 class MaestroRun:
     farm: SimFarm
     stats: MaestroStats
-    faults: FaultClock
+    faults: FaultPlan
     seed: int
     web: WebServer | None = None
     repair_seconds: float = REPAIR_SECONDS  # between two of the operator's repairs

@@ -24,7 +24,7 @@ from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Show
 from simulator import pg_truth
-from simulator.farm import PROC_MEM_KB, LayerRef
+from simulator.farm import PROC_MEM_KB, LayerRef, finish_a_job
 from simulator.farm_builder import PROC_CORES
 from simulator.maestro_cuebot import Planned, book_chunk, cuebot_release
 from simulator.maestro_run import SERVICE_THREAD, Lost, MaestroRun, attempt, lost, reconnect, sqlstate, worker
@@ -405,24 +405,12 @@ def change_a_cap(*, run: MaestroRun, rng: random.Random, kind: str) -> None:
     run.stats.count("cap_changes", kind)
 
 
-KILLABLE = """
-SELECT j.pk_job FROM job j WHERE j.pk_show = ANY(%(shows)s) AND j.str_state <> 'FINISHED'
-   AND EXISTS (SELECT 1 FROM proc p WHERE p.pk_job = j.pk_job) ORDER BY j.pk_job
-"""
-
-
 def kill_a_job(*, run: MaestroRun, rng: random.Random) -> bool:
     """As OpenCue kills a job: FINISHED and its name freed first, its procs released later."""
     with connection.cursor() as cursor:
-        cursor.execute(KILLABLE, {"shows": run.farm.show_ids})
-        candidates = [row[0] for row in cursor.fetchall()]
-        if not candidates:
-            return False
-        job_id = rng.choice(candidates)
-        cursor.execute(
-            "UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL, ts_stopped = now() WHERE pk_job = %s",
-            [job_id],
-        )
+        job_id = finish_a_job(cursor=cursor, show_ids=run.farm.show_ids, rng=rng)
+    if job_id is None:
+        return False
     with run.lock:
         run.killed_jobs.add(job_id)
         run.kills_due.append((time.monotonic() + rng.uniform(0.5, 2.5), job_id))

@@ -40,7 +40,7 @@ from accounting.notify.listen import decode, open_listener
 from accounting.notify.payloads import LIMIT_CHANGE, RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Show
-from simulator.farm import LayerRef, SimFarm
+from simulator.farm import LayerRef, SimFarm, finish_a_job
 from simulator.invariants import over_cap_after_booking
 from simulator.report import CAP_KINDS, OverCap
 from simulator.workers import (
@@ -590,27 +590,14 @@ def quiet_sample(run: NotifyRun) -> None:
                 run.stats.low.append((key, name, mine, real))
 
 
-KILLABLE = """
-SELECT j.pk_job FROM job j JOIN show s ON s.pk_show = j.pk_show
- WHERE j.pk_show = ANY(%(shows)s) AND s.b_scheduler_managed AND j.str_state <> 'FINISHED'
-   AND EXISTS (SELECT 1 FROM proc p WHERE p.pk_job = j.pk_job) ORDER BY j.pk_job
-"""
-
-
 def kill_a_job(run: NotifyRun) -> None:
     """OpenCue's kill: the job FINISHED (its name freed), its procs released 0.5-2.5 s later,
     one call each. Made with the workers held, so a release that starts after it reads the
     job FINISHED and one before it has committed; the marker rides on the kill's transaction."""
     with run.gate.quiet(), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(KILLABLE, {"shows": run.farm.show_ids})
-        candidates = [row[0] for row in cursor.fetchall()]
-        if not candidates:
+        job_id = finish_a_job(cursor=cursor, show_ids=run.farm.show_ids, rng=run.rng, managed_only=True)
+        if job_id is None:
             return
-        job_id = run.rng.choice(candidates)
-        cursor.execute(
-            "UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL, ts_stopped = now() WHERE pk_job = %s",
-            [job_id],
-        )
         cursor.execute("SELECT pg_notify(%s, %s)", [RELEASE, KILL_MARKER + job_id])
         run.killed_jobs.add(job_id)
     run.kill_releases.append((time.monotonic() + run.rng.uniform(0.5, 2.5), job_id))

@@ -38,7 +38,7 @@ from cuebot_acct.redis_factory import (
 from shows.models import Show
 from simulator import pg_truth as pg_accounting
 from simulator import reconcile
-from simulator.farm import PROC_MEM_KB, LayerRef, SimFarm
+from simulator.farm import PROC_MEM_KB, LayerRef, SimFarm, finish_a_job
 from simulator.farm_builder import PROC_CORES, insert_running_frame
 from simulator.faults import FaultPlan
 from simulator.invariants import against_truth, over_cap_after_booking
@@ -602,25 +602,13 @@ def promote_a_replica() -> None:
         sentinel.execute_command("SENTINEL", "FAILOVER", target.master_name)
 
 
-KILLABLE = """
-SELECT j.pk_job FROM job j WHERE j.pk_show = ANY(%(shows)s) AND j.str_state <> 'FINISHED'
-   AND EXISTS (SELECT 1 FROM proc p WHERE p.pk_job = j.pk_job) ORDER BY j.pk_job
-"""
-
-
 def kill_a_job(ctx: SimContext, *, rng: random.Random) -> str | None:
     """What OpenCue does first when a job is killed: the job FINISHED (its name freed), its
     procs still running. None when no job with procs is left to kill."""
     with connection.cursor() as cursor:
-        cursor.execute(KILLABLE, {"shows": ctx.farm.show_ids})
-        candidates = [row[0] for row in cursor.fetchall()]
-        if not candidates:
-            return None
-        job_id = rng.choice(candidates)
-        cursor.execute(
-            "UPDATE job SET str_state = 'FINISHED', str_visible_name = NULL, ts_stopped = now() WHERE pk_job = %s",
-            [job_id],
-        )
+        job_id = finish_a_job(cursor=cursor, show_ids=ctx.farm.show_ids, rng=rng)
+    if job_id is None:
+        return None
     ctx.killed_jobs.add(job_id)
     ctx.stats.count("faults", "job-kill")
     return job_id

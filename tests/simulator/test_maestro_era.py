@@ -13,6 +13,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from accounting.reconcile import recompute
 from accounting.release import unbook
@@ -105,12 +106,18 @@ def repair_locks_point_first(monkeypatch):
 
 
 def flip_recomputes_the_show(monkeypatch):
-    """A flip that hands the show's rows over as the Redis and NOTIFY eras' switch back did."""
+    """A flip that hands the show's rows over as the Redis and NOTIFY eras' switch back did: every
+    row rewritten from its sums, changed or not (here job_resource's, the values kept; the
+    service's repair no longer writes a row that has not drifted, so it cannot stand in)."""
     real = maestro_workers.set_scheduler_managed
 
     def flip(*, show, managed):
         changed = real(show=show, managed=managed)
-        recompute.recompute_pg_accounting(show_ids=[show.pk])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE job_resource r SET int_cores = r.int_cores FROM job j WHERE j.pk_job = r.pk_job AND j.pk_show = %s",
+                [show.pk],
+            )
         return changed
 
     monkeypatch.setattr(maestro_workers, "set_scheduler_managed", flip)

@@ -14,7 +14,7 @@ from accounting.management.commands._limit_args import ascii_int
 from accounting.operators.auth import grant_permissions, issue_token
 from cuebot_acct.permissions import RELEASE_PROCS
 from cuebot_acct.startup import redact
-from simulator.farm import build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
+from simulator.farm import SimFarm, build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
 from simulator.farm_builder import FarmRefused, refuse_without_cuebots_rights
 from simulator.faults import FAULT_KINDS, parse_faults
 from simulator.maestro_era import run_maestro_simulation
@@ -179,15 +179,7 @@ class Command(BaseCommand):
         if options["existing"]:
             raise CommandError("--era notify builds its own farm; --existing is for the Redis era", returncode=2)
         with override_settings(ACCOUNTING_NOTIFY_ENABLED=True, ACCOUNTING_REDIS_ENABLED=False):
-            try:
-                farm = build_sim_farm(
-                    shows=options["shows"],
-                    hosts=options["hosts"],
-                    jobs=options["jobs"],
-                    rng=random.Random(options["seed"]),
-                )
-            except (FarmRefused, ValueError) as refused:
-                raise CommandError(str(refused), returncode=2) from None
+            farm = self._build_farm(options=options)
             report = run_notify_simulation(
                 farm=farm,
                 seconds=options["seconds"],
@@ -197,13 +189,7 @@ class Command(BaseCommand):
                 seed=options["seed"],
             )
         self._remove_farm(keep=options["keep_farm"])
-        if as_json:
-            self.stdout.write(_json_dumps(report))
-        else:
-            for name, value in report.items():
-                self.stdout.write(f"{name:34s} {value}")
-        if not report["ok"]:
-            raise CommandError("an invariant does not hold", returncode=1)
+        self._report(report=report, as_json=as_json)
 
     def _maestro_era(self, *, faults: str, as_json: bool, **options) -> None:
         try:
@@ -215,15 +201,7 @@ class Command(BaseCommand):
             raise CommandError("--era maestro builds its own farm; --existing is for the Redis era", returncode=2)
         # The era as a site sets it: both scheduler flags off, no accounting Redis written.
         with override_settings(ACCOUNTING_REDIS_ENABLED=False, ACCOUNTING_NOTIFY_ENABLED=False), ExitStack() as stack:
-            try:
-                farm = build_sim_farm(
-                    shows=options["shows"],
-                    hosts=options["hosts"],
-                    jobs=options["jobs"],
-                    rng=random.Random(options["seed"]),
-                )
-            except (FarmRefused, ValueError) as refused:
-                raise CommandError(str(refused), returncode=2) from None
+            farm = self._build_farm(options=options)
             token = stack.enter_context(http_release_token(wanted=True))
             try:
                 report = run_maestro_simulation(
@@ -238,6 +216,19 @@ class Command(BaseCommand):
             except ProcessRefused as refused:
                 raise CommandError(str(refused), returncode=2) from None
         self._remove_farm(keep=options["keep_farm"])
+        self._report(report=report, as_json=as_json)
+
+    def _build_farm(self, *, options: dict) -> SimFarm:
+        """The NOTIFY and Maestro eras' own farm (the Redis era's runner builds its own)."""
+        try:
+            return build_sim_farm(
+                shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], rng=random.Random(options["seed"])
+            )
+        except (FarmRefused, ValueError) as refused:
+            raise CommandError(str(refused), returncode=2) from None
+
+    def _report(self, *, report: dict, as_json: bool) -> None:
+        """An era's report as JSON or one line a value; exit 1 unless every invariant held."""
         if as_json:
             self.stdout.write(_json_dumps(report))
         else:
