@@ -1,7 +1,7 @@
 import json
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
 from django.conf import settings
@@ -34,6 +34,17 @@ def at_least(minimum: int):
 
     parse.__name__ = f"integer >= {minimum}"
     return parse
+
+
+def _run_args(options: dict, *, faults: tuple[str, ...]) -> dict:
+    """What the NOTIFY and Maestro eras' runs take from the command line."""
+    return {
+        "seconds": options["seconds"],
+        "bookers": options["bookers"],
+        "releasers": options["releasers"],
+        "faults": faults,
+        "seed": options["seed"],
+    }
 
 
 class Command(BaseCommand):
@@ -171,34 +182,16 @@ class Command(BaseCommand):
                 raise CommandError(str(refused), returncode=2) from None
 
     def _notify_era(self, *, faults: str, as_json: bool, **options) -> None:
-        try:
-            kinds = parse_notify_faults(faults)
-        except ValueError as error:
-            raise CommandError(str(error), returncode=2) from None
-        self._refuse_without_cuebots_rights()
-        if options["existing"]:
-            raise CommandError("--era notify builds its own farm; --existing is for the Redis era", returncode=2)
+        kinds = self._own_farm_era(era="notify", parse=parse_notify_faults, faults=faults, options=options)
         with override_settings(ACCOUNTING_NOTIFY_ENABLED=True, ACCOUNTING_REDIS_ENABLED=False):
-            farm = self._build_farm(options=options)
-            report = run_notify_simulation(
-                farm=farm,
-                seconds=options["seconds"],
-                bookers=options["bookers"],
-                releasers=options["releasers"],
-                faults=kinds,
-                seed=options["seed"],
-            )
+            report = run_notify_simulation(farm=self._build_farm(options=options), **_run_args(options, faults=kinds))
         self._remove_farm(keep=options["keep_farm"])
         self._report(report=report, as_json=as_json)
 
     def _maestro_era(self, *, faults: str, as_json: bool, **options) -> None:
-        try:
-            kinds = parse_maestro_faults(text=faults)
-        except ValueError as error:
-            raise CommandError(str(error), returncode=2) from None
-        self._refuse_without_cuebots_rights()
-        if options["existing"]:
-            raise CommandError("--era maestro builds its own farm; --existing is for the Redis era", returncode=2)
+        kinds = self._own_farm_era(
+            era="maestro", parse=lambda text: parse_maestro_faults(text=text), faults=faults, options=options
+        )
         # The era as a site sets it: both scheduler flags off, no accounting Redis written.
         with override_settings(ACCOUNTING_REDIS_ENABLED=False, ACCOUNTING_NOTIFY_ENABLED=False), ExitStack() as stack:
             farm = self._build_farm(options=options)
@@ -206,17 +199,27 @@ class Command(BaseCommand):
             try:
                 report = run_maestro_simulation(
                     farm=farm,
-                    seconds=options["seconds"],
-                    bookers=options["bookers"],
-                    releasers=options["releasers"],
-                    faults=kinds,
-                    seed=options["seed"],
+                    **_run_args(options, faults=kinds),
                     web=lambda database_url: web_server(token=token, database_url=database_url),
                 )
             except ProcessRefused as refused:
                 raise CommandError(str(refused), returncode=2) from None
         self._remove_farm(keep=options["keep_farm"])
         self._report(report=report, as_json=as_json)
+
+    def _own_farm_era(
+        self, *, era: str, parse: Callable[[str], tuple[str, ...]], faults: str, options: dict
+    ) -> tuple[str, ...]:
+        """The faults of an era that builds its own farm (NOTIFY, Maestro), or the refusal (exit 2)
+        of a fault list it does not know, of a role that may not book, or of --existing."""
+        try:
+            kinds = parse(faults)
+        except ValueError as error:
+            raise CommandError(str(error), returncode=2) from None
+        self._refuse_without_cuebots_rights()
+        if options["existing"]:
+            raise CommandError(f"--era {era} builds its own farm; --existing is for the Redis era", returncode=2)
+        return kinds
 
     def _build_farm(self, *, options: dict) -> SimFarm:
         """The NOTIFY and Maestro eras' own farm (the Redis era's runner builds its own)."""
