@@ -64,6 +64,58 @@ def await_blocked(*, pid: int, by: int) -> None:
             time.sleep(0.002)
 
 
+def behind_cuebot(
+    *,
+    holds: Callable[[object], None],
+    waiter: Callable[[], object],
+    then: Callable[[object], None] = lambda cursor: None,
+):
+    """`waiter` run while Cuebot's transaction (its own role) has run `holds` and keeps those rows
+    locked: let go once PostgreSQL has the waiter waiting on it, then `then` and commit. The
+    waiter's result; an error on either side fails the test."""
+    holding, go = threading.Event(), threading.Event()
+    pids: dict[str, int] = {}
+    errors: list[BaseException] = []
+    results: dict[str, object] = {}
+
+    def cuebot() -> None:
+        try:
+            with as_cuebot(), transaction.atomic(), connection.cursor() as cursor:
+                pids["cuebot"] = backend_pid()
+                holds(cursor)
+                holding.set()
+                assert go.wait(30)
+                then(cursor)
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+        finally:
+            holding.set()
+            connections.close_all()
+
+    def waiting() -> None:
+        try:
+            pids["waiter"] = backend_pid()
+            results["waiter"] = waiter()
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=cuebot)
+    writer.start()
+    assert holding.wait(30)
+    waiting_thread = threading.Thread(target=waiting)
+    waiting_thread.start()
+    while "waiter" not in pids and waiting_thread.is_alive():
+        waiting_thread.join(0.01)
+    await_blocked(pid=pids["waiter"], by=pids["cuebot"])
+    go.set()
+    writer.join(30)
+    waiting_thread.join(30)
+    assert errors == []
+    return results["waiter"]
+
+
 class Outcome:
     def __init__(self) -> None:
         self.value = None

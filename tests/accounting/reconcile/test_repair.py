@@ -2,18 +2,17 @@
 release or another repair that writes a row between the read and its lock; the farm-wide repair
 reads without a list of shows; the statements it sends."""
 
-import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from accounting.models import LayerResource
 from accounting.reconcile.recompute import Repair, recompute_pg_accounting, repair_pg_accounting
 from simulator.pg_truth import mismatches
-from tests.cuebot_acct.test_transactions import await_blocked, backend_pid
+from tests.cuebot_acct.test_transactions import behind_cuebot
 from tests.farms import Farm, build_farm
 from tests.service_role import as_cuebot
 
@@ -64,44 +63,7 @@ def test_a_repair_writes_the_drifted_rows_alone_and_names_each():
 def repair_beside(*, farm: Farm, writes: Callable[[Any], None]) -> Repair:
     """A repair of the farm's show that reads while Cuebot's transaction has run `writes` and holds
     its rows, waits for their locks, and goes on once that transaction commits."""
-    holding, go = threading.Event(), threading.Event()
-    pids, errors, results = {}, [], {}
-
-    def cuebot() -> None:
-        try:
-            with as_cuebot(), transaction.atomic(), connection.cursor() as cursor:
-                pids["cuebot"] = backend_pid()
-                writes(cursor)
-                holding.set()
-                assert go.wait(30)
-        except BaseException as error:  # noqa: BLE001 - asserted below
-            errors.append(error)
-        finally:
-            holding.set()
-            connections.close_all()
-
-    def repair() -> None:
-        try:
-            pids["repair"] = backend_pid()
-            results["repair"] = repair_pg_accounting(show_ids=[farm.show.id])
-        except BaseException as error:  # noqa: BLE001 - asserted below
-            errors.append(error)
-        finally:
-            connections.close_all()
-
-    writer = threading.Thread(target=cuebot)
-    writer.start()
-    assert holding.wait(30)
-    repairing = threading.Thread(target=repair)
-    repairing.start()
-    while "repair" not in pids:
-        repairing.join(0.01)
-    await_blocked(pid=pids["repair"], by=pids["cuebot"])
-    go.set()
-    writer.join(30)
-    repairing.join(30)
-    assert errors == []
-    return results["repair"]
+    return cast(Repair, behind_cuebot(holds=writes, waiter=lambda: repair_pg_accounting(show_ids=[farm.show.id])))
 
 
 def farm_keys(farm: Farm) -> dict[str, str]:

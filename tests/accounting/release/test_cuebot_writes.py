@@ -1,9 +1,7 @@
 """A release writes what Cuebot's own release writes, beside Cuebot, under its triggers."""
 
-import threading
-
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection
 from prometheus_client import REGISTRY
 
 from accounting.live import keys
@@ -25,7 +23,7 @@ from tests.accounting.release.test_unbook import (
     host_idle,
     seed_keys,
 )
-from tests.cuebot_acct.test_transactions import await_blocked, backend_pid, retries
+from tests.cuebot_acct.test_transactions import behind_cuebot, retries
 from tests.farms import build_farm, unique
 from tests.service_role import as_cuebot
 
@@ -189,61 +187,27 @@ def test_a_release_beside_a_cuebot_ordered_release_of_the_same_job_waits_instead
     ours = farm.add_proc(cores=100)
     cuebots = farm.add_proc(cores=100, host=host2)
     before = retries("release")
-    holding, go = threading.Event(), threading.Event()
-    pids, errors, results = {}, [], {}
 
-    def cuebot_release() -> None:
-        try:
-            with as_cuebot(), transaction.atomic(), connection.cursor() as cursor:  # Cuebot's own role
-                pids["cuebot"] = backend_pid()
-                cursor.execute("DELETE FROM proc WHERE pk_proc = %s", [cuebots.id])
-                cursor.execute("UPDATE host SET int_cores_idle = int_cores_idle + 100 WHERE pk_host = %s", [host2.id])
-                cursor.execute(
-                    "UPDATE subscription SET int_cores = int_cores - 100 WHERE pk_show = %s AND pk_alloc = %s",
-                    [farm.show.id, alloc2.id],
-                )
-                cursor.execute(
-                    "UPDATE layer_resource SET int_cores = int_cores - 100 WHERE pk_layer = %s", [farm.layer.id]
-                )
-                cursor.execute("UPDATE job_resource SET int_cores = int_cores - 100 WHERE pk_job = %s", [farm.job.id])
-                holding.set()
-                assert go.wait(30)
-                cursor.execute(
-                    "UPDATE folder_resource SET int_cores = int_cores - 100 WHERE pk_folder = %s", [farm.folder.id]
-                )
-                cursor.execute(
-                    "UPDATE point SET int_cores = int_cores - 100 WHERE pk_show = %s AND pk_dept = %s",
-                    [farm.show.id, farm.dept.id],
-                )
-        except BaseException as error:  # noqa: BLE001 - asserted below
-            errors.append(error)
-        finally:
-            holding.set()
-            connections.close_all()
+    def cuebot_release(cursor) -> None:  # Cuebot's own role, to its job_resource row
+        cursor.execute("DELETE FROM proc WHERE pk_proc = %s", [cuebots.id])
+        cursor.execute("UPDATE host SET int_cores_idle = int_cores_idle + 100 WHERE pk_host = %s", [host2.id])
+        cursor.execute(
+            "UPDATE subscription SET int_cores = int_cores - 100 WHERE pk_show = %s AND pk_alloc = %s",
+            [farm.show.id, alloc2.id],
+        )
+        cursor.execute("UPDATE layer_resource SET int_cores = int_cores - 100 WHERE pk_layer = %s", [farm.layer.id])
+        cursor.execute("UPDATE job_resource SET int_cores = int_cores - 100 WHERE pk_job = %s", [farm.job.id])
 
-    def our_release() -> None:
-        try:
-            pids["ours"] = backend_pid()
-            results["ours"] = unbook_proc(proc_id=ours.id)
-        except BaseException as error:  # noqa: BLE001 - asserted below
-            errors.append(error)
-        finally:
-            connections.close_all()
+    def cuebot_finish(cursor) -> None:
+        cursor.execute("UPDATE folder_resource SET int_cores = int_cores - 100 WHERE pk_folder = %s", [farm.folder.id])
+        cursor.execute(
+            "UPDATE point SET int_cores = int_cores - 100 WHERE pk_show = %s AND pk_dept = %s",
+            [farm.show.id, farm.dept.id],
+        )
 
-    cuebot = threading.Thread(target=cuebot_release)
-    cuebot.start()
-    assert holding.wait(30)
-    release = threading.Thread(target=our_release)
-    release.start()
-    while "ours" not in pids:
-        release.join(0.01)
-    await_blocked(pid=pids["ours"], by=pids["cuebot"])
-    go.set()
-    cuebot.join(30)
-    release.join(30)
+    released = behind_cuebot(holds=cuebot_release, then=cuebot_finish, waiter=lambda: unbook_proc(proc_id=ours.id))
 
-    assert errors == []
-    assert results["ours"] is not None
+    assert released is not None
     assert retries("release") == before  # no 40P01, no rerun
     assert JobResource.objects.get(job=farm.job).int_cores == 0
     assert LayerResource.objects.get(layer=farm.layer).int_cores == 0
