@@ -83,8 +83,8 @@ def _run(
     )
     if int(reply[0]) == 1:
         return BookingResult(ok=True, seq=int(reply[1]))
-    table, *unit = (_text(part) for part in (reply[1], *reply[4:5]))  # no unit on "failover" and "acct:inflight"
-    return BookingResult(ok=False, table=table, current=int(reply[2]), limit=int(reply[3]), unit=next(iter(unit), None))
+    unit = _text(reply[4]) if len(reply) > 4 else None  # none on "failover" and "acct:inflight"
+    return BookingResult(ok=False, table=_text(reply[1]), current=int(reply[2]), limit=int(reply[3]), unit=unit)
 
 
 def _text(part: bytes | str) -> str:
