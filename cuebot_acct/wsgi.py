@@ -35,10 +35,13 @@ except StartupRefused as problem:
     sys.stderr.write(f"cuebot-acct: {problem}\n")
     sys.exit(WORKER_BOOT_ERROR)
 
-application = get_wsgi_application()  # the middleware (whitenoise, ...) only once it may serve
-
+from accounting.operators.release_lane import ReleaseLane  # noqa: E402
 from accounting.ownership.fleet import start_process_heartbeat  # noqa: E402
 from accounting.ownership.guardrail import run_guardrail_at_start  # noqa: E402
+
+# Django's handler (its middleware: whitenoise, ...) built only once the worker may serve; Cuebot's
+# releases answered ahead of it when the API would take them as they stand (issue 35).
+application = ReleaseLane(get_wsgi_application())
 
 start_process_heartbeat(role="web")
 run_guardrail_at_start()

@@ -15,6 +15,7 @@ from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from tests import service_role
 from tests.farms import build_farm
 from tests.service_role import as_cuebot
+from tests.wsgi_client import LaneClient
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +119,13 @@ def reader_client(token_with):
     from cuebot_acct.permissions import VIEW_ACCOUNTING
 
     return Client(HTTP_AUTHORIZATION=f"Bearer {token_with(VIEW_ACCOUNTING)}")
+
+
+@pytest.fixture(params=["django", "lane"])
+def api_client(request, client):
+    """The API's client, twice: Django's test client (Django's handler alone), and a WSGI client
+    through what cuebot_acct.wsgi serves, the release lane over Django (tests/wsgi_client.py)."""
+    return client if request.param == "django" else LaneClient()
 
 
 @pytest.fixture

@@ -33,9 +33,9 @@ def staff_token(token_with) -> str:
         ("patch", f"/api/v1/accounting/points/a{NUL}b/limits", {"min_cores": 1}),
     ],
 )
-def test_a_nul_character_in_a_path_or_query_is_a_422(client, staff_token, method, url, body):
+def test_a_nul_character_in_a_path_or_query_is_a_422(api_client, staff_token, method, url, body):
     data = json.dumps(body) if body is not None else None
-    response = getattr(client, method)(
+    response = getattr(api_client, method)(
         url, data=data, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {staff_token}"
     )
     assert response.status_code == 422, response.content
@@ -43,9 +43,9 @@ def test_a_nul_character_in_a_path_or_query_is_a_422(client, staff_token, method
 
 
 @pytest.mark.django_db
-def test_a_nul_character_in_a_batch_is_a_422_and_releases_nothing(client, farm, staff_token):
+def test_a_nul_character_in_a_batch_is_a_422_and_releases_nothing(api_client, farm, staff_token):
     proc = farm.add_proc(cores=100)
-    response = client.post(
+    response = api_client.post(
         "/api/v1/procs/unbook",
         data=json.dumps({"proc_ids": [proc.id, "a\u0000b"]}),
         content_type="application/json",

@@ -66,8 +66,8 @@ def permission_farm(farm):
 
 
 @pytest.mark.parametrize(("method", "url", "body", "needed"), ENDPOINTS)
-def test_every_other_permission_is_not_enough(client, permission_farm, token_with, method, url, body, needed):
-    response = call(client, permission_farm, method, url, body, token_with(*(p for p in ALL if p != needed)))
+def test_every_other_permission_is_not_enough(api_client, permission_farm, token_with, method, url, body, needed):
+    response = call(api_client, permission_farm, method, url, body, token_with(*(p for p in ALL if p != needed)))
     assert response.status_code == 403
     assert response.json() == {"detail": f"this token's user lacks the permission {needed}", "permission": needed}
     assert unchanged(permission_farm)
@@ -75,11 +75,11 @@ def test_every_other_permission_is_not_enough(client, permission_farm, token_wit
 
 @pytest.mark.parametrize(("method", "url", "body", "needed"), ENDPOINTS)
 def test_the_needed_permission_alone_is_enough(
-    client, permission_farm, token_with, method, url, body, needed, django_capture_on_commit_callbacks, monkeypatch
+    api_client, permission_farm, token_with, method, url, body, needed, django_capture_on_commit_callbacks, monkeypatch
 ):
     monkeypatch.setattr(switching, "seed_show", lambda *, show_id: None)
     with django_capture_on_commit_callbacks(execute=True):
-        response = call(client, permission_farm, method, url, body, token_with(needed))
+        response = call(api_client, permission_farm, method, url, body, token_with(needed))
     assert response.status_code == 200, response.content
 
 

@@ -22,11 +22,11 @@ def token(token_with) -> str:
 
 
 @pytest.fixture
-def post(client, token):
+def post(api_client, token):
     def send(path: str, body=None, *, raw: str | None = None, auth: str | None = "valid"):
         headers = {} if auth is None else {"Authorization": f"Bearer {token if auth == 'valid' else auth}"}
         data = raw if raw is not None else json.dumps(body if body is not None else {})
-        return client.post(path, data=data, content_type="application/json", headers=headers)
+        return api_client.post(path, data=data, content_type="application/json", headers=headers)
 
     return send
 

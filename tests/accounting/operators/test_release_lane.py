@@ -1,0 +1,194 @@
+"""The release lane (accounting.operators.release_lane): Cuebot's releases answered ahead of Django,
+as Django answers them, and everything else handed to Django untouched."""
+
+import json
+import logging
+
+import pytest
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.test import RequestFactory
+
+import accounting.operators.release_lane
+from accounting.models import Proc
+from accounting.operators.release_lane import ReleaseLane
+from cuebot_acct.permissions import RELEASE_PROCS, VIEW_ACCOUNTING
+from tests.wsgi_client import wsgi_call
+
+
+class Recorded:
+    """Django's WSGIHandler, and whether the lane handed it the request."""
+
+    def __init__(self) -> None:
+        self.handler = WSGIHandler()
+        self.calls = 0
+
+    def __call__(self, environ, start_response):
+        self.calls += 1
+        return self.handler(environ, start_response)
+
+
+@pytest.fixture
+def token(token_with) -> str:
+    return token_with(RELEASE_PROCS)
+
+
+def environ(path: str, *, token: str | None, body: bytes = b"", content_type: str = "application/json", **headers):
+    sent = {"Host": "testserver", **({"Authorization": f"Bearer {token}"} if token else {}), **headers}
+    return RequestFactory().generic("POST", path, body, content_type, headers=sent).environ
+
+
+def served(environ_: dict) -> tuple[object, bool]:
+    """The answer through a lane over Django, and whether the lane answered it itself."""
+    django = Recorded()
+    answer = wsgi_call(ReleaseLane(django), environ_)
+    return answer, django.calls == 0
+
+
+def by_django(environ_: dict):
+    return wsgi_call(WSGIHandler(), environ_)
+
+
+def with_proc(answer, proc_id: str, instead: str) -> tuple[int, list, bytes]:
+    return answer.status_code, answer.header_list, answer.content.replace(proc_id.encode(), instead.encode())
+
+
+@pytest.mark.parametrize("kind", ["single", "single not found", "batch"])
+def test_the_lane_answers_a_release_as_django_does_byte_for_byte(farm, token, kind):
+    mine, twin = farm.add_proc(cores=250, gpus=1), farm.add_proc(cores=250, gpus=1)
+
+    def request(proc_id: str) -> dict:
+        if kind == "batch":
+            body = json.dumps({"proc_ids": [proc_id, "no-such-proc"]}).encode()
+            return environ("/api/v1/procs/unbook", token=token, body=body)
+        return environ(f"/api/v1/procs/{proc_id if kind == 'single' else proc_id + '-gone'}/unbook", token=token)
+
+    lane_answer, taken = served(request(mine.id))
+    django_answer = by_django(request(twin.id))
+
+    assert taken
+    assert lane_answer.status_code == (404 if kind == "single not found" else 200)
+    assert with_proc(lane_answer, mine.id, "P") == with_proc(django_answer, twin.id, "P")
+    assert Proc.objects.filter(pk__in=[mine.id, twin.id]).count() == (2 if kind == "single not found" else 0)
+
+
+def test_over_https_the_lane_adds_hsts_as_django_does(farm, token, settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.SECURE_SSL_REDIRECT = True
+    settings.SECURE_HSTS_SECONDS, settings.SECURE_HSTS_INCLUDE_SUBDOMAINS, settings.SECURE_HSTS_PRELOAD = 60, True, True
+    mine, twin = farm.add_proc(), farm.add_proc()
+    https = {"X-Forwarded-Proto": "https"}
+
+    lane_answer, taken = served(environ(f"/api/v1/procs/{mine.id}/unbook", token=token, **https))
+    django_answer = by_django(environ(f"/api/v1/procs/{twin.id}/unbook", token=token, **https))
+
+    assert taken
+    assert lane_answer["Strict-Transport-Security"] == "max-age=60; includeSubDomains; preload"
+    assert with_proc(lane_answer, mine.id, "P") == with_proc(django_answer, twin.id, "P")
+
+
+def refusals(proc_id: str, token: str, reader: str) -> dict[str, tuple[dict, int]]:
+    """Requests the lane must hand to Django, each with the status Django answers."""
+    one, many = f"/api/v1/procs/{proc_id}/unbook", "/api/v1/procs/unbook"
+    body = json.dumps({"proc_ids": [proc_id]}).encode()
+    return {
+        "no token": (environ(one, token=None), 401),
+        "unknown token": (environ(one, token="not-a-token"), 401),
+        "other scheme": (environ(one, token=None, Authorization=f"Basic {token}"), 401),
+        "token without the permission": (environ(one, token=reader), 403),
+        "batch, token without the permission": (environ(many, token=reader, body=body), 403),
+        "NUL in the id": (environ("/api/v1/procs/a\x00b/unbook", token=token), 422),
+        "not JSON": (environ(many, token=token, body=body, content_type="text/plain"), 415),
+        "malformed JSON": (environ(many, token=token, body=b'{"proc_ids": ['), 422),
+        "unknown field": (environ(many, token=token, body=json.dumps({"proc_ids": [proc_id], "x": 1}).encode()), 422),
+        "repeated id": (environ(many, token=token, body=json.dumps({"proc_ids": [proc_id, proc_id]}).encode()), 422),
+        "too large": (environ(many, token=token, body=b" " * 3_000_000 + body), 413),
+        "host not allowed": (environ(one, token=token, Host="evil.example"), 400),
+    }
+
+
+REFUSALS = list(refusals("p", "t", "r"))
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_what_the_api_would_refuse_goes_to_django_and_is_answered_as_before(farm, token, token_with, refusal):
+    proc = farm.add_proc()
+    reader = token_with(VIEW_ACCOUNTING)
+    lane_request, status = refusals(proc.id, token, reader)[refusal]
+    django_request, _ = refusals(proc.id, token, reader)[refusal]
+
+    lane_answer, taken = served(lane_request)
+
+    assert not taken
+    assert lane_answer.status_code == status
+    assert (lane_answer.status_code, lane_answer.header_list, lane_answer.content) == (
+        (answer := by_django(django_request)).status_code,
+        answer.header_list,
+        answer.content,
+    )
+    assert Proc.objects.filter(pk=proc.id).exists()
+
+
+def test_a_plain_http_release_is_left_to_django_where_https_is_required(farm, token, settings):
+    settings.SECURE_SSL_REDIRECT = True
+    proc = farm.add_proc()
+
+    answer, taken = served(environ(f"/api/v1/procs/{proc.id}/unbook", token=token))
+
+    assert not taken
+    assert answer.status_code == 301 and answer["Location"].startswith("https://")
+    assert Proc.objects.filter(pk=proc.id).exists()
+
+
+def test_other_methods_and_paths_go_to_django(farm, token):
+    proc = farm.add_proc()
+    get = RequestFactory().get(f"/api/v1/procs/{proc.id}/unbook", headers={"Authorization": f"Bearer {token}"})
+    nested = environ(f"/api/v1/procs/{proc.id}/x/unbook", token=token)
+
+    for request, status in ((get.environ, 405), (nested, 404)):
+        answer, taken = served(request)
+        assert (taken, answer.status_code) == (False, status)
+    assert Proc.objects.filter(pk=proc.id).exists()
+
+
+def test_a_lane_request_is_one_request_to_djangos_signals(farm, token):
+    proc = farm.add_proc()
+    sent = []
+
+    def started(sender, **kwargs):
+        sent.append("started")
+
+    def finished(sender, **kwargs):
+        sent.append("finished")
+
+    request_started.connect(started)
+    request_finished.connect(finished)
+    try:
+        _, taken = served(environ(f"/api/v1/procs/{proc.id}/unbook", token=token))
+        _, refused_taken = served(environ(f"/api/v1/procs/{proc.id}/unbook", token="not-a-token"))
+    finally:
+        request_started.disconnect(started)
+        request_finished.disconnect(finished)
+
+    # A refused token is checked after the lane's request_started: it ends that request before Django starts its own.
+    assert (taken, refused_taken) == (True, False)
+    assert sent == ["started", "finished", "started", "finished", "started", "finished"]
+
+
+def test_an_unexpected_error_is_logged_and_answered_500_as_the_api_answers_it(
+    farm, token, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    proc = farm.add_proc()
+
+    def broken(*, proc_id: str):
+        raise RuntimeError("names unreadable")
+
+    monkeypatch.setattr(accounting.operators.release_lane, "released_one", broken)
+    with caplog.at_level(logging.ERROR, logger="cuebot_acct.api"):
+        answer, taken = served(environ(f"/api/v1/procs/{proc.id}/unbook", token=token))
+
+    assert taken
+    assert answer.status_code == 500
+    assert answer.json() == {"detail": "internal server error; see the service's log"}
+    assert f"unexpected error on POST /api/v1/procs/{proc.id}/unbook" in caplog.text
+    assert "names unreadable" in caplog.text
