@@ -17,6 +17,9 @@ high). A pooled connection that died while idle is still replaced before use:
 redis-py checks it when handing it out, which is before anything is sent.
 """
 
+import os
+import threading
+import weakref
 from dataclasses import dataclass
 from functools import cache
 from urllib.parse import unquote, urlsplit
@@ -142,6 +145,32 @@ def build_client(*, url: str, timeout: float) -> redis.Redis:
 def accounting_redis() -> redis.Redis:
     """The Redis holding the acct:* live view; one pool per process."""
     return build_client(url=settings.ACCOUNTING_REDIS_URL, timeout=settings.ACCOUNTING_REDIS_TIMEOUT)
+
+
+_held = threading.local()
+
+
+def held_connection(client: redis.Redis) -> redis.connection.AbstractConnection:
+    """This thread's own connection to `client`'s server: taken from the client's pool and kept by
+    the thread between calls, for a caller that sends on it directly (the release's scripts,
+    accounting.live.scripts run_held), without the client's checkout and return at each command.
+
+    It has the pool's settings (timeouts, retries off, health checks) and stays counted among
+    the pool's connections in use. One found disconnected (a failed command disconnects it, and
+    so does disconnecting the pool) is given back and another taken, through the pool's checks
+    as for any command: a Sentinel pool asks the sentinels for the master again. One taken
+    before a fork is left to the parent."""
+    pool = client.connection_pool
+    held = getattr(_held, "connections", None)
+    if held is None:
+        held = _held.connections = weakref.WeakKeyDictionary()
+    connection = held.get(pool)
+    if connection is not None and connection.pid == os.getpid() and connection.is_connected:
+        return connection
+    if connection is not None and connection.pid == os.getpid():
+        pool.release(connection)
+    connection = held[pool] = pool.get_connection()
+    return connection
 
 
 def master_address(client: redis.Redis) -> str:

@@ -180,7 +180,7 @@ class RedisReleasePublisher:
         payload = "|".join(f"{key}|{cores}|{gpus}" for key, (cores, gpus) in prepared.deltas.items())
         ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
         try:
-            script("release_prepare").run(
+            script("release_prepare").run_held(
                 self._client(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload, _bump()]
             )
         except Exception as error:  # noqa: BLE001 - the release commits whatever Redis does
@@ -196,7 +196,8 @@ class RedisReleasePublisher:
         try:
             # release.lua returns {applied, seq, clamped} on every path: a list reply.
             applied, seq, clamped = cast(
-                list, script("release").run(self._client(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args)
+                list,
+                script("release").run_held(self._client(), keys=[keys.INFLIGHT, keys.SEQ, *prepared.deltas], args=args),
             )
         except Exception as error:  # noqa: BLE001 - swallowed: never resent, the commit stands
             _failed(stage="publish", what="release publish failed and is not retried", prepared=prepared, error=error)

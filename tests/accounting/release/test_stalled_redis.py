@@ -67,14 +67,14 @@ def test_a_stalled_redis_holds_no_row_lock_and_stalls_no_cuebot_release(stallabl
 
     in_redis_call = threading.Event()
     calls = []
-    original_run = scripts.LuaScript.run
+    original_run = scripts.LuaScript.run_held
 
     def observed_run(self, client, **kwargs):  # the real call, only announced
         calls.append(self.name)
         in_redis_call.set()
         return original_run(self, client, **kwargs)
 
-    monkeypatch.setattr(scripts.LuaScript, "run", observed_run)
+    monkeypatch.setattr(scripts.LuaScript, "run_held", observed_run)
     stallable_redis.pause()
 
     result = {}

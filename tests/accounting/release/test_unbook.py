@@ -540,13 +540,16 @@ def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag(
     with django_capture_on_commit_callbacks(execute=True):  # warm: the flag is kept, the statements prepared
         unbook_proc(proc_id=procs[0].id)
         unbook_procs(proc_ids=[p.id for p in procs[1:3]])
+    # Counted where every command is written, whether through a client or on a held connection.
     sent: dict[str, list[str]] = {"accounting": [], "cache": []}
-    for name, client in (("accounting", accounting_redis()), ("cache", get_redis_connection("default"))):
+    pools = {"accounting": accounting_redis().connection_pool, "cache": get_redis_connection("default").connection_pool}
+    names = {pool.connection_kwargs["db"]: name for name, pool in pools.items()}
+    for connection_class in {pool.connection_class for pool in pools.values()}:
         monkeypatch.setattr(
-            client,
-            "execute_command",
-            lambda *args, _sent=sent[name], _original=client.execute_command, **kw: (
-                _sent.append(args[0]) or _original(*args, **kw)
+            connection_class,
+            "send_command",
+            lambda self, *args, _original=connection_class.send_command, **kw: (
+                sent[names[self.db]].append(args[0]) or _original(self, *args, **kw)
             ),
         )
 
