@@ -213,6 +213,28 @@ def test_a_release_beside_a_cuebot_ordered_release_of_the_same_job_waits_instead
     assert LayerResource.objects.get(layer=farm.layer).int_cores == 0
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("managed", [True, False], ids=["scheduler-managed", "cuebot-managed"])
+def test_a_batch_waiting_on_procs_cuebot_is_updating_releases_them_at_their_newest_version(managed):
+    """Cuebot updates running procs' rows (its memory and ping reports) while a batch release waits
+    on their locks: the batch deletes the rows as they are once Cuebot commits, every one of them
+    (a DELETE by the ctid the lock returned would skip them: unbook.py's lock-order comment), and
+    gives their hosts back once."""
+    farm = build_farm(managed=managed)
+    procs = [farm.add_proc(cores=100) for _ in range(3)]
+    ids = [p.id for p in procs]
+    idle_before = Host.objects.get(pk=farm.host.pk).int_cores_idle
+
+    def cuebot_reports(cursor) -> None:
+        cursor.execute("UPDATE proc SET ts_ping = now() WHERE pk_proc = ANY(%s)", [ids])
+
+    released = behind_cuebot(holds=cuebot_reports, waiter=lambda: unbook_procs(proc_ids=ids))
+
+    assert [r.proc_id for r in released] == ids
+    assert not Proc.objects.filter(pk__in=ids).exists()
+    assert Host.objects.get(pk=farm.host.pk).int_cores_idle == idle_before + 300
+
+
 def test_a_recompute_sets_every_row_it_can_and_reports_the_rest(cuebot_farm):
     """A sum beyond an integer column's range fails for that row only."""
     from accounting.reconcile.recompute import recompute_pg_accounting
