@@ -17,7 +17,7 @@ without a database read:
   is set, whose checks only Django runs;
 - it carries a bearer token (the scheme as django-ninja reads it);
 - the single release's proc id is ASCII, without `/` or NUL (the API's path parameter);
-- a batch says `Content-Type: application/json`, its length is within
+- a batch says `Content-Type: application/json` (with any parameters), its length is within
   DATA_UPLOAD_MAX_MEMORY_SIZE, and its body is what the API's own model (UnbookBatchIn)
   accepts; a body read and then refused is handed to Django to read again;
 - the token is valid and holds accounting.release_procs (the API's check and its cache:
@@ -34,6 +34,7 @@ lane's answers, headers included, equal to Django's, and each refusal to Django'
 """
 
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from http import HTTPStatus
 from io import BytesIO
 from typing import Any
@@ -42,6 +43,7 @@ from django.conf import settings
 from django.core.signals import request_finished, request_started
 from django.http.request import split_domain_port, validate_host
 from django.urls import reverse
+from django.utils.http import parse_header_parameters
 
 from accounting.operators.api import UnbookBatchIn, released_many, released_one
 from accounting.operators.auth import token_allows
@@ -49,6 +51,13 @@ from cuebot_acct.api import INTERNAL_ERROR, api, log_unexpected, parsed_json, re
 from cuebot_acct.permissions import RELEASE_PROCS
 
 WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
+
+
+@lru_cache(maxsize=64)
+def _media_type(content_type: str) -> str:
+    """HttpRequest.content_type, of a Content-Type header (the API's parser reads the body's bytes
+    whatever its charset says)."""
+    return parse_header_parameters(content_type)[0]
 
 
 class _Answer(list):
@@ -132,7 +141,7 @@ class ReleaseLane:
         length = environ.get("CONTENT_LENGTH", "")
         if (
             token is None
-            or environ.get("CONTENT_TYPE") != "application/json"
+            or _media_type(environ.get("CONTENT_TYPE", "")) != "application/json"
             or not length.isdigit()
             or (self.max_body is not None and int(length) > self.max_body)
         ):

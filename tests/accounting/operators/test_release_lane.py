@@ -72,6 +72,17 @@ def test_the_lane_answers_a_release_as_django_does_byte_for_byte(farm, token, ki
     assert Proc.objects.filter(pk__in=[mine.id, twin.id]).count() == (2 if kind == "single not found" else 0)
 
 
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=UTF-8", "Application/JSON"])
+def test_a_batch_is_taken_whatever_the_json_content_types_parameters(farm, token, content_type):
+    proc = farm.add_proc()
+    body = json.dumps({"proc_ids": [proc.id]}).encode()
+
+    answer, taken = served(environ("/api/v1/procs/unbook", token=token, body=body, content_type=content_type))
+
+    assert (taken, answer.status_code) == (True, 200)
+    assert answer.json()["results"][0]["status"] == "released"
+
+
 def test_over_https_the_lane_adds_hsts_as_django_does(farm, token, settings):
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     settings.SECURE_SSL_REDIRECT = True
