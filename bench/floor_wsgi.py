@@ -9,12 +9,19 @@ release floor of bench/release.py (DELETE ... USING host, job RETURNING, host UP
 one EVALSHA of bench/floor_release.lua; in the Maestro era the five decrements before the
 COMMIT instead of the script), and a small JSON answer. No routing, authentication,
 validation or names: what any web backend doing the release would have to pay.
+
+`registering` (Redis era): the same, with the step the design adds before any lock
+(docs/redis-protocol.md): the procs read (one SELECT by key, their host and job joined) and
+their decrements registered in flight (one HSET of a hash of the floor's own), the entry
+removed by the release's script (bench/floor_release_registered.lua). What a web backend doing
+the design's release plainly would pay: bench/over_http.py reports the service against both.
 """
 
 import json
 import os
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,9 +36,13 @@ from release import (  # noqa: E402  (bench/release.py: the in-process floor's s
     FLOOR_HOSTS,
     FLOOR_SCRIPT,
     Floor,
+    _floor_keys,
     _per_host,
     floor_decrements,
 )
+
+from accounting.live import keys  # noqa: E402
+from accounting.live.units import cores_from_centicores  # noqa: E402
 
 MAESTRO = not settings.ACCOUNTING_REDIS_ENABLED
 # The release floor's DELETE, also returning the proc's id (column 12) for the batch's answer.
@@ -51,10 +62,13 @@ PREFIX, SUFFIX = "/api/v1/procs/", "/unbook"
 _local = threading.local()
 
 
-def _floor() -> Floor:
-    floor = getattr(_local, "floor", None)
+def _floor(*, registering: bool = False) -> Floor:
+    """The serving thread's floor (one per app: `registering` keeps its own)."""
+    name = "registering" if registering else "floor"
+    floor = getattr(_local, name, None)
     if floor is None:
-        floor = _local.floor = _RedisFloor() if not MAESTRO else _PgOnly()
+        floor = _RegisteringFloor() if registering else _RedisFloor() if not MAESTRO else _PgOnly()
+        setattr(_local, name, floor)
     return floor
 
 
@@ -71,6 +85,57 @@ class _RedisFloor(Floor):
             super().publish(rows)
 
 
+REGISTERED_SCRIPT = (Path(__file__).resolve().parent / "floor_release_registered.lua").read_text()
+INFLIGHT = "bench:floor:inflight"  # the floor's own: the service's acct:inflight is not touched
+# The read before any lock: by key, the columns DELETE_ONE returns.
+READ_ONE = """
+SELECT p.pk_host, p.pk_show, h.pk_alloc, j.pk_folder, p.pk_job, p.pk_layer, j.pk_dept, j.pk_show,
+       p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.pk_proc
+  FROM proc p JOIN host h ON h.pk_host = p.pk_host JOIN job j ON j.pk_job = p.pk_job
+ WHERE p.pk_proc = %s
+"""
+READ_MANY = READ_ONE.replace("p.pk_proc = %s", "p.pk_proc = ANY(%s)")
+
+
+class _RegisteringFloor(_RedisFloor):
+    """The floor with the design's registration: the deltas read and registered in flight
+    before the transaction, the entry removed by the release's script."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registered_sha = self.redis.script_load(REGISTERED_SCRIPT)
+        # The read is a statement on its own, as the service's (no BEGIN and COMMIT around it).
+        self.reader = psycopg.connect(settings.DATABASE_URL, autocommit=True)
+
+    def register(self, proc_ids: list[str], *, single: bool) -> str:
+        rows = self.reader.execute(READ_ONE if single else READ_MANY, proc_ids if single else (proc_ids,)).fetchall()
+        entry = uuid.uuid4().hex
+        self.redis.hset(INFLIGHT, entry, "|".join(f"{key}|{cores}|{gpus}" for key, (cores, gpus) in _deltas(rows)))
+        return entry
+
+    def publish_registered(self, rows: list[tuple], entry: str) -> None:
+        totals = _deltas(rows)
+        args = [entry, *(-amount for _, total in totals for amount in total)]
+        names = [key for key, _ in totals]
+        try:
+            self.redis.evalsha(self.registered_sha, len(names) + 2, *names, keys.SEQ, INFLIGHT, *args)
+        except redis.exceptions.NoScriptError:
+            self.registered_sha = self.redis.script_load(REGISTERED_SCRIPT)
+            self.redis.evalsha(self.registered_sha, len(names) + 2, *names, keys.SEQ, INFLIGHT, *args)
+
+
+def _deltas(rows: list[tuple]) -> list[tuple[str, list[int]]]:
+    """Per key, the cores (Redis's unit, per proc) and GPUs the rows give back, as Floor.publish sums them."""
+    totals: dict[str, list[int]] = {}
+    for row in rows:
+        cores = cores_from_centicores(row[8])
+        for key in _floor_keys(row):
+            total = totals.setdefault(key, [0, 0])
+            total[0] += cores
+            total[1] += row[9]
+    return list(totals.items())
+
+
 class _PgOnly(Floor):
     """The Maestro era's floor keeps no Redis client: that era has none."""
 
@@ -78,8 +143,9 @@ class _PgOnly(Floor):
         self.pg = psycopg.connect(settings.DATABASE_URL)
 
 
-def release(proc_ids: list[str], *, single: bool) -> list[tuple]:
-    floor = _floor()
+def release(proc_ids: list[str], *, single: bool, registering: bool = False) -> list[tuple]:
+    floor = _floor(registering=registering)
+    entry = floor.register(proc_ids, single=single) if isinstance(floor, _RegisteringFloor) else None
     with floor.pg.cursor() as cursor:
         if single:
             cursor.execute(DELETE_ONE, proc_ids)
@@ -96,7 +162,9 @@ def release(proc_ids: list[str], *, single: bool) -> list[tuple]:
         if rows and MAESTRO:
             floor_decrements(cursor, rows)
     floor.pg.commit()
-    if rows and not MAESTRO:
+    if entry is not None:
+        floor.publish_registered(rows, entry)
+    elif rows and not MAESTRO:
         floor.publish(rows)
     return rows
 
@@ -105,13 +173,13 @@ def _answer(row: tuple, proc_id: str) -> dict:
     return {"proc_id": proc_id, "host_id": row[0], "cores_centicores": row[8], "gpus": row[9]}
 
 
-def application(environ, start_response):
+def _serve(environ, start_response, *, registering: bool):
     path = environ["PATH_INFO"]
     if not (path.startswith(PREFIX) and path.endswith(SUFFIX)):
         body, status = {"detail": f"no endpoint {path}"}, "404 Not Found"
     elif path == PREFIX + "unbook":
         proc_ids = json.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))["proc_ids"]
-        rows = {row[12]: row for row in release(proc_ids, single=False)}
+        rows = {row[12]: row for row in release(proc_ids, single=False, registering=registering)}
         body = {
             "results": [
                 {"proc_id": p, "status": "released", "release": _answer(rows[p], p)}
@@ -123,8 +191,16 @@ def application(environ, start_response):
         status = "200 OK"
     else:
         proc_id = path[len(PREFIX) : -len(SUFFIX)]
-        rows = release([proc_id], single=True)
+        rows = release([proc_id], single=True, registering=registering)
         body, status = (_answer(rows[0], proc_id), "200 OK") if rows else ({"detail": "no proc"}, "404 Not Found")
     data = json.dumps(body).encode()
     start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
     return [data]
+
+
+def application(environ, start_response):
+    return _serve(environ, start_response, registering=False)
+
+
+def registering(environ, start_response):
+    return _serve(environ, start_response, registering=True)

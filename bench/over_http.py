@@ -13,6 +13,11 @@ of releases, so a change in machine load hits every path alike; a path's ratio t
 (same kind of release, same clients) is taken within a round and printed as the median with
 the spread. p50 and p99 are over every request of every round. The bench builds its own farm
 (bench/release.py's BenchFarm: every show scheduler-managed) and removes it afterwards.
+
+In the Redis era a third app is served, the floor with the step the design puts before any
+lock (bench/floor_wsgi.py `registering`: the procs read, their decrements registered in
+flight), and the service is reported against it as well: the plain floor shows what the
+service costs beyond the release alone, this one what it costs beyond the design's release.
 """
 
 import argparse
@@ -26,7 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,6 +48,9 @@ SINGLE_SLICE = 60  # single releases per path and turn: 15 per client at 4 clien
 BATCH_SLICE = 8 * BATCH  # 8 batches per path and turn: 2 per client at 4 clients
 SIZING: dict[str, int] = {}  # gunicorn options overridden from the command line
 APPS = {"floor": "bench.floor_wsgi:application", "service": "cuebot_acct.wsgi"}
+# The Redis era's second floor: the plain one with the design's registration before any lock
+# (bench/floor_wsgi.py `registering`); the service is reported against it too.
+REGISTERING = "floor+registration"
 
 
 def gunicorn_command(bind: str) -> list[str]:
@@ -179,19 +187,21 @@ def quantile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] * 1000
 
 
-def report(rates: dict, latencies: dict) -> None:
+def report(rates: dict, latencies: dict, *, against: str = "floor") -> None:
     print(
-        f"{'path':34s} {'releases/s':>10s}  {'x floor, median (spread)':>24s}  {'p50 ms':>7s} {'p99 ms':>7s}"
-        f"  {'p99 x floor':>11s}"
+        f"{'path':46s} {'releases/s':>10s}  {'x ' + against + ', median (spread)':>24s}  {'p50 ms':>7s} {'p99 ms':>7s}"
+        f"  {'p99 x ' + against:>11s}"
     )
     for path in paths():
         app, clients, batch = path
-        floor = ("floor", clients, batch)
+        if against != "floor" and app not in (against, "service"):
+            continue
+        floor = (against, clients, batch)
         ratios = sorted(a / b for a, b in zip(rates[path], rates[floor]))
         tail = quantile(latencies[path], 99) / quantile(latencies[floor], 99)
         label = f"{app}, {'batches of 100' if batch else 'single'}, {clients} client{'s' if clients > 1 else ''}"
         print(
-            f"{label:34s} {statistics.median(rates[path]):10.0f}  "
+            f"{label:46s} {statistics.median(rates[path]):10.0f}  "
             f"{statistics.median(ratios):5.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f}){'':7s}  "
             f"{quantile(latencies[path], 50):7.2f} {quantile(latencies[path], 99):7.2f}  {tail:11.2f}"
         )
@@ -212,12 +222,14 @@ def main() -> None:
         raise SystemExit(
             "bench/over_http.py: the NOTIFY era has no HTTP floor here; ACCOUNTING_SCHEDULER=redis or maestro"
         )
+    if era == "redis":
+        APPS[REGISTERING] = "bench.floor_wsgi:registering"
     farm = BenchFarm()
     try:
         if era == "redis":
             top_up(farm)
-        with served(APPS["floor"]) as floor_port, served(APPS["service"]) as service_port:
-            ports = {"floor": floor_port, "service": service_port}
+        with ExitStack() as servers:
+            ports = {app: servers.enter_context(served(module)) for app, module in APPS.items()}
             connections.close_all()
             for app in APPS:  # warm: connections, prepared statements, the token and name caches
                 for clients in CLIENTS:
@@ -241,6 +253,11 @@ def main() -> None:
         f"load at the end {os.getloadavg()[0]:.1f}"
     )
     report(rates, latencies)
+    if REGISTERING in APPS:
+        print(
+            f"\nThe service against the {REGISTERING} floor (the plain floor's release, with the design's read and registration first):"
+        )
+        report(rates, latencies, against=REGISTERING)
 
 
 if __name__ == "__main__":

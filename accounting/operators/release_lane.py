@@ -20,7 +20,7 @@ without a database read:
 - a batch says `Content-Type: application/json` (with any parameters), its length is within
   DATA_UPLOAD_MAX_MEMORY_SIZE, and its body is what the API's own model (UnbookBatchIn)
   accepts; a body read and then refused is handed to Django to read again;
-- the token is valid and holds accounting.release_procs (the API's check and its cache:
+- the token is valid and holds accounting.release_proc (the API's check and its cache:
   no round trip while cached).
 The release is then the endpoint's own (accounting.operators.api released_one and
 released_many), rendered as the API renders its answers, between Django's request_started and
@@ -142,7 +142,7 @@ class ReleaseLane:
         if (
             token is None
             or _media_type(environ.get("CONTENT_TYPE", "")) != "application/json"
-            or not length.isdigit()
+            or not (length.isascii() and length.isdigit())
             or (self.max_body is not None and int(length) > self.max_body)
         ):
             return self.django_app(environ, start_response)
