@@ -255,7 +255,7 @@ def main() -> None:
     report(rates, latencies)
     if REGISTERING in APPS:
         print(
-            f"\nThe service against the {REGISTERING} floor (the plain floor's release, with the design's read and registration first):"
+            f"\nAgainst the {REGISTERING} floor (the plain floor's release after the design's read and registration):"
         )
         report(rates, latencies, against=REGISTERING)
 
