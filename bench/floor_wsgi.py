@@ -36,13 +36,12 @@ from release import (  # noqa: E402  (bench/release.py: the in-process floor's s
     FLOOR_HOSTS,
     FLOOR_SCRIPT,
     Floor,
-    _floor_keys,
     _per_host,
     floor_decrements,
+    floor_deltas,
 )
 
 from accounting.live import keys  # noqa: E402
-from accounting.live.units import cores_from_centicores  # noqa: E402
 
 MAESTRO = not settings.ACCOUNTING_REDIS_ENABLED
 # The release floor's DELETE, also returning the proc's id (column 12) for the batch's answer.
@@ -110,30 +109,20 @@ class _RegisteringFloor(_RedisFloor):
     def register(self, proc_ids: list[str], *, single: bool) -> str:
         rows = self.reader.execute(READ_ONE if single else READ_MANY, proc_ids if single else (proc_ids,)).fetchall()
         entry = uuid.uuid4().hex
-        self.redis.hset(INFLIGHT, entry, "|".join(f"{key}|{cores}|{gpus}" for key, (cores, gpus) in _deltas(rows)))
+        self.redis.hset(
+            INFLIGHT, entry, "|".join(f"{key}|{cores}|{gpus}" for key, (cores, gpus) in floor_deltas(rows).items())
+        )
         return entry
 
     def publish_registered(self, rows: list[tuple], entry: str) -> None:
-        totals = _deltas(rows)
-        args = [entry, *(-amount for _, total in totals for amount in total)]
-        names = [key for key, _ in totals]
+        totals = floor_deltas(rows)
+        args = [entry, *(-amount for total in totals.values() for amount in total)]
+        names = list(totals)
         try:
             self.redis.evalsha(self.registered_sha, len(names) + 2, *names, keys.SEQ, INFLIGHT, *args)
         except redis.exceptions.NoScriptError:
             self.registered_sha = self.redis.script_load(REGISTERED_SCRIPT)
             self.redis.evalsha(self.registered_sha, len(names) + 2, *names, keys.SEQ, INFLIGHT, *args)
-
-
-def _deltas(rows: list[tuple]) -> list[tuple[str, list[int]]]:
-    """Per key, the cores (Redis's unit, per proc) and GPUs the rows give back, as Floor.publish sums them."""
-    totals: dict[str, list[int]] = {}
-    for row in rows:
-        cores = cores_from_centicores(row[8])
-        for key in _floor_keys(row):
-            total = totals.setdefault(key, [0, 0])
-            total[0] += cores
-            total[1] += row[9]
-    return list(totals.items())
 
 
 class _PgOnly(Floor):

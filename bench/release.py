@@ -337,6 +337,18 @@ def _per_host(rows: list[tuple]) -> tuple:
     return (hosts, *([per_host[h][j] for h in hosts] for j in range(4)))
 
 
+def floor_deltas(rows: list[tuple]) -> dict[str, list[int]]:
+    """Per key, the cores (Redis's unit, per proc) and GPUs the floor's DELETE rows give back."""
+    totals: dict[str, list[int]] = {}
+    for row in rows:
+        cores = cores_from_centicores(row[8])
+        for key in _floor_keys(row):
+            total = totals.setdefault(key, [0, 0])
+            total[0] += cores
+            total[1] += row[9]
+    return totals
+
+
 class Floor:
     """Bare psycopg and redis-py, connected once per bench like the service's pools."""
 
@@ -346,13 +358,7 @@ class Floor:
         self.sha = self.redis.script_load(FLOOR_SCRIPT)
 
     def publish(self, rows: list[tuple]) -> None:
-        totals: dict[str, list[int]] = {}
-        for row in rows:
-            cores = cores_from_centicores(row[8])
-            for key in _floor_keys(row):
-                total = totals.setdefault(key, [0, 0])
-                total[0] += cores
-                total[1] += row[9]
+        totals = floor_deltas(rows)
         args = [-amount for total in totals.values() for amount in total]
         self.redis.evalsha(self.sha, len(totals) + 1, *totals, keys.SEQ, *args)
 
