@@ -46,7 +46,7 @@ from django.urls import reverse
 from django.utils.http import parse_header_parameters
 
 from accounting.operators.api import UnbookBatchIn, released_many, released_one
-from accounting.operators.auth import token_allows
+from accounting.operators.auth import bearer_token, token_allows
 from cuebot_acct.api import INTERNAL_ERROR, api, log_unexpected, parsed_json, rendered
 from cuebot_acct.permissions import RELEASE_PROCS
 
@@ -156,8 +156,8 @@ class ReleaseLane:
 
     def _token(self, environ: dict) -> str | None:
         """The bearer token of a request the lane may take (see the module's list), else None."""
-        scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
-        if scheme.lower() != "bearer" or not token or self.only_django:
+        token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
+        if not token or self.only_django:
             return None
         if self.https_only and not self._secure(environ):
             return None
