@@ -428,11 +428,11 @@ def _correct(
     if not careful:
         # One round trip: PostgreSQL runs the two statements in turn, so the correction (and its
         # snapshot) starts once every lock is held.
-        with connection.wrap_database_errors, connection.connection.pipeline():
-            cursor.execute(table.lock_keys, {"pks": pks})
-            corrected = connection.cursor()
-            corrected.execute(table.correct, params(pks))
-        set_or_recompute(pks, corrected)
+        with connection.cursor() as corrected:
+            with connection.wrap_database_errors, connection.connection.pipeline():
+                cursor.execute(table.lock_keys, {"pks": pks})
+                corrected.execute(table.correct, params(pks))
+            set_or_recompute(pks, corrected)
         return []
     cursor.execute(table.lock_keys, {"pks": pks})
 
