@@ -78,6 +78,8 @@ class Stats:
     stalled_publishes: int = 0
     stalled_publishes_entry_expired: int = 0
     reseeds_deferred_for_stalls: int = 0
+    # Procs released once the run's last reseed was done: what the final check judges exactly.
+    releases_after_last_reseed: int = 0
     expired_inflight_applied: list[tuple] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -180,6 +182,7 @@ class Report:
             },
             "excluded": {"cap_lowerings": len(s.cap_lowerings), "switches": len(s.switches)},
             "exactness_judged": self.exactness_judged,
+            "releases_after_last_reseed": s.releases_after_last_reseed,
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
             "invariants": self.invariants,
             "errors": dict(s.errors),
@@ -224,7 +227,8 @@ class Report:
             f"{d['stalled_publishes']['reseeds_deferred']} reseed cycles deferred for them)",
             f"  over cap, excused     {d['over_cap_excluded']:>10}  (booked while their cap was lowered ({d['excluded']['cap_lowerings']} "
             f"lowerings) or their show switched ({d['excluded']['switches']} switches))",
-            f"  exactness judged      {'yes' if d['exactness_judged'] else 'no (a fault of this run may leave Redis high)':>10}",
+            f"  exactness judged      {'yes' if d['exactness_judged'] else 'no':>10}  (a fault of this run may leave Redis high, "
+            f"or nothing was released after the last reseed: {d['releases_after_last_reseed']} were)",
             "",
             "invariants (all must be 0):",
         ]

@@ -102,6 +102,19 @@ def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
         time.sleep(0.2)
 
 
+def workers_stop_at(ctx: SimContext, *, started: float, config: SimConfig, tail: float) -> float:
+    """When the workers stop (time.monotonic()): the run's seconds after its start, or, when the
+    last reseed finished later than the run's last fifth began (it waits out the in-flight
+    entries of stalled releases, up to a TTL), that fifth after the reseed: the final check
+    judges what bookings and releases did after it, and with none it would judge nothing. A
+    last reseed that has not finished a cycle and a rebuild past the run's end (a fault left
+    Redis failing) ends the run unjudged."""
+    if ctx.last_reseed_done_at is not None:
+        return max(started + config.seconds, ctx.last_reseed_done_at + tail)
+    ttl = config.inflight_ttl_seconds
+    return started + config.seconds + (ttl + 1) + ttl + config.reconcile_interval
+
+
 def run_simulation(
     *, config: SimConfig, progress: Callable[[float, Stats], None] = lambda elapsed, stats: None
 ) -> Report:
@@ -185,14 +198,15 @@ def _run(
     ]
     started = time.monotonic()
     # The last fifth of the run has no fault and no reseed: it ends on the exact count.
-    ctx.last_reseed_at = started + 0.8 * config.seconds
+    tail = 0.2 * config.seconds
+    ctx.last_reseed_at = started + config.seconds - tail
     try:
         plan.start()
         for thread in threads:
             thread.start()
-        while (elapsed := time.monotonic() - started) < config.seconds:
-            progress(elapsed, stats)
-            if ctx.stop.wait(min(1.0, config.seconds - elapsed)):
+        while (remaining := workers_stop_at(ctx, started=started, config=config, tail=tail) - time.monotonic()) > 0:
+            progress(time.monotonic() - started, stats)
+            if ctx.stop.wait(min(1.0, remaining)):
                 break
     finally:
         ctx.stop.set()
@@ -210,6 +224,7 @@ def _run(
         and not set(config.faults) & set(LEAVE_REDIS_HIGH)
         and redis_open()
         and ctx.last_reseed_done.is_set()
+        and stats.releases_after_last_reseed > 0
     )
     clamped = (REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0) - clamped_before
     if web is not None:  # the web server's releases clamp in its own processes

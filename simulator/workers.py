@@ -116,9 +116,11 @@ class SimContext:
     redis_server: PrivateRedis | None = None
     web: WebServer | None = None
     # When the reconciler runs its last reseed (time.monotonic(); the runner sets it at the
-    # start, four fifths into the run) and whether it has.
+    # start, four fifths into the run), whether it has, and when it finished (the runner keeps
+    # the workers going for a fifth of the run after that).
     last_reseed_at: float = float("inf")
     last_reseed_done: threading.Event = field(default_factory=threading.Event)
+    last_reseed_done_at: float | None = None
 
     def rng(self, role: str, index: int = 0) -> random.Random:
         return random.Random(f"{self.seed}:{role}:{index}")
@@ -382,6 +384,7 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
         ctx.stats.count("faults", "http-release")
         ctx.stats.count("release_calls", "http batch" if len(proc_ids) > 1 else "http single")
         ctx.stats.add(releases=sum(outcomes), release_misses=len(outcomes) - sum(outcomes))
+        count_after_last_reseed(ctx, released=sum(outcomes))
         return
     # Not once the run's last reseed is done: nothing after it would take a stalled release's
     # proc off Redis, and the final check would find it high.
@@ -393,9 +396,16 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
     else:
         released = release(proc_ids)
     ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
-    ctx.stats.add(
-        releases=sum(1 for r in released if r is not None), release_misses=sum(1 for r in released if r is None)
-    )
+    found = sum(1 for r in released if r is not None)
+    ctx.stats.add(releases=found, release_misses=len(released) - found)
+    count_after_last_reseed(ctx, released=found)
+
+
+def count_after_last_reseed(ctx: SimContext, *, released: int) -> None:
+    # The gate held every operation while the last reseed ran: one that passed it after is
+    # wholly after the reseed.
+    if ctx.last_reseed_done.is_set():
+        ctx.stats.add(releases_after_last_reseed=released)
 
 
 @contextmanager
@@ -461,6 +471,7 @@ def reconciler(ctx: SimContext, index: int) -> None:
                         time.sleep(0.1)  # expiry is Redis's clock: nothing to wait on but time
                     publish_expired(ctx)  # stalled releases, their entries expired now
                     reconcile_once(ctx.stats, reseeder=ctx.reseeder)
+                ctx.last_reseed_done_at = time.monotonic()
                 ctx.last_reseed_done.set()
             else:
                 # Before the reseed: what bookings and releases left (a reseed would rewrite

@@ -12,13 +12,14 @@ from accounting.live import keys
 from accounting.reconcile import reseed
 from accounting.reconcile.reseed import open_to_booking
 from shows.models import Show
-from simulator import reconcile
+from simulator import reconcile, workers
 from simulator.farm import foreign_redis_keys, sim_show_ids
 from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
 from simulator.maestro_run import MAESTRO_FAULTS
 from simulator.management.commands.simulate_farm import Command as SimulateFarm
 from simulator.reconcile import FarmReseed
 from simulator.report import CAP_KINDS
+from simulator.runner import SimConfig, run_simulation
 from tests.service_role import as_cuebot
 
 
@@ -218,3 +219,19 @@ def test_a_farm_reseed_that_finds_redis_empty_reports_its_bootstrap(farm, acct_r
     assert reconcile.reseed_all() == FarmReseed(written=True, bootstrapped=True)
     assert open_to_booking(show_ids=[farm.show.id]) == [farm.show.id]
     assert reconcile.reseed_all() == FarmReseed(written=True, bootstrapped=False)
+
+
+@pytest.mark.slow
+@pytest.mark.superuser  # the run books as the scheduler
+@pytest.mark.django_db(transaction=True)
+def test_a_last_reseed_that_outlasts_the_run_is_followed_by_releases_that_are_judged(monkeypatch):
+    """The last reseed waits out in-flight entries for up to a TTL (a stalled release's): when
+    that wait runs past the run's end, the workers go on for a fifth of the run after it, so the
+    final check still judges releases (with none after it, a lost decrement went unseen)."""
+    # Every wait of the last reseed for in-flight entries runs to its deadline, one TTL and a
+    # second: past the end of a run shorter than that.
+    monkeypatch.setattr(workers, "inflight_keys_pending", lambda: True)
+    config = SimConfig(seconds=3, seed=7, reconcile_interval=0.5, faults=())
+    report = run_simulation(config=config)
+    assert report.stats.releases_after_last_reseed > 0
+    assert report.ok and report.exactness_judged, report.as_table()
