@@ -11,6 +11,7 @@ RELEASE_PROCS = "accounting.release_proc"
 CHANGE_LIMITS = "accounting.change_limits"
 CHANGE_OWNERSHIP = "accounting.change_ownership"
 RESEED_REDIS = "accounting.reseed_redis"
+REPAIR_TABLES = "accounting.repair_tables"
 VIEW_ACCOUNTING = "accounting.view_accounting"
 
 DECLARED = [
@@ -18,5 +19,6 @@ DECLARED = [
     ("change_limits", "Can change subscription, folder, job and point limits"),
     ("change_ownership", "Can move shows between Cuebot and the scheduler"),
     ("reseed_redis", "Can rebuild Redis from PostgreSQL"),
+    ("repair_tables", "Can recompute Cuebot's accounting tables from SUM(proc)"),
     ("view_accounting", "Can read shows, drift and locks through the API"),
 ]

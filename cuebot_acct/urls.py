@@ -6,7 +6,7 @@ from django.urls import path
 
 from accounting.operators import health
 from accounting.operators.api import router as accounting_router
-from accounting.operators.pages import drift_index, drift_show, overview, reseed_show
+from accounting.operators.pages import drift_index, drift_show, overview, repair_tables, reseed_show
 from accounting.operators.shows_api import router as shows_router
 from cuebot_acct.api import api
 
@@ -27,6 +27,9 @@ urlpatterns = [
     path("admin/accounting/drift/", admin.site.admin_view(drift_index), name="acct-drift"),
     path("admin/accounting/drift/<str:show_id>/", admin.site.admin_view(drift_show), name="acct-drift-show"),
     path("admin/accounting/drift/<str:show_id>/reseed/", admin.site.admin_view(reseed_show), name="acct-drift-reseed"),
+    path(
+        "admin/accounting/drift/<str:show_id>/repair/", admin.site.admin_view(repair_tables), name="acct-drift-repair"
+    ),
     path("admin/", admin.site.urls),
     path("metrics", health.metrics, name="metrics"),
     path("healthz", health.healthz, name="healthz"),

@@ -1,11 +1,12 @@
 """The operator's pages beside the model admin: the farm overview (the admin's front page),
 the drift inspector per show (Cuebot's own tables against SUM(proc) for a show whose rows Cuebot
 owns, every show in the Maestro era; Redis for a scheduler-managed show in the redis era), and
-its "reseed this show" action.
+its two repairs: "reseed this show" (Redis) and "recompute Cuebot's tables" (PostgreSQL).
 
 Reads go through accounting.operators.selectors, accounting.reconcile.cuebot_drift and
 accounting.reconcile.drift; the reseed through accounting.reconcile.reseed, with RESEED_REDIS,
-after a confirmation page, logged.
+and the recompute through accounting.reconcile.recompute, with REPAIR_TABLES, each after a
+confirmation page, logged.
 """
 
 import logging
@@ -30,6 +31,7 @@ from accounting.operators.selectors import (
 )
 from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, DriftRow, drift_report, subscription_bars
+from accounting.reconcile.recompute import repair_pg_accounting
 from accounting.reconcile.reseed import redis_is_empty, reseed
 from cuebot_acct import permissions
 from cuebot_acct.schedulers import cuebot_owns_every_show
@@ -114,6 +116,7 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "in_flight": [_entry(row, labels) for row in report.explained_by(IN_FLIGHT)],
         "closed": report.explained_by(CLOSED),
         "can_reseed": request.user.has_perm(permissions.RESEED_REDIS),
+        "can_repair": request.user.has_perm(permissions.REPAIR_TABLES),
         "redis_compared": redis_compared,
         "tables_owned": bool(cuebot_owned_show_ids(show_ids=[show.id])),
         "tables": cuebot_table_drift(show_ids=[show.id]),
@@ -130,7 +133,11 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     show = get_object_or_404(Show, pk=show_id)
     drift_page = reverse("acct-drift-show", args=[show.pk])
     if not show.b_scheduler_managed:
-        messages.error(request, f"{show.str_name} is Cuebot-managed: Redis holds nothing for it.")
+        messages.error(
+            request,
+            f"{show.str_name} is Cuebot-managed: Redis holds nothing for it; "
+            f"{table_repair(show=show.str_name)} repairs its tables.",
+        )
         return HttpResponseRedirect(drift_page)
     if cuebot_owns_every_show():
         messages.error(
@@ -180,4 +187,41 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         single_object=True,
     )
     messages.add_message(request, level, f"Reseeded {show.str_name}: {outcome}.")
+    return HttpResponseRedirect(drift_page)
+
+
+@require_http_methods(["GET", "POST"])
+def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
+    """GET: what the recompute does, and a button; POST: Cuebot's five tables of the show from
+    SUM(proc), as `manage.py acct_reseed --show NAME` does for a show whose tables Cuebot writes."""
+    if not request.user.has_perm(permissions.REPAIR_TABLES):
+        raise PermissionDenied("recomputing Cuebot's tables needs the permission accounting.repair_tables")
+    show = get_object_or_404(Show, pk=show_id)
+    drift_page = reverse("acct-drift-show", args=[show.pk])
+    if not cuebot_owned_show_ids(show_ids=[show.pk]):
+        messages.error(
+            request,
+            f"{show.str_name} is scheduler-managed: its tables are its scheduler's record, not Cuebot's, in this era.",
+        )
+        return HttpResponseRedirect(drift_page)
+    if request.method == "GET":
+        return render(
+            request,
+            "admin/accounting/repair_confirm.html",
+            {**admin.site.each_context(request), "title": f"Recompute {show.str_name}'s tables?", "show": show},
+        )
+    repair = repair_pg_accounting(show_ids=[show.pk])
+    outcome = f"{len(repair.drifted)} row(s) had drifted, {len(repair.failures)} could not be set"
+    logger.warning("admin recompute of show %s's tables by %s: %s", show.str_name, request.user.get_username(), outcome)
+    # REPAIR_TABLES was checked above: an authenticated user, whose pk is set
+    assert request.user.pk is not None
+    LogEntry.objects.log_actions(
+        user_id=request.user.pk,
+        queryset=[show],
+        action_flag=CHANGE,
+        change_message=f"Recomputed Cuebot's tables from SUM(proc): {outcome}",
+        single_object=True,
+    )
+    level = messages.ERROR if repair.failures else messages.SUCCESS
+    messages.add_message(request, level, f"Recomputed {show.str_name}'s tables: {outcome}.")
     return HttpResponseRedirect(drift_page)

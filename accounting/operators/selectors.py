@@ -232,11 +232,10 @@ def table_drift_status() -> TableDriftStatus:
 
 def table_repair(*, show: str | None) -> str:
     """What repairs drift of Cuebot's tables in this era, as a command to type; every face says the same."""
-    if cuebot_owns_every_show():
-        return f"manage.py acct_reseed{f' --show {show}' if show else ''}"
-    # Outside the Maestro era acct_reseed rebuilds Redis only; Cuebot-managed subscriptions are
-    # recalculate_subs's, and the other tables follow each release.
-    return "manage.py recalculate_subs (subscriptions)"
+    if show:
+        return f"manage.py acct_reseed --show {show}"
+    # Outside the Maestro era acct_reseed alone rebuilds the scheduler-managed shows' Redis.
+    return "manage.py acct_reseed" if cuebot_owns_every_show() else "manage.py acct_reseed --cuebot-tables"
 
 
 # --- Booked cores: where each number comes from ------------------------------------------

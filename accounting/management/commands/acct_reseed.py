@@ -5,6 +5,7 @@ from tqdm import tqdm
 
 from accounting.live.leases import LockBusy
 from accounting.management.commands._show_arg import show_argument
+from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids
 from accounting.reconcile.failover import check_master
 from accounting.reconcile.recompute import repair_pg_accounting
 from accounting.reconcile.reseed import reseed
@@ -14,34 +15,46 @@ from shows.models import Show
 
 class Command(BaseCommand):
     help = (
-        "Maestro era (ACCOUNTING_SCHEDULER=maestro): recompute Cuebot's five accounting tables of every show "
-        "(or --show) from SUM(proc), in one transaction, in the release path's lock order; no Redis is read or "
-        "written, and --limits/--booked do not apply. Exit 1 if a row could not be set. Other eras: rebuild the Redis live view of scheduler-managed shows from PostgreSQL: booked counters "
-        "(SUM(proc) plus the bookings in flight or settled since the reseed began, from the settle journal; "
-        "no booking or release makes it retry) and limits (unconditionally). Both by default. "
-        "On a Redis that is a new master (a failover nothing noticed yet) the managed keys are closed and "
-        "rebuilt first."
+        "Rebuild what each show is booked against from PostgreSQL's record, by who books it. A show Cuebot books "
+        "(every show in the Maestro era, ACCOUNTING_SCHEDULER=maestro; a Cuebot-managed one in the other eras): "
+        "Cuebot's five accounting tables recomputed from SUM(proc), in one transaction, in the release path's lock "
+        "order, caps left as they were; no Redis is read or written, and --limits/--booked are refused (exit 2). Exit 1 if "
+        "a row could not be set. A show the Redis-era scheduler books: its Redis live view rebuilt from PostgreSQL: "
+        "booked counters (SUM(proc) plus the bookings in flight or settled since the reseed began, from the settle "
+        "journal; no booking or release makes it retry) and limits (unconditionally), both by default; on a Redis "
+        "that is a new master (a failover nothing noticed yet) the managed keys are closed and rebuilt first. "
+        "Without --show: every show in the Maestro era; otherwise the scheduler-managed shows' Redis, or with "
+        "--cuebot-tables the Cuebot-managed shows' tables."
     )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--limits", action="store_true", help="write limit fields")
         parser.add_argument("--booked", action="store_true", help="write booked counters")
+        parser.add_argument("--show", metavar="NAME", help="one show")
         parser.add_argument(
-            "--show", metavar="NAME", help="one show (outside the Maestro era: a scheduler-managed one)"
+            "--cuebot-tables",
+            action="store_true",
+            help="outside the Maestro era: the five tables of every Cuebot-managed show (or --show's), no Redis",
         )
 
-    def handle(self, *args, limits: bool, booked: bool, show: str | None, **options) -> None:
+    def handle(self, *args, limits: bool, booked: bool, show: str | None, cuebot_tables: bool, **options) -> None:
+        found = show_argument(name=show) if show is not None else None
+        if found is not None and found.b_scheduler_managed and cuebot_tables and not cuebot_owns_every_show():
+            raise CommandError(
+                f"show {show!r} is scheduler-managed: its tables are not Cuebot's in this era; nothing changed",
+                returncode=2,
+            )
+        tables = cuebot_owns_every_show() or cuebot_tables or (found is not None and not found.b_scheduler_managed)
+        if tables and (limits or booked):
+            raise CommandError(
+                "--limits and --booked are Redis's; Cuebot's tables are recomputed whole; nothing changed", returncode=2
+            )
+        if tables:
+            self._recompute_tables(show_ids=cuebot_owned_show_ids(show_ids=[found.id] if found else None))
+            return
         if not limits and not booked:
             limits = booked = True
-        show_ids = None
-        if show is not None:
-            found = show_argument(name=show)
-            if not found.b_scheduler_managed and not cuebot_owns_every_show():
-                raise CommandError(f"show {show!r} is Cuebot-managed; Redis holds nothing for it", returncode=2)
-            show_ids = [found.id]
-        if cuebot_owns_every_show():
-            self._recompute_tables(show_ids=show_ids)
-            return
+        show_ids = [found.id] if found is not None else None
         try:
             # A new master not noticed yet (no task cluster running) is closed and rebuilt
             # first, as the task workers' watch would; its bookings stay refused until then.
@@ -66,7 +79,7 @@ class Command(BaseCommand):
             raise CommandError("booked reseed skipped", returncode=1)
 
     def _recompute_tables(self, *, show_ids: list[str] | None) -> None:
-        """The Maestro era's repair: Cuebot's tables from proc, each row it found drifted named."""
+        """The repair of the tables Cuebot writes: from proc, each row it found drifted named."""
         shows = show_ids if show_ids is not None else list(Show.objects.order_by("pk").values_list("pk", flat=True))
         repair = repair_pg_accounting(show_ids=shows)
         for row in repair.drifted:

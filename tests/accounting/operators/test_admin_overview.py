@@ -28,8 +28,8 @@ def visible_text(page: str) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]*>", " ", page)))
 
 
-def staff(django_user_model, *codenames: str):
-    user = django_user_model.objects.create_user(username="operator", password="pw", is_staff=True)
+def staff(django_user_model, *codenames: str, username: str = "operator"):
+    user = django_user_model.objects.create_user(username=username, password="pw", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     return user
 

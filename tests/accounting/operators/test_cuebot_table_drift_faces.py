@@ -1,12 +1,15 @@
 """The drift API and the admin's drift pages name the same rows of Cuebot's tables as acct_drift,
 in the Maestro era with no accounting Redis to read."""
 
+import logging
+
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
 from accounting.reconcile.drift_check import run_table_drift_check
-from tests.accounting.operators.test_admin_overview import visible_text
-from tests.accounting.reconcile.test_cuebot_drift import drifted_farms  # noqa: F401 - the fixture
+from tests.accounting.operators.test_admin_overview import staff, visible_text
+from tests.accounting.reconcile.test_cuebot_drift import drifted_farms, pg_mismatches  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -58,3 +61,62 @@ def test_admin_pages_list_the_same_rows(maestro_era, drifted_farms, admin_client
     run_table_drift_check()
     index = visible_text(admin_client.get(reverse("acct-drift")).content.decode())
     assert f"{flagged.show.str_name} 2 rows drifted" in index and f"{unflagged.show.str_name} 1 row drifted" in index
+
+
+@pytest.mark.parametrize("era", ["maestro", "redis"])
+def test_admin_recomputes_a_shows_tables_after_asking_and_logs_it(era, request, drifted_farms, admin_client, caplog):  # noqa: F811
+    """The show whose tables Cuebot writes in each era: the flagged one in the Maestro era (with
+    no Redis to reach), the unflagged one in the redis era."""
+    if era == "maestro":
+        request.getfixturevalue("maestro_era")
+    flagged, unflagged = drifted_farms
+    farm = flagged if era == "maestro" else unflagged
+    url = reverse("acct-drift-repair", args=[farm.show.pk])
+    page = admin_client.get(reverse("acct-drift-show", args=[farm.show.pk])).content.decode()
+    assert url in page
+    confirm = admin_client.get(url)
+    assert confirm.status_code == 200
+    assert f"Recompute {farm.show.str_name}'s tables?" in visible_text(confirm.content.decode())
+    assert pg_mismatches(farm) != []  # nothing before the POST
+
+    with caplog.at_level(logging.WARNING, logger="accounting.operators.pages"):
+        done = admin_client.post(url, follow=True)
+    drifted = 2 if era == "maestro" else 1
+    assert pg_mismatches(farm) == []
+    assert [str(m) for m in done.context["messages"]] == [
+        f"Recomputed {farm.show.str_name}'s tables: {drifted} row(s) had drifted, 0 could not be set."
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"admin recompute of show {farm.show.str_name}'s tables by admin: {drifted} row(s) had drifted, "
+        "0 could not be set"
+    ]
+    entry = LogEntry.objects.get(object_id=farm.show.pk)
+    assert entry.user.username == "admin" and entry.change_message.startswith("Recomputed Cuebot's tables")
+    other = unflagged if era == "maestro" else flagged
+    assert pg_mismatches(other) != []  # another show's rows are not this one's repair
+
+
+def test_admin_recompute_needs_its_permission(maestro_era, drifted_farms, client, django_user_model):  # noqa: F811
+    flagged, _ = drifted_farms
+    url = reverse("acct-drift-repair", args=[flagged.show.pk])
+    client.force_login(staff(django_user_model, "reseed_redis"))
+    page = client.get(reverse("acct-drift-show", args=[flagged.show.pk])).content.decode()
+    assert url not in page and "You need the permission “Can recompute Cuebot's accounting tables" in visible_text(page)
+    assert client.get(url).status_code == 403 and client.post(url).status_code == 403
+    assert len(pg_mismatches(flagged)) == 2
+
+    client.force_login(staff(django_user_model, "repair_tables", username="repairer"))
+    assert url in client.get(reverse("acct-drift-show", args=[flagged.show.pk])).content.decode()
+    client.post(url)
+    assert pg_mismatches(flagged) == []
+
+
+def test_admin_recompute_refuses_a_scheduler_managed_show_outside_the_maestro_era(drifted_farms, admin_client):  # noqa: F811
+    flagged, _ = drifted_farms
+    before = pg_mismatches(flagged)
+    response = admin_client.post(reverse("acct-drift-repair", args=[flagged.show.pk]), follow=True)
+    assert [str(m) for m in response.context["messages"]] == [
+        f"{flagged.show.str_name} is scheduler-managed: its tables are its scheduler's record, not Cuebot's, in this era."
+    ]
+    assert pg_mismatches(flagged) == before
+    assert not LogEntry.objects.exists()

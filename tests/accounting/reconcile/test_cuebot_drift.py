@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from accounting.reconcile.cuebot_drift import cuebot_table_drift, signed_cores
@@ -137,4 +137,76 @@ def test_acct_drift_in_the_redis_era_adds_cuebot_shows_to_the_redis_report(drift
     assert acct_drift() == 1
     out = capsys.readouterr().out
     assert "1 show(s), " in out and ", 0 drifted" in out  # Redis: the flagged show, as before
-    assert "Cuebot's tables against SUM(proc): 1 show(s), 1 row(s) drifted; repair: manage.py recalculate_subs" in out
+    assert (
+        "Cuebot's tables against SUM(proc): 1 show(s), 1 row(s) drifted; repair: manage.py acct_reseed --cuebot-tables"
+        in out
+    )
+
+
+def redis_snapshot(client) -> dict:
+    return {key: client.dump(key) for key in sorted(client.keys("*"))}
+
+
+def test_in_the_redis_era_acct_reseed_repairs_a_cuebot_managed_shows_tables_and_no_redis(
+    drifted_farms, acct_redis, capsys
+):
+    flagged, unflagged = drifted_farms
+    redis_before = redis_snapshot(acct_redis)
+    call_command("acct_reseed", "--show", unflagged.show.str_name)
+    out = capsys.readouterr().out
+    assert f"{unflagged.job.str_name} / {unflagged.layer.str_name}\tlayer_resource (int_cores, int_gpus)" in out
+    assert "Cuebot's tables of 1 show(s) recomputed from SUM(proc): 1 row(s) had drifted, 0 differ now" in out
+    assert pg_mismatches(unflagged) == []
+    # The scheduler-managed show's rows are its scheduler's record, not Cuebot's: left as they were.
+    assert {row[0] for row in pg_mismatches(flagged)} == {"subscription", "folder_resource"}
+    assert redis_snapshot(acct_redis) == redis_before
+    assert acct_drift("--show", unflagged.show.str_name) == 0
+
+
+def test_in_the_redis_era_acct_reseed_cuebot_tables_repairs_every_cuebot_managed_show(drifted_farms, capsys):
+    flagged, unflagged = drifted_farms
+    other = build_farm(managed=False)
+    other.add_proc(cores=100)
+    set_as_cuebot("UPDATE point SET int_cores = 0 WHERE pk_show = %s", other.show.id)
+    call_command("acct_reseed", "--cuebot-tables")
+    assert (
+        "Cuebot's tables of 2 show(s) recomputed from SUM(proc): 2 row(s) had drifted, 0 differ now"
+        in capsys.readouterr().out
+    )
+    assert pg_mismatches(unflagged, other) == []
+    assert {row[0] for row in pg_mismatches(flagged)} == {"subscription", "folder_resource"}
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (("--show", "{flagged}", "--cuebot-tables"), "is scheduler-managed: its tables are not Cuebot's"),
+        (("--show", "{unflagged}", "--booked"), "--limits and --booked are Redis's"),
+        (("--cuebot-tables", "--limits"), "--limits and --booked are Redis's"),
+    ],
+)
+def test_acct_reseed_refuses_what_does_not_apply_to_a_shows_tables_and_changes_nothing(
+    drifted_farms, acct_redis, args, refusal
+):
+    flagged, unflagged = drifted_farms
+    names = {"flagged": flagged.show.str_name, "unflagged": unflagged.show.str_name}
+    pg_before, redis_before = pg_mismatches(flagged, unflagged), redis_snapshot(acct_redis)
+    with pytest.raises(CommandError, match=refusal) as refused:
+        call_command("acct_reseed", *(arg.format(**names) for arg in args))
+    assert refused.value.returncode == 2
+    assert (pg_mismatches(flagged, unflagged), redis_snapshot(acct_redis)) == (pg_before, redis_before)
+
+
+def test_in_the_notify_era_the_repair_needs_no_redis(settings, fresh_accounting_client, drifted_farms, capsys):
+    from tests.processes import closed_port
+
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"  # reached for, it fails loudly
+    flagged, unflagged = drifted_farms
+    assert acct_drift() == 1
+    assert "1 row(s) drifted; repair: manage.py acct_reseed --cuebot-tables" in capsys.readouterr().out
+    call_command("acct_reseed", "--cuebot-tables")
+    assert "1 row(s) had drifted, 0 differ now" in capsys.readouterr().out
+    assert acct_drift() == 0
+    assert pg_mismatches(unflagged) == []
+    assert {row[0] for row in pg_mismatches(flagged)} == {"subscription", "folder_resource"}

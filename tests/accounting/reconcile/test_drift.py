@@ -135,11 +135,17 @@ def test_reseed_command(farm, seeded_redis, acct_redis, capsys):
     assert acct_redis.hget(sub_key(other), "burst") == "200" and not acct_redis.hexists(sub_key(other), "int_cores")
 
 
-@pytest.mark.parametrize("args", [["--show", "nosuchshow"], ["--show", "{cuebot}"]])
-def test_reseed_command_bad_show_exits_2(farm, cuebot_farm, acct_redis, args):
+def test_reseed_command_unknown_show_exits_2(farm, acct_redis):
     with pytest.raises(CommandError) as error:
-        call_command("acct_reseed", *[a.format(cuebot=cuebot_farm.show.str_name) for a in args])
+        call_command("acct_reseed", "--show", "nosuchshow")
     assert error.value.returncode == 2
+    assert acct_redis.keys("acct:*") == []
+
+
+def test_reseed_command_on_a_cuebot_managed_show_writes_no_redis_key(cuebot_farm, acct_redis):
+    """Its five tables are what it is booked against (tests/accounting/reconcile/test_cuebot_drift.py)."""
+    cuebot_farm.add_proc(cores=100)
+    call_command("acct_reseed", "--show", cuebot_farm.show.str_name)
     assert acct_redis.keys("acct:*") == []
 
 
