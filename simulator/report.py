@@ -227,8 +227,13 @@ class Report:
             f"{d['stalled_publishes']['reseeds_deferred']} reseed cycles deferred for them)",
             f"  over cap, excused     {d['over_cap_excluded']:>10}  (booked while their cap was lowered ({d['excluded']['cap_lowerings']} "
             f"lowerings) or their show switched ({d['excluded']['switches']} switches))",
-            f"  exactness judged      {'yes' if d['exactness_judged'] else 'no':>10}  (a fault of this run may leave Redis high, "
-            f"or nothing was released after the last reseed: {d['releases_after_last_reseed']} were)",
+            f"  exactness judged      {'yes' if d['exactness_judged'] else 'no':>10}  "
+            + (
+                f"({d['releases_after_last_reseed']} procs released after the last reseed)"
+                if d["exactness_judged"]
+                else "(a fault of this run may leave Redis high, or nothing was released after the last reseed: "
+                f"{d['releases_after_last_reseed']} were)"
+            ),
             "",
             "invariants (all must be 0):",
         ]

@@ -29,6 +29,7 @@ from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile import failover
 from accounting.reconcile.reseed import open_to_booking
 from accounting.release.publish import PreparedRelease, RedisReleasePublisher, ReleasePublisher
+from accounting.release.types import Branch
 from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct.redis_factory import (
     accounting_redis,
@@ -371,10 +372,16 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
     if ctx.plan.take("pg-rollback"):
         try:
             with transaction.atomic():
-                release(proc_ids)
+                rolled_back = release(proc_ids)
                 raise InjectedRollback
         except InjectedRollback:
             ctx.stats.count("faults", "pg-rollback")
+        if time.monotonic() < ctx.last_reseed_at and not any(
+            r is not None and r.branch is Branch.SCHEDULER for r in rolled_back
+        ):
+            # Cuebot-managed procs only: their rows rolled back, and nothing was registered to
+            # publish, so the Redis side went untested. Again at the next release.
+            ctx.plan.rearm("pg-rollback")
         return
     if ctx.publish_drop is not None and ctx.plan.take("publish-drop"):
         ctx.publish_drop.arm()
