@@ -137,8 +137,10 @@ def deadlock(
     `then_request` (a row `run` holds by then) and waits; `run` goes on and requests the held row.
     With `pause_before=None` (the row `run` needs is locked inside the same statement as the
     one it holds), `run` goes on until it waits for the held row, and only then does the
-    other session request its row; the victim's deadlock check then runs 500 ms after it
-    began to wait, once the cycle is closed.
+    other session request its row; the victim's deadlock check then runs 2 s after it began
+    to wait, once the cycle is closed. PostgreSQL checks once per wait, so the other session's
+    request must come within that time: under load 500 ms was once not enough, the victim's
+    check found no cycle, and the other session became the victim.
     """
     holder_ready, paused, holder_waiting = threading.Event(), threading.Event(), threading.Event()
     victim_started = threading.Event()
@@ -177,7 +179,7 @@ def deadlock(
         try:
             # Only a superuser may set it; the session keeps it once the role is back.
             with as_cuebot(), connection.cursor() as cursor:
-                cursor.execute("SET deadlock_timeout = %s", ["50ms" if pause_before else "500ms"])
+                cursor.execute("SET deadlock_timeout = %s", ["50ms" if pause_before else "2s"])
             pids["victim"] = backend_pid()
             victim_started.set()
             with connection.execute_wrapper(pause_once) if pause_before else nullcontext():
