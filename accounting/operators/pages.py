@@ -176,18 +176,15 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     else:
         outcome = f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
         level = messages.SUCCESS
-    logger.warning("admin reseed of show %s by %s: %s", show.str_name, request.user.get_username(), outcome)
-    # RESEED_REDIS was checked above: an authenticated user, whose pk is set (an anonymous one's is None)
-    assert request.user.pk is not None
-    LogEntry.objects.log_actions(
-        user_id=request.user.pk,
-        queryset=[show],
-        action_flag=CHANGE,
-        change_message=f"Reseeded Redis: {outcome}",
-        single_object=True,
+    return _repaired(
+        request,
+        show=show,
+        level=level,
+        outcome=outcome,
+        logged=f"admin reseed of show {show.str_name}",
+        history="Reseeded Redis",
+        told=f"Reseeded {show.str_name}: {outcome}.",
     )
-    messages.add_message(request, level, f"Reseeded {show.str_name}: {outcome}.")
-    return HttpResponseRedirect(drift_page)
 
 
 @require_http_methods(["GET", "POST"])
@@ -212,16 +209,31 @@ def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
         )
     repair = repair_pg_accounting(show_ids=[show.pk])
     outcome = f"{len(repair.drifted)} row(s) had drifted, {len(repair.failures)} could not be set"
-    logger.warning("admin recompute of show %s's tables by %s: %s", show.str_name, request.user.get_username(), outcome)
-    # REPAIR_TABLES was checked above: an authenticated user, whose pk is set
+    return _repaired(
+        request,
+        show=show,
+        level=messages.ERROR if repair.failures else messages.SUCCESS,
+        outcome=outcome,
+        logged=f"admin recompute of show {show.str_name}'s tables",
+        history="Recomputed Cuebot's tables from SUM(proc)",
+        told=f"Recomputed {show.str_name}'s tables: {outcome}.",
+    )
+
+
+def _repaired(
+    request: HttpRequest, *, show: Show, level: int, outcome: str, logged: str, history: str, told: str
+) -> HttpResponse:
+    """A repair done from a drift page, with its outcome: in the service log at WARNING, in the
+    show's admin history with the user, to the user as a message; then back to the page."""
+    logger.warning("%s by %s: %s", logged, request.user.get_username(), outcome)
+    # The view checked a permission: an authenticated user, whose pk is set (an anonymous one's is None)
     assert request.user.pk is not None
     LogEntry.objects.log_actions(
         user_id=request.user.pk,
         queryset=[show],
         action_flag=CHANGE,
-        change_message=f"Recomputed Cuebot's tables from SUM(proc): {outcome}",
+        change_message=f"{history}: {outcome}",
         single_object=True,
     )
-    level = messages.ERROR if repair.failures else messages.SUCCESS
-    messages.add_message(request, level, f"Recomputed {show.str_name}'s tables: {outcome}.")
-    return HttpResponseRedirect(drift_page)
+    messages.add_message(request, level, told)
+    return HttpResponseRedirect(reverse("acct-drift-show", args=[show.pk]))
