@@ -1,5 +1,6 @@
 """acct_reseed: rebuild what the scheduler books against from PostgreSQL's record, in the era the site runs."""
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
@@ -24,7 +25,8 @@ class Command(BaseCommand):
         "journal; no booking or release makes it retry) and limits (unconditionally), both by default; on a Redis "
         "that is a new master (a failover nothing noticed yet) the managed keys are closed and rebuilt first. "
         "Without --show: every show in the Maestro era; otherwise the scheduler-managed shows' Redis, or with "
-        "--cuebot-tables the Cuebot-managed shows' tables."
+        "--cuebot-tables the Cuebot-managed shows' tables. The notify era keeps no Redis view: there only "
+        "Cuebot's tables are rebuilt (exit 2 otherwise)."
     )
 
     def add_arguments(self, parser) -> None:
@@ -52,6 +54,13 @@ class Command(BaseCommand):
         if tables:
             self._recompute_tables(show_ids=cuebot_owned_show_ids(show_ids=[found.id] if found else None))
             return
+        if not settings.ACCOUNTING_REDIS_ENABLED:
+            raise CommandError(
+                "the notify era keeps no Redis live view: its scheduler recomputes its own counters from SUM(proc) "
+                "and its limits from the tables; --cuebot-tables (or --show of a Cuebot-managed show) repairs "
+                "Cuebot's tables; nothing changed",
+                returncode=2,
+            )
         if not limits and not booked:
             limits = booked = True
         show_ids = [found.id] if found is not None else None

@@ -210,3 +210,7 @@ def test_in_the_notify_era_the_repair_needs_no_redis(settings, fresh_accounting_
     assert acct_drift() == 0
     assert pg_mismatches(unflagged) == []
     assert {row[0] for row in pg_mismatches(flagged)} == {"subscription", "folder_resource"}
+    with pytest.raises(CommandError, match="the notify era keeps no Redis live view") as refused:
+        call_command("acct_reseed", "--show", flagged.show.str_name)
+    assert refused.value.returncode == 2
+    assert {row[0] for row in pg_mismatches(flagged)} == {"subscription", "folder_resource"}
