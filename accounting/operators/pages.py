@@ -144,6 +144,11 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
             request, f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs Cuebot's tables."
         )
         return HttpResponseRedirect(drift_page)
+    if not settings.ACCOUNTING_REDIS_ENABLED:
+        messages.error(
+            request, "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
+        )
+        return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(
             request,

@@ -210,6 +210,25 @@ def test_reseed_refuses_a_cuebot_managed_show(admin_client, acct_redis):
     assert acct_redis.keys("acct:*") == [keys.SEEDED]
 
 
+@pytest.mark.parametrize("era", ["maestro", "notify"])
+def test_reseed_refuses_an_era_without_a_redis_live_view(era, settings, fresh_accounting_client, admin_client):
+    from tests.processes import closed_port
+
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, era == "notify"
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"  # reached for, it fails loudly
+    farm = build_farm(managed=True)
+    response = admin_client.post(reverse("acct-drift-reseed", args=[farm.show.pk]), follow=True)
+    assert response.status_code == 200
+    assert [str(m) for m in response.context["messages"]] == [
+        {
+            "maestro": f"Maestro era: no Redis to reseed; manage.py acct_reseed --show {farm.show.str_name} "
+            "repairs Cuebot's tables.",
+            "notify": "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc).",
+        }[era]
+    ]
+    assert not LogEntry.objects.exists()
+
+
 def test_the_drift_page_of_a_cuebot_managed_show_compares_nothing(admin_client):
     farm = build_farm(managed=False)
     text = visible_text(admin_client.get(reverse("acct-drift-show", args=[farm.show.pk])).content.decode())
