@@ -157,3 +157,14 @@ def maestro_era(settings, fresh_accounting_client):
     settings.ACCOUNTING_REDIS_ENABLED = settings.ACCOUNTING_NOTIFY_ENABLED = False
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     return settings
+
+
+@pytest.fixture
+def notify_era(settings, fresh_accounting_client):
+    """The notify era alone (the scheduler keeps its own counters, told by NOTIFY) with the
+    accounting Redis pointed at a closed port, as maestro_era does."""
+    from tests.processes import closed_port
+
+    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    return settings

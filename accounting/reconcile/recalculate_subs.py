@@ -3,6 +3,7 @@
 import logging
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.live.leases import LockBusy, named_lock
@@ -128,11 +129,11 @@ def _fix_drift(cursor, only: str | None, *, every_show: bool) -> list[tuple]:
     return rows
 
 
-def _drift(*, dry_run: bool, every_show: bool) -> tuple[list[SubscriptionChange], list[RowFailure]]:
+def _drift(*, dry_run: bool, every_show: bool, pg_lock: bool) -> tuple[list[SubscriptionChange], list[RowFailure]]:
     with transaction.atomic(), connection.cursor() as cursor:
-        if every_show:
-            # The Maestro era's lock is PostgreSQL's, for this transaction: the accounting Redis,
-            # where the other eras' lease lives, may not exist there.
+        if pg_lock:
+            # Without an accounting Redis (the Maestro and notify eras), where the redis era's
+            # lease lives, the lock is PostgreSQL's, for this transaction.
             cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [RECALCULATE_SUBS_LOCK])
             if not cursor.fetchone()[0]:
                 raise LockBusy(RECALCULATE_SUBS_LOCK)
@@ -158,12 +159,13 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     One instance at a time, fleet-wide: a run that finds the lock held skips (ran=False).
     A dry run reads the same drift and writes nothing.
     """
+    every_show = cuebot_owns_every_show()
     try:
-        if cuebot_owns_every_show():
-            changes, failures = _drift(dry_run=dry_run, every_show=True)
+        if not settings.ACCOUNTING_REDIS_ENABLED:
+            changes, failures = _drift(dry_run=dry_run, every_show=every_show, pg_lock=True)
         else:
             with named_lock(name=RECALCULATE_SUBS_LOCK):
-                changes, failures = _drift(dry_run=dry_run, every_show=False)
+                changes, failures = _drift(dry_run=dry_run, every_show=every_show, pg_lock=False)
     except LockBusy:
         metrics.RECALCULATE_SUBS_SKIPPED.inc()
         logger.info("recalculate_subs skipped: another instance is running it")

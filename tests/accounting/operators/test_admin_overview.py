@@ -211,11 +211,8 @@ def test_reseed_refuses_a_cuebot_managed_show(admin_client, acct_redis):
 
 
 @pytest.mark.parametrize("era", ["maestro", "notify"])
-def test_reseed_refuses_an_era_without_a_redis_live_view(era, settings, fresh_accounting_client, admin_client):
-    from tests.processes import closed_port
-
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, era == "notify"
-    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"  # reached for, it fails loudly
+def test_reseed_refuses_an_era_without_a_redis_live_view(era, request, admin_client):
+    request.getfixturevalue(f"{era}_era")
     farm = build_farm(managed=True)
     response = admin_client.post(reverse("acct-drift-reseed", args=[farm.show.pk]), follow=True)
     assert response.status_code == 200

@@ -197,11 +197,7 @@ def test_acct_reseed_refuses_what_does_not_apply_to_a_shows_tables_and_changes_n
     assert (pg_mismatches(flagged, unflagged), redis_snapshot(acct_redis)) == (pg_before, redis_before)
 
 
-def test_in_the_notify_era_the_repair_needs_no_redis(settings, fresh_accounting_client, drifted_farms, capsys):
-    from tests.processes import closed_port
-
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
-    settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"  # reached for, it fails loudly
+def test_in_the_notify_era_the_repair_needs_no_redis(notify_era, drifted_farms, capsys):
     flagged, unflagged = drifted_farms
     assert acct_drift() == 1
     assert "1 row(s) drifted; repair: manage.py acct_reseed --cuebot-tables" in capsys.readouterr().out

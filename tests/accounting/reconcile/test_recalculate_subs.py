@@ -115,10 +115,10 @@ def test_two_concurrent_runs_do_not_both_run(two_farms, monkeypatch):
     inside, proceed = threading.Event(), threading.Event()
     real_drift = recalculate_subs_module._drift
 
-    def held_inside(*, dry_run: bool, every_show: bool):
+    def held_inside(*, dry_run: bool, every_show: bool, pg_lock: bool):
         inside.set()
         assert proceed.wait(10)
-        return real_drift(dry_run=dry_run, every_show=every_show)
+        return real_drift(dry_run=dry_run, every_show=every_show, pg_lock=pg_lock)
 
     monkeypatch.setattr(recalculate_subs_module, "_drift", held_inside)
     results = {}
@@ -313,9 +313,25 @@ def test_maestro_era_fixes_scheduler_managed_shows_too_without_redis(maestro_era
     assert row_version(cuebot.subscription)[2:] == (350, 1)
 
 
-def test_maestro_era_run_skips_while_another_holds_the_lock(maestro_era, two_farms):
-    _, managed = two_farms
-    drift(managed.subscription, cores=0)
+def test_notify_era_fixes_cuebot_managed_shows_only_without_redis(notify_era, two_farms):
+    cuebot, managed = two_farms
+    drift(cuebot.subscription, cores=9900, gpus=5)
+    drift(managed.subscription, cores=-200, gpus=3)  # its scheduler's record, as in the redis era
+    managed_before = row_version(managed.subscription)
+    result = recalculate_subs()
+    assert result.ran and [(c.show, c.old_cores, c.new_cores) for c in result.changes] == [
+        (cuebot.show.str_name, 9900, 350)
+    ]
+    assert row_version(managed.subscription) == managed_before
+
+
+@pytest.mark.parametrize("era", ["maestro", "notify"])
+def test_without_an_accounting_redis_a_run_skips_while_another_holds_the_lock(era, request, two_farms):
+    """The lock is PostgreSQL's where there is no Redis lease to take."""
+    request.getfixturevalue(f"{era}_era")
+    cuebot, managed = two_farms
+    drifted = managed if era == "maestro" else cuebot  # a row this era's run writes
+    drift(drifted.subscription, cores=0)
     outcome = []
 
     def run_elsewhere():
@@ -331,5 +347,8 @@ def test_maestro_era_run_skips_while_another_holds_the_lock(maestro_era, two_far
         thread.join()
         cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [RECALCULATE_SUBS_LOCK])
     assert not outcome[0].ran
-    assert row_version(managed.subscription)[2:] == (0, 0)
-    assert recalculate_subs().ran and row_version(managed.subscription)[2:] == (300, 0)
+    assert row_version(drifted.subscription)[2:] == (0, 0)
+    assert (
+        recalculate_subs().ran
+        and row_version(drifted.subscription)[2:] == {"maestro": (300, 0), "notify": (350, 1)}[era]
+    )
