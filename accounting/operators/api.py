@@ -33,11 +33,17 @@ from accounting.limits.changes import (
     set_point_limits,
     set_subscription_limits,
 )
-from accounting.live.leases import held_locks
 from accounting.live.units import CoresRefused, cores_number, cores_text, not_a_number, parse_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.operators.auth import BearerToken
-from accounting.operators.selectors import drift_status, labelled_drift, release_names, table_drift_status, table_repair
+from accounting.operators.selectors import (
+    drift_status,
+    labelled_drift,
+    named_locks,
+    release_names,
+    table_drift_status,
+    table_repair,
+)
 from accounting.operators.shows_api import show_or_404
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import drift_report
@@ -258,10 +264,12 @@ def _last_check() -> dict[str, Any]:
     auth=BearerToken(VIEW_ACCOUNTING),
     response={200: list[dict[str, Any]], **AUTH_ERRORS},
     summary="Named locks currently held",
-    description=f"Needs the permission {VIEW_ACCOUNTING}.",
+    description=f"Needs the permission {VIEW_ACCOUNTING}. The Redis leases where there is an accounting Redis "
+    "(`ttl_ms`, the time left), and recalculate_subs's PostgreSQL lock where there is none (`ttl_ms` null: it "
+    "ends with its holder's transaction; `owner` names the backend).",
 )
 def locks(request):
-    return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in held_locks()]
+    return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in named_locks()]
 
 
 def _typed_cores(value: object, *, unlimited: bool, maximum: int, whole: bool) -> int:

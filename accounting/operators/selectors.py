@@ -10,16 +10,19 @@ from datetime import UTC, datetime
 from typing import cast
 
 import redis
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import F, Sum
 
 from accounting.live import keys
+from accounting.live.leases import held_locks
 from accounting.live.units import centicores_from_cores, cores_text, format_cores
 from accounting.models import Instance, Proc, Subscription
 from accounting.ownership.fleet import live_instances
 from accounting.ownership.guardrail import GuardrailReport, evaluate
 from accounting.reconcile.drift_check import STATUS_KEY, TABLES_STATUS_KEY
+from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK, advisory_lock_holder
 from accounting.release.types import Release
 from cuebot_acct.redis_factory import accounting_redis
 from cuebot_acct.schedulers import cuebot_owns_every_show
@@ -228,6 +231,23 @@ def table_drift_status() -> TableDriftStatus:
     return TableDriftStatus(
         checked_at=_time(stored.get("checked_at")), shows={pk: e["rows"] for pk, e in stored.get("shows", {}).items()}
     )
+
+
+@dataclass(frozen=True)
+class NamedLock:
+    name: str
+    owner: str
+    ttl_ms: int | None  # None: no expiry, it ends with its holder's transaction
+
+
+def named_locks() -> list[NamedLock]:
+    """Every named lock held now: the Redis leases (where there is an accounting Redis) and
+    recalculate_subs's PostgreSQL lock (where there is none)."""
+    leases = held_locks() if settings.ACCOUNTING_REDIS_ENABLED else []
+    found = [NamedLock(name=lease.name, owner=lease.owner, ttl_ms=lease.ttl_ms) for lease in leases]
+    if (pid := advisory_lock_holder()) is not None:
+        found.append(NamedLock(name=RECALCULATE_SUBS_LOCK, owner=f"PostgreSQL backend {pid}", ttl_ms=None))
+    return sorted(found, key=lambda lock: lock.name)
 
 
 def table_repair(*, show: str | None) -> str:

@@ -129,6 +129,24 @@ def _fix_drift(cursor, only: str | None, *, every_show: bool) -> list[tuple]:
     return rows
 
 
+# The run's advisory lock as pg_locks shows it: hashtext's int4 taken as the bigint key,
+# which PostgreSQL splits into classid (high 32 bits) and objid (low 32 bits), objsubid 1.
+ADVISORY_LOCK_HOLDER = """
+SELECT pid FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND objsubid = 1
+   AND ((classid::bigint << 32) | objid::bigint) = hashtext(%s)::bigint
+"""
+
+
+def advisory_lock_holder() -> int | None:
+    """The backend pid of the run holding the PostgreSQL lock (the eras without an accounting
+    Redis), or None."""
+    with connection.cursor() as cursor:
+        cursor.execute(ADVISORY_LOCK_HOLDER, [RECALCULATE_SUBS_LOCK])
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
 def _drift(*, dry_run: bool, every_show: bool, pg_lock: bool) -> tuple[list[SubscriptionChange], list[RowFailure]]:
     with transaction.atomic(), connection.cursor() as cursor:
         if pg_lock:

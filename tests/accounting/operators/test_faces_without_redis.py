@@ -1,0 +1,87 @@
+"""Every operator face answers in the eras that have no accounting Redis (Maestro, notify),
+with that Redis pointed at a closed port: a page or an endpoint that reached for it would fail."""
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+
+from accounting.models import Point
+from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK
+from cuebot_acct.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, VIEW_ACCOUNTING
+from tests.farms import build_farm
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(params=["maestro", "notify"])
+def era_without_redis(request):
+    return request.getfixturevalue(f"{request.param}_era")
+
+
+@pytest.fixture
+def farms():
+    flagged, unflagged = build_farm(managed=True), build_farm(managed=False)
+    for farm in (flagged, unflagged):
+        farm.add_proc(cores=250, gpus=1)
+    return flagged, unflagged
+
+
+def test_every_admin_page_answers(era_without_redis, farms, admin_client):
+    flagged, unflagged = farms
+    pages = [reverse("admin:index"), reverse("acct-drift")]
+    for farm in farms:
+        proc = farm.procs[0]
+        pages += [
+            reverse("acct-drift-show", args=[farm.show.pk]),
+            reverse("acct-drift-repair", args=[farm.show.pk]) if not farm.show.b_scheduler_managed else None,
+            reverse("admin:shows_show_change", args=[farm.show.pk]),
+            reverse("admin:accounting_subscription_change", args=[farm.subscription.pk]),
+            reverse("admin:accounting_proc_change", args=[proc.pk]),
+            reverse("admin:accounting_folderresource_change", args=[farm.folder.pk]),
+            reverse("admin:accounting_jobresource_change", args=[farm.job.pk]),
+            reverse("admin:accounting_layerresource_change", args=[farm.layer.pk]),
+        ]
+    for model in ("subscription", "proc", "folderresource", "jobresource", "layerresource", "point"):
+        pages.append(reverse(f"admin:accounting_{model}_changelist"))
+    answers = {page: admin_client.get(page).status_code for page in pages if page}
+    assert {url: code for url, code in answers.items() if code != 200} == {}
+
+
+def test_every_api_read_and_write_answers(era_without_redis, farms, token_with):
+    from django.test import Client
+
+    flagged, unflagged = farms
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token_with(VIEW_ACCOUNTING, CHANGE_LIMITS, CHANGE_OWNERSHIP)}")
+    reads = [
+        "/api/v1/shows",
+        f"/api/v1/shows/{flagged.show.str_name}",
+        "/api/v1/accounting/drift",
+        f"/api/v1/accounting/drift?show={unflagged.show.str_name}",
+        f"/api/v1/accounting/drift?show={flagged.show.str_name}",
+        "/api/v1/locks",
+    ]
+    answers = {url: client.get(url).status_code for url in reads}
+    point = Point.objects.get(show=unflagged.show)
+    writes = {
+        f"/api/v1/accounting/subscriptions/{flagged.subscription.pk}/limits": {"size": 20, "burst": 40},
+        f"/api/v1/accounting/folders/{flagged.folder.pk}/limits": {"max_cores": 30},
+        f"/api/v1/accounting/jobs/{unflagged.job.pk}/limits": {"max_cores": 30},
+        f"/api/v1/accounting/points/{point.pk}/limits": {"min_cores": 3},
+        f"/api/v1/shows/{unflagged.show.str_name}/scheduler-managed": {"managed": True},
+    }
+    for url, body in writes.items():
+        send = client.put if url.endswith("scheduler-managed") else client.patch
+        answers[url] = send(url, body, content_type="application/json").status_code
+    assert {url: code for url, code in answers.items() if code != 200} == {}
+
+
+def test_the_locks_endpoint_names_recalculate_subs_postgresql_lock(era_without_redis, reader_client):
+    assert reader_client.get("/api/v1/locks").json() == []
+    with connection.cursor() as cursor:  # a run elsewhere holds it, as its transaction does
+        cursor.execute("SELECT pg_advisory_lock(hashtext(%s)), pg_backend_pid()", [RECALCULATE_SUBS_LOCK])
+        (_, pid) = cursor.fetchone()
+        try:
+            held = reader_client.get("/api/v1/locks").json()
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [RECALCULATE_SUBS_LOCK])
+    assert held == [{"name": "recalculate_subs", "owner": f"PostgreSQL backend {pid}", "ttl_ms": None}]
