@@ -622,9 +622,15 @@ def promote_a_replica() -> None:
 
 def kill_a_job(ctx: SimContext, *, rng: random.Random) -> str | None:
     """What OpenCue does first when a job is killed: the job FINISHED (its name freed), its
-    procs still running. None when no job with procs is left to kill."""
+    procs still running. None when no job with procs is left to kill.
+
+    The first kill and every other one after it take a scheduler-managed show's job, whose procs
+    a reseed must keep counting until they go; the others any show's (a Cuebot-managed one's
+    rows are Cuebot's). Ids are fresh each run, so a choice among every show could miss the
+    scheduler's side in a short run."""
+    managed_only = ctx.stats.faults["job-kill"] % 2 == 0
     with connection.cursor() as cursor:
-        job_id = finish_a_job(cursor=cursor, show_ids=ctx.farm.show_ids, rng=rng)
+        job_id = finish_a_job(cursor=cursor, show_ids=ctx.farm.show_ids, rng=rng, managed_only=managed_only)
     if job_id is None:
         return None
     ctx.killed_jobs.add(job_id)
