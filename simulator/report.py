@@ -78,7 +78,8 @@ class Stats:
     stalled_publishes: int = 0
     stalled_publishes_entry_expired: int = 0
     reseeds_deferred_for_stalls: int = 0
-    # Procs released once the run's last reseed was done: what the final check judges exactly.
+    # Procs of scheduler-managed shows released in process once the run's last reseed was done:
+    # what the final check judges exactly (Redis must be left exactly at SUM(proc)).
     releases_after_last_reseed: int = 0
     expired_inflight_applied: list[tuple] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -229,10 +230,10 @@ class Report:
             f"lowerings) or their show switched ({d['excluded']['switches']} switches))",
             f"  exactness judged      {'yes' if d['exactness_judged'] else 'no':>10}  "
             + (
-                f"({d['releases_after_last_reseed']} procs released after the last reseed)"
+                f"({d['releases_after_last_reseed']} scheduler-managed procs released after the last reseed)"
                 if d["exactness_judged"]
-                else "(a fault of this run may leave Redis high, or nothing was released after the last reseed: "
-                f"{d['releases_after_last_reseed']} were)"
+                else "(a fault of this run may leave Redis high, or no scheduler-managed proc was released after "
+                f"the last reseed: {d['releases_after_last_reseed']} were)"
             ),
             "",
             "invariants (all must be 0):",

@@ -28,6 +28,7 @@ from simulator.invariants import against_truth, farm_keys, negative_counters
 from simulator.processes import PrivateRedis, WebServer, private_redis, web_server
 from simulator.report import Report, Stats
 from simulator.workers import (
+    FRAME_SECONDS,
     PublishDrop,
     SimContext,
     StalledPublishes,
@@ -102,17 +103,29 @@ def final_reconcile(*, stats: Stats, ttl_seconds: int, reseeder: str) -> None:
         time.sleep(0.2)
 
 
+# The final check judges the releases made after the run's last reseed (a lost decrement shows
+# there only): the run goes on past its end until this many procs of scheduler-managed shows
+# were released after it.
+RELEASES_TO_JUDGE = 10
+
+
 def workers_stop_at(ctx: SimContext, *, started: float, config: SimConfig, tail: float) -> float:
-    """When the workers stop (time.monotonic()): the run's seconds after its start, or, when the
-    last reseed finished later than the run's last fifth began (it waits out the in-flight
-    entries of stalled releases, up to a TTL), that fifth after the reseed: the final check
-    judges what bookings and releases did after it, and with none it would judge nothing. A
-    last reseed that has not finished a cycle and a rebuild past the run's end (a fault left
-    Redis failing) ends the run unjudged."""
-    if ctx.last_reseed_done_at is not None:
-        return max(started + config.seconds, ctx.last_reseed_done_at + tail)
-    ttl = config.inflight_ttl_seconds
-    return started + config.seconds + (ttl + 1) + ttl + config.reconcile_interval
+    """When the workers stop (time.monotonic()): the run's seconds after its start, and at least
+    `tail` after the last reseed (it waits out the in-flight entries of stalled releases, up to
+    a TTL, so it may finish late). Until RELEASES_TO_JUDGE procs of scheduler-managed shows were
+    released after it, longer: a farm that has just refilled (every frame runs FRAME_SECONDS at
+    least) can have nothing to release for longer than the tail, and then the final check judged
+    nothing. Both waits are bounded: a last reseed that has not finished a cycle and a rebuild
+    past the run's end (a fault left Redis failing) ends the run unjudged."""
+    end = started + config.seconds
+    done_at = ctx.last_reseed_done_at
+    if done_at is None:
+        ttl = config.inflight_ttl_seconds
+        return end + (ttl + 1) + ttl + config.reconcile_interval
+    end = max(end, done_at + tail)
+    if ctx.stats.releases_after_last_reseed < RELEASES_TO_JUDGE:
+        end = max(end, done_at + tail + 3 * FRAME_SECONDS)
+    return end
 
 
 def run_simulation(
@@ -205,8 +218,10 @@ def _run(
         for thread in threads:
             thread.start()
         while (remaining := workers_stop_at(ctx, started=started, config=config, tail=tail) - time.monotonic()) > 0:
-            progress(time.monotonic() - started, stats)
-            if ctx.stop.wait(min(1.0, remaining)):
+            elapsed = time.monotonic() - started
+            progress(elapsed, stats)
+            # Past the run's seconds the end moves with what the workers do: looked at often.
+            if ctx.stop.wait(min(1.0 if elapsed < config.seconds else 0.05, remaining)):
                 break
     finally:
         ctx.stop.set()

@@ -391,7 +391,6 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
         ctx.stats.count("faults", "http-release")
         ctx.stats.count("release_calls", "http batch" if len(proc_ids) > 1 else "http single")
         ctx.stats.add(releases=sum(outcomes), release_misses=len(outcomes) - sum(outcomes))
-        count_after_last_reseed(ctx, released=sum(outcomes))
         return
     # Not once the run's last reseed is done: nothing after it would take a stalled release's
     # proc off Redis, and the final check would find it high.
@@ -405,14 +404,11 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
     ctx.stats.count("release_calls", "batch" if len(proc_ids) > 1 else "single")
     found = sum(1 for r in released if r is not None)
     ctx.stats.add(releases=found, release_misses=len(released) - found)
-    count_after_last_reseed(ctx, released=found)
-
-
-def count_after_last_reseed(ctx: SimContext, *, released: int) -> None:
     # The gate held every operation while the last reseed ran: one that passed it after is
     # wholly after the reseed.
     if ctx.last_reseed_done.is_set():
-        ctx.stats.add(releases_after_last_reseed=released)
+        judged = sum(1 for r in released if r is not None and r.branch is Branch.SCHEDULER)
+        ctx.stats.add(releases_after_last_reseed=judged)
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 import json
 import random
+import time
 from io import StringIO
 
 import pytest
@@ -19,7 +20,7 @@ from simulator.maestro_run import MAESTRO_FAULTS
 from simulator.management.commands.simulate_farm import Command as SimulateFarm
 from simulator.reconcile import FarmReseed
 from simulator.report import CAP_KINDS
-from simulator.runner import SimConfig, run_simulation
+from simulator.runner import RELEASES_TO_JUDGE, SimConfig, run_simulation
 from tests.service_role import as_cuebot
 
 
@@ -233,5 +234,30 @@ def test_a_last_reseed_that_outlasts_the_run_is_followed_by_releases_that_are_ju
     monkeypatch.setattr(workers, "inflight_keys_pending", lambda: True)
     config = SimConfig(seconds=3, seed=7, reconcile_interval=0.5, faults=())
     report = run_simulation(config=config)
-    assert report.stats.releases_after_last_reseed > 0
+    assert report.stats.releases_after_last_reseed >= RELEASES_TO_JUDGE
+    assert report.ok and report.exactness_judged, report.as_table()
+
+
+@pytest.mark.slow
+@pytest.mark.superuser  # the run books as the scheduler
+@pytest.mark.django_db(transaction=True)
+def test_a_farm_with_nothing_to_release_after_the_last_reseed_runs_on_until_it_has(monkeypatch):
+    """A farm that has just refilled has nothing old enough to release for a while (every frame
+    runs FRAME_SECONDS at least): when that outlasts the run's last fifth, the run goes on until
+    enough procs were released after the last reseed for the final check to judge them."""
+    config = SimConfig(seconds=3, seed=7, reconcile_interval=0.5, faults=())
+    real = workers.release_some
+
+    def nothing_old_enough_yet(ctx, *, proc_ids):
+        if (
+            ctx.last_reseed_done_at is not None
+            and time.monotonic() < ctx.last_reseed_done_at + 0.2 * config.seconds + 0.5
+        ):
+            ctx.stop.wait(0.05)  # the releaser's own wait when it finds nothing to release
+            return
+        real(ctx, proc_ids=proc_ids)
+
+    monkeypatch.setattr(workers, "release_some", nothing_old_enough_yet)
+    report = run_simulation(config=config)
+    assert report.stats.releases_after_last_reseed >= RELEASES_TO_JUDGE
     assert report.ok and report.exactness_judged, report.as_table()
