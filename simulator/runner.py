@@ -238,7 +238,7 @@ def _run(
         config.reseeder == "project"
         and not set(config.faults) & set(LEAVE_REDIS_HIGH)
         and redis_open()
-        and ctx.last_reseed_done.is_set()
+        and ctx.last_reseed_done_at is not None
         and stats.releases_after_last_reseed > 0
     )
     clamped = (REGISTRY.get_sample_value("cuebot_acct_release_clamped_total") or 0) - clamped_before

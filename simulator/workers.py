@@ -117,10 +117,9 @@ class SimContext:
     redis_server: PrivateRedis | None = None
     web: WebServer | None = None
     # When the reconciler runs its last reseed (time.monotonic(); the runner sets it at the
-    # start, four fifths into the run), whether it has, and when it finished (the runner keeps
-    # the workers going for a fifth of the run after that).
+    # start, four fifths into the run) and when it finished, None until it has (the runner
+    # keeps the workers going after that: runner.workers_stop_at).
     last_reseed_at: float = float("inf")
-    last_reseed_done: threading.Event = field(default_factory=threading.Event)
     last_reseed_done_at: float | None = None
 
     def rng(self, role: str, index: int = 0) -> random.Random:
@@ -376,9 +375,7 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
                 raise InjectedRollback
         except InjectedRollback:
             ctx.stats.count("faults", "pg-rollback")
-        if time.monotonic() < ctx.last_reseed_at and not any(
-            r is not None and r.branch is Branch.SCHEDULER for r in rolled_back
-        ):
+        if time.monotonic() < ctx.last_reseed_at and not scheduler_procs(rolled_back):
             # Cuebot-managed procs only: their rows rolled back, and nothing was registered to
             # publish, so the Redis side went untested. Again at the next release.
             ctx.plan.rearm("pg-rollback")
@@ -394,7 +391,7 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
         return
     # Not once the run's last reseed is done: nothing after it would take a stalled release's
     # proc off Redis, and the final check would find it high.
-    if ctx.stalls is not None and not ctx.last_reseed_done.is_set() and ctx.plan.take("release-stall"):
+    if ctx.stalls is not None and ctx.last_reseed_done_at is None and ctx.plan.take("release-stall"):
         with ctx.stalls.stalling() as held:
             released = release(proc_ids)
         if not held:  # no scheduler-managed proc released among them: no publish to hold
@@ -406,9 +403,13 @@ def release_some(ctx: SimContext, *, proc_ids: list[str]) -> None:
     ctx.stats.add(releases=found, release_misses=len(released) - found)
     # The gate held every operation while the last reseed ran: one that passed it after is
     # wholly after the reseed.
-    if ctx.last_reseed_done.is_set():
-        judged = sum(1 for r in released if r is not None and r.branch is Branch.SCHEDULER)
-        ctx.stats.add(releases_after_last_reseed=judged)
+    if ctx.last_reseed_done_at is not None:
+        ctx.stats.add(releases_after_last_reseed=scheduler_procs(released))
+
+
+def scheduler_procs(released: list) -> int:
+    """How many of a release call's procs were scheduler-managed ones: published to Redis."""
+    return sum(1 for r in released if r is not None and r.branch is Branch.SCHEDULER)
 
 
 @contextmanager
@@ -457,7 +458,7 @@ def reconciler(ctx: SimContext, index: int) -> None:
         for row in negative_pg_rows(farm=ctx.farm):
             ctx.stats.record("negative_pg_rows", row)
         try:
-            if ctx.last_reseed_done.is_set():
+            if ctx.last_reseed_done_at is not None:
                 sample_low(ctx, moment="after the last reseed")
             elif time.monotonic() >= ctx.last_reseed_at:
                 # The run's last reseed, in a quiet moment: nothing in flight, so it writes the
@@ -475,7 +476,6 @@ def reconciler(ctx: SimContext, index: int) -> None:
                     publish_expired(ctx)  # stalled releases, their entries expired now
                     reconcile_once(ctx.stats, reseeder=ctx.reseeder)
                 ctx.last_reseed_done_at = time.monotonic()
-                ctx.last_reseed_done.set()
             else:
                 # Before the reseed: what bookings and releases left (a reseed would rewrite
                 # the evidence); after it: what the reseed wrote.
