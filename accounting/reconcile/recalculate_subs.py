@@ -1,6 +1,7 @@
 """recalculate_subs: Cuebot's 2-hourly subscription recompute, aware of who owns each show in each era."""
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -177,13 +178,10 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     One instance at a time, fleet-wide: a run that finds the lock held skips (ran=False).
     A dry run reads the same drift and writes nothing.
     """
-    every_show = cuebot_owns_every_show()
+    pg_lock = not settings.ACCOUNTING_REDIS_ENABLED
     try:
-        if not settings.ACCOUNTING_REDIS_ENABLED:
-            changes, failures = _drift(dry_run=dry_run, every_show=every_show, pg_lock=True)
-        else:
-            with named_lock(name=RECALCULATE_SUBS_LOCK):
-                changes, failures = _drift(dry_run=dry_run, every_show=every_show, pg_lock=False)
+        with nullcontext() if pg_lock else named_lock(name=RECALCULATE_SUBS_LOCK):
+            changes, failures = _drift(dry_run=dry_run, every_show=cuebot_owns_every_show(), pg_lock=pg_lock)
     except LockBusy:
         metrics.RECALCULATE_SUBS_SKIPPED.inc()
         logger.info("recalculate_subs skipped: another instance is running it")

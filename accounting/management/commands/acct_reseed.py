@@ -41,12 +41,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, limits: bool, booked: bool, show: str | None, cuebot_tables: bool, **options) -> None:
         found = show_argument(name=show) if show is not None else None
-        if found is not None and found.b_scheduler_managed and cuebot_tables and not cuebot_owns_every_show():
+        maestro = cuebot_owns_every_show()
+        if found is not None and found.b_scheduler_managed and cuebot_tables and not maestro:
             raise CommandError(
                 f"show {show!r} is scheduler-managed: its tables are not Cuebot's in this era; nothing changed",
                 returncode=2,
             )
-        tables = cuebot_owns_every_show() or cuebot_tables or (found is not None and not found.b_scheduler_managed)
+        tables = maestro or cuebot_tables or (found is not None and not found.b_scheduler_managed)
         if tables and (limits or booked):
             raise CommandError(
                 "--limits and --booked are Redis's; Cuebot's tables are recomputed whole; nothing changed", returncode=2
