@@ -3,7 +3,8 @@
 The first are Cuebot's (unmanaged, with the conventions of shows.models: `id` on
 pk_<table>, foreign keys on pk_<model>, other fields named as their columns, centicores
 in every int_*cores* column). ApiToken and Instance are the project's own tables,
-created by its own migration, never in one with Cuebot's.
+created by its own migration, never in one with Cuebot's; so is DriftRecord, the drift check's
+memory of when each drifted row was first seen (written by accounting.reconcile.drift_history).
 """
 
 import hashlib
@@ -262,3 +263,41 @@ class Instance(models.Model):
         return frozenset(
             era for era, on in (("redis", self.publishes_to_redis), ("notify", self.publishes_notify)) if on
         )
+
+
+class DriftRecord(models.Model):
+    """A row the periodic drift check found drifted, from the first check that saw it to the last.
+
+    One per drifted row of Cuebot's five tables (against SUM(proc)) or field of the accounting
+    Redis (against PostgreSQL): the check writes it when it first sees the row drifted, keeps
+    `first_seen` while every later check sees it drifted, and deletes it at the first check that
+    finds it back at its sum. Rows of Cuebot's are named by value, not by foreign key: this is
+    the project's own table, and no constraint of it may reach into Cuebot's schema.
+    """
+
+    class Source(models.TextChoices):
+        CUEBOT_TABLES = "cuebot_tables", "Cuebot's tables against SUM(proc)"
+        REDIS = "redis", "Redis against PostgreSQL"
+
+    source = models.CharField(max_length=16, choices=Source.choices)
+    # Which row, stable from check to check: "<table> <pk> (<columns>)" or "<Redis key> <field>".
+    identity = models.TextField()
+    show_id = models.TextField()
+    show_name = models.TextField(help_text="The show's name at the last check.")
+    # Cuebot's tables: the row as every face names it (show / allocation, job / layer, ...); Redis:
+    # the key, which the faces name (accounting.operators.selectors.key_labels).
+    subject = models.TextField()
+    detail = models.TextField(help_text="The table and its columns compared, or the Redis field.")
+    # Stored minus true (Redis minus PostgreSQL) at the last check; NULL where the row holds no such value.
+    cores_difference = models.BigIntegerField(null=True, help_text="Centicores.")
+    gpus_difference = models.BigIntegerField(null=True)
+    difference = models.TextField(help_text='In words, as the faces say it: "4.00 cores high".')
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        db_table = "acct_drift_record"
+        constraints = [models.UniqueConstraint(fields=["source", "identity"], name="acct_drift_record_source_identity")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} {self.detail}: {self.difference} since {self.first_seen:%Y-%m-%d %H:%M} UTC"

@@ -72,6 +72,11 @@ RECOMPUTE_ROW_FAILURES = Counter(
     "Accounting rows a recompute (or recalculate_subs) could not set to SUM(proc); the other rows were set.",
     ["table"],
 )
+RELEASE_SECONDS = Histogram(
+    "cuebot_acct_release_seconds",
+    "Time of one release call (unbook_proc, or unbook_procs of a batch), commit and publish included, failed calls too.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
 RELEASE_BATCH_SIZE = Histogram(
     "cuebot_acct_release_batch_size",
     "Proc ids asked for per release call (unbook_proc counts as 1).",
@@ -208,6 +213,16 @@ DRIFT_FIELDS = Gauge(
 DRIFT_LAST_CHECK = Gauge(
     "cuebot_acct_drift_last_check_timestamp_seconds",
     "Unix time of the last drift check that completed.",
+    multiprocess_mode="mostrecent",
+)
+# Both checks (Redis and Cuebot's tables), by source; how long a row has drifted comes from the
+# check's record of when it first saw it (accounting.reconcile.drift_history).
+DRIFT_AGE = Gauge(
+    "cuebot_acct_drift_age_seconds",
+    "Seconds the show's oldest drifted row had been drifted at the last check, counted from the first check "
+    "that saw it (0: nothing drifted), per show and source (cuebot_tables: Cuebot's five tables against "
+    "SUM(proc); redis: the accounting Redis against PostgreSQL).",
+    ["show", "source"],
     multiprocess_mode="mostrecent",
 )
 

@@ -1,5 +1,6 @@
 """The operator's pages beside the model admin: the farm overview (the admin's front page),
-the drift inspector per show (Cuebot's own tables against SUM(proc) for a show whose rows Cuebot
+the drift index (every show at the last check, and every row it found drifted with the time it
+was first seen and for how long), the drift inspector per show (Cuebot's own tables against SUM(proc) for a show whose rows Cuebot
 owns, every show in the Maestro era; Redis for a scheduler-managed show in the redis era), and
 its two repairs: "reseed this show" (Redis) and "recompute Cuebot's tables" (PostgreSQL).
 
@@ -18,19 +19,25 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from accounting.live.leases import LockBusy
 from accounting.operators.selectors import (
+    DriftAge,
     drift_status,
     farm_overview,
     field_label,
     key_labels,
+    recorded_drift,
+    redis_row_ages,
     table_drift_status,
     table_repair,
+    table_row_ages,
 )
 from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, DriftRow, drift_report, subscription_bars
+from accounting.reconcile.drift_history import redis_difference, table_difference
 from accounting.reconcile.recompute import repair_pg_accounting
 from accounting.reconcile.reseed import redis_is_empty, reseed
 from cuebot_acct import permissions
@@ -77,13 +84,21 @@ def drift_index(request: HttpRequest) -> HttpResponse:
             "status": status,
             "tables": tables,
             "redis_era": redis_era,
+            "drifted": recorded_drift(),
         },
     )
 
 
-def _entry(row: DriftRow, labels: dict[str, str]) -> dict:
-    """A drift row as the page lists it: its key and its field named."""
-    return {"label": labels.get(row.key, row.key), "field": field_label(key=row.key, field=row.field), "row": row}
+def _entry(row: DriftRow, labels: dict[str, str], age: DriftAge | None = None) -> dict:
+    """A drift row as the page lists it: its key and its field named; a drifted one with its
+    difference in words and how long it has drifted."""
+    return {
+        "label": labels.get(row.key, row.key),
+        "field": field_label(key=row.key, field=row.field),
+        "row": row,
+        "difference": redis_difference(row)[2],
+        "age": age,
+    }
 
 
 def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
@@ -91,7 +106,9 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     # Redis holds nothing for a Cuebot-managed show (every limit would read as missing), and
     # nothing the scheduler reads outside the redis era.
     redis_compared = show.b_scheduler_managed and settings.ACCOUNTING_REDIS_ENABLED
+    now = timezone.now()
     report = drift_report(show_ids=[show.id]) if redis_compared else DriftReport(shows=[], fields_checked=0, rows=[])
+    tables = cuebot_table_drift(show_ids=[show.id])
     labels = key_labels(redis_keys={row.key for row in report.rows + report.explained})
     bars = []
     for bar in subscription_bars(show=show) if redis_compared else []:
@@ -111,7 +128,10 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "show": show,
         "report": report,
         "bars": bars,
-        "rows": [_entry(row, labels) for row in report.rows],
+        "rows": [
+            _entry(row, labels, age)
+            for row, age in zip(report.rows, redis_row_ages(rows=report.rows, now=now), strict=True)
+        ],
         "rounding": [_entry(row, labels) for row in report.rounding_only],
         "in_flight": [_entry(row, labels) for row in report.explained_by(IN_FLIGHT)],
         "closed": report.explained_by(CLOSED),
@@ -119,7 +139,11 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "can_repair": request.user.has_perm(permissions.REPAIR_TABLES),
         "redis_compared": redis_compared,
         "tables_owned": bool(cuebot_owned_show_ids(show_ids=[show.id])),
-        "tables": cuebot_table_drift(show_ids=[show.id]),
+        "tables": tables,
+        "table_rows": [
+            {"row": row.as_dict(), "difference": table_difference(row), "age": age}
+            for row, age in zip(tables.rows, table_row_ages(rows=tables.rows, now=now), strict=True)
+        ],
         "repair": table_repair(show=show.str_name),
     }
     return render(request, "admin/accounting/drift_show.html", context)

@@ -1,5 +1,5 @@
-"""Reads for the operator's pages: the farm overview, the drift check's results, names
-for Redis keys (`acct:folder:<uuid>` reads "demo01 / lighting") and their fields
+"""Reads for the operator's pages: the farm overview, the drift check's results (and how long
+each drifted row has drifted), names for Redis keys (`acct:folder:<uuid>` reads "demo01 / lighting") and their fields
 (`int_cores` reads "cores booked"), and each booked number with its source and, where two
 sources differ, why."""
 
@@ -18,10 +18,13 @@ from django.db.models import F, Sum
 from accounting.live import keys
 from accounting.live.leases import held_locks
 from accounting.live.units import centicores_from_cores, cores_text, format_cores
-from accounting.models import Instance, Proc, Subscription
+from accounting.models import DriftRecord, Instance, Proc, Subscription
 from accounting.ownership.fleet import live_instances
 from accounting.ownership.guardrail import GuardrailReport, evaluate
+from accounting.reconcile.cuebot_drift import TableDrift, TableDriftReport
+from accounting.reconcile.drift import DriftReport, DriftRow
 from accounting.reconcile.drift_check import STATUS_KEY, TABLES_STATUS_KEY
+from accounting.reconcile.drift_history import redis_difference, redis_identity, table_difference, table_identity
 from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK, advisory_lock_holder
 from accounting.release.types import Release
 from cuebot_acct.redis_factory import accounting_redis
@@ -231,6 +234,160 @@ def table_drift_status() -> TableDriftStatus:
     return TableDriftStatus(
         checked_at=_time(stored.get("checked_at")), shows={pk: e["rows"] for pk, e in stored.get("shows", {}).items()}
     )
+
+
+# --- How long each drifted row has drifted (accounting.reconcile.drift_history) -------------------
+
+
+@dataclass(frozen=True)
+class DriftAge:
+    """A drifted row's time drifted: from the first check that saw it drifted to `seen`, the last
+    time it was seen so (now, on a face that has just read the row drifted; the last check that
+    saw it, on one that lists the check's records)."""
+
+    first_seen: datetime
+    seen: datetime
+
+    @property
+    def seconds(self) -> int:
+        return max(0, int((self.seen - self.first_seen).total_seconds()))
+
+    @property
+    def since(self) -> str:
+        """The first sighting as a clock reads it in UTC, with its date when not `seen`'s day."""
+        first = self.first_seen.astimezone(UTC)
+        same_day = first.date() == self.seen.astimezone(UTC).date()
+        return f"{first:%H:%M} UTC" if same_day else f"{first:%Y-%m-%d %H:%M} UTC"
+
+    @property
+    def age(self) -> str:
+        return age_text(self.seconds)
+
+    def sentence(self, *, difference: str) -> str:
+        return f"{difference} since {self.since} ({self.age})"
+
+
+NOT_SEEN_YET = "not seen drifted by the periodic check yet"
+
+
+def age_text(seconds: int) -> str:
+    """A duration as an operator reads it: '45 s', '12 min', '2 h 5 min', '3 d 4 h'."""
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if seconds < 60:
+        return f"{seconds} s"
+    if hours == 0:
+        return f"{minutes} min"
+    if days == 0:
+        return f"{hours} h {minutes % 60} min"
+    return f"{days} d {hours % 24} h"
+
+
+def drift_sentence(*, difference: str, age: DriftAge | None) -> str:
+    """'4.00 cores high since 03:12 UTC (2 h 5 min)', the words every face says of a drifted row."""
+    return age.sentence(difference=difference) if age else f"{difference}, {NOT_SEEN_YET}"
+
+
+def drift_age_fields(*, difference: str, age: DriftAge | None) -> dict:
+    """What the API and acct_drift --json add to a drifted row (nulls: no check has seen it yet)."""
+    return {
+        "first_seen": age.first_seen.isoformat() if age else None,
+        "age_seconds": age.seconds if age else None,
+        "since": drift_sentence(difference=difference, age=age),
+    }
+
+
+def _ages(*, source: str, identities: list[str], now: datetime) -> list[DriftAge | None]:
+    """Per identity, in order, its time drifted up to `now` if the periodic check has recorded it."""
+    first = (
+        dict(DriftRecord.objects.filter(source=source, identity__in=identities).values_list("identity", "first_seen"))
+        if identities
+        else {}
+    )
+    return [DriftAge(first_seen=first[i], seen=now) if i in first else None for i in identities]
+
+
+def table_row_ages(*, rows: Sequence[TableDrift], now: datetime) -> list[DriftAge | None]:
+    """For rows of Cuebot's tables read drifted at `now`: how long each has drifted (None: no check saw it yet)."""
+    return _ages(source=DriftRecord.Source.CUEBOT_TABLES, identities=[table_identity(r) for r in rows], now=now)
+
+
+def redis_row_ages(*, rows: Sequence[DriftRow], now: datetime) -> list[DriftAge | None]:
+    """The same for Redis fields read drifted at `now`."""
+    identities = [redis_identity(key=r.key, field=r.field) for r in rows]
+    return _ages(source=DriftRecord.Source.REDIS, identities=identities, now=now)
+
+
+def aged_table_drift(*, report: TableDriftReport, now: datetime) -> dict:
+    """A live report of Cuebot's tables as the API and acct_drift --json give it: each row with its
+    first sighting, its age and the sentence every face says."""
+    ages = table_row_ages(rows=report.rows, now=now)
+    return {
+        **report.as_dict(),
+        "rows": [
+            {**row.as_dict(), **drift_age_fields(difference=table_difference(row), age=age)}
+            for row, age in zip(report.rows, ages, strict=True)
+        ],
+    }
+
+
+def aged_redis_drift(*, report: DriftReport, now: datetime) -> dict:
+    """labelled_drift of a live Redis report, each drifted row with its first sighting and age."""
+    labelled = labelled_drift(report=report.as_dict())
+    ages = redis_row_ages(rows=report.rows, now=now)
+    labelled["rows"] = [
+        {**entry, **drift_age_fields(difference=redis_difference(row)[2], age=age)}
+        for entry, row, age in zip(labelled["rows"], report.rows, ages, strict=True)
+    ]
+    return labelled
+
+
+@dataclass(frozen=True)
+class RecordedDrift:
+    """A row the last check found drifted, named for people (Redis keys and fields labelled)."""
+
+    source: str
+    show: str
+    show_id: str
+    subject: str
+    detail: str
+    difference: str
+    age: DriftAge
+
+    def as_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "show": self.show,
+            "show_id": self.show_id,
+            "name": self.subject,
+            "what": self.detail,
+            "difference": self.difference,
+            **drift_age_fields(difference=self.difference, age=self.age),
+            "last_seen": self.age.seen.isoformat(),
+        }
+
+
+def recorded_drift() -> list[RecordedDrift]:
+    """Every row the last checks found drifted, oldest first, its age as of the last check that saw it."""
+    records = list(DriftRecord.objects.order_by("first_seen", "show_name", "subject", "detail"))
+    redis = [r for r in records if r.source == DriftRecord.Source.REDIS]
+    labels = key_labels(redis_keys={r.subject for r in redis})
+    found = []
+    for record in records:
+        is_redis = record.source == DriftRecord.Source.REDIS
+        found.append(
+            RecordedDrift(
+                source=record.source,
+                show=record.show_name,
+                show_id=record.show_id,
+                subject=labels.get(record.subject, record.subject) if is_redis else record.subject,
+                detail=f"{field_label(key=record.subject, field=record.detail)} ({record.detail})"
+                if is_redis
+                else record.detail,
+                difference=record.difference,
+                age=DriftAge(first_seen=record.first_seen, seen=record.last_seen),
+            )
+        )
+    return found
 
 
 @dataclass(frozen=True)

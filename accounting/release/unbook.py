@@ -23,7 +23,7 @@ from accounting.release.publish import PreparedRelease, made
 from accounting.release.types import Branch, Release
 from cuebot_acct import metrics
 from cuebot_acct.cursors import django_cursor
-from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASES
+from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS, RELEASES
 from cuebot_acct.transactions import retry_transient
 
 logger = logging.getLogger(__name__)
@@ -695,7 +695,8 @@ def _release_in_transaction(
 def unbook_proc(*, proc_id: str) -> Release | None:
     """Release one proc; None if it does not exist (already released included)."""
     RELEASE_BATCH_SIZE.observe(1)
-    return _release([proc_id]).get(proc_id)
+    with RELEASE_SECONDS.time():
+        return _release([proc_id]).get(proc_id)
 
 
 def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
@@ -708,5 +709,6 @@ def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
         return []
     # In key order: PostgreSQL sorts an = ANY array before it probes the primary key with it, and
     # finds a sorted one sorted at a glance (99 comparisons of the collation for 100 ids, not ~660).
-    released = _release(sorted(ids))
+    with RELEASE_SECONDS.time():
+        released = _release(sorted(ids))
     return [released.get(proc_id) for proc_id in ids]
