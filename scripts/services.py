@@ -73,12 +73,16 @@ def apt_install(package: str, *, why: str, recommends: bool = True) -> None:
 
 
 def ensure_promtool() -> None:
-    """promtool ships in Debian's prometheus package, which also brings a Prometheus server
-    that the package enables: the suite needs the tool only, so the server is stopped and
-    disabled again."""
-    if shutil.which("promtool"):
+    """promtool ships in Debian's prometheus package, with the Prometheus server, whose service the
+    package enables: the suite runs promtool and a server of its own (on a free port, for the
+    Grafana dashboard's queries), never the service, so that is stopped and disabled again."""
+    if shutil.which("promtool") and shutil.which("prometheus"):
         return
-    apt_install("prometheus", why="its promtool checks the alert rules in the suite", recommends=False)
+    apt_install(
+        "prometheus",
+        why="its promtool checks the alert rules and its server runs the Grafana dashboard's queries in the suite",
+        recommends=False,
+    )
     if shutil.which("systemctl"):
         subprocess.run(
             ["systemctl", "disable", "--now", "prometheus"],
@@ -86,9 +90,9 @@ def ensure_promtool() -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        say("stopped and disabled the Prometheus server the package enabled (only promtool is used)")
-    if not shutil.which("promtool"):
-        sys.exit("services: the prometheus package did not install promtool")
+        say("stopped and disabled the Prometheus service the package enabled (the suite starts its own)")
+    if not (shutil.which("promtool") and shutil.which("prometheus")):
+        sys.exit("services: the prometheus package did not install promtool and prometheus")
 
 
 def ensure_chromium() -> None:
