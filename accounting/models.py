@@ -270,8 +270,8 @@ class DriftRecord(models.Model):
 
     One per drifted row of Cuebot's five tables (against SUM(proc)) or field of the accounting
     Redis (against PostgreSQL): the check writes it when it first sees the row drifted, keeps
-    `first_seen` while every later check sees it drifted, and deletes it at the first check that
-    finds it back at its sum. Rows of Cuebot's are named by value, not by foreign key: this is
+    `first_seen` while every later check sees it drifted (writing only a difference that
+    changed), and deletes it at the first check that finds it back at its sum. Rows of Cuebot's are named by value, not by foreign key: this is
     the project's own table, and no constraint of it may reach into Cuebot's schema.
     """
 
@@ -288,12 +288,11 @@ class DriftRecord(models.Model):
     # the key, which the faces name (accounting.operators.selectors.key_labels).
     subject = models.TextField()
     detail = models.TextField(help_text="The table and its columns compared, or the Redis field.")
-    # Stored minus true (Redis minus PostgreSQL) at the last check; NULL where the row holds no such value.
+    # Stored minus true (Redis minus PostgreSQL) as the last check read it; NULL where the row holds no such value.
     cores_difference = models.BigIntegerField(null=True, help_text="Centicores.")
     gpus_difference = models.BigIntegerField(null=True)
     difference = models.TextField(help_text='In words, as the faces say it: "4.00 cores high".')
     first_seen = models.DateTimeField()
-    last_seen = models.DateTimeField()
 
     class Meta:
         db_table = "acct_drift_record"

@@ -10,10 +10,15 @@ and a release must each cost about what the bare SQL doing the same costs. The f
 simulator.farm_builder.MAESTRO_PROOF (1,553 hosts, 57,461 cores, 20,000 procs, 20 shows), built or
 completed first, its build timed. Each figure is a ratio to a baseline run in the same process:
 
-- the drift check (accounting.reconcile.cuebot_drift.cuebot_table_drift) and the repair with
-  nothing drifted (recompute_pg_accounting of every show): bench/cuebot_drift.py's BARE_SUMS, the
-  five aggregates of SUM(proc) by Cuebot's counting rules, fetched, nothing compared. A repair must
-  at least read those sums and compare them, so it is held to the same baseline;
+- the drift check (accounting.reconcile.cuebot_drift.cuebot_table_drift), the periodic check the
+  task cluster runs (accounting.reconcile.drift_check.run_table_drift_check: the same read, then
+  its gauges, its status in the cache and its record of when each drifted row was first seen),
+  each with nothing drifted and with --drifted rows of each table a core low (the periodic check
+  then records each as first seen, the most it writes; and again with the rows seen drifted by
+  the check before, which writes nothing), and the repair with nothing drifted
+  (recompute_pg_accounting of every show): bench/cuebot_drift.py's BARE_SUMS, the five
+  aggregates of SUM(proc) by Cuebot's counting rules, fetched, nothing compared. A check or a
+  repair must at least read those sums and compare them, so each is held to the same baseline;
 - the repair with --drifted rows of each table a core low: the bare sums, then a bare UPDATE of
   those rows to the sums read (one statement per table, one transaction): no lock, no cap moved,
   no names, rows the bench already knows;
@@ -35,6 +40,7 @@ recompute_pg_accounting of every show of the farm, which is what acct_reseed run
 """
 
 import argparse
+import logging
 import os
 import random
 import statistics
@@ -71,12 +77,15 @@ from release import (  # noqa: E402
 )
 
 from accounting.reconcile.cuebot_drift import cuebot_table_drift  # noqa: E402
+from accounting.reconcile.drift_check import run_table_drift_check  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
 from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
 from simulator.farm_builder import MAESTRO_PROOF, build_demo_farm, demo_id  # noqa: E402
 
 SHOW_IDS = [demo_id(f"show:{i}") for i in range(MAESTRO_PROOF.shows)]
+# The periodic check warns of the rows the bench drifts on purpose, at every pass.
+logging.getLogger("accounting.reconcile.drift_check").setLevel(logging.ERROR)
 
 # The rows the bench drifts, per table in the lock order: its key, the columns its sum is keyed by,
 # and which of BARE_SUMS holds that sum (whose rows are the key, then cores and GPUs).
@@ -195,16 +204,29 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
     def repair() -> None:
         recompute_pg_accounting(show_ids=SHOW_IDS)
 
+    def healed() -> None:
+        """After a path that leaves the rows drifted: repaired, and the periodic check's records of
+        them gone (as the next check after a repair leaves them), so the next path starts clean."""
+        repair()
+        run_table_drift_check()
+
     clean: list[tuple[str, Callable[[], object]]] = [
         ("bare", bare),
         ("check", cuebot_table_drift),
+        ("periodic", run_table_drift_check),
         ("repair", repair),
     ]
-    written: list[tuple[str, Callable[[], object]]] = [
-        ("bare_fix", lambda: bare_fix(targets=targets)),
-        ("repair_drifted", repair),
+    # Each after make_drift, with what runs untimed before and after it.
+    Step = Callable[[], object] | None
+    written: list[tuple[str, Callable[[], object], Step, Step]] = [
+        ("bare_fix", lambda: bare_fix(targets=targets), None, None),
+        ("repair_drifted", repair, None, None),
+        ("check_drifted", cuebot_table_drift, None, healed),
+        ("periodic_drifted", run_table_drift_check, None, healed),
+        # The same rows seen drifted by the check before: recorded already.
+        ("periodic_kept", run_table_drift_check, run_table_drift_check, healed),
     ]
-    samples: dict[str, list[float]] = {name: [] for name, _ in clean + written}
+    samples: dict[str, list[float]] = {name: [] for name, *_ in clean + written}
     vacuum_accounting(full=True)
     for i in range(rounds):
         vacuum_accounting()
@@ -213,9 +235,13 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
             order = 1 if (i + j) % 2 == 0 else -1
             for name, fn in clean[::order]:
                 passes[name].append(seconds(fn=fn))
-            for name, fn in written[::order]:
+            for name, fn, before, after in written[::order]:
                 make_drift(targets=targets)
+                if before is not None:
+                    before()
                 passes[name].append(seconds(fn=fn))
+                if after is not None:
+                    after()
         for name, values in passes.items():
             samples[name].append(statistics.median(values))
         left = cuebot_table_drift(show_ids=SHOW_IDS).rows
@@ -231,6 +257,10 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
     for label, path, base in (
         ("five bare sums (baseline)", "bare", "bare"),
         ("cuebot_table_drift, nothing drifted", "check", "bare"),
+        ("cuebot_table_drift, rows drifted", "check_drifted", "bare"),
+        ("run_table_drift_check (periodic), nothing drifted", "periodic", "bare"),
+        ("run_table_drift_check (periodic), rows first seen", "periodic_drifted", "bare"),
+        ("run_table_drift_check (periodic), rows seen before", "periodic_kept", "bare"),
         ("recompute_pg_accounting, nothing drifted", "repair", "bare"),
         ("bare sums + bare UPDATE of the drifted rows (baseline)", "bare_fix", "bare_fix"),
         ("recompute_pg_accounting, rows drifted", "repair_drifted", "bare_fix"),

@@ -32,7 +32,6 @@ class Migration(migrations.Migration):
                 ("gpus_difference", models.BigIntegerField(null=True)),
                 ("difference", models.TextField(help_text='In words, as the faces say it: "4.00 cores high".')),
                 ("first_seen", models.DateTimeField()),
-                ("last_seen", models.DateTimeField()),
             ],
             options={
                 "db_table": "acct_drift_record",

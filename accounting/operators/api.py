@@ -225,7 +225,8 @@ _live_drift = threading.Lock()
     "Without, the periodic drift check's last result per show: "
     "`cuebot_tables.shows` (rows drifted), and the Redis fields per scheduler-managed show "
     "in the redis era; and `drifted_rows`, every row the last checks found drifted, oldest first, "
-    "each with its `first_seen`, `last_seen` (the last check that saw it) and `age_seconds` between them.",
+    "each with its `first_seen`, `checked_at` (the last check of its source, which saw it) and `age_seconds` "
+    "between them.",
 )
 def accounting_drift(request, show: DbText | None = None):
     if show is None:

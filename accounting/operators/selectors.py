@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import F, Sum
+from django.utils import timezone
 
 from accounting.live import keys
 from accounting.live.leases import held_locks
@@ -362,12 +363,18 @@ class RecordedDrift:
             "what": self.detail,
             "difference": self.difference,
             **drift_age_fields(difference=self.difference, age=self.age),
-            "last_seen": self.age.seen.isoformat(),
+            "checked_at": self.age.seen.isoformat(),
         }
 
 
 def recorded_drift() -> list[RecordedDrift]:
-    """Every row the last checks found drifted, oldest first, its age as of the last check that saw it."""
+    """Every row the last checks found drifted, oldest first, its age as of the last check of its
+    source (which saw it drifted; now if the cache has lost when that was)."""
+    now = timezone.now()
+    checked = {
+        DriftRecord.Source.CUEBOT_TABLES: table_drift_status().checked_at or now,
+        DriftRecord.Source.REDIS: drift_status().checked_at or now,
+    }
     records = list(DriftRecord.objects.order_by("first_seen", "show_name", "subject", "detail"))
     redis = [r for r in records if r.source == DriftRecord.Source.REDIS]
     labels = key_labels(redis_keys={r.subject for r in redis})
@@ -384,7 +391,7 @@ def recorded_drift() -> list[RecordedDrift]:
                 if is_redis
                 else record.detail,
                 difference=record.difference,
-                age=DriftAge(first_seen=record.first_seen, seen=record.last_seen),
+                age=DriftAge(first_seen=record.first_seen, seen=checked[DriftRecord.Source(record.source)]),
             )
         )
     return found

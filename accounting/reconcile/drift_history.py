@@ -14,8 +14,10 @@ one repaired and drifted again between two checks reads as one drift.
 
 It writes acct_drift_record only, never a Cuebot table: the check stays read-only on Cuebot's
 schema, so a role that may only SELECT Cuebot's tables can run it (the record is the service's
-own, which its role owns). One transaction per check and source, under a transaction-level
-advisory lock, so two checks that overlap (a slow one and the next) do not interleave writes.
+own, which its role owns). It writes only what changed (a row first seen, a difference that
+moved, a row healed), so a farm whose drift stays put costs a read per check. One transaction per
+check and source, under a transaction-level advisory lock, so two checks that overlap (a slow one
+and the next) do not interleave writes.
 """
 
 from collections.abc import Sequence
@@ -23,7 +25,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Min
 
 from accounting.live.units import UNLIMITED
 from accounting.models import DriftRecord
@@ -130,55 +131,51 @@ def _limit(value: int) -> str:
     return "unlimited" if value == UNLIMITED else str(value)
 
 
-_UPDATED = (
-    "show_id",
-    "show_name",
-    "subject",
-    "detail",
-    "cores_difference",
-    "gpus_difference",
-    "difference",
-    "last_seen",
-)
+# What a later check may find changed of a row already recorded (first_seen never changes).
+_KEPT_FRESH = ("show_id", "show_name", "subject", "detail", "cores_difference", "gpus_difference", "difference")
 
 
 def record_drift(*, source: str, seen: Sequence[Seen], checked_at: datetime) -> dict[str, float]:
-    """What one check of `source` found: every row in `seen` kept (first_seen of a row already
-    recorded stays), every other record of the source deleted. Returns, per show with a drifted
-    row, the age at `checked_at` of its oldest, in seconds."""
+    """What one check of `source` found: a record made for each row in `seen` not recorded yet
+    (first seen at `checked_at`), one already recorded kept (its first sighting with it) and
+    rewritten only if what it says changed, every other record of the source deleted. Returns,
+    per show with a drifted row, the age at `checked_at` of its oldest, in seconds.
+
+    It reads the source's records and writes only the differences: a row that stays drifted
+    check after check costs no write, and a check with nothing drifted and nothing recorded
+    reads one empty index range."""
     with transaction.atomic():
         _lock(source=source)
-        DriftRecord.objects.bulk_create(
-            [
-                DriftRecord(
-                    source=source,
-                    identity=row.identity,
-                    show_id=row.show_id,
-                    show_name=row.show_name,
-                    subject=row.subject,
-                    detail=row.detail,
-                    cores_difference=row.cores_difference,
-                    gpus_difference=row.gpus_difference,
-                    difference=row.difference,
-                    first_seen=checked_at,
-                    last_seen=checked_at,
-                )
-                for row in seen
-            ],
-            update_conflicts=True,
-            unique_fields=["source", "identity"],
-            update_fields=list(_UPDATED),
-        )
-        DriftRecord.objects.filter(source=source).exclude(last_seen=checked_at).delete()
-        if not seen:
-            return {}
-        oldest = (
-            DriftRecord.objects.filter(source=source)
-            .values("show_id")
-            .annotate(first=Min("first_seen"))
-            .values_list("show_id", "first")
-        )
-        return {show_id: (checked_at - first).total_seconds() for show_id, first in oldest}
+        recorded = {record.identity: record for record in DriftRecord.objects.filter(source=source)}
+        found = {row.identity: row for row in seen}
+        fresh = [
+            DriftRecord(
+                source=source,
+                first_seen=checked_at,
+                **{name: getattr(row, name) for name in ("identity", *_KEPT_FRESH)},
+            )
+            for identity, row in found.items()
+            if identity not in recorded
+        ]
+        changed = []
+        for identity, row in found.items():
+            record = recorded.get(identity)
+            if record is not None and any(getattr(record, name) != getattr(row, name) for name in _KEPT_FRESH):
+                for name in _KEPT_FRESH:
+                    setattr(record, name, getattr(row, name))
+                changed.append(record)
+        gone = [record.pk for identity, record in recorded.items() if identity not in found]
+        if fresh:
+            DriftRecord.objects.bulk_create(fresh)
+        if changed:
+            DriftRecord.objects.bulk_update(changed, fields=list(_KEPT_FRESH))
+        if gone:
+            DriftRecord.objects.filter(pk__in=gone).delete()
+    oldest: dict[str, datetime] = {}
+    for identity, row in found.items():
+        first = recorded[identity].first_seen if identity in recorded else checked_at
+        oldest[row.show_id] = min(first, oldest.get(row.show_id, first))
+    return {show_id: (checked_at - first).total_seconds() for show_id, first in oldest.items()}
 
 
 def forget_drift(*, source: str) -> int:

@@ -88,6 +88,7 @@ def test_command_exit_codes_and_json(farm, acct_redis, capsys):
     assert exited.value.code == 1
     data = json.loads(capsys.readouterr().out)
     assert data["fields_drifted"] == 1
+    # No periodic check has seen it drifted yet (tests/accounting/reconcile/test_drift_history.py).
     assert data["rows"][0] == {
         "key": sub_key(farm),
         "field": "int_cores",
@@ -97,6 +98,9 @@ def test_command_exit_codes_and_json(farm, acct_redis, capsys):
         "cause": None,
         "names": f"{farm.show.str_name} / {farm.alloc.str_name}",
         "label": "cores booked",
+        "first_seen": None,
+        "age_seconds": None,
+        "since": "5.00 cores high, not seen drifted by the periodic check yet",
     }
 
 

@@ -85,7 +85,6 @@ def test_the_check_keeps_the_first_sighting_and_the_faces_say_since_when_and_for
     first_seen = DriftRecord.objects.get(subject=layer).first_seen
     later = run_table_drift_check()
     assert DriftRecord.objects.get(subject=layer).first_seen == first_seen  # kept, not reset
-    assert DriftRecord.objects.get(subject=layer).last_seen.timestamp() == pytest.approx(later.checked_at, abs=1e-3)
     assert age_gauge(unflagged.show.str_name, "cuebot_tables") == pytest.approx(
         later.checked_at - first_seen.timestamp(), abs=1e-3
     )
@@ -208,14 +207,28 @@ def test_redis_era_a_flagged_shows_redis_subscription_and_a_cuebot_shows_layer(
     assert not DriftRecord.objects.filter(source="redis").exists()
 
 
-def test_the_check_writes_its_own_table_and_no_table_of_cuebots(maestro_era, drifted_farms):  # noqa: F811
-    """Read-only on Cuebot's schema: a role that may only SELECT Cuebot's tables runs it."""
-    with CaptureQueriesContext(connection) as queries:
+def writes(queries: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+
+
+def test_the_check_writes_its_own_table_only_and_only_what_changed(maestro_era, drifted_farms):  # noqa: F811
+    """Read-only on Cuebot's schema (a role that may only SELECT Cuebot's tables runs it), and
+    drift that stays put costs no write."""
+    _, unflagged = drifted_farms
+    with CaptureQueriesContext(connection) as first:
         run_table_drift_check()
-        seen_earlier()
+    assert len(writes(first)) == 1 and writes(first)[0].startswith('INSERT INTO "acct_drift_record"')
+    with CaptureQueriesContext(connection) as again:
         run_table_drift_check()
-    writes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
-    assert writes and all('"acct_drift_record"' in sql for sql in writes), writes
+    assert writes(again) == []
+    set_as_cuebot("UPDATE layer_resource SET int_cores = 700 WHERE pk_layer = %s", unflagged.layer.id)
+    with CaptureQueriesContext(connection) as moved:
+        run_table_drift_check()
+    assert [sql.split(" SET ")[0] for sql in writes(moved)] == ['UPDATE "acct_drift_record"']
+    call_command("acct_reseed", "--show", unflagged.show.str_name, stdout=StringIO())
+    with CaptureQueriesContext(connection) as healed:
+        run_table_drift_check()
+    assert [sql.split(" WHERE ")[0] for sql in writes(healed)] == ['DELETE FROM "acct_drift_record"']
 
 
 def test_a_check_that_cannot_read_redis_leaves_the_records_as_they_were(farm, seeded_redis, settings):
