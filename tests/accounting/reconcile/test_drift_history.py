@@ -208,7 +208,8 @@ def test_redis_era_a_flagged_shows_redis_subscription_and_a_cuebot_shows_layer(
 
 
 def writes(queries: CaptureQueriesContext) -> list[str]:
-    return [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+    statements = (q["sql"].strip() for q in queries)
+    return [sql for sql in statements if sql.upper().startswith(("INSERT", "UPDATE", "DELETE"))]
 
 
 def test_the_check_writes_its_own_table_only_and_only_what_changed(maestro_era, drifted_farms):  # noqa: F811
