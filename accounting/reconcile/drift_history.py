@@ -15,9 +15,9 @@ one repaired and drifted again between two checks reads as one drift.
 It writes acct_drift_record only, never a Cuebot table: the check stays read-only on Cuebot's
 schema, so a role that may only SELECT Cuebot's tables can run it (the record is the service's
 own, which its role owns). It writes only what changed (a row first seen, a difference that
-moved, a row healed), so a farm whose drift stays put costs a read per check. One transaction per
-check and source, under a transaction-level advisory lock, so two checks that overlap (a slow one
-and the next) do not interleave writes.
+moved, a row healed), so a farm whose drift stays put costs one read per check. Writes are one
+transaction per check and source, under a transaction-level advisory lock, so two checks that
+overlap (a slow one and the next) do not interleave them.
 """
 
 from collections.abc import Sequence
@@ -135,37 +135,61 @@ def _limit(value: int) -> str:
 _KEPT_FRESH = ("show_id", "show_name", "subject", "detail", "cores_difference", "gpus_difference", "difference")
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a check must write to make a source's records say what it found."""
+
+    first_seen: dict[str, datetime]  # identity -> first sighting, of the rows recorded already
+    fresh: list[Seen]  # rows first seen
+    changed: list[DriftRecord]  # records whose row says something else now (pk and the fields)
+    gone: list[int]  # pks of records whose row is back at its sum
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.fresh or self.changed or self.gone)
+
+
+def _plan(*, source: str, found: dict[str, Seen]) -> _Plan:
+    first_seen, changed, gone = {}, [], []
+    for pk, identity, first, *kept in DriftRecord.objects.filter(source=source).values_list(
+        "pk", "identity", "first_seen", *_KEPT_FRESH
+    ):
+        row = found.get(identity)
+        if row is None:
+            gone.append(pk)
+            continue
+        first_seen[identity] = first
+        current = [getattr(row, name) for name in _KEPT_FRESH]
+        if kept != current:
+            changed.append(DriftRecord(pk=pk, **dict(zip(_KEPT_FRESH, current, strict=True))))
+    fresh = [row for identity, row in found.items() if identity not in first_seen]
+    return _Plan(first_seen=first_seen, fresh=fresh, changed=changed, gone=gone)
+
+
 def record_drift(*, source: str, seen: Sequence[Seen], checked_at: datetime) -> dict[str, float]:
     """What one check of `source` found: a record made for each row in `seen` not recorded yet
     (first seen at `checked_at`), one already recorded kept (its first sighting with it) and
     rewritten only if what it says changed, every other record of the source deleted. Returns,
     per show with a drifted row, the age at `checked_at` of its oldest, in seconds.
 
-    It reads the source's records and writes only the differences: a row that stays drifted
-    check after check costs no write, and a check with nothing drifted and nothing recorded
-    reads one empty index range."""
-    with transaction.atomic():
-        _lock(source=source)
-        recorded = {record.identity: record for record in DriftRecord.objects.filter(source=source)}
-        found = {row.identity: row for row in seen}
-        fresh = [row for identity, row in found.items() if identity not in recorded]
-        changed = []
-        for identity, row in found.items():
-            record = recorded.get(identity)
-            if record is not None and any(getattr(record, name) != getattr(row, name) for name in _KEPT_FRESH):
-                for name in _KEPT_FRESH:
-                    setattr(record, name, getattr(row, name))
-                changed.append(record)
-        gone = [record.pk for identity, record in recorded.items() if identity not in found]
-        if fresh:
-            _insert(source=source, rows=fresh, first_seen=checked_at)
-        if changed:
-            DriftRecord.objects.bulk_update(changed, fields=list(_KEPT_FRESH))
-        if gone:
-            DriftRecord.objects.filter(pk__in=gone).delete()
+    It reads the source's records and writes only the differences, so drift that stays put
+    (or none) costs that one read per check. Writes happen under the source's lock, after
+    reading again under it (another check may have written since)."""
+    found = {row.identity: row for row in seen}
+    plan = _plan(source=source, found=found)
+    if plan.writes:
+        with transaction.atomic():
+            _lock(source=source)
+            plan = _plan(source=source, found=found)
+            if plan.fresh:
+                _insert(source=source, rows=plan.fresh, first_seen=checked_at)
+            if plan.changed:
+                DriftRecord.objects.bulk_update(plan.changed, fields=list(_KEPT_FRESH))
+            if plan.gone:
+                DriftRecord.objects.filter(pk__in=plan.gone).delete()
     oldest: dict[str, datetime] = {}
     for identity, row in found.items():
-        first = recorded[identity].first_seen if identity in recorded else checked_at
+        first = plan.first_seen.get(identity, checked_at)
         oldest[row.show_id] = min(first, oldest.get(row.show_id, first))
     return {show_id: (checked_at - first).total_seconds() for show_id, first in oldest.items()}
 
