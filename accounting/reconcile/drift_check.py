@@ -10,7 +10,8 @@ run_drift_check: every scheduler-managed show's Redis drift.
 
 It runs on its own schedule (`acct-drift-check`, accounting.tasks), whether or not this
 service reconciles (ACCOUNTING_RECONCILE_ENABLED): drift is worth an alert whoever heals it,
-the scheduler's own reseed loops included. Read-only, so it takes no reseed lock.
+the scheduler's own reseed loops included. Read-only on Cuebot's tables and on Redis (it
+writes only its own record of drift), so it takes no reseed lock.
 
 Each run sets cuebot_acct_drift_fields{show} and cuebot_acct_drift_last_check_timestamp_seconds
 and records the result in the cache (STATUS_KEY), where every web process reads it for the
