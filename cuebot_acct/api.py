@@ -21,6 +21,7 @@ from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 
 from cuebot_acct.api_types import JsonNumber, MissingPermission, NotJson
+from cuebot_acct.writes import WritesOff
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,15 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if isinstance(exc, MissingPermission):
         body["permission"] = exc.permission
     return api.create_response(request, body, status=exc.status_code)
+
+
+@api.exception_handler(WritesOff)
+def writes_off(request: HttpRequest, exc: WritesOff) -> HttpResponse:
+    # 403 as for a token's missing permission: asking again changes nothing until an operator
+    # does; `setting` tells the two apart, and `grant` says what the operator would give.
+    return api.create_response(
+        request, {"detail": str(exc), "setting": "ACCOUNTING_WRITES", "grant": exc.grant}, status=403
+    )
 
 
 @api.exception_handler(RequestDataTooBig)

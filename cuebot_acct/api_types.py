@@ -6,7 +6,7 @@ so such input is refused up front with a 422 and nothing is touched. The error s
 below document the answers every endpoint may give (docs/api.md, "Errors").
 """
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
 from ninja.errors import HttpError
@@ -72,6 +72,16 @@ class InvalidOut(Schema):
 # The error answers of an endpoint, for its `response=` (cuebot_acct.api makes them JSON).
 LOOKUP_ERRORS = {404: ErrorOut, 422: InvalidOut}
 AUTH_ERRORS = {401: ErrorOut, 403: MissingPermissionOut}
+
+
+class WritesOffOut(Schema):
+    detail: str
+    setting: Literal["ACCOUNTING_WRITES"] = Field(description="The setting that keeps this instance from writing.")
+    grant: str = Field(description="What the write needs beyond the observer's SELECT, with ACCOUNTING_WRITES=on.")
+
+
+# A face that writes: also refused, 403 with the setting named, while ACCOUNTING_WRITES is off.
+WRITE_ERRORS = {401: ErrorOut, 403: MissingPermissionOut | WritesOffOut}
 
 
 class NotJson(Exception):

@@ -54,6 +54,7 @@ from cuebot_acct.api_types import (
     AUTH_ERRORS,
     LOOKUP_ERRORS,
     NO_NUL,
+    WRITE_ERRORS,
     DbText,
     ErrorOut,
     InvalidOut,
@@ -172,7 +173,7 @@ def released_many(*, proc_ids: list[str]) -> dict:
 @router.post(
     "/procs/unbook",
     auth=BearerToken(RELEASE_PROCS),
-    response={200: UnbookBatchOut, 422: InvalidOut, **AUTH_ERRORS},
+    response={200: UnbookBatchOut, 422: InvalidOut, **WRITE_ERRORS},
     tags=["release"],
     summary="Release many procs in one transaction",
     description=f"Needs the permission {RELEASE_PROCS}.",
@@ -184,7 +185,7 @@ def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
 @router.post(
     "/procs/{proc_id}/unbook",
     auth=BearerToken(RELEASE_PROCS),
-    response={200: ReleaseOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: ReleaseOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     tags=["release"],
     summary="Release one proc",
     description=f"Needs the permission {RELEASE_PROCS}.",
@@ -425,7 +426,7 @@ def _limited(change: Callable[[], T]) -> T:
 @router.patch(
     "/accounting/subscriptions/{subscription_id}/limits",
     auth=BearerToken(CHANGE_LIMITS),
-    response={200: SubscriptionLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: SubscriptionLimitsOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     summary="Set size/burst (cores)",
     description=LIMITS_DESCRIPTION,
 )
@@ -439,7 +440,7 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
 @router.patch(
     "/accounting/folders/{folder_id}/limits",
     auth=BearerToken(CHANGE_LIMITS),
-    response={200: FolderLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: FolderLimitsOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     summary="Set folder caps (cores, -1 unlimited)",
     description=LIMITS_DESCRIPTION,
 )
@@ -461,7 +462,7 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
 @router.patch(
     "/accounting/jobs/{job_id}/limits",
     auth=BearerToken(CHANGE_LIMITS),
-    response={200: JobLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: JobLimitsOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     summary="Set job caps (cores)",
     description=LIMITS_DESCRIPTION,
 )
@@ -482,7 +483,7 @@ def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
 @router.patch(
     "/accounting/points/{point_id}/limits",
     auth=BearerToken(CHANGE_LIMITS),
-    response={200: PointLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: PointLimitsOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     summary="Set point minimums (cores)",
     description=LIMITS_DESCRIPTION,
 )

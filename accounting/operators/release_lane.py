@@ -14,7 +14,8 @@ without a database read:
 - it is a POST to the single or the batch release path, as the URLconf reverses them;
 - its host is one ALLOWED_HOSTS allows, and no redirect to HTTPS awaits it
   (SECURE_SSL_REDIRECT: an HTTPS request only); no DISALLOWED_USER_AGENTS or PREPEND_WWW
-  is set, whose checks only Django runs;
+  is set, whose checks only Django runs; ACCOUNTING_WRITES is on (an observer's refusal is
+  the endpoint's);
 - it carries a bearer token (the scheme as django-ninja reads it);
 - the single release's proc id is ASCII, without `/` or NUL (the API's path parameter);
 - a batch says `Content-Type: application/json` (with any parameters), its length is within
@@ -90,7 +91,10 @@ class ReleaseLane:
         self.allowed_hosts = settings.ALLOWED_HOSTS
         if settings.DEBUG and not self.allowed_hosts:  # as HttpRequest.get_host
             self.allowed_hosts = [".localhost", "127.0.0.1", "[::1]"]
-        self.only_django = bool(settings.DISALLOWED_USER_AGENTS or settings.PREPEND_WWW)
+        # An observer (ACCOUNTING_WRITES=off) releases nothing: Django's endpoint answers the refusal.
+        self.only_django = (
+            bool(settings.DISALLOWED_USER_AGENTS or settings.PREPEND_WWW) or not settings.ACCOUNTING_WRITES
+        )
         self.content_type = api.get_content_type()
         self.frame_headers, self.plain_headers, self.secure_headers = self._middleware_headers()
 

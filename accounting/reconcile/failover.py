@@ -136,8 +136,9 @@ _watching: list[threading.Thread] = []
 
 
 def start_master_watch() -> None:
-    """Start this process's watch thread, once (a task worker calls it when it starts)."""
-    if not settings.ACCOUNTING_REDIS_ENABLED:
+    """Start this process's watch thread, once (a task worker calls it when it starts). Not on an
+    observer (ACCOUNTING_WRITES=off): closing and rebuilding the keys writes the scheduler's Redis."""
+    if not settings.ACCOUNTING_REDIS_ENABLED or not settings.ACCOUNTING_WRITES:
         return
     with _watch_started:
         if _watching:
