@@ -220,6 +220,7 @@ def apply_schedules() -> list[tuple[str, str]]:
         done.append((spec.name, "updated" if changed else "unchanged"))
     for spec in SCHEDULES:
         reason = spec.unwanted_because()
-        if reason and Schedule.objects.filter(name=spec.name).delete()[0]:
-            done.append((spec.name, f"removed ({reason})"))
+        if reason:  # said either way: an operator turning writes on must know to run this again
+            removed = Schedule.objects.filter(name=spec.name).delete()[0]
+            done.append((spec.name, f"{'removed' if removed else 'not made'} ({reason})"))
     return done

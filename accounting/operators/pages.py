@@ -134,8 +134,6 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         raise PermissionDenied("reseeding Redis needs the permission accounting.reseed_redis")
     show = get_object_or_404(Show, pk=show_id)
     drift_page = reverse("acct-drift-show", args=[show.pk])
-    if _refused_while_observing(request, require=require_redis_writes):
-        return HttpResponseRedirect(drift_page)
     if not show.b_scheduler_managed:
         messages.error(
             request,
@@ -152,6 +150,8 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         messages.error(
             request, "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
         )
+        return HttpResponseRedirect(drift_page)
+    if _refused_while_observing(request, require=require_redis_writes):
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(
@@ -204,13 +204,13 @@ def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
         raise PermissionDenied("recomputing Cuebot's tables needs the permission accounting.repair_tables")
     show = get_object_or_404(Show, pk=show_id)
     drift_page = reverse("acct-drift-show", args=[show.pk])
-    if _refused_while_observing(request, require=require_table_writes):
-        return HttpResponseRedirect(drift_page)
     if not cuebot_owned_show_ids(show_ids=[show.pk]):
         messages.error(
             request,
             f"{show.str_name} is scheduler-managed: its tables are its scheduler's record, not Cuebot's, in this era.",
         )
+        return HttpResponseRedirect(drift_page)
+    if _refused_while_observing(request, require=require_table_writes):
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(

@@ -15,7 +15,7 @@ from django_q.models import Schedule
 
 from accounting.models import Point
 from accounting.operators.auth import issue_token
-from accounting.tasks import apply_schedules, drift_check_task, recalculate_subs_task
+from accounting.tasks import drift_check_task, recalculate_subs_task
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from tests.accounting.operators.test_api_permissions import ENDPOINTS, call
 from tests.farms import build_farm
@@ -94,6 +94,7 @@ def test_every_read_face_answers_and_names_the_drift(
         assert acct_drift() == 1
         out = capsys.readouterr().out
         assert f"{unflagged.job.str_name} / {unflagged.layer.str_name}\tlayer_resource" in out
+        assert "(where ACCOUNTING_WRITES is on)" in out  # the repair it names needs a writer
         if era == "maestro":  # a flagged show's subscription is Cuebot's too on current OpenCue
             assert f"{flagged.show.str_name} / {flagged.alloc.str_name}\tsubscription" in out
         assert drift_check_task() >= 1
@@ -193,9 +194,10 @@ def test_admin_write_controls_are_gone_and_a_posted_repair_changes_nothing(setti
         assert "delete_selected" not in changelist
 
 
-def test_no_schedule_writes_and_a_writing_task_queued_by_a_writer_skips(settings, drifted):
+def test_no_schedule_writes_and_a_writing_task_queued_by_a_writer_skips(settings, drifted, capsys):
     with observing(settings):
-        apply_schedules()
+        call_command("setup_schedules")
+        assert "recalculate_subs: not made (ACCOUNTING_WRITES is off)" in capsys.readouterr().out
         assert set(Schedule.objects.values_list("name", flat=True)) == {"accounting_guardrail", "acct-drift-check"}
         assert recalculate_subs_task() == -1
 
