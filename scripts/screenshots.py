@@ -124,6 +124,9 @@ def set_viewport(driver: webdriver.Chrome, *, width: int, height: int) -> None:
 
 def screenshot(driver: webdriver.Chrome, path: Path, *, width: int) -> int:
     """The whole page, `width` pixels wide and as tall as its content, into `path`; its size in bytes."""
+    # WebDriver's window has the focus, so an autofocused field (the login form's) would be shot
+    # with its focus ring and, or not, its blinking caret: the picture would depend on the moment.
+    driver.execute_script("document.activeElement?.blur()")
     height = int(driver.execute_script("return document.documentElement.scrollHeight"))
     set_viewport(driver, width=width, height=height)
     data = driver.get_screenshot_as_png()

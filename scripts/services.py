@@ -16,10 +16,9 @@ included), and exit with COMMAND's status. Servers that already answered, a `mak
 included, are left running.
 
 A missing distribution package (postgresql, redis-server, prometheus for promtool, chromium,
-chromium-driver) is never
-installed quietly: as root, it is named with the reason and installed with apt-get's own
-output shown, then said to be installed; otherwise the script stops, naming the package and
-the command that installs it.
+chromium-driver) is never installed quietly: as root, it is named with the reason and
+installed with apt-get's own output shown, then said to be installed; otherwise the script
+stops, naming the package and the command that installs it.
 """
 
 import os
