@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.selenium_manager import SeleniumManager
 
 from accounting.models import Subscription
 from accounting.reconcile.reseed import seed_show
@@ -33,12 +34,20 @@ PASSWORD = "a-browser-test-password"
 WIDTH = 1280  # the width of docs/screenshots/, a laptop's admin
 
 
+def selenium_manager_asked(manager: SeleniumManager, args: list[str]) -> dict:
+    raise AssertionError(
+        f"Selenium Manager was asked for a driver ({' '.join(args)}); chromedriver is named by its path"
+    )
+
+
 @contextmanager
-def chromium_page(profile: Path) -> Iterator[Chrome]:
+def chromium_page(profile: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Chrome]:
     """A fresh headless Chromium under Selenium, quit after. Asserted, not a fixture, so that a
-    missing Chromium or chromedriver is this test's failure, not a setup error."""
+    missing Chromium or chromedriver is this test's failure, not a setup error. Selenium Manager
+    (which looks for a driver, and downloads one, when none is named) fails the start if asked."""
     problem = missing()
     assert problem is None, f"the admin's browser test needs Chromium and its driver: {problem}"
+    monkeypatch.setattr(SeleniumManager, "binary_paths", selenium_manager_asked)
     driver = start_browser(profile=str(profile), width=WIDTH)
     try:
         yield driver
@@ -47,8 +56,8 @@ def chromium_page(profile: Path) -> Iterator[Chrome]:
 
 
 def text_of(driver: Chrome, selector: str) -> str:
-    """The element's text as laid out (innerText: what is shown, nothing hidden), read in one
-    script rather than WebDriver's element text, which walks the tree in several round trips."""
+    """The element's innerText: its text as laid out, what is shown and nothing hidden (the
+    page's own reading, not WebDriver's approximation of visible text)."""
     return driver.execute_script("return document.querySelector(arguments[0]).innerText", selector)
 
 
@@ -68,7 +77,7 @@ def fits_the_page(driver: Chrome, selector: str) -> dict:
 
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_the_drift_pages(
-    live_server, django_user_model, seeded_redis, tmp_path
+    live_server, django_user_model, seeded_redis, tmp_path, monkeypatch
 ):
     farm = build_farm(managed=True)
     for cores in (250, 250, 100):  # 6 cores reserved, which Redis counts as 5
@@ -78,7 +87,7 @@ def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_th
     django_user_model.objects.create_superuser("operator", "", PASSWORD)
     base = live_server.url
 
-    with chromium_page(tmp_path / "profile") as chromium:
+    with chromium_page(tmp_path / "profile", monkeypatch) as chromium:
         log_in(chromium, base, username="operator", password=PASSWORD)
         assert path_of(chromium) == "/admin/"  # the farm overview is where a login lands
         overview = text_of(chromium, "body")
@@ -126,7 +135,7 @@ def type_burst(chromium: Chrome, value: str) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
-    live_server, django_user_model, seeded_redis, tmp_path
+    live_server, django_user_model, seeded_redis, tmp_path, monkeypatch
 ):
     farm = build_farm(managed=True)
     farm.add_proc(cores=300)
@@ -136,7 +145,7 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
     base = live_server.url
     form = f"{base}/admin/accounting/subscription/{farm.subscription.pk}/change/"
 
-    with chromium_page(tmp_path / "profile") as chromium:
+    with chromium_page(tmp_path / "profile", monkeypatch) as chromium:
         log_in(chromium, base, username="operator", password=PASSWORD)
 
         # A burst typed in cores: a fraction finer than hundredths is refused with the sentence every face uses...
