@@ -618,6 +618,8 @@ def kill_awaits_reseed(ctx: SimContext) -> bool:
 
 
 def kill_release_due(ctx: SimContext, *, due: float, killed_at: float) -> bool:
+    """Whether a killed job's procs go now: their time has come and, with the scheduler's own
+    reseed, one of its reseeds was written after the kill (or they waited long enough)."""
     now = time.monotonic()
     if now < due:
         return False
