@@ -12,7 +12,8 @@ task worker's once-a-second master check does the same (accounting.reconcile.fai
 Redis nothing releases on: the scheduler's bookings, refused on its closed keys, cannot tell
 this service.
 
-Only where this service reconciles (ACCOUNTING_RECONCILE_ENABLED), as for the scheduled check:
+Only where this service reconciles (ACCOUNTING_RECONCILE_ENABLED) and writes (ACCOUNTING_WRITES),
+as for the scheduled check:
 elsewhere the scheduler's own bootstrap rebuilds Redis, and it writes no marker. The farm
 lock makes one process rebuild; a process whose thread finds it taken leaves it at that.
 """
@@ -40,7 +41,9 @@ _running = threading.Lock()
 def rebuild_at_once() -> threading.Thread | None:
     """Start the rebuild of an empty Redis in a thread of this process; the thread, or None
     where this service does not reconcile or this process already runs one."""
-    if not settings.ACCOUNTING_RECONCILE_ENABLED or not _running.acquire(blocking=False):
+    if not (settings.ACCOUNTING_RECONCILE_ENABLED and settings.ACCOUNTING_WRITES) or not _running.acquire(
+        blocking=False
+    ):
         return None
     try:
         thread = threading.Thread(target=_rebuild, name="acct-empty-redis-rebuild", daemon=True)
