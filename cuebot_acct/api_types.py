@@ -3,7 +3,9 @@
 PostgreSQL text cannot hold a NUL character: a string carrying one reaches the database
 only to fail there (a 500). Every string that is used to look something up is this type,
 so such input is refused up front with a 422 and nothing is touched. The error schemas
-below document the answers every endpoint may give (docs/api.md, "Errors").
+below document the answers every endpoint may give (docs/api.md, "Errors"). The bearer token
+of a request is read here once, for every reader of it (the API's authentication, the release
+lane, the browser middleware that a token request skips).
 """
 
 from typing import Annotated, Any, Literal
@@ -97,3 +99,12 @@ class MissingPermission(HttpError):
     def __init__(self, permission: str) -> None:
         super().__init__(403, f"this token's user lacks the permission {permission}")
         self.permission = permission
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, as django-ninja's HttpBearer reads it
+    (the scheme in any case; the token may be empty); None for no header or another scheme."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token if scheme.lower() == "bearer" else None

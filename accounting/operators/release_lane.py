@@ -47,8 +47,9 @@ from django.urls import reverse
 from django.utils.http import parse_header_parameters
 
 from accounting.operators.api import UnbookBatchIn, released_many, released_one
-from accounting.operators.auth import bearer_token, token_allows
+from accounting.operators.auth import token_allows
 from cuebot_acct.api import INTERNAL_ERROR, api, log_unexpected, parsed_json, rendered
+from cuebot_acct.api_types import bearer_token
 from cuebot_acct.permissions import RELEASE_PROCS
 
 WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
