@@ -101,6 +101,23 @@ class MissingPermission(HttpError):
         self.permission = permission
 
 
+class OutcomeUnknownOut(Schema):
+    detail: str
+    outcome: Literal["unknown"] = Field(description="Whether the request took effect is not known.")
+    retry: Literal["safe"] = Field(description="Sending the same request again is safe (Retry-After: when).")
+
+
+class OutcomeUnknown(HttpError):
+    """503 with Retry-After: the request's database connection was lost before its outcome was known
+    (it may or may not have committed). Raised only where sending the same request again is safe,
+    which the answer says (OutcomeUnknownOut)."""
+
+    retry_after = 1  # seconds: the next request opens a connection of its own
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(503, detail)
+
+
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an `Authorization: Bearer <token>` header, as django-ninja's HttpBearer reads it
     (the scheme in any case; the token may be empty); None for no header or another scheme."""

@@ -32,8 +32,9 @@ the first five without a database read:
 The release is then the endpoint's own (accounting.operators.api released_one and
 released_many), rendered as the API renders its answers, between Django's request_started and
 request_finished signals, so the database connection is checked and closed as for any request
-(close_old_connections). An unexpected error is logged and answered 500 as the API's handler
-does. Like Django's SecurityMiddleware, the lane reads its settings once, when it is built.
+(close_old_connections). A release cut off from PostgreSQL is answered 503 with Retry-After
+(accounting.operators.api), an unexpected error logged and answered 500, each as the API's
+handlers answer them. Like Django's SecurityMiddleware, the lane reads its settings once, when it is built.
 
 tests/accounting/operators/test_api_release.py runs the release endpoints' tests through
 Django and through the lane, and tests/accounting/operators/test_release_lane.py holds the
@@ -54,10 +55,11 @@ from django.db import connections
 from django.http.request import split_domain_port, validate_host
 from django.urls import reverse
 from django.utils.http import parse_header_parameters
+from ninja.errors import HttpError
 
 from accounting.operators.api import UnbookBatchIn, released_many, released_one
 from accounting.operators.auth import token_allows
-from cuebot_acct.api import INTERNAL_ERROR, api, log_unexpected, parsed_json, rendered
+from cuebot_acct.api import INTERNAL_ERROR, api, error_answer, log_unexpected, parsed_json, rendered
 from cuebot_acct.api_types import bearer_token
 from cuebot_acct.permissions import RELEASE_PROCS
 
@@ -284,16 +286,24 @@ class ReleaseLane:
         self, environ: dict, start_response: Callable, token: str, release: Callable[[], tuple[int, Any]]
     ) -> Iterable[bytes]:
         request_started.send(sender=self.handler_class, environ=environ)
+        added: list[tuple[str, str]] = []  # the headers an error answer adds after Content-Type
         try:
             if not token_allows(raw=token, permission=RELEASE_PROCS):
                 request_finished.send(sender=self.handler_class)
                 return self.django_app(environ, start_response)
             status, answer = release()
+        except HttpError as error:  # a release cut off from PostgreSQL (503): answered as the API answers it
+            status, (answer, added) = error.status_code, error_answer(error)
         except Exception as error:  # noqa: BLE001 - answered as the API's handler answers it
             log_unexpected(method="POST", path=environ.get("PATH_INFO", ""), error=error)
             status, answer = 500, {"detail": INTERNAL_ERROR}
         body = rendered(answer)
-        headers = [("Content-Type", self.content_type), *self.frame_headers, ("Content-Length", str(len(body)))]
+        headers = [
+            ("Content-Type", self.content_type),
+            *added,
+            *self.frame_headers,
+            ("Content-Length", str(len(body))),
+        ]
         headers += self.secure_headers if self._secure(environ) else self.plain_headers
         start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return _Answer(body, handler_class=self.handler_class)
