@@ -34,7 +34,8 @@ released_many), rendered as the API renders its answers, between Django's reques
 request_finished signals, so the database connection is checked and closed as for any request
 (close_old_connections). A release cut off from PostgreSQL is answered 503 with Retry-After
 (accounting.operators.api), an unexpected error logged and answered 500, each as the API's
-handlers answer them. Like Django's SecurityMiddleware, the lane reads its settings once, when it is built.
+handlers answer them. Like Django's SecurityMiddleware, the lane reads its settings once, when
+it is built.
 
 tests/accounting/operators/test_api_release.py runs the release endpoints' tests through
 Django and through the lane, and tests/accounting/operators/test_release_lane.py holds the
@@ -84,7 +85,8 @@ REVIEWED_MIDDLEWARE = (
 )
 # Every setting the lane reads, each with what it was reviewed at: REPEATED where the lane repeats
 # Django's own reading of it for whatever value it has (read when the lane is built), else the one
-# value the lane re-states (Django's checks of the others it does not run).
+# value the lane re-states (what CommonMiddleware does with any other, the lane does not repeat).
+# Beside them, ATOMIC_REQUESTS off on every database (_atomic_requests).
 REPEATED = "repeated for any value"
 REVIEWED_SETTINGS: dict[str, object] = {
     "ALLOWED_HOSTS": REPEATED,
