@@ -95,8 +95,8 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         return api.create_response(request, {"detail": f"malformed JSON body: {exc.__cause__}"}, status=422)
     if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
         return api.create_response(request, {"detail": "malformed JSON body: nested too deeply"}, status=422)
-    body, headers = error_answer(exc)
-    response = api.create_response(request, body, status=exc.status_code)
+    status, body, headers = error_answer(exc)
+    response = api.create_response(request, body, status=status)
     for name, value in headers:
         response[name] = value
     if isinstance(exc, OutcomeUnknown):
@@ -106,25 +106,27 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return response
 
 
-def error_answer(exc: HttpError) -> tuple[dict, list[tuple[str, str]]]:
-    """The body of the API's answer to an HttpError, and the headers it adds after Content-Type
-    (http_error; accounting.operators.release_lane answers with them too)."""
+def error_answer(exc: HttpError | WritesOff) -> tuple[int, dict, list[tuple[str, str]]]:
+    """The status and body of the API's answer to what an endpoint raised (an HttpError, an
+    observer's WritesOff), and the headers it adds after Content-Type: http_error and writes_off
+    answer with them, and so does accounting.operators.release_lane."""
+    if isinstance(exc, WritesOff):
+        # 403 as for a token's missing permission: asking again changes nothing until an operator
+        # does; `setting` tells the two apart, and `grant` says what the operator would give.
+        return 403, {"detail": str(exc), "setting": "ACCOUNTING_WRITES", "grant": exc.grant}, []
     body: dict[str, Any] = {"detail": str(exc)}
     if isinstance(exc, MissingPermission):
         body["permission"] = exc.permission
     if isinstance(exc, OutcomeUnknown):
         body |= {"outcome": "unknown", "retry": "safe"}
-        return body, [("Retry-After", str(exc.retry_after))]
-    return body, []
+        return exc.status_code, body, [("Retry-After", str(exc.retry_after))]
+    return exc.status_code, body, []
 
 
 @api.exception_handler(WritesOff)
 def writes_off(request: HttpRequest, exc: WritesOff) -> HttpResponse:
-    # 403 as for a token's missing permission: asking again changes nothing until an operator
-    # does; `setting` tells the two apart, and `grant` says what the operator would give.
-    return api.create_response(
-        request, {"detail": str(exc), "setting": "ACCOUNTING_WRITES", "grant": exc.grant}, status=403
-    )
+    status, body, _ = error_answer(exc)
+    return api.create_response(request, body, status=status)
 
 
 @api.exception_handler(RequestDataTooBig)

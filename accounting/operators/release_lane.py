@@ -20,8 +20,7 @@ While it is on, a request is taken here when every one of these holds, checked i
 the first five without a database read:
 - it is a POST to the single or the batch release path, as the URLconf reverses them;
 - its host is one ALLOWED_HOSTS allows, and no redirect to HTTPS awaits it
-  (SECURE_SSL_REDIRECT: an HTTPS request only); ACCOUNTING_WRITES is on (an observer's
-  refusal is the endpoint's);
+  (SECURE_SSL_REDIRECT: an HTTPS request only);
 - it carries a bearer token (the scheme as django-ninja reads it);
 - the single release's proc id is ASCII, without `/` or NUL (the API's path parameter);
 - a batch says `Content-Type: application/json` (with any parameters), its length is within
@@ -32,9 +31,10 @@ the first five without a database read:
 The release is then the endpoint's own (accounting.operators.api released_one and
 released_many), rendered as the API renders its answers, between Django's request_started and
 request_finished signals, so the database connection is checked and closed as for any request
-(close_old_connections). A release cut off from PostgreSQL is answered 503 with Retry-After
-(accounting.operators.api), an unexpected error logged and answered 500, each as the API's
-handlers answer them. Like Django's SecurityMiddleware, the lane reads its settings once, when
+(close_old_connections). An observer's refusal (ACCOUNTING_WRITES off: 403, raised by the
+release before its first statement), a release cut off from PostgreSQL (503 with Retry-After,
+accounting.operators.api) and an unexpected error (logged, 500) are answered as the API's
+handlers answer them (cuebot_acct.api.error_answer). Like Django's SecurityMiddleware, the lane reads its settings once, when
 it is built.
 
 tests/accounting/operators/test_api_release.py runs the release endpoints' tests through
@@ -63,6 +63,7 @@ from accounting.operators.auth import token_allows
 from cuebot_acct.api import INTERNAL_ERROR, api, error_answer, log_unexpected, parsed_json, rendered
 from cuebot_acct.api_types import bearer_token
 from cuebot_acct.permissions import RELEASE_PROCS
+from cuebot_acct.writes import WritesOff
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,6 @@ REPEATED = "repeated for any value"
 REVIEWED_SETTINGS: dict[str, object] = {
     "ALLOWED_HOSTS": REPEATED,
     "DEBUG": REPEATED,  # for ALLOWED_HOSTS's default only
-    "ACCOUNTING_WRITES": REPEATED,  # an observer's refusal is the endpoint's, answered by Django
     "DATA_UPLOAD_MAX_MEMORY_SIZE": REPEATED,
     "SECURE_SSL_REDIRECT": REPEATED,
     "SECURE_PROXY_SSL_HEADER": REPEATED,
@@ -197,8 +197,6 @@ class ReleaseLane:
         self.allowed_hosts = settings.ALLOWED_HOSTS
         if settings.DEBUG and not self.allowed_hosts:  # as HttpRequest.get_host
             self.allowed_hosts = [".localhost", "127.0.0.1", "[::1]"]
-        # An observer (ACCOUNTING_WRITES=off) releases nothing: Django's endpoint answers the refusal.
-        self.only_django = not settings.ACCOUNTING_WRITES
         self.content_type = api.get_content_type()
         self.frame_headers, self.plain_headers, self.secure_headers = self._middleware_headers()
 
@@ -265,7 +263,7 @@ class ReleaseLane:
     def _token(self, environ: dict) -> str | None:
         """The bearer token of a request the lane may take (see the module's list), else None."""
         token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
-        if not token or self.only_django:
+        if not token:
             return None
         if self.https_only and not self._secure(environ):
             return None
@@ -294,8 +292,8 @@ class ReleaseLane:
                 request_finished.send(sender=self.handler_class)
                 return self.django_app(environ, start_response)
             status, answer = release()
-        except HttpError as error:  # a release cut off from PostgreSQL (503): answered as the API answers it
-            status, (answer, added) = error.status_code, error_answer(error)
+        except (HttpError, WritesOff) as error:  # an observer's refusal, a release cut off from PostgreSQL
+            status, answer, added = error_answer(error)
         except Exception as error:  # noqa: BLE001 - answered as the API's handler answers it
             log_unexpected(method="POST", path=environ.get("PATH_INFO", ""), error=error)
             status, answer = 500, {"detail": INTERNAL_ERROR}

@@ -150,6 +150,30 @@ def test_what_the_api_would_refuse_goes_to_django_and_is_answered_as_before(farm
     assert Proc.objects.filter(pk=proc.id).exists()
 
 
+@pytest.mark.parametrize("kind", ["single", "batch"])
+def test_an_observers_refusal_is_answered_by_the_lane_as_django_answers_it(farm, token, settings, kind):
+    proc = farm.add_proc()
+    body = json.dumps({"proc_ids": [proc.id]}).encode()
+    settings.ACCOUNTING_WRITES = False
+
+    def request() -> dict:
+        if kind == "batch":
+            return environ("/api/v1/procs/unbook", token=token, body=body)
+        return environ(f"/api/v1/procs/{proc.id}/unbook", token=token)
+
+    lane_answer, taken = served(request())
+    django_answer = by_django(request())
+
+    assert taken
+    assert lane_answer.status_code == 403 and lane_answer.json()["setting"] == "ACCOUNTING_WRITES"
+    assert (lane_answer.status_code, lane_answer.header_list, lane_answer.content) == (
+        django_answer.status_code,
+        django_answer.header_list,
+        django_answer.content,
+    )
+    assert Proc.objects.filter(pk=proc.id).exists()
+
+
 def test_a_plain_http_release_is_left_to_django_where_https_is_required(farm, token, settings):
     settings.SECURE_SSL_REDIRECT = True
     proc = farm.add_proc()
