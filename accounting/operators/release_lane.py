@@ -34,8 +34,8 @@ request_finished signals, so the database connection is checked and closed as fo
 (close_old_connections). An observer's refusal (ACCOUNTING_WRITES off: 403, raised by the
 release before its first statement), a release cut off from PostgreSQL (503 with Retry-After,
 accounting.operators.api) and an unexpected error (logged, 500) are answered as the API's
-handlers answer them (cuebot_acct.api.error_answer). Like Django's SecurityMiddleware, the lane reads its settings once, when
-it is built.
+handlers answer them (cuebot_acct.api.error_answer). Like Django's SecurityMiddleware, the lane
+reads its settings once, when it is built.
 
 tests/accounting/operators/test_api_release.py runs the release endpoints' tests through
 Django and through the lane, and tests/accounting/operators/test_release_lane.py holds the
