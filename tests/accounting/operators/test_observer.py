@@ -131,7 +131,7 @@ def test_every_write_endpoint_refuses_with_the_setting_and_the_grant(
 ):
     flagged, _ = drifted
     with observing(settings):
-        client = LaneClient() if lane else Client()  # the lane reads the setting when it is built
+        client = LaneClient() if lane else Client()
         answer = call(client, flagged, method, url, body, superuser_token)
     assert answer.status_code == 403
     refusal = answer.json()
