@@ -36,7 +36,7 @@ stop:
 	$(PY) scripts/server.py stop
 	$(PY) scripts/services.py down
 
-# The test settings' servers only, no database (pytest-django makes its own), promtool and Chromium;
+# The test settings' servers only, no database (pytest-django makes its own), promtool, Chromium and chromedriver;
 # then the import layers (.importlinter), the lint rules and the format (ruff.toml), the types (mypy.ini) and the suite; then the
 # servers this run started are stopped again (those that already answered are left running).
 test: venv
@@ -50,7 +50,7 @@ test-suite:
 	$(VENV)/bin/mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# PNGs of the admin's pages (docs/admin.md#screenshots); needs `make run` and Chromium.
+# PNGs of the admin's pages (docs/admin.md#screenshots); needs `make run`, Chromium and chromedriver (Selenium drives them).
 screenshots: venv
 	$(PY) scripts/screenshots.py --url http://$(BIND)
 

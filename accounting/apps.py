@@ -32,7 +32,7 @@ class AccountingConfig(AppConfig):
         from django.db.models.signals import pre_migrate
         from django_q.signals import post_spawn
 
-        from accounting.checks import cuebot_schema, publish_guardrail
+        from accounting.checks import cuebot_schema, publish_guardrail, release_lane
         from cuebot_acct.schedulers import require_named
 
         require_named()  # a wrong guess of the site's scheduler corrupts its counters
@@ -40,6 +40,7 @@ class AccountingConfig(AppConfig):
         # Both query PostgreSQL: tagged so, Django runs them only for a command that names the database.
         register(cuebot_schema, Tags.database)  # accounting.E001-E005
         register(publish_guardrail, Tags.database)  # accounting.W001
+        register(release_lane, deploy=True)  # accounting.W002: settings only
 
         post_spawn.connect(task_worker_started, dispatch_uid="accounting.task_worker_started")
         pre_migrate.connect(before_migrate, sender=self, dispatch_uid="accounting.before_migrate")

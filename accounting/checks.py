@@ -1,10 +1,12 @@
-"""System checks: accounting.W001 (the publish guardrail) and accounting.E001-E005 (a
-site's Cuebot database lacks what the project reads or writes, OPENCUE_TABLES=existing).
+"""System checks: accounting.W001 (the publish guardrail), accounting.E001-E005 (a site's
+Cuebot database lacks what the project reads or writes, OPENCUE_TABLES=existing) and
+accounting.W002 (the release lane is off).
 
-Both query PostgreSQL, so AccountingConfig.ready() registers them with Tags.database, as
+The first two query PostgreSQL, so AccountingConfig.ready() registers them with Tags.database, as
 django.contrib.auth does its own: Django then runs them only where a command names the database
 (`manage.py check --database default`, `migrate`), and `help`, `makemigrations` and every other
-command start without touching it."""
+command start without touching it. The lane's reads the settings alone and is a deployment
+check (`manage.py check --deploy`): it is about how the web workers will serve."""
 
 from collections.abc import Sequence
 
@@ -12,6 +14,7 @@ from django.conf import settings
 from django.core.checks import Error, Warning
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, transaction
 
+from accounting.operators.release_lane import off_because
 from accounting.ownership.guardrail import MESSAGE, evaluate
 from shows.attach import schema_problems
 
@@ -47,5 +50,20 @@ def publish_guardrail(app_configs=None, databases: Sequence[str] | None = None, 
             MESSAGE,
             hint=report.hint,
             id="accounting.W001",
+        )
+    ]
+
+
+def release_lane(app_configs=None, **kwargs) -> list[Warning]:
+    reasons = off_because()
+    if not reasons:
+        return []
+    return [
+        Warning(
+            "The release lane is off: every release goes through Django's middleware and handler, which "
+            "serves the same answers at a lower rate (docs/benchmarks.md, the release over HTTP).",
+            hint=f"{'; '.join(reasons)}. If the change is meant, review accounting/operators/release_lane.py "
+            "against it and record it there (REVIEWED_MIDDLEWARE, REVIEWED_SETTINGS).",
+            id="accounting.W002",
         )
     ]

@@ -7,11 +7,18 @@ ACCOUNTING_RECONCILE_ENABLED exist only when it is true (and are removed when it
 The reconciliation tasks are for a deployment that runs without the Rust scheduler's own
 reseed loops: ACCOUNTING_RECONCILE_ENABLED turns them on. A run that finds the reseed
 lock taken skips.
+
+On an observer (ACCOUNTING_WRITES=off) the schedules that write are not made, and a writing task
+that reaches its cluster all the same (queued by a writer sharing the task broker and database)
+skips with a warning instead of writing: `writing_task`.
 """
 
+import functools
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django_q.models import Schedule
@@ -31,8 +38,26 @@ from accounting.reconcile.snapshot import managed_show_ids
 log = logging.getLogger(__name__)
 
 
+def writing_task(*, skipped: Any = None) -> Callable[[Callable], Callable]:
+    """A task that writes Cuebot's tables or the scheduler's Redis: on an observer it returns
+    `skipped` and says so, rather than failing in WritesOff and being retried."""
+
+    def wrap(task: Callable) -> Callable:
+        @functools.wraps(task)
+        def run(*args, **kwargs):
+            if not settings.ACCOUNTING_WRITES:
+                log.warning("%s skipped: ACCOUNTING_WRITES is off in this instance, which only observes", task.__name__)
+                return skipped
+            return task(*args, **kwargs)
+
+        return run
+
+    return wrap
+
+
+@writing_task(skipped=-1)
 def recalculate_subs_task() -> int:
-    """Rows corrected, or -1 when another instance held the lock."""
+    """Rows corrected, or -1 when another instance held the lock (or writes are off here)."""
     result = recalculate_subs()
     return len(result.changes) if result.ran else -1
 
@@ -56,14 +81,17 @@ def drift_check_task() -> int:
     return len(drifted)
 
 
+@writing_task()
 def retry_seed_show(*, show_id: str, attempt: int) -> None:
     switching.retry_seed_show(show_id=show_id, attempt=attempt)
 
 
+@writing_task()
 def settle_recompute(*, show_id: str) -> None:
     switching.settle_recompute(show_id=show_id)
 
 
+@writing_task()
 def settle_reseed(*, show_id: str) -> None:
     switching.settle_reseed(show_id=show_id)
 
@@ -72,6 +100,7 @@ EMPTY_CHECKS_PER_RUN = 6
 EMPTY_CHECK_INTERVAL_SECONDS = 10
 
 
+@writing_task()
 def reconcile_booked() -> None:
     """The reference's 2-minute recompute, both halves: Redis booked counters and, so that
     CueGUI's view of scheduler-managed shows stays fresh, their PG accounting tables (which
@@ -86,6 +115,7 @@ def reconcile_booked() -> None:
     recompute_pg_accounting(show_ids=managed_show_ids())
 
 
+@writing_task()
 def reconcile_limits() -> None:
     if not settings.ACCOUNTING_RECONCILE_ENABLED:
         return
@@ -95,6 +125,7 @@ def reconcile_limits() -> None:
         log.info("limit reconciliation skipped: another reseed holds the lock")
 
 
+@writing_task(skipped=False)
 def check_empty_redis() -> bool:
     """One check; True when Redis was empty and has been rebuilt."""
     if not settings.ACCOUNTING_RECONCILE_ENABLED:
@@ -123,8 +154,11 @@ class ScheduleSpec:
     minutes: int
     reconcile: bool = False  # only when ACCOUNTING_RECONCILE_ENABLED
     redis_era: bool = False  # only when ACCOUNTING_REDIS_ENABLED: it reads or writes the acct:* keys
+    writes: bool = False  # only when ACCOUNTING_WRITES: it writes Cuebot's tables or the acct:* keys
 
     def unwanted_because(self) -> str | None:
+        if self.writes and not settings.ACCOUNTING_WRITES:
+            return "ACCOUNTING_WRITES is off"
         if self.redis_era and not settings.ACCOUNTING_REDIS_ENABLED:
             return "ACCOUNTING_REDIS_ENABLED is false"
         if self.reconcile and not settings.ACCOUNTING_RECONCILE_ENABLED:
@@ -133,7 +167,7 @@ class ScheduleSpec:
 
 
 SCHEDULES = (
-    ScheduleSpec(name="recalculate_subs", func="accounting.tasks.recalculate_subs_task", minutes=120),
+    ScheduleSpec(name="recalculate_subs", func="accounting.tasks.recalculate_subs_task", minutes=120, writes=True),
     ScheduleSpec(name="accounting_guardrail", func="accounting.tasks.accounting_guardrail_task", minutes=1),
     # Not gated on reconciling: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check);
     # nor on Redis: Cuebot's own tables are checked in every era.
@@ -144,6 +178,7 @@ SCHEDULES = (
         minutes=2,
         reconcile=True,
         redis_era=True,
+        writes=True,
     ),
     ScheduleSpec(
         name="acct-reconcile-limits",
@@ -151,6 +186,7 @@ SCHEDULES = (
         minutes=5,
         reconcile=True,
         redis_era=True,
+        writes=True,
     ),
     # django-q2 schedules are minute-granular; the task checks six times, 10 s apart.
     ScheduleSpec(
@@ -159,6 +195,7 @@ SCHEDULES = (
         minutes=1,
         reconcile=True,
         redis_era=True,
+        writes=True,
     ),
 )
 
@@ -188,6 +225,7 @@ def apply_schedules() -> list[tuple[str, str]]:
         done.append((spec.name, "updated" if changed else "unchanged"))
     for spec in SCHEDULES:
         reason = spec.unwanted_because()
-        if reason and Schedule.objects.filter(name=spec.name).delete()[0]:
-            done.append((spec.name, f"removed ({reason})"))
+        if reason:  # said either way: an operator turning writes on must know to run this again
+            removed = Schedule.objects.filter(name=spec.name).delete()[0]
+            done.append((spec.name, f"{'removed' if removed else 'not made'} ({reason})"))
     return done

@@ -2,8 +2,9 @@
 
 The endpoints' routers are attached by the URLconf (cuebot_acct.urls), so this root imports
 no app. Every error the API answers is JSON `{"detail": ...}`: validation (422), a missing permission (403, also naming it), an
-oversized body (413) and an unexpected failure (500) included; paths under /api/ that
-match no endpoint answer a JSON 404 (cuebot_acct.urls).
+oversized body (413), a release cut off from its database (503, with Retry-After) and an
+unexpected failure (500) included; paths under /api/ that match no endpoint answer a JSON 404
+(cuebot_acct.urls).
 """
 
 import json
@@ -20,7 +21,8 @@ from ninja.parser import Parser
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 
-from cuebot_acct.api_types import JsonNumber, MissingPermission, NotJson
+from cuebot_acct.api_types import JsonNumber, MissingPermission, NotJson, OutcomeUnknown
+from cuebot_acct.writes import WritesOff
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +95,38 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         return api.create_response(request, {"detail": f"malformed JSON body: {exc.__cause__}"}, status=422)
     if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
         return api.create_response(request, {"detail": "malformed JSON body: nested too deeply"}, status=422)
-    body = {"detail": str(exc)}
+    status, body, headers = error_answer(exc)
+    response = api.create_response(request, body, status=status)
+    for name, value in headers:
+        response[name] = value
+    if isinstance(exc, OutcomeUnknown):
+        # Logged at WARNING where it was raised, with its cause; Django would add an ERROR line for
+        # any 5xx (django.utils.log.log_response, which skips a response marked so).
+        response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+def error_answer(exc: HttpError | WritesOff) -> tuple[int, dict, list[tuple[str, str]]]:
+    """The status and body of the API's answer to what an endpoint raised (an HttpError, an
+    observer's WritesOff), and the headers it adds after Content-Type: http_error and writes_off
+    answer with them, and so does accounting.operators.release_lane."""
+    if isinstance(exc, WritesOff):
+        # 403 as for a token's missing permission: asking again changes nothing until an operator
+        # does; `setting` tells the two apart, and `grant` says what the operator would give.
+        return 403, {"detail": str(exc), "setting": "ACCOUNTING_WRITES", "grant": exc.grant}, []
+    body: dict[str, Any] = {"detail": str(exc)}
     if isinstance(exc, MissingPermission):
         body["permission"] = exc.permission
-    return api.create_response(request, body, status=exc.status_code)
+    if isinstance(exc, OutcomeUnknown):
+        body |= {"outcome": "unknown", "retry": "safe"}
+        return exc.status_code, body, [("Retry-After", str(exc.retry_after))]
+    return exc.status_code, body, []
+
+
+@api.exception_handler(WritesOff)
+def writes_off(request: HttpRequest, exc: WritesOff) -> HttpResponse:
+    status, body, _ = error_answer(exc)
+    return api.create_response(request, body, status=status)
 
 
 @api.exception_handler(RequestDataTooBig)

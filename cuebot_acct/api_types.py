@@ -3,10 +3,12 @@
 PostgreSQL text cannot hold a NUL character: a string carrying one reaches the database
 only to fail there (a 500). Every string that is used to look something up is this type,
 so such input is refused up front with a 422 and nothing is touched. The error schemas
-below document the answers every endpoint may give (docs/api.md, "Errors").
+below document the answers every endpoint may give (docs/api.md, "Errors"). The bearer token
+of a request is read here once, for every reader of it (the API's authentication, the release
+lane, the browser middleware that a token request skips).
 """
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
 from ninja.errors import HttpError
@@ -74,6 +76,16 @@ LOOKUP_ERRORS = {404: ErrorOut, 422: InvalidOut}
 AUTH_ERRORS = {401: ErrorOut, 403: MissingPermissionOut}
 
 
+class WritesOffOut(Schema):
+    detail: str
+    setting: Literal["ACCOUNTING_WRITES"] = Field(description="The setting that keeps this instance from writing.")
+    grant: str = Field(description="What the write needs beyond the observer's SELECT, with ACCOUNTING_WRITES=on.")
+
+
+# A face that writes: also refused, 403 with the setting named, while ACCOUNTING_WRITES is off.
+WRITE_ERRORS = {401: ErrorOut, 403: MissingPermissionOut | WritesOffOut}
+
+
 class NotJson(Exception):
     """A body sent with a content type other than application/json."""
 
@@ -87,3 +99,29 @@ class MissingPermission(HttpError):
     def __init__(self, permission: str) -> None:
         super().__init__(403, f"this token's user lacks the permission {permission}")
         self.permission = permission
+
+
+class OutcomeUnknownOut(Schema):
+    detail: str
+    outcome: Literal["unknown"] = Field(description="Whether the request took effect is not known.")
+    retry: Literal["safe"] = Field(description="Sending the same request again is safe (Retry-After: when).")
+
+
+class OutcomeUnknown(HttpError):
+    """503 with Retry-After: the request's database connection was lost before its outcome was known
+    (it may or may not have committed). Raised only where sending the same request again is safe,
+    which the answer says (OutcomeUnknownOut)."""
+
+    retry_after = 1  # seconds: the next request opens a connection of its own
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(503, detail)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, as django-ninja's HttpBearer reads it
+    (the scheme in any case; the token may be empty); None for no header or another scheme."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token if scheme.lower() == "bearer" else None

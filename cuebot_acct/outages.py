@@ -31,18 +31,30 @@ def _causes(error: BaseException | None):
         error = error.__cause__ or error.__context__
 
 
-def is_outage(error: BaseException) -> bool:
-    """Whether `error` says a PostgreSQL or Redis server could not be reached or went away."""
+def _server_gone(error: BaseException) -> str | None:
+    """Which server `error` says could not be reached or went away: "postgresql", "redis" or None."""
     for cause in _causes(error):
         if isinstance(cause, (redis.ConnectionError, redis.TimeoutError)):
-            return True
+            return "redis"
         if isinstance(cause, psycopg.OperationalError):
             # A failed connect or a dropped connection carries no SQLSTATE from the server.
             state = cause.sqlstate
-            return state is None or state.startswith(CONNECTION_SQLSTATE_CLASS) or state in SERVER_GOING_AWAY
+            gone = state is None or state.startswith(CONNECTION_SQLSTATE_CLASS) or state in SERVER_GOING_AWAY
+            return "postgresql" if gone else None
         if isinstance(cause, django_db_errors.InterfaceError) and "closed" in str(cause):
-            return True  # "connection already closed": the server went away between two uses
-    return False
+            return "postgresql"  # "connection already closed": the server went away between two uses
+    return None
+
+
+def is_outage(error: BaseException) -> bool:
+    """Whether `error` says a PostgreSQL or Redis server could not be reached or went away."""
+    return _server_gone(error) is not None
+
+
+def is_postgresql_outage(error: BaseException) -> bool:
+    """Whether `error` says PostgreSQL could not be reached or the connection to it was lost (a
+    restart, a terminated backend, a failover): the release's 503 (accounting.operators.api)."""
+    return _server_gone(error) == "postgresql"
 
 
 def first_line(error: BaseException) -> str:

@@ -1,15 +1,17 @@
 """Start-up checks (services reachable; a site's Cuebot schema complete is shows.attach's)
 that fail with one readable line, not a traceback."""
 
+import re
 import sys
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 
 from cuebot_acct.bad_setting import BadSetting
-from cuebot_acct.redis_factory import build_client
+from cuebot_acct.redis_factory import build_client, sentinel_target
 
 # The one URL redactor (PostgreSQL's URLs too), by the name the commands that print a server use.
 from cuebot_acct.redis_factory import hide_password as redact
@@ -63,6 +65,36 @@ def redis_urls() -> dict[str, str]:
     if settings.ACCOUNTING_REDIS_ENABLED:
         urls["ACCOUNTING_REDIS_URL"] = settings.ACCOUNTING_REDIS_URL
     return urls
+
+
+REDIS_SETTINGS = ("ACCOUNTING_REDIS_URL", "CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")
+
+
+def redis_addresses(url: str) -> list[str]:
+    """The host:port (or socket path) a Redis URL's client connects to, as redis-py's errors name them."""
+    target = sentinel_target(url)
+    if target is not None:
+        return [f"{host}:{port}" for host, port in target.sentinels]
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return [parts.path]
+    return [f"{parts.hostname or 'localhost'}:{parts.port or 6379}"]
+
+
+def settings_of_failed_redis(error: Exception) -> list[str]:
+    """The settings whose Redis a failed call went to, by the address its error names (a process
+    may reach a Redis its era does not list, as the simulator's clean-up did); every Redis the
+    process uses when the error names none of them."""
+    text = str(error)
+    named = [
+        setting
+        for setting in REDIS_SETTINGS
+        if any(
+            re.search(re.escape(address) + r"(?![0-9])", text)
+            for address in redis_addresses(getattr(settings, setting))
+        )
+    ]
+    return named or list(redis_urls())
 
 
 def check_redis() -> None:
@@ -124,5 +156,7 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
         sys.stderr.write(f"cuebot-acct: {postgres_problem(error)}\n")
         sys.exit(1)
     except (redis.ConnectionError, redis.TimeoutError) as error:
-        sys.stderr.write(f"cuebot-acct: a Redis call failed ({error}); check {', '.join(redis_urls())}\n")
+        sys.stderr.write(
+            f"cuebot-acct: a Redis call failed ({error}); check {', '.join(settings_of_failed_redis(error))}\n"
+        )
         sys.exit(1)

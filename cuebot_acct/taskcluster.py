@@ -36,6 +36,7 @@ from django.db import DatabaseError, connection, connections
 
 from cuebot_acct.redis_factory import build_client
 from cuebot_acct.startup import ServiceUnreachable, postgres_problem, redis_problem
+from cuebot_acct.writes import mode_line
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +181,7 @@ def run_task_cluster(arguments: list[str]) -> int:
     except RuntimeError as error:
         say(f"the task cluster did not start ({error})")
         return 1
+    logger.info("task cluster started; %s", mode_line())
     if options.run_once:
         return 0 if stop_cluster(cluster, seconds=settings.TASK_STOP_SECONDS) else 1
 

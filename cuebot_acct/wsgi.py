@@ -4,9 +4,11 @@ that lacks what the project uses: one line, and exit status 3, gunicorn's "worke
 arbiter stops instead of booting workers forever, so systemd sees the failure.
 
 Once the services answer, the worker records itself in the fleet register (and keeps
-doing so every 30 s) and runs the publish guardrail, which warns but never stops it.
+doing so every 30 s), runs the publish guardrail, which warns but never stops it, and says in
+one line whether it writes Cuebot's tables or only observes (ACCOUNTING_WRITES).
 """
 
+import logging
 import os
 import sys
 
@@ -38,6 +40,7 @@ except StartupRefused as problem:
 from accounting.operators.release_lane import ReleaseLane  # noqa: E402
 from accounting.ownership.fleet import start_process_heartbeat  # noqa: E402
 from accounting.ownership.guardrail import run_guardrail_at_start  # noqa: E402
+from cuebot_acct.writes import mode_line  # noqa: E402
 
 # Django's handler (its middleware: whitenoise, ...) built only once the worker may serve; Cuebot's
 # releases answered ahead of it when the API would take them as they stand (issue 35).
@@ -45,3 +48,4 @@ application = ReleaseLane(get_wsgi_application())
 
 start_process_heartbeat(role="web")
 run_guardrail_at_start()
+logging.getLogger("cuebot_acct").info("web worker %d started; %s", os.getpid(), mode_line())

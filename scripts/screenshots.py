@@ -2,39 +2,37 @@
 """Screenshots of the operator's admin pages, taken by headless Chromium against a running
 service (`make run`): the login page, the farm overview, the subscription list and a
 subscription's change form, the drift index and a show's drift page, a show's page and a
-proc's page (the list is PAGES below).
+proc's page (the list is `pages` below).
 
 It logs in through the admin's login form as a temporary superuser it creates for the run
-and deletes afterwards, and drives Chromium over its DevTools protocol (a WebSocket, spoken
-here with the standard library only, so that the suite's browser test can reuse the same
-client: tests/accounting/operators/test_admin_in_chromium.py). Usage (docs/admin.md#screenshots):
+and deletes afterwards. Selenium drives Chromium through Debian's chromedriver, named by its
+path so that Selenium Manager never looks for (or downloads) a driver of its own; the suite's
+browser test starts its Chromium here too (tests/accounting/operators/test_admin_in_chromium.py).
+Usage (docs/admin.md#screenshots):
 
     make screenshots                     # or: .venv/bin/python scripts/screenshots.py --url http://127.0.0.1:8000
 """
 
 import argparse
-import base64
-import json
 import os
-import re
 import secrets
 import shutil
-import socket
-import struct
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-MISSING_BROWSER = (
-    "no Chromium found (looked for chromium, chromium-browser, google-chrome). "
-    "On Debian: apt-get install -y chromium (`make test` installs it: scripts/services.py up --tests)"
-)
+# Debian's chromium-driver package: the driver of the chromium package's own release.
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
 # This machine's network is closed: without these, Chromium's background connections (updates,
 # sync, QUIC probes) are refused many at a time and slow every start.
 BROWSER_FLAGS = (
@@ -48,167 +46,94 @@ BROWSER_FLAGS = (
     "--disable-sync",
     "--hide-scrollbars",
 )
+HEIGHT = 900  # a page is loaded this tall (the screenshots' viewport), then shot at its full height
 USERNAME = "screenshots-bot"
-
-
-class DevTools:
-    """A minimal client of one page's DevTools WebSocket: send a command, wait for its reply,
-    wait for an event (one that arrived while waiting for a reply is kept, not lost)."""
-
-    def __init__(self, ws_url: str, *, timeout: float = 30):
-        host_port, path = ws_url.removeprefix("ws://").split("/", 1)
-        host, port = host_port.split(":")
-        self.timeout = timeout
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        key = base64.b64encode(secrets.token_bytes(16)).decode()
-        self.sock.sendall(
-            (
-                f"GET /{path} HTTP/1.1\r\nHost: {host_port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-            ).encode()
-        )
-        response = b""
-        while b"\r\n\r\n" not in response:
-            response += self.sock.recv(4096)
-        if b" 101 " not in response.split(b"\r\n", 1)[0]:
-            raise RuntimeError(f"DevTools refused the WebSocket: {response.splitlines()[0]!r}")
-        self.buffer = response.split(b"\r\n\r\n", 1)[1]
-        self.next_id = 0
-        self.events: list[str] = []
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _read(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise RuntimeError("DevTools closed the connection")
-            self.buffer += chunk
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
-        return data
-
-    def _frame(self) -> bytes:
-        message = b""
-        while True:
-            first, second = self._read(2)
-            length = second & 0x7F
-            if length == 126:
-                length = struct.unpack(">H", self._read(2))[0]
-            elif length == 127:
-                length = struct.unpack(">Q", self._read(8))[0]
-            message += self._read(length)
-            if first & 0x80:  # FIN
-                return message
-
-    def _send(self, text: str) -> None:
-        payload = text.encode()
-        mask = secrets.token_bytes(4)
-        header = bytes([0x81])
-        if len(payload) < 126:
-            header += bytes([0x80 | len(payload)])
-        elif len(payload) < 1 << 16:
-            header += bytes([0x80 | 126]) + struct.pack(">H", len(payload))
-        else:
-            header += bytes([0x80 | 127]) + struct.pack(">Q", len(payload))
-        self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-
-    def call(self, method: str, **params) -> dict:
-        self.next_id += 1
-        self._send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            reply = json.loads(self._frame())
-            if reply.get("id") == self.next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-            if "method" in reply:
-                self.events.append(reply["method"])
-
-    def wait_for_event(self, method: str) -> None:
-        """Until the event arrives (or already did since the last wait); the socket's timeout bounds each read."""
-        deadline = time.monotonic() + self.timeout
-        while method not in self.events:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no {method} within {self.timeout} s")
-            self.events.append(json.loads(self._frame()).get("method", ""))
-        self.events.clear()
-
-    def open(self, url: str) -> None:
-        self.events.clear()
-        self.call("Page.navigate", url=url)
-        self.wait_for_event("Page.loadEventFired")
-
-    def evaluate(self, expression: str):
-        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
-
-    def login(self, base: str, *, username: str, password: str) -> None:
-        """Through the admin's login form, as a person does; raises if the admin sends it back."""
-        self.open(f"{base}/admin/login/")
-        self.events.clear()
-        self.evaluate(
-            f"document.getElementById('id_username').value = {json.dumps(username)};"
-            f"document.getElementById('id_password').value = {json.dumps(password)};"
-            "document.querySelector('#login-form').submit();"
-        )
-        self.wait_for_event("Page.loadEventFired")
-        if self.evaluate("location.pathname").startswith("/admin/login"):
-            raise RuntimeError(f"login as {username} failed")
-
-    def screenshot(self, path: Path, *, width: int) -> int:
-        height = int(self.evaluate("document.documentElement.scrollHeight"))
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
-        data = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
-        path.write_bytes(data)
-        return len(data)
 
 
 def find_browser() -> str | None:
     return next((found for name in BROWSERS if (found := shutil.which(name))), None)
 
 
-def start_browser(binary: str, profile: str) -> tuple[subprocess.Popen, str]:
-    """Chromium with an empty profile; (the process, its first page's DevTools WebSocket URL)."""
-    browser = subprocess.Popen(
-        [
-            binary,
-            *BROWSER_FLAGS,
-            "--remote-debugging-port=0",
-            f"--user-data-dir={profile}",
-            "--window-size=1280,900",
-            "about:blank",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
+def missing() -> str | None:
+    """What is not installed of Chromium and its driver, and how to install it; None if both are."""
+    if find_browser() is None:
+        return (
+            "no Chromium found (looked for chromium, chromium-browser, google-chrome). On Debian: "
+            "apt-get install -y chromium chromium-driver (`make test` installs both: scripts/services.py up --tests)"
+        )
+    if not CHROMEDRIVER.is_file():
+        return (
+            f"no chromedriver at {CHROMEDRIVER}. On Debian: apt-get install -y chromium-driver "
+            "(`make test` installs it: scripts/services.py up --tests)"
+        )
+    return None
+
+
+def start_browser(*, profile: str, width: int) -> webdriver.Chrome:
+    """Headless Chromium with the empty profile `profile`, its window `width` pixels wide (its
+    viewport too: the window's frame is only above the page), under Selenium. The caller quits it."""
+    binary = find_browser()
+    if binary is None or not CHROMEDRIVER.is_file():
+        raise RuntimeError(missing())
+    options = Options()
+    options.binary_location = binary
+    for flag in (*BROWSER_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{HEIGHT}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def follow(driver: webdriver.Chrome, action: Callable[[], None], *, timeout: float = 30) -> None:
+    """Do `action` (a click that leaves the page, a form's submit) and return once the page it
+    loads has replaced this one: the old page's root element goes stale."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    action()
+    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(page))
+
+
+def path_of(driver: webdriver.Chrome) -> str:
+    return driver.execute_script("return location.pathname")
+
+
+def log_in(driver: webdriver.Chrome, base: str, *, username: str, password: str) -> None:
+    """Through the admin's login form, typed and submitted as a person does; raises if the
+    admin sends it back."""
+    driver.get(f"{base}/admin/login/")
+    driver.find_element(By.ID, "id_username").send_keys(username)
+    driver.find_element(By.ID, "id_password").send_keys(password)
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click)
+    if path_of(driver).startswith("/admin/login"):
+        raise RuntimeError(f"login as {username} failed")
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's header chunk (IHDR, the first, right after the signature)."""
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def set_viewport(driver: webdriver.Chrome, *, width: int, height: int) -> None:
+    """Make the page's viewport `width` x `height`. WebDriver sizes the window, and headless
+    Chromium's window keeps a frame around the page (143 pixels of height in Chromium 156):
+    the window gets the viewport plus that frame, as the page measures it."""
+    frame_width, frame_height = driver.execute_script(
+        "return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]"
     )
-    try:
-        # Chromium announces its endpoint on stderr ("DevTools listening on ws://…"): reading up to
-        # that line waits for the event itself; the rest of stderr is drained so Chromium never blocks on it.
-        seen = []
-        for line in browser.stderr:
-            seen.append(line)
-            if found := re.search(r"DevTools listening on ws://([^/]+)/", line):
-                break
-        else:
-            raise RuntimeError(f"chromium stopped before its DevTools endpoint: {''.join(seen[-5:])}")
-        threading.Thread(target=browser.stderr.read, daemon=True).start()
-        with urllib.request.urlopen(f"http://{found.group(1)}/json/list", timeout=30) as response:
-            page = next(t for t in json.load(response) if t["type"] == "page")
-    except BaseException:
-        stop_browser(browser)
-        raise
-    return browser, page["webSocketDebuggerUrl"]
+    driver.set_window_size(width + frame_width, height + frame_height)
 
 
-def stop_browser(browser: subprocess.Popen) -> None:
-    browser.terminate()
-    try:
-        browser.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        browser.kill()
-        browser.wait()
+def screenshot(driver: webdriver.Chrome, path: Path, *, width: int) -> int:
+    """The whole page, `width` pixels wide and as tall as its content, into `path`; its size in bytes."""
+    # WebDriver's window has the focus, so an autofocused field (the login form's) would be shot
+    # with its focus ring and, or not, its blinking caret: the picture would depend on the moment.
+    driver.execute_script("document.activeElement?.blur()")
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    set_viewport(driver, width=width, height=height)
+    data = driver.get_screenshot_as_png()
+    if png_size(data) != (width, height):
+        raise RuntimeError(f"{path.name}: Chromium drew {png_size(data)}, not the page's {(width, height)}")
+    path.write_bytes(data)
+    return len(data)
 
 
 def pages() -> list[tuple[str, str]]:
@@ -248,9 +173,8 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=1280, help="page width in pixels (default: 1280)")
     args = parser.parse_args()
 
-    binary = find_browser()
-    if binary is None:
-        print(f"screenshots: {MISSING_BROWSER}", file=sys.stderr)
+    if problem := missing():
+        print(f"screenshots: {problem}", file=sys.stderr)
         return 2
 
     sys.path.insert(0, str(ROOT))
@@ -275,27 +199,18 @@ def main() -> int:
     User.objects.create_superuser(USERNAME, "", password)
     base = args.url.rstrip("/")
     with tempfile.TemporaryDirectory(prefix="acct-screenshots-") as profile:
-        browser, ws_url = start_browser(binary, profile)
+        driver = start_browser(profile=profile, width=args.width)
         try:
-            tools = DevTools(ws_url)
-            tools.call("Page.enable")
             # The login page first, as a person meets it, then the rest logged in.
             for name, path in [("login.png", "/admin/login/"), *shots]:
-                if name != "login.png" and tools.evaluate("location.pathname").startswith("/admin/login"):
-                    tools.login(base, username=USERNAME, password=password)
-                tools.call(
-                    "Emulation.setDeviceMetricsOverride",
-                    width=args.width,
-                    height=900,
-                    deviceScaleFactor=1,
-                    mobile=False,
-                )
-                tools.open(base + path)
-                size = tools.screenshot(out / name, width=args.width)
+                if name != "login.png" and path_of(driver).startswith("/admin/login"):
+                    log_in(driver, base, username=USERNAME, password=password)
+                set_viewport(driver, width=args.width, height=HEIGHT)
+                driver.get(base + path)
+                size = screenshot(driver, out / name, width=args.width)
                 print(f"screenshots: {out / name} ({size // 1024} KB) <- {path}")
-            tools.close()
         finally:
-            stop_browser(browser)
+            driver.quit()
             User.objects.filter(username=USERNAME).delete()
     return 0
 

@@ -5,19 +5,20 @@
 if it answers; otherwise start a project-local one under .local/ (PostgreSQL from the
 installed binaries, run as the postgres user when we are root; Redis without persistence).
 Then make sure the database exists. `up --tests`: the same servers, but no database is
-created (pytest-django creates and drops its own test_<name>), and promtool and Chromium must
-be there (the alert-rule tests run promtool; the admin's browser test drives headless Chromium). `down` (what `make stop` runs): stop everything `up` started
-(recorded under .local/started/).
+created (pytest-django creates and drops its own test_<name>), and promtool, Chromium and its
+chromedriver must be there (the alert-rule tests run promtool; the admin's browser test drives
+headless Chromium through Selenium and chromedriver). `down` (what `make stop` runs): stop
+everything `up` started (recorded under .local/started/).
 
 `with [--tests] -- COMMAND...` (what `make test` and so CI run): `up`, then COMMAND, then
 stop exactly the servers this `up` started, whatever COMMAND's outcome (an interrupt
 included), and exit with COMMAND's status. Servers that already answered, a `make run`'s
 included, are left running.
 
-A missing distribution package (postgresql, redis-server, prometheus for promtool, chromium) is never
-installed quietly: as root, it is named with the reason and installed with apt-get's own
-output shown, then said to be installed; otherwise the script stops, naming the package and
-the command that installs it.
+A missing distribution package (postgresql, redis-server, prometheus for promtool, chromium,
+chromium-driver) is never installed quietly: as root, it is named with the reason and
+installed with apt-get's own output shown, then said to be installed; otherwise the script
+stops, naming the package and the command that installs it.
 """
 
 import os
@@ -96,17 +97,22 @@ def ensure_promtool() -> None:
 
 
 def ensure_chromium() -> None:
-    """The suite's browser test (tests/cuebot_acct/test_admin_in_chromium.py) loads the admin in
-    headless Chromium, as scripts/screenshots.py does; Debian's chromium package has it. With
-    its recommended packages, for the fonts a page's text is drawn with."""
+    """The suite's browser test (tests/accounting/operators/test_admin_in_chromium.py) loads the
+    admin in headless Chromium, as scripts/screenshots.py does, both through Selenium, which
+    speaks WebDriver to Debian's chromedriver: the chromium package has the browser (installed
+    with its recommended packages, for the fonts a page's text is drawn with), chromium-driver
+    the driver of that same Chromium release."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from screenshots import find_browser
+    from screenshots import CHROMEDRIVER, find_browser
 
-    if find_browser():
-        return
-    apt_install("chromium", why="the suite's browser test loads the admin in headless Chromium")
     if not find_browser():
-        sys.exit("services: the chromium package did not install a chromium binary")
+        apt_install("chromium", why="the suite's browser test loads the admin in headless Chromium")
+        if not find_browser():
+            sys.exit("services: the chromium package did not install a chromium binary")
+    if not CHROMEDRIVER.is_file():
+        apt_install("chromium-driver", why=f"Selenium drives Chromium through its {CHROMEDRIVER} in the browser test")
+        if not CHROMEDRIVER.is_file():
+            sys.exit(f"services: the chromium-driver package did not install {CHROMEDRIVER}")
 
 
 def postgres_bin_dir() -> Path:

@@ -12,6 +12,7 @@ import environ
 from cuebot_acct import schedulers
 from cuebot_acct.bad_setting import BadSetting
 from cuebot_acct.redis_factory import check_redis_url, django_cache
+from cuebot_acct.writes import WRITES_WORDS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -96,6 +97,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "cuebot_acct.writes.template_context",  # an observer's pages say so (admin/base_site.html)
             ],
         },
     },
@@ -176,6 +178,15 @@ else:
 # in the Redis the scheduler books against; the NOTIFY era: pg_notify on acct_release and
 # acct_limit_change inside the writing transaction). cuebot_acct.schedulers reads them back.
 ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = schedulers.flags_of(name=ACCOUNTING_SCHEDULER or "")
+# Whether this instance writes anything of Cuebot's (the release, repairs, limits, the toggle, the
+# scheduled recompute) and the scheduler's Redis counters: off, it observes (drift, the guardrail,
+# the admin's pages, /metrics) under a role that may only SELECT Cuebot's tables, and every write
+# face refuses in one line (cuebot_acct.writes, docs/attaching.md). Unset: off on a site's database,
+# on where the project created Cuebot's tables itself (the demo, the suite).
+_writes = env.str("ACCOUNTING_WRITES", default="")
+if _writes.strip().lower() not in ("", *WRITES_WORDS):
+    raise BadSetting(setting="ACCOUNTING_WRITES", problem=f"is {_writes!r}", accepted="on or off (true or false)")
+ACCOUNTING_WRITES = WRITES_WORDS.get(_writes.strip().lower(), OPENCUE_TABLES == "create")
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Seconds before a Redis call from the release path gives up. It is never retried.

@@ -64,12 +64,16 @@ WRITES = {
 ROW_LOCKS = {"proc": "int_virt_max_used"}
 
 
-def grant_statements(*, role: str, schema: str = "public") -> list[str]:
+def grant_statements(*, role: str, schema: str = "public", writes: bool = True) -> list[str]:
     """The grants docs/attaching.md tells a DBA to give the service's role, from the lists the
-    checks (accounting.E004) verify: the one source of both, held to the page by a test."""
+    checks (accounting.E004) verify: the one source of both, held to the page by a test. With
+    `writes` off (ACCOUNTING_WRITES=off, the observer) SELECT on every table the project reads,
+    and nothing else of Cuebot's."""
     tables = sorted(expected_columns())
-    read_only = [table for table in tables if table not in WRITES]
+    read_only = [table for table in tables if not writes or table not in WRITES]
     statements = [f"GRANT USAGE ON SCHEMA {schema} TO {role};", f"GRANT SELECT ON {', '.join(read_only)} TO {role};"]
+    if not writes:
+        return statements
     by_privileges: dict[tuple[str, ...], list[str]] = {}
     for table in tables:
         if table in WRITES:
@@ -79,6 +83,33 @@ def grant_statements(*, role: str, schema: str = "public") -> list[str]:
     for table, column in sorted(ROW_LOCKS.items()):
         statements.append(f"GRANT UPDATE ({column}) ON {table} TO {role};")
     return statements
+
+
+def privileges_on(table: str, *, writes: bool) -> tuple[str, ...]:
+    """What the role needs on one of Cuebot's tables, writing or observing."""
+    return WRITES.get(table, ("SELECT",)) if writes else ("SELECT",)
+
+
+def needed_privileges(*, writes: bool) -> list[tuple[str, str]]:
+    """(table, privilege) for every table the project names, as the role needs them in this mode."""
+    return [(table, privilege) for table in expected_columns() for privilege in privileges_on(table, writes=writes)]
+
+
+def writer_grant(*tables: str) -> str:
+    """What a write to these tables needs beyond the observer's SELECT, as a refusal names it:
+    "UPDATE on subscription"; "DELETE on proc; UPDATE on host, point; UPDATE (int_virt_max_used) on proc"."""
+    by_privileges: dict[str, list[str]] = {}
+    for table in tables:
+        by_privileges.setdefault(", ".join(p for p in WRITES[table] if p != "SELECT"), []).append(table)
+    parts = [f"{privileges} on {', '.join(granted)}" for privileges, granted in by_privileges.items()]
+    parts += [f"UPDATE ({column}) on {table}" for table, column in sorted(ROW_LOCKS.items()) if table in tables]
+    return "; ".join(parts)
+
+
+# What the write faces change, for their refusals: a repair the five accounting tables, a release
+# everything but show (whose flag only the toggle writes).
+ACCOUNTING_TABLES = tuple(table for table in WRITES if table not in ("proc", "host", "host_local", "show"))
+RELEASE_TABLES = tuple(table for table in WRITES if table != "show")
 
 
 # Cuebot's SQL functions the project calls, and what for.
@@ -122,7 +153,8 @@ def schema_problems() -> list[SchemaProblem]:
         found: dict[str, dict[str, str]] = {}
         for table, column, kind in cursor.fetchall():
             found.setdefault(table, {})[column] = kind
-        needed = [(table, privilege) for table in expected for privilege in WRITES.get(table, ("SELECT",))]
+        writes = settings.ACCOUNTING_WRITES
+        needed = needed_privileges(writes=writes)
         cursor.execute(
             "SELECT t.name, t.privilege FROM unnest(%s::text[], %s::text[]) AS t(name, privilege) "
             "WHERE to_regclass(t.name) IS NOT NULL AND NOT has_table_privilege(t.name, t.privilege)",
@@ -132,7 +164,7 @@ def schema_problems() -> list[SchemaProblem]:
         cursor.execute(
             "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL "
             "AND NOT has_any_column_privilege(t, 'UPDATE')",
-            [list(ROW_LOCKS)],
+            [list(ROW_LOCKS) if writes else []],
         )
         cannot_lock = [table for (table,) in cursor.fetchall()]
         cursor.execute("SELECT f FROM unnest(%s::text[]) AS f WHERE to_regprocedure(f) IS NULL", [list(FUNCTIONS)])
@@ -182,7 +214,8 @@ def schema_problems() -> list[SchemaProblem]:
             SchemaProblem(
                 "accounting.E004",
                 f"the database role may not {privilege} on {table}",
-                f"GRANT {', '.join(WRITES.get(table, ('SELECT',)))} ON {table} TO the service's role (see docs/attaching.md).",
+                f"GRANT {', '.join(privileges_on(table, writes=writes))} ON {table} TO the service's role "
+                f"(see docs/attaching.md{'' if writes else ': the observer, ACCOUNTING_WRITES=off'}).",
             )
         )
     for table in cannot_lock:

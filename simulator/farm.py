@@ -13,6 +13,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
 
@@ -148,9 +149,10 @@ def remove_sim_farm() -> None:
             "DELETE FROM facility WHERE pk_facility = ANY(%(facilities)s)",
         ):
             cursor.execute(statement, params)
-    client = accounting_redis()
-    for start in range(0, len(redis_keys), 1000):
-        client.delete(*redis_keys[start : start + 1000])
+    if settings.ACCOUNTING_REDIS_ENABLED:  # only the Redis era has the scheduler's keys to clear
+        client = accounting_redis()
+        for start in range(0, len(redis_keys), 1000):
+            client.delete(*redis_keys[start : start + 1000])
     cache.delete_many([flag_cache_key(show_id=s) for s in show_ids])
 
 

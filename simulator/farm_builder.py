@@ -404,6 +404,11 @@ FARM_INSERTS = (
 )
 
 
+# What the simulator's commands need, named by their refusal while ACCOUNTING_WRITES is off: they
+# write what Cuebot and the scheduler write, and release and repair through the service.
+PLAYS_CUEBOT = "Cuebot's own rights on a scratch Cuebot database (it writes what Cuebot writes)"
+
+
 def refuse_without_cuebots_rights(*, command: str) -> None:
     """Stop in one line, before writing anything, when this role may not insert Cuebot's rows
     (the service's documented role may not: a traceback half-way was what it got before)."""

@@ -4,7 +4,7 @@ accounting.reconcile.drift), in one place: the reconciler thread, the operator a
 
 import random
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.utils import timezone
@@ -62,6 +62,11 @@ class SchedulerReseed:
     # Keys written while a live in-flight operation touched them: each may now read low
     # (a booking whose proc is not committed yet, or a release whose decrement comes later).
     exposed_keys: int
+    # Every key the reseed wrote (all of them, or those of the chunks before a refused one),
+    # and per exposed key the live entries' amounts (cores, GPUs) its write ignored: how far
+    # below SUM(proc) that write may have left it, until the key's next write.
+    keys_written: frozenset[str] = frozenset()
+    ignored: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def reseed_like_scheduler(*, show_ids: list[str]) -> SchedulerReseed:
@@ -70,15 +75,24 @@ def reseed_like_scheduler(*, show_ids: list[str]) -> SchedulerReseed:
     in-flight overlay, no retry."""
     client = accounting_redis()
     seq_before = client.get(keys.SEQ) or b""
-    exposed = 0
+    written: set[str] = set()
+    ignored: dict[str, tuple[int, int]] = {}
+
+    def outcome(*, done: bool) -> SchedulerReseed:
+        return SchedulerReseed(
+            written=done, exposed_keys=len(ignored), keys_written=frozenset(written), ignored=ignored
+        )
+
     with closing(booked_rows(show_ids=show_ids, finished_jobs=False)) as rows:
         for chunk in chunked(rows, reseed.CHUNK_KEYS):
             args = [seq_before, *(part for key, cores, gpus, _ in chunk for part in (key, cores, gpus))]
             reply = REFERENCE_RESEED_WRITE.run(client, keys=[keys.SEQ, keys.INFLIGHT], args=args)
             if not int(reply[0]):
-                return SchedulerReseed(written=False, exposed_keys=exposed)
-            exposed += int(reply[2])
-    return SchedulerReseed(written=True, exposed_keys=exposed)
+                return outcome(done=False)
+            written.update(key for key, *_ in chunk)
+            for i in range(3, len(reply), 3):
+                ignored[reply[i].decode()] = (int(reply[i + 1]), int(reply[i + 2]))
+    return outcome(done=True)
 
 
 def reseed_all_like_scheduler() -> SchedulerReseed:

@@ -1,6 +1,7 @@
 """What a run counted, shared by every worker thread, and how it is printed."""
 
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -51,6 +52,16 @@ class Stats:
     # Keys a scheduler-like reseed (no in-flight overlay) wrote while live in-flight
     # operations touched them: each such write may have left the key reading low.
     reseed_keys_over_inflight: int = 0
+    # Where the scheduler's own reseed runs (--reseeder scheduler): per key, the in-flight
+    # amounts (cores, GPUs) its last write of that key ignored (how far below SUM(proc) that
+    # write may have left it, until the key is written again), and when it last wrote
+    # (time.monotonic()); counters seen below SUM(proc) within that reseed's documented bound,
+    # and bookings past a cap by no more than the bound lets a key read low (each reported,
+    # neither a violation: docs/redis-protocol.md).
+    scheduler_ignored: dict[str, tuple[int, int]] = field(default_factory=dict)
+    scheduler_wrote_at: float = float("-inf")
+    low_within_scheduler_bound: int = 0
+    over_cap_within_scheduler_bound: int = 0
     bootstraps: int = 0
     failovers: int = 0
     rebuilds_after_failover: int = 0
@@ -97,6 +108,22 @@ class Stats:
         with self._lock:
             target = getattr(self, collection)
             target.append(item) if isinstance(target, list) else target.add(item)
+
+    def note_scheduler_write(
+        self, *, keys_written: frozenset[str], ignored: dict[str, tuple[int, int]], complete: bool
+    ) -> None:
+        """A write of the scheduler-like reseed: each key written now carries what this write
+        ignored (nothing, for most), in place of what an earlier write left."""
+        with self._lock:
+            for key in keys_written:
+                self.scheduler_ignored.pop(key, None)
+            self.scheduler_ignored.update(ignored)
+            if complete:
+                self.scheduler_wrote_at = time.monotonic()
+
+    def scheduler_ignored_now(self) -> dict[str, tuple[int, int]]:
+        with self._lock:
+            return dict(self.scheduler_ignored)
 
     def counted_over_cap(self) -> list[OverCap]:
         with self._lock:
@@ -182,6 +209,10 @@ class Report:
                 "reseeds_deferred": s.reseeds_deferred_for_stalls,
             },
             "excluded": {"cap_lowerings": len(s.cap_lowerings), "switches": len(s.switches)},
+            "within_scheduler_bound": {
+                "low_counters_sampled": s.low_within_scheduler_bound,
+                "over_cap": s.over_cap_within_scheduler_bound,
+            },
             "exactness_judged": self.exactness_judged,
             "releases_after_last_reseed": s.releases_after_last_reseed,
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
@@ -228,6 +259,9 @@ class Report:
             f"{d['stalled_publishes']['reseeds_deferred']} reseed cycles deferred for them)",
             f"  over cap, excused     {d['over_cap_excluded']:>10}  (booked while their cap was lowered ({d['excluded']['cap_lowerings']} "
             f"lowerings) or their show switched ({d['excluded']['switches']} switches))",
+            f"  within the scheduler's reseed bound: {d['within_scheduler_bound']['low_counters_sampled']} counters "
+            f"sampled below SUM(proc), {d['within_scheduler_bound']['over_cap']} bookings past a cap "
+            "(--reseeder scheduler: what its reseed may leave low, docs/redis-protocol.md)",
             f"  exactness judged      {'yes' if d['exactness_judged'] else 'no':>10}  "
             + (
                 f"({d['releases_after_last_reseed']} scheduler-managed procs released after the last reseed)"

@@ -41,6 +41,7 @@ from simulator.workers import (
     reconciler,
     redis_open,
     releaser,
+    scheduler_bound,
     wrap_redis_publishers,
 )
 
@@ -233,7 +234,12 @@ def _run(
     settle_inflight(ttl_seconds=config.inflight_ttl_seconds)
     publish_expired(ctx)  # what the workers' stop left stalled: nothing else runs now
     managed = list(Show.objects.filter(pk__in=farm.show_ids, b_scheduler_managed=True).values_list("pk", flat=True))
-    low, high = against_truth(show_ids=managed) if redis_open() else ([], [])
+    final = (
+        against_truth(show_ids=managed, bound=scheduler_bound(stats, reseeder=config.reseeder))
+        if redis_open()
+        else None
+    )
+    low, high = (final.low, final.high) if final is not None else ([], [])
     judged = (
         config.reseeder == "project"
         and not set(config.faults) & set(LEAVE_REDIS_HIGH)

@@ -17,8 +17,13 @@ What stays the superuser's:
 - the test database's creation and migration (pytest-django), like the Cuebot migrations
   that created a site's tables.
 
-The role is named after the test database, so two suites on one server (other databases)
-never share it, and it is dropped when the session ends.
+A second role is the observer a cautious site grants first (ACCOUNTING_WRITES=off): SELECT
+alone on Cuebot's tables (`grant_statements(writes=False)`) and the project's own tables, which a
+site's observer owns in its own schema; `as_observer()` and `observer_database()` run the code
+under test as it.
+
+The roles are named after the test database, so two suites on one server (other databases)
+never share them, and they are dropped when the session ends.
 """
 
 import re
@@ -41,6 +46,7 @@ class _State:
 
     role: str | None = None
     password: str = ""
+    observer_password: str = ""
     database: str | None = None
     suspended: bool = False
 
@@ -50,9 +56,18 @@ STATE = _State()
 _depth = threading.local()
 
 
-def role_for(database: str) -> str:
+def role_for(database: str, *, kind: str = "service") -> str:
     """A role name of the test database's own (PostgreSQL's 63-character limit kept)."""
-    return re.sub(r"\W", "_", f"{database}_service").lower()[:63]
+    return re.sub(r"\W", "_", f"{database}_{kind}").lower()[:63]
+
+
+def _login_role(cursor, role: str) -> str:
+    """Make `role` (or take back one a killed session left) with a fresh password; returns it."""
+    password = secrets.token_hex(16)
+    cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
+    verb = "CREATE" if cursor.fetchone() is None else "ALTER"
+    cursor.execute(f"{verb} ROLE {role} LOGIN PASSWORD %s", [password])
+    return password
 
 
 def _take_role(sender, connection, **kwargs) -> None:
@@ -65,15 +80,11 @@ def _take_role(sender, connection, **kwargs) -> None:
 def create_role(*, database: str) -> None:
     """Make the role on the (migrated) test database with exactly the documented grants, and
     give it the project's own tables, as a site's role owns those it migrated."""
-    role = role_for(database)
-    password = secrets.token_hex(16)
+    role, observer = role_for(database), role_for(database, kind="observer")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
-        if cursor.fetchone() is None:  # a session killed before its end may have left it
-            cursor.execute(f"CREATE ROLE {role} LOGIN PASSWORD %s", [password])
-        else:
-            cursor.execute(f"ALTER ROLE {role} LOGIN PASSWORD %s", [password])
-        for statement in grant_statements(role=role):
+        password = _login_role(cursor, role)
+        STATE.observer_password = _login_role(cursor, observer)
+        for statement in grant_statements(role=role) + grant_statements(role=observer, writes=False):
             cursor.execute(statement)
         cursor.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND NOT tablename = ANY(%s)",
@@ -81,6 +92,9 @@ def create_role(*, database: str) -> None:
         )
         for (table,) in cursor.fetchall():
             cursor.execute(f'ALTER TABLE public."{table}" OWNER TO {role}')
+            cursor.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON public."{table}" TO {observer}')
+        # Cuebot's tables have no sequence: every one in the schema is an own table's id.
+        cursor.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {observer}")
     STATE.role, STATE.password, STATE.database = role, password, database
     connection_created.connect(_take_role, dispatch_uid="tests.service_role")
     connections.close_all()  # the migrations' connection was the superuser's: reopen as the role
@@ -95,9 +109,10 @@ def drop_role() -> None:
     if role is None:
         return
     with connection.cursor() as cursor:
-        cursor.execute(f"REASSIGN OWNED BY {role} TO CURRENT_USER")
-        cursor.execute(f"DROP OWNED BY {role}")
-        cursor.execute(f"DROP ROLE {role}")
+        for dropped in (role, role_for(STATE.database or "", kind="observer")):
+            cursor.execute(f"REASSIGN OWNED BY {dropped} TO CURRENT_USER")
+            cursor.execute(f"DROP OWNED BY {dropped}")
+            cursor.execute(f"DROP ROLE {dropped}")
     connections.close_all()
 
 
@@ -163,8 +178,39 @@ def service_database() -> dict[str, str]:
     test database as a site runs: logged in as the service's role (its own password, so a
     server that asks for one works too), attached to Cuebot's tables (OPENCUE_TABLES=existing,
     so the start-up checks accounting.E001-E005 run, under that role)."""
+    assert STATE.role, "the suite's role is made by the django_db_setup fixture (tests/conftest.py)"
+    # Writes named: on a site's database (existing) they are off unless a site turns them on.
+    return {"DATABASE_URL": _url(STATE.role, STATE.password), "OPENCUE_TABLES": "existing", "ACCOUNTING_WRITES": "on"}
+
+
+def observer_database() -> dict[str, str]:
+    """service_database(), as the observer: SELECT alone on Cuebot's tables, and
+    ACCOUNTING_WRITES left unset, which on a site's database (existing) is off."""
+    assert STATE.role, "the suite's roles are made by the django_db_setup fixture (tests/conftest.py)"
+    observer = role_for(STATE.database or "", kind="observer")
+    return {"DATABASE_URL": _url(observer, STATE.observer_password), "OPENCUE_TABLES": "existing"}
+
+
+def _url(role: str, password: str) -> str:
     settings = connection.settings_dict
     host, port = settings["HOST"] or "127.0.0.1", settings["PORT"] or 5432
-    assert STATE.role, "the suite's role is made by the django_db_setup fixture (tests/conftest.py)"
-    url = f"postgres://{STATE.role}:{quote(STATE.password, safe='')}@{host}:{port}/{settings['NAME']}"
-    return {"DATABASE_URL": url, "OPENCUE_TABLES": "existing"}
+    return f"postgres://{role}:{quote(password, safe='')}@{host}:{port}/{settings['NAME']}"
+
+
+@contextmanager
+def as_observer():
+    """Inside, the test's connection is the observer's (a new one too), as under
+    observer_database(); the caller sets ACCOUNTING_WRITES off (the `observer` fixture does)."""
+    assert STATE.role, "the suite's roles are made by the django_db_setup fixture (tests/conftest.py)"
+    observer, service = role_for(STATE.database or "", kind="observer"), STATE.role
+    STATE.role = observer
+    _set(observer)
+    try:
+        yield
+    finally:
+        STATE.role = service
+        if (
+            connection.connection is not None
+            and connection.connection.info.transaction_status != pq.TransactionStatus.INERROR
+        ):
+            _set(service)

@@ -42,6 +42,8 @@ from accounting.notify.payloads import (
 from accounting.reconcile.snapshot import redis_limits
 from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
 from cuebot_acct.redis_factory import accounting_redis
+from cuebot_acct.writes import require_writes
+from shows.attach import writer_grant
 from shows.models import Show
 
 log = logging.getLogger(__name__)
@@ -209,6 +211,8 @@ def notify_limit_changes(*, instance: LimitInstance, changed: list[str]) -> None
 
 
 def _apply(instance: L, changes: dict[str, int | None]) -> L:
+    table = type(instance)._meta.db_table
+    require_writes(action=f"a limit change of {table}", grant=writer_grant(table))
     for name, value in changes.items():
         check_limit(model=type(instance), name=name, value=value)
     with transaction.atomic():

@@ -55,8 +55,13 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
+def lock_key(*, name: str) -> str:
+    """The Redis key of the lock `name`: for a script that asks whether it is held."""
+    return PREFIX + name
+
+
 def _lock(*, name: str, ttl_seconds: float | None = None) -> Lock:
-    return Lock(accounting_redis(), PREFIX + name, timeout=ttl_seconds, blocking=False, thread_local=False)
+    return Lock(accounting_redis(), lock_key(name=name), timeout=ttl_seconds, blocking=False, thread_local=False)
 
 
 def acquire(*, name: str, ttl_seconds: float, owner: str) -> bool:

@@ -10,6 +10,7 @@ to delete procs.
 from collections.abc import Callable
 from typing import Protocol, cast
 
+from django.conf import settings
 from django.contrib import admin
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -88,10 +89,11 @@ class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None) -> bool:
-        return request.user.has_perm(permissions.CHANGE_LIMITS)
+        # An observer (ACCOUNTING_WRITES=off) shows the limits read-only; its pages say why.
+        return settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.CHANGE_LIMITS)
 
     def has_view_permission(self, request, obj=None) -> bool:
-        return super().has_view_permission(request, obj) or self.has_change_permission(request, obj)
+        return super().has_view_permission(request, obj) or request.user.has_perm(permissions.CHANGE_LIMITS)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         """The form refuses what the service would (accounting.limits.changes.check_limit), as a
@@ -384,10 +386,11 @@ class ProcAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
-        return request.user.has_perm(permissions.RELEASE_PROCS)
+        # Deleting is the release: never on an observer (ACCOUNTING_WRITES=off).
+        return settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.RELEASE_PROCS)
 
     def has_view_permission(self, request, obj=None) -> bool:
-        return super().has_view_permission(request, obj) or self.has_delete_permission(request, obj)
+        return super().has_view_permission(request, obj) or request.user.has_perm(permissions.RELEASE_PROCS)
 
     def delete_model(self, request, obj) -> None:
         unbook_proc(proc_id=obj.pk)

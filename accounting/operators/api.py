@@ -1,8 +1,10 @@
 """Accounting endpoints under /api/v1/: release, drift, locks and limit changes."""
 
+import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal, TypeVar
 
 from django.conf import settings
@@ -57,15 +59,21 @@ from cuebot_acct.api_types import (
     AUTH_ERRORS,
     LOOKUP_ERRORS,
     NO_NUL,
+    WRITE_ERRORS,
     DbText,
     ErrorOut,
     InvalidOut,
     JsonNumber,
+    OutcomeUnknown,
+    OutcomeUnknownOut,
     json_int,
     storable,
 )
+from cuebot_acct.outages import first_line, is_postgresql_outage
 from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS, VIEW_ACCOUNTING
 from shows.models import Show
+
+logger = logging.getLogger(__name__)
 
 router = Router(tags=["accounting"])
 
@@ -149,19 +157,48 @@ def _release_out(release: Release, names: dict[str, str | None]) -> dict:
     }
 
 
+CUT_OFF = (
+    "the release's connection to PostgreSQL was lost before its outcome was known (a restart, a terminated "
+    "backend, a failover): it may or may not have been made. Sending the same release again is safe: a proc "
+    "already released is answered as not found and credits nothing."
+)
+
+
+@contextmanager
+def _cut_off_is_503(*, proc_ids: list[str]) -> Iterator[None]:
+    """A release whose PostgreSQL connection was lost raises OutcomeUnknown (503, Retry-After), logged
+    at WARNING in one line: an outage, not a bug. Its DELETE may have committed or not, and
+    nothing was published or counted unless it did; a retry is a new release, which finds a proc
+    the lost one released gone, in every era (docs/api.md, "Errors")."""
+    try:
+        yield
+    except Exception as error:
+        if not is_postgresql_outage(error):
+            raise
+        logger.warning(
+            "release of %s cut off from PostgreSQL (%s: %s): answered 503, outcome unknown, a retry is safe",
+            proc_ids[0] if len(proc_ids) == 1 else f"{len(proc_ids)} procs from {proc_ids[0]}",
+            type(error).__name__,
+            first_line(error),
+        )
+        raise OutcomeUnknown(CUT_OFF) from error
+
+
 def released_one(*, proc_id: str) -> tuple[int, dict]:
     """The proc released, and the status and answer of its endpoint (404: no such proc). Shared by
     the endpoint and by accounting.operators.release_lane, which serves it ahead of Django."""
-    release = unbook_proc(proc_id=proc_id)
-    if release is None:
-        return 404, {"detail": f"no proc {proc_id}"}
-    return 200, _release_out(release, release_names(releases=[release])[release.proc_id])
+    with _cut_off_is_503(proc_ids=[proc_id]):
+        release = unbook_proc(proc_id=proc_id)
+        if release is None:
+            return 404, {"detail": f"no proc {proc_id}"}
+        return 200, _release_out(release, release_names(releases=[release])[release.proc_id])
 
 
 def released_many(*, proc_ids: list[str]) -> dict:
     """The procs released in one transaction, and their endpoint's answer (as released_one)."""
-    releases = unbook_procs(proc_ids=proc_ids)
-    names = release_names(releases=[r for r in releases if r is not None])
+    with _cut_off_is_503(proc_ids=proc_ids):
+        releases = unbook_procs(proc_ids=proc_ids)
+        names = release_names(releases=[r for r in releases if r is not None])
     return {
         "results": [
             {"proc_id": proc_id, "status": "released", "release": _release_out(release, names[proc_id])}
@@ -175,7 +212,7 @@ def released_many(*, proc_ids: list[str]) -> dict:
 @router.post(
     "/procs/unbook",
     auth=BearerToken(RELEASE_PROCS),
-    response={200: UnbookBatchOut, 422: InvalidOut, **AUTH_ERRORS},
+    response={200: UnbookBatchOut, 422: InvalidOut, 503: OutcomeUnknownOut, **WRITE_ERRORS},
     tags=["release"],
     summary="Release many procs in one transaction",
     description=f"Needs the permission {RELEASE_PROCS}.",
@@ -187,7 +224,7 @@ def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
 @router.post(
     "/procs/{proc_id}/unbook",
     auth=BearerToken(RELEASE_PROCS),
-    response={200: ReleaseOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: ReleaseOut, **LOOKUP_ERRORS, 503: OutcomeUnknownOut, **WRITE_ERRORS},
     tags=["release"],
     summary="Release one proc",
     description=f"Needs the permission {RELEASE_PROCS}.",
@@ -435,7 +472,7 @@ def _limited(change: Callable[[], T]) -> T:
 @router.patch(
     "/accounting/subscriptions/{subscription_id}/limits",
     auth=BearerToken(CHANGE_LIMITS),
-    response={200: SubscriptionLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: SubscriptionLimitsOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     summary="Set size/burst (cores)",
     description=LIMITS_DESCRIPTION,
 )
@@ -449,7 +486,7 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
 @router.patch(
     "/accounting/folders/{folder_id}/limits",
     auth=BearerToken(CHANGE_LIMITS),
-    response={200: FolderLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: FolderLimitsOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     summary="Set folder caps (cores, -1 unlimited)",
     description=LIMITS_DESCRIPTION,
 )
@@ -471,7 +508,7 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
 @router.patch(
     "/accounting/jobs/{job_id}/limits",
     auth=BearerToken(CHANGE_LIMITS),
-    response={200: JobLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: JobLimitsOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     summary="Set job caps (cores)",
     description=LIMITS_DESCRIPTION,
 )
@@ -492,7 +529,7 @@ def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
 @router.patch(
     "/accounting/points/{point_id}/limits",
     auth=BearerToken(CHANGE_LIMITS),
-    response={200: PointLimitsOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: PointLimitsOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     summary="Set point minimums (cores)",
     description=LIMITS_DESCRIPTION,
 )

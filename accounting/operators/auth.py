@@ -17,7 +17,7 @@ from django.utils.functional import SimpleLazyObject
 from ninja.security import HttpBearer
 
 from accounting.models import ApiToken, hash_token
-from cuebot_acct.api_types import MissingPermission
+from cuebot_acct.api_types import MissingPermission, bearer_token
 
 
 def issue_token(*, user, name: str = "") -> str:
@@ -107,15 +107,6 @@ def token_allows(*, raw: str, permission: str) -> bool:
     its answers (accounting.operators.release_lane hands anything else to the API, which gives them)."""
     trusted = _trusted(raw=raw)
     return trusted is not None and trusted.allows(permission)
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, as django-ninja's HttpBearer reads it
-    (the scheme in any case; the token may be empty); None for no header or another scheme."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    return token if scheme.lower() == "bearer" else None
 
 
 class BearerToken(HttpBearer):

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
@@ -136,8 +137,12 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
+    def has_change_permission(self, request, obj=None) -> bool:
+        # An observer (ACCOUNTING_WRITES=off) shows shows read-only and offers no move; its pages say why.
+        return settings.ACCOUNTING_WRITES and super().has_change_permission(request, obj)
+
     def has_change_ownership_permission(self, request) -> bool:
-        return request.user.has_perm(permissions.CHANGE_OWNERSHIP)
+        return settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.CHANGE_OWNERSHIP)
 
     @admin.action(description="Move to scheduler", permissions=["change_ownership"])
     def move_to_scheduler(self, request, queryset):

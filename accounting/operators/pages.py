@@ -11,6 +11,7 @@ confirmation page, logged.
 """
 
 import logging
+from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib import admin, messages
@@ -38,10 +39,11 @@ from accounting.operators.selectors import (
 from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, DriftRow, drift_report, subscription_bars
 from accounting.reconcile.drift_history import redis_difference, table_difference
-from accounting.reconcile.recompute import repair_pg_accounting
-from accounting.reconcile.reseed import redis_is_empty, reseed
+from accounting.reconcile.recompute import repair_pg_accounting, require_table_writes
+from accounting.reconcile.reseed import redis_is_empty, require_redis_writes, reseed
 from cuebot_acct import permissions
 from cuebot_acct.schedulers import cuebot_owns_every_show
+from cuebot_acct.writes import WritesOff
 from shows.models import Show
 
 logger = logging.getLogger(__name__)
@@ -135,8 +137,8 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "rounding": [_entry(row, labels) for row in report.rounding_only],
         "in_flight": [_entry(row, labels) for row in report.explained_by(IN_FLIGHT)],
         "closed": report.explained_by(CLOSED),
-        "can_reseed": request.user.has_perm(permissions.RESEED_REDIS),
-        "can_repair": request.user.has_perm(permissions.REPAIR_TABLES),
+        "can_reseed": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.RESEED_REDIS),
+        "can_repair": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.REPAIR_TABLES),
         "redis_compared": redis_compared,
         "tables_owned": bool(cuebot_owned_show_ids(show_ids=[show.id])),
         "tables": tables,
@@ -172,6 +174,8 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         messages.error(
             request, "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
         )
+        return HttpResponseRedirect(drift_page)
+    if _refused_while_observing(request, require=require_redis_writes):
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(
@@ -230,6 +234,8 @@ def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
             f"{show.str_name} is scheduler-managed: its tables are its scheduler's record, not Cuebot's, in this era.",
         )
         return HttpResponseRedirect(drift_page)
+    if _refused_while_observing(request, require=require_table_writes):
+        return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(
             request,
@@ -247,6 +253,16 @@ def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
         history="Recomputed Cuebot's tables from SUM(proc)",
         told=f"Recomputed {show.str_name}'s tables: {outcome}.",
     )
+
+
+def _refused_while_observing(request: HttpRequest, *, require: Callable[[], None]) -> bool:
+    """True, with the service's refusal as the user's message, when ACCOUNTING_WRITES is off."""
+    try:
+        require()
+    except WritesOff as refused:
+        messages.error(request, str(refused))
+        return True
+    return False
 
 
 def _repaired(

@@ -9,12 +9,18 @@ stands, with the API's answer and the headers its middleware would add; every ot
 goes to Django untouched, and so do the refusals (401, 403, 413, 415, 422, a redirect to
 HTTPS, a disallowed host), which Django answers as it always has.
 
-A request is taken here when every one of these holds, checked in this order, the first five
-without a database read:
+The lane re-states what Django does to a release request under one stack: the middleware of
+REVIEWED_MIDDLEWARE in that order, no ATOMIC_REQUESTS, and the settings of REVIEWED_SETTINGS
+(issue 43). A project whose stack is anything else (a middleware appended, removed or moved, a
+setting away from its reviewed value) would have its releases answered without what it added:
+so the lane steps aside when it is built, every request goes to Django, and the system check
+accounting.W002 (`check --deploy`) and a warning in the worker's log say why (off_because).
+
+While it is on, a request is taken here when every one of these holds, checked in this order,
+the first five without a database read:
 - it is a POST to the single or the batch release path, as the URLconf reverses them;
 - its host is one ALLOWED_HOSTS allows, and no redirect to HTTPS awaits it
-  (SECURE_SSL_REDIRECT: an HTTPS request only); no DISALLOWED_USER_AGENTS or PREPEND_WWW
-  is set, whose checks only Django runs;
+  (SECURE_SSL_REDIRECT: an HTTPS request only);
 - it carries a bearer token (the scheme as django-ninja reads it);
 - the single release's proc id is ASCII, without `/` or NUL (the API's path parameter);
 - a batch says `Content-Type: application/json` (with any parameters), its length is within
@@ -25,14 +31,19 @@ without a database read:
 The release is then the endpoint's own (accounting.operators.api released_one and
 released_many), rendered as the API renders its answers, between Django's request_started and
 request_finished signals, so the database connection is checked and closed as for any request
-(close_old_connections). An unexpected error is logged and answered 500 as the API's handler
-does. Like Django's SecurityMiddleware, the lane reads its settings once, when it is built.
+(close_old_connections). An observer's refusal (ACCOUNTING_WRITES off: 403, raised by the
+release before its first statement), a release cut off from PostgreSQL (503 with Retry-After,
+accounting.operators.api) and an unexpected error (logged, 500) are answered as the API's
+handlers answer them (cuebot_acct.api.error_answer). Like Django's SecurityMiddleware, the lane
+reads its settings once, when it is built.
 
 tests/accounting/operators/test_api_release.py runs the release endpoints' tests through
 Django and through the lane, and tests/accounting/operators/test_release_lane.py holds the
-lane's answers, headers included, equal to Django's, and each refusal to Django's.
+lane's answers, headers included, equal to Django's, each refusal to Django's, and the lane
+stepping aside for a stack it was not reviewed against.
 """
 
+import logging
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from http import HTTPStatus
@@ -41,16 +52,108 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import request_finished, request_started
+from django.db import connections
 from django.http.request import split_domain_port, validate_host
 from django.urls import reverse
 from django.utils.http import parse_header_parameters
+from ninja.errors import HttpError
 
 from accounting.operators.api import UnbookBatchIn, released_many, released_one
-from accounting.operators.auth import bearer_token, token_allows
-from cuebot_acct.api import INTERNAL_ERROR, api, log_unexpected, parsed_json, rendered
+from accounting.operators.auth import token_allows
+from cuebot_acct.api import INTERNAL_ERROR, api, error_answer, log_unexpected, parsed_json, rendered
+from cuebot_acct.api_types import bearer_token
 from cuebot_acct.permissions import RELEASE_PROCS
+from cuebot_acct.writes import WritesOff
+
+logger = logging.getLogger(__name__)
 
 WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
+
+# What the lane was reviewed against: Django's answer to a release request under this middleware,
+# in this order, is what the lane gives (the browser middleware skips a token request; the rest
+# add the headers _middleware_headers re-states, or act on requests the lane hands over).
+REVIEWED_MIDDLEWARE = (
+    "cuebot_acct.api.JsonErrorsUnderApi",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "cuebot_acct.browser_middleware.BrowserSessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "cuebot_acct.browser_middleware.BrowserAuthenticationMiddleware",
+    "cuebot_acct.browser_middleware.BrowserMessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
+)
+# Every setting the lane reads, each with what it was reviewed at: REPEATED where the lane repeats
+# Django's own reading of it for whatever value it has (read when the lane is built), else the one
+# value the lane re-states (what CommonMiddleware does with any other, the lane does not repeat).
+# Beside them, ATOMIC_REQUESTS off on every database (_atomic_requests).
+REPEATED = "repeated for any value"
+REVIEWED_SETTINGS: dict[str, object] = {
+    "ALLOWED_HOSTS": REPEATED,
+    "DEBUG": REPEATED,  # for ALLOWED_HOSTS's default only
+    "DATA_UPLOAD_MAX_MEMORY_SIZE": REPEATED,
+    "SECURE_SSL_REDIRECT": REPEATED,
+    "SECURE_PROXY_SSL_HEADER": REPEATED,
+    "USE_X_FORWARDED_HOST": REPEATED,
+    "X_FRAME_OPTIONS": REPEATED,
+    "SECURE_CONTENT_TYPE_NOSNIFF": REPEATED,
+    "SECURE_REFERRER_POLICY": REPEATED,
+    "SECURE_CROSS_ORIGIN_OPENER_POLICY": REPEATED,
+    "SECURE_HSTS_SECONDS": REPEATED,
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": REPEATED,
+    "SECURE_HSTS_PRELOAD": REPEATED,
+    "DISALLOWED_USER_AGENTS": [],
+    "PREPEND_WWW": False,
+}
+
+
+def _middleware_reviewed() -> str | None:
+    current = list(settings.MIDDLEWARE)
+    if current == list(REVIEWED_MIDDLEWARE):
+        return None
+    added = [name for name in current if name not in REVIEWED_MIDDLEWARE]
+    missing = [name for name in REVIEWED_MIDDLEWARE if name not in current]
+    changes = []
+    if added:
+        changes.append(f"adds {', '.join(added)}")
+    if missing:
+        changes.append(f"lacks {', '.join(missing)}")
+    return f"MIDDLEWARE is not the list the lane re-states: {'; '.join(changes) or 'its order differs'}"
+
+
+def _atomic_requests() -> str | None:
+    # Read where Django's handler reads it (BaseHandler.make_view_atomic), per database.
+    atomic = sorted(alias for alias, database in connections.settings.items() if database.get("ATOMIC_REQUESTS"))
+    if not atomic:
+        return None
+    return (
+        f"ATOMIC_REQUESTS is on for {', '.join(atomic)}: Django runs each view in a transaction of its own, "
+        "which the lane would not"
+    )
+
+
+def _settings_reviewed() -> list[str]:
+    return [
+        f"{name} is {getattr(settings, name)!r}, not {value!r}"
+        for name, value in REVIEWED_SETTINGS.items()
+        if value is not REPEATED and getattr(settings, name) != value
+    ]
+
+
+def off_because() -> list[str]:
+    """Why the lane steps aside, one reason a line (the check accounting.W002 and the worker's log
+    give them); none while the project's stack is the one the lane was reviewed against. A new
+    reason to leave every release to Django is one more entry here."""
+    return [
+        reason
+        for reason in (
+            _middleware_reviewed(),
+            _atomic_requests(),
+            *_settings_reviewed(),
+        )
+        if reason
+    ]
 
 
 @lru_cache(maxsize=64)
@@ -77,6 +180,10 @@ class ReleaseLane:
 
     def __init__(self, django_app: WsgiApp) -> None:
         self.django_app = django_app
+        reasons = off_because()
+        self.taking = not reasons
+        if reasons:
+            logger.warning("the release lane is off, Django answers every release: %s", "; ".join(reasons))
         self.handler_class = type(django_app)
         self.batch_path = reverse("api:unbook_many")
         self.single_prefix, _, self.single_suffix = reverse("api:unbook_one", kwargs={"proc_id": "PROC"}).partition(
@@ -90,7 +197,6 @@ class ReleaseLane:
         self.allowed_hosts = settings.ALLOWED_HOSTS
         if settings.DEBUG and not self.allowed_hosts:  # as HttpRequest.get_host
             self.allowed_hosts = [".localhost", "127.0.0.1", "[::1]"]
-        self.only_django = bool(settings.DISALLOWED_USER_AGENTS or settings.PREPEND_WWW)
         self.content_type = api.get_content_type()
         self.frame_headers, self.plain_headers, self.secure_headers = self._middleware_headers()
 
@@ -118,7 +224,7 @@ class ReleaseLane:
         return frame, security, hsts + security
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") == "POST":
+        if self.taking and environ.get("REQUEST_METHOD") == "POST":
             path = environ.get("PATH_INFO", "")
             if path == self.batch_path:
                 return self._batch(environ, start_response)
@@ -157,7 +263,7 @@ class ReleaseLane:
     def _token(self, environ: dict) -> str | None:
         """The bearer token of a request the lane may take (see the module's list), else None."""
         token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
-        if not token or self.only_django:
+        if not token:
             return None
         if self.https_only and not self._secure(environ):
             return None
@@ -180,16 +286,24 @@ class ReleaseLane:
         self, environ: dict, start_response: Callable, token: str, release: Callable[[], tuple[int, Any]]
     ) -> Iterable[bytes]:
         request_started.send(sender=self.handler_class, environ=environ)
+        added: list[tuple[str, str]] = []  # the headers an error answer adds after Content-Type
         try:
             if not token_allows(raw=token, permission=RELEASE_PROCS):
                 request_finished.send(sender=self.handler_class)
                 return self.django_app(environ, start_response)
             status, answer = release()
+        except (HttpError, WritesOff) as error:  # an observer's refusal, a release cut off from PostgreSQL
+            status, answer, added = error_answer(error)
         except Exception as error:  # noqa: BLE001 - answered as the API's handler answers it
             log_unexpected(method="POST", path=environ.get("PATH_INFO", ""), error=error)
             status, answer = 500, {"detail": INTERNAL_ERROR}
         body = rendered(answer)
-        headers = [("Content-Type", self.content_type), *self.frame_headers, ("Content-Length", str(len(body)))]
+        headers = [
+            ("Content-Type", self.content_type),
+            *added,
+            *self.frame_headers,
+            ("Content-Length", str(len(body))),
+        ]
         headers += self.secure_headers if self._secure(environ) else self.plain_headers
         start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return _Answer(body, handler_class=self.handler_class)

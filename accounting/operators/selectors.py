@@ -415,11 +415,14 @@ def named_locks() -> list[NamedLock]:
 
 
 def table_repair(*, show: str | None) -> str:
-    """What repairs drift of Cuebot's tables in this era, as a command to type; every face says the same."""
+    """What repairs drift of Cuebot's tables in this era, as a command to type; every face says the
+    same, and on an observer that it needs writes on first."""
     if show:
-        return f"manage.py acct_reseed --show {show}"
-    # Outside the Maestro era acct_reseed alone rebuilds the scheduler-managed shows' Redis.
-    return "manage.py acct_reseed" if cuebot_owns_every_show() else "manage.py acct_reseed --cuebot-tables"
+        command = f"manage.py acct_reseed --show {show}"
+    else:
+        # Outside the Maestro era acct_reseed alone rebuilds the scheduler-managed shows' Redis.
+        command = "manage.py acct_reseed" if cuebot_owns_every_show() else "manage.py acct_reseed --cuebot-tables"
+    return command if settings.ACCOUNTING_WRITES else f"{command} (where ACCOUNTING_WRITES is on)"
 
 
 # --- Booked cores: where each number comes from ------------------------------------------

@@ -8,7 +8,7 @@ from pydantic import ConfigDict, StrictBool
 from accounting.operators.auth import BearerToken
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
-from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
+from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, WRITE_ERRORS, DbText, ErrorOut
 from cuebot_acct.permissions import CHANGE_OWNERSHIP, VIEW_ACCOUNTING
 from shows.models import Show
 from shows.selectors import ShowNameUnusable, list_shows, show_named
@@ -69,7 +69,7 @@ def show(request: HttpRequest, name: DbText):
 
 @router.put(
     "/{name}/scheduler-managed",
-    response={200: ManagedOut, 409: ErrorOut, 503: ErrorOut, **LOOKUP_ERRORS, **AUTH_ERRORS},
+    response={200: ManagedOut, 409: ErrorOut, 503: ErrorOut, **LOOKUP_ERRORS, **WRITE_ERRORS},
     auth=BearerToken(CHANGE_OWNERSHIP),
     summary="Move a show to the scheduler (true) or back to Cuebot (false)",
     description=f"Needs the permission {CHANGE_OWNERSHIP}.",

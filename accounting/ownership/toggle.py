@@ -4,6 +4,8 @@ from django.db import transaction
 
 from accounting.ownership import switching
 from cuebot_acct.schedulers import cuebot_owns_every_show
+from cuebot_acct.writes import require_writes
+from shows.attach import writer_grant
 from shows.models import Show
 from shows.selectors import refresh_flag_cache
 
@@ -24,6 +26,7 @@ def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     seeds its Redis keys (counters, then the limits that open them), a switch back recomputes
     its PG accounting tables from `proc`.
     """
+    require_writes(action=f"the ownership toggle of {show.str_name}", grant=writer_grant("show"))
     with transaction.atomic():
         old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
         changed = old != managed

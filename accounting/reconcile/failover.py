@@ -15,7 +15,9 @@ even before it is noticed here; this module closes and rebuilds it. One INFO and
 per check, every CHECK_INTERVAL_SECONDS, from a thread in every task worker process
 (`start_master_watch`), whatever ACCOUNTING_RECONCILE_ENABLED says: the scheduler's own
 bootstrap runs only on an empty Redis, and a promoted replica is not empty. The farm lock
-and the close script's compare make one process do each close and each rebuild.
+and the close script's compare make one process do each close and each rebuild. The same
+check (the same GET) notices a Redis with no `acct:seeded` marker and, where this service
+reconciles, starts its rebuild at once (accounting.reconcile.empty).
 """
 
 import logging
@@ -31,6 +33,7 @@ from django.db import DatabaseError, close_old_connections
 from accounting.live import keys
 from accounting.live.leases import LockBusy
 from accounting.live.scripts import script
+from accounting.reconcile.empty import rebuild_at_once
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_owed
 from accounting.reconcile.snapshot import chunked, limit_rows, managed_show_ids
 from cuebot_acct.metrics import REDIS_FAILOVERS, note_redis_master
@@ -83,12 +86,16 @@ def check_master(*, wait: Callable[[float], object] | None = None) -> MasterChec
     client = accounting_redis()
     address = master_address(client)  # for Sentinel, also drops pooled connections to a former master
     note_redis_master(address=address)
-    role, replid, (recorded,) = replication_state(client, keys.MASTER)
+    role, replid, (recorded, seeded) = replication_state(client, keys.MASTER, keys.SEEDED)
     failover = False
     if role != "master":
         # A connection still open to a demoted master; the pool replaces it, the next check
         # reads the new master.
         return MasterCheck(address=address, replication_id=replid, failover=False, rebuilt=False)
+    if seeded is None:
+        # Empty (restarted) or closed by a failover: its rebuild starts now, not at the next
+        # scheduled check, where this service reconciles (accounting.reconcile.empty).
+        rebuild_at_once()
     if recorded is None:
         # Nothing recorded yet: a Redis that came up empty (whoever rebuilds it, this service
         # or the scheduler's bootstrap), or one seeded before masters were recorded. Its keys
@@ -136,8 +143,9 @@ _watching: list[threading.Thread] = []
 
 
 def start_master_watch() -> None:
-    """Start this process's watch thread, once (a task worker calls it when it starts)."""
-    if not settings.ACCOUNTING_REDIS_ENABLED:
+    """Start this process's watch thread, once (a task worker calls it when it starts). Not on an
+    observer (ACCOUNTING_WRITES=off): closing and rebuilding the keys writes the scheduler's Redis."""
+    if not settings.ACCOUNTING_REDIS_ENABLED or not settings.ACCOUNTING_WRITES:
         return
     with _watch_started:
         if _watching:

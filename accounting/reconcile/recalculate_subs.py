@@ -17,6 +17,8 @@ from accounting.reconcile.recompute import (
 )
 from cuebot_acct import metrics
 from cuebot_acct.schedulers import cuebot_owns_every_show
+from cuebot_acct.writes import require_writes
+from shows.attach import writer_grant
 
 logger = logging.getLogger(__name__)
 
@@ -53,21 +55,25 @@ SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
         OR s.float_tier IS DISTINCT FROM tier(COALESCE(b.cores, 0), s.int_size)::numeric(16, 2))
    AND (%(only)s::text IS NULL OR s.pk_subscription = %(only)s)
 """
+
+
 # By cuebot_owns_every_show(). Outside the Maestro era the shows are filtered at the proc scan
-# (the array is computed once), so only Cuebot-managed procs are joined to their host.
-SUBSCRIPTION_DRIFT = {
-    False: _SUBSCRIPTION_DRIFT.format(
-        owned="WHERE NOT b_scheduler_managed FOR SHARE",
+# (the array is computed once), so only Cuebot-managed procs are joined to their host. A dry run
+# writes nothing, so it holds no show (and needs no more than SELECT, as an observer has).
+def _subscription_drift(*, every_show: bool, writing: bool) -> str:
+    if every_show:
+        return _SUBSCRIPTION_DRIFT.format(owned="", procs="")
+    return _SUBSCRIPTION_DRIFT.format(
+        owned="WHERE NOT b_scheduler_managed" + (" FOR SHARE" if writing else ""),
         procs="AND p.pk_show = ANY(ARRAY(SELECT pk_show FROM cuebot_shows))",
-    ),
-    True: _SUBSCRIPTION_DRIFT.format(owned="", procs=""),
-}
+    )
+
 
 # A row legitimately above its burst gets its true SUM(proc) too: the burst moves in the
 # same UPDATE and back afterwards (accounting.reconcile.recompute explains the trick).
 FIX_SUBSCRIPTIONS = {
     every_show: f"""
-WITH drift AS ({drift})
+WITH drift AS ({_subscription_drift(every_show=every_show, writing=True)})
 UPDATE subscription s
    SET int_cores = d.new_cores, int_gpus = d.new_gpus,
        int_burst = CASE WHEN d.new_cores > s.int_cores AND d.new_cores > s.int_burst THEN -s.int_burst - 1 ELSE s.int_burst END
@@ -76,15 +82,15 @@ UPDATE subscription s
 RETURNING d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus, s.pk_subscription,
           d.new_cores > d.old_cores AND d.new_cores > d.old_burst
 """
-    for every_show, drift in SUBSCRIPTION_DRIFT.items()
+    for every_show in (False, True)
 }
 
 SHOW_DRIFT = {
     every_show: f"""
-WITH drift AS ({drift})
+WITH drift AS ({_subscription_drift(every_show=every_show, writing=False)})
 SELECT d.show_name, d.alloc_name, d.old_cores, d.old_gpus, d.new_cores, d.new_gpus, d.pk_subscription FROM drift d
 """
-    for every_show, drift in SUBSCRIPTION_DRIFT.items()
+    for every_show in (False, True)
 }
 
 
@@ -178,6 +184,8 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     One instance at a time, fleet-wide: a run that finds the lock held skips (ran=False).
     A dry run reads the same drift and writes nothing.
     """
+    if not dry_run:
+        require_writes(action="recalculate_subs", grant=writer_grant("subscription"))
     pg_lock = not settings.ACCOUNTING_REDIS_ENABLED
     try:
         with nullcontext() if pg_lock else named_lock(name=RECALCULATE_SUBS_LOCK):

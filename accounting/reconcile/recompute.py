@@ -31,6 +31,8 @@ from django.db import DatabaseError, connection, transaction
 from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows
 from cuebot_acct import metrics
 from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
+from cuebot_acct.writes import require_writes
+from shows.attach import ACCOUNTING_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +327,11 @@ def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
     return repair_pg_accounting(show_ids=show_ids).failures
 
 
+def require_table_writes() -> None:
+    """WritesOff unless this instance may write Cuebot's five tables (ACCOUNTING_WRITES)."""
+    require_writes(action="the repair of Cuebot's tables", grant=writer_grant(*ACCOUNTING_TABLES))
+
+
 def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     """Make the five accounting tables of these shows equal SUM(proc), in one transaction.
 
@@ -342,6 +349,7 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     drift anew each run), so as the outermost transaction a deadlock victim is simply run again
     (cuebot_acct.transactions); inside a caller's transaction that error propagates.
     """
+    require_table_writes()
     return retry_transient(lambda: _repair_once(show_ids=list(show_ids)), operation="recompute")
 
 

@@ -53,6 +53,7 @@ from cuebot_acct.metrics import (
     RESEED_WRITES_REFUSED,
 )
 from cuebot_acct.redis_factory import accounting_redis
+from cuebot_acct.writes import REDIS_ONLY, require_writes
 
 log = logging.getLogger(__name__)
 
@@ -286,6 +287,11 @@ class ReseedReport:
     bootstrapped: bool = False
 
 
+def require_redis_writes() -> None:
+    """WritesOff unless this instance may write the scheduler's Redis counters (ACCOUNTING_WRITES)."""
+    require_writes(action="the reseed of the scheduler's Redis counters", grant=REDIS_ONLY)
+
+
 def reseed(
     *,
     limits: bool = True,
@@ -299,6 +305,7 @@ def reseed(
     booked cycle is skipped, since they are configuration. With limits, on a Redis not
     seeded since its restart, this is the bootstrap (every managed show, after the
     in-flight wait): limits written straight away could open keys that read low."""
+    require_redis_writes()
     with named_lock(name=FARM_LOCK):
         if limits and redis_is_empty():
             return _bootstrap(wait=None, progress=progress)
@@ -368,6 +375,7 @@ def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool
     finish (another rebuild took it over, or Redis restarted again during each of its
     MAX_ATTEMPTS rounds): no marker, so the next check starts over. `wait` replaces the
     in-flight wait (tests control time)."""
+    require_writes(action="the rebuild of an empty accounting Redis", grant=REDIS_ONLY)
     if not redis_is_empty():
         return False
     with named_lock(name=FARM_LOCK):
@@ -383,6 +391,7 @@ def bootstrap_if_owed(*, wait: Callable[[float], object] | None = None) -> bool:
     does not wait for ACCOUNTING_RECONCILE_ENABLED: the scheduler's own bootstrap runs only on
     an empty Redis, and a promoted replica is not empty. True when it did; LockBusy or
     ReseedSkipped as bootstrap_if_empty."""
+    require_writes(action="the rebuild of the accounting Redis after a failover", grant=REDIS_ONLY)
     if not accounting_redis().exists(keys.REBUILD_OWED):
         return False
     with named_lock(name=FARM_LOCK):

@@ -34,6 +34,7 @@ from django.conf import settings
 
 from accounting.live import keys
 from accounting.live.scripts import script
+from accounting.reconcile.empty import FARM_LOCK_KEY, rebuild_at_once
 from accounting.release.types import KEY_IDS, Release
 from cuebot_acct.metrics import (
     RELEASE_CLAMPED,
@@ -180,12 +181,20 @@ class RedisReleasePublisher:
         payload = "|".join(f"{key}|{cores}|{gpus}" for key, (cores, gpus) in prepared.deltas.items())
         ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
         try:
-            script("release_prepare").run_held(
-                self._client(), keys=[keys.INFLIGHT, keys.SEQ], args=[prepared.op_id, ttl_ms, payload, _bump()]
+            # release_prepare.lua returns {seq, empty} on every path: a list reply.
+            _, empty = cast(
+                list,
+                script("release_prepare").run_held(
+                    self._client(),
+                    keys=[keys.INFLIGHT, keys.SEQ, keys.SEEDED, FARM_LOCK_KEY],
+                    args=[prepared.op_id, ttl_ms, payload, _bump()],
+                ),
             )
         except Exception as error:  # noqa: BLE001 - the release commits whatever Redis does
             _failed(stage="prepare", what="release in-flight registration failed", prepared=prepared, error=error)
             return None
+        if int(empty):
+            rebuild_at_once()  # this release is the first to meet an empty Redis: its rebuild starts now
         return prepared
 
     def publish(self, *, prepared: PreparedRelease) -> int | None:

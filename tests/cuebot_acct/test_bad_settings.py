@@ -39,6 +39,7 @@ CASES = {
         "'redis+sentinel://sentinel-a:26379/': expected redis+sentinel://[:password@]host:port"
         f"[,host:port...]/<master name>/<db>; {ACCEPTED_URLS}",
     ),
+    "ACCOUNTING_WRITES": ("maybe", "cuebot-acct: ACCOUNTING_WRITES is 'maybe'; accepted: on or off (true or false)"),
     "TASK_BROKER_REDIS_URL": (
         "redis://127.0.0.1:6379/two",
         "cuebot-acct: TASK_BROKER_REDIS_URL is "

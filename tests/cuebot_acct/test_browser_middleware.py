@@ -49,8 +49,11 @@ def test_a_token_release_reads_nothing_for_sessions_or_users(farm, client, token
     assert "django_session" not in touched and "auth_user" not in touched and "api_token" not in touched
 
 
-def test_a_wrong_token_is_401_with_no_session_either(db, client):
-    response = release(client, "anything", {"Authorization": "bearer not-a-token"})
+# The header read by the API's one parser (cuebot_acct.api_types.bearer_token), as django-ninja reads
+# it: the scheme in any case, and a bare scheme is an empty token, which the endpoint refuses.
+@pytest.mark.parametrize("authorization", ["bearer not-a-token", "BEARER not-a-token", "Bearer"])
+def test_a_wrong_token_is_401_with_no_session_either(db, client, authorization):
+    response = release(client, "anything", {"Authorization": authorization})
     assert response.status_code == 401
     assert not hasattr(response.wsgi_request, "session")
 

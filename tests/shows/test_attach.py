@@ -41,11 +41,12 @@ def server(dbname: str = "postgres") -> psycopg.Connection:
 
 
 def dba_sql(*, role: str, password: str) -> str:
-    """docs/attaching.md's SQL block as a DBA would paste it, for a role of this test's own
-    (roles are the server's, not the database's) with a real password."""
-    block = re.search(r"```sql\n(.*?)```", DOC.read_text(), re.S).group(1)
-    block = block.replace("PASSWORD '...'", f"PASSWORD '{password}'")
-    return re.sub(r"(ROLE|TO|AUTHORIZATION) cuebot_acct\b", rf"\1 {role}", block)
+    """docs/attaching.md's SQL blocks as a DBA would paste them, for a role of this test's own
+    (roles are the server's, not the database's) with a real password: the observer's, then the
+    writer's grants a site gives when it lets the service write (as the tests here run it)."""
+    blocks = "\n".join(re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.S))
+    blocks = blocks.replace("PASSWORD '...'", f"PASSWORD '{password}'")
+    return re.sub(r"(ROLE|TO|AUTHORIZATION) cuebot_acct\b", rf"\1 {role}", blocks)
 
 
 @pytest.fixture
@@ -88,9 +89,11 @@ def tables_by_schema(name: str) -> dict[str, set[str]]:
 
 
 def attached(url: str) -> dict[str, str]:
+    """A site's database, as the writer (ACCOUNTING_WRITES=on) unless a test says otherwise."""
     return {
         "DATABASE_URL": url,
         "OPENCUE_TABLES": "existing",
+        "ACCOUNTING_WRITES": "on",
         "OWN_TABLES_SCHEMA": OWN_SCHEMA,
         "settings": "settings.test",
     }
@@ -147,10 +150,10 @@ def test_the_check_names_a_missing_table_function_and_privilege(cuebot_database)
         site.execute("CREATE ROLE cuebot_acct_reader LOGIN")
         site.execute(f"GRANT USAGE, CREATE ON SCHEMA {OWN_SCHEMA} TO cuebot_acct_reader")
         site.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public, {OWN_SCHEMA} TO cuebot_acct_reader")
+    reader = attached(superuser.replace("postgres@", "cuebot_acct_reader@"))
     try:
-        checked = manage(
-            "check", "--database", "default", **attached(superuser.replace("postgres@", "cuebot_acct_reader@"))
-        )
+        checked = manage("check", "--database", "default", **reader)
+        observing = manage("check", "--database", "default", **{**reader, "ACCOUNTING_WRITES": "off"})
     finally:
         with server(name) as site:
             site.execute("DROP OWNED BY cuebot_acct_reader")
@@ -161,6 +164,8 @@ def test_the_check_names_a_missing_table_function_and_privilege(cuebot_database)
     assert "the database role may not DELETE on proc" in checked.stderr
     assert "the database role may not UPDATE on subscription" in checked.stderr
     assert "accounting.E005" in checked.stderr and "tier(numeric, numeric) is missing" in checked.stderr
+    assert observing.returncode == 1 and "Cuebot table 'host_local' is missing" in observing.stderr
+    assert "accounting.E004" not in observing.stderr
 
 
 @pytest.mark.django_db

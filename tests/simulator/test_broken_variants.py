@@ -115,6 +115,12 @@ def finished_jobs_left_out_of_the_snapshot(monkeypatch):
     )
 
 
+def finished_jobs_decrements_published(monkeypatch):
+    """The release path without its rule for the scheduler's own reseed: a FINISHED job's procs
+    are decremented too, after that reseed already left them out (issue 42)."""
+    monkeypatch.setattr(Release, "job_finished", property(lambda release: False))
+
+
 def published_before_commit(monkeypatch):
     """The decrement sent at once instead of from transaction.on_commit: a rolled-back
     release still takes its procs off."""
@@ -133,6 +139,8 @@ LOW = ("low_counters_sampled", "releases_found_counter_low", "low_before_final_r
 # variant below needs the farm and its own break only, and one control then covers them all.
 DEFAULT_FARM = SimConfig(seconds=6, seed=7, reconcile_interval=0.5)
 STALLS = ("release-stall",)
+# The same farm with the scheduler's own reseed in place of this project's (--reseeder scheduler).
+SCHEDULER_RESEEDS = replace(DEFAULT_FARM, reseeder="scheduler")
 # A small, busy farm: one releaser for four bookers.
 SMALL_FARM = SimConfig(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, seed=7, reconcile_interval=0.5)
 
@@ -147,6 +155,7 @@ VARIANTS = {
     decrement_lost: (DEFAULT_FARM, STALLS, ("high_before_final_reseed",)),
     finished_jobs_left_out_of_the_snapshot: (SMALL_FARM, ("job-kill",), LOW),
     published_before_commit: (SMALL_FARM, ("pg-rollback",), LOW),
+    finished_jobs_decrements_published: (SCHEDULER_RESEEDS, ("job-kill",), LOW),
 }
 
 
@@ -175,15 +184,22 @@ def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
     ("config", "faults"),
     sorted({(config, faults) for config, faults, _ in VARIANTS.values()}, key=str),
     ids=lambda value: (
-        ("default farm" if value is DEFAULT_FARM else "small farm")
+        {DEFAULT_FARM: "default farm", SCHEDULER_RESEEDS: "default farm, scheduler's reseed"}.get(value, "small farm")
         if isinstance(value, SimConfig)
         else ",".join(value) or "no faults"
     ),
 )
 def test_the_same_runs_of_the_unbroken_protocol_hold_every_invariant(config, faults):
-    """The control: each run above, with nothing broken, is clean, exactness judged."""
+    """The control: each run above, with nothing broken, is clean, exactness judged (where this
+    project reseeds: the scheduler's own reseed is exact only at its write)."""
     report = run_simulation(config=replace(config, faults=faults))
-    assert report.ok and report.exactness_judged, report.as_table()
+    assert report.ok, report.as_table()
+    if config.reseeder == "scheduler":
+        # Its reseed came between a kill and the releases (counters read low within its bound),
+        # the window a release that publishes a FINISHED job's decrements is caught in.
+        assert report.stats.low_within_scheduler_bound > 0, report.as_table()
+    else:
+        assert report.exactness_judged, report.as_table()
 
 
 # The NOTIFY era's run on the farm every run uses, with its job kills (FINISHED first, procs

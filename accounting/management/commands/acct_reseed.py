@@ -6,10 +6,11 @@ from tqdm import tqdm
 
 from accounting.live.leases import LockBusy
 from accounting.management.commands._show_arg import show_argument
+from accounting.management.commands._writes import refused_while_observing
 from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids
 from accounting.reconcile.failover import check_master
 from accounting.reconcile.recompute import repair_pg_accounting
-from accounting.reconcile.reseed import reseed
+from accounting.reconcile.reseed import require_redis_writes, reseed
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
@@ -39,6 +40,7 @@ class Command(BaseCommand):
             help="outside the Maestro era: the five tables of every Cuebot-managed show (or --show's), no Redis",
         )
 
+    @refused_while_observing
     def handle(self, *args, limits: bool, booked: bool, show: str | None, cuebot_tables: bool, **options) -> None:
         found = show_argument(name=show) if show is not None else None
         maestro = cuebot_owns_every_show()
@@ -65,6 +67,7 @@ class Command(BaseCommand):
         if not limits and not booked:
             limits = booked = True
         show_ids = [found.id] if found is not None else None
+        require_redis_writes()  # before the master check, which closes a new master's keys
         try:
             # A new master not noticed yet (no task cluster running) is closed and rebuilt
             # first, as the task workers' watch would; its bookings stay refused until then.

@@ -2,6 +2,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from cuebot_acct.startup import check_services, redact, redis_urls
+from cuebot_acct.writes import mode_line
 from shows.attach import check_cuebot_schema
 
 
@@ -14,3 +15,4 @@ class Command(BaseCommand):
         self.stdout.write(f"PostgreSQL ok: {redact(settings.DATABASE_URL)}")
         for setting, url in redis_urls().items():
             self.stdout.write(f"Redis ok ({setting}): {redact(url)}")
+        self.stdout.write(mode_line())

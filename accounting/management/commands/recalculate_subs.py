@@ -3,6 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.live.units import format_cores
+from accounting.management.commands._writes import refused_while_observing
 from accounting.reconcile.recalculate_subs import recalculate_subs
 
 
@@ -17,6 +18,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="print the rows that would change, write nothing")
 
+    @refused_while_observing
     def handle(self, *args, dry_run: bool, **options) -> None:
         result = recalculate_subs(dry_run=dry_run)
         if not result.ran:

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from accounting.limits.changes import InvalidLimit, set_folder_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
+from accounting.management.commands._writes import refused_while_observing
 from accounting.models import FolderResource
 from shows.selectors import AmbiguousName, ShowNameUnusable, only_one, show_named
 
@@ -25,6 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--min-gpus")
         parser.add_argument("--max-gpus", help="-1 for unlimited")
 
+    @refused_while_observing
     def handle(self, *args, show: str, folder: str, **options) -> None:
         values = parse_limits(
             options,

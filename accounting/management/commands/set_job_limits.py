@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from accounting.limits.changes import InvalidLimit, set_job_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
+from accounting.management.commands._writes import refused_while_observing
 from accounting.models import JobResource
 from shows.selectors import AmbiguousName, get_live_job
 
@@ -23,6 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--max-gpus", help="GPUs")
         parser.add_argument("--priority")
 
+    @refused_while_observing
     def handle(self, *args, job: str, **options) -> None:
         values = parse_limits(options, model=JobResource, cores=["max_cores"], counts=["max_gpus", "priority"])
         try:

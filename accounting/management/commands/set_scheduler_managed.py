@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.management.commands._show_arg import show_argument
+from accounting.management.commands._writes import refused_while_observing
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 
@@ -18,6 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("show", help="show name")
         parser.add_argument("value", help="on or off (true or false)")
 
+    @refused_while_observing
     def handle(self, *args, show: str, value: str, **options) -> None:
         managed = VALUES.get(value.lower())
         if managed is None:

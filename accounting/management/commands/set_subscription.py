@@ -8,6 +8,7 @@ from accounting.limits.changes import InvalidLimit, set_subscription_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
 from accounting.management.commands._show_arg import show_argument
+from accounting.management.commands._writes import refused_while_observing
 from accounting.models import Subscription
 
 
@@ -23,6 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--size", help="cores, up to two decimals (2.5)")
         parser.add_argument("--burst", help="cores, up to two decimals (2.5)")
 
+    @refused_while_observing
     def handle(self, *args, show: str, alloc: str, **options) -> None:
         values = parse_limits(options, model=Subscription, cores=["size", "burst"], counts=[])
         found = show_argument(name=show)

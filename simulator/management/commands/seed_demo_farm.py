@@ -7,9 +7,12 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
+from accounting.management.commands._writes import refused_while_observing
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
+from cuebot_acct.writes import require_writes
 from simulator.farm_builder import (
     MAESTRO_PROOF,
+    PLAYS_CUEBOT,
     DemoFarmSize,
     FarmRefused,
     build_demo_farm,
@@ -47,7 +50,9 @@ class Command(BaseCommand):
             ),
         )
 
+    @refused_while_observing
     def handle(self, *args, maestro_size: bool, **options) -> None:
+        require_writes(action="seed_demo_farm", grant=PLAYS_CUEBOT)
         given = {name: options[name] for name in ("shows", "hosts", "procs", "cores_per_host")}
         if maestro_size and any(value is not None for value in given.values()):
             raise CommandError("--maestro-size is a whole size: give it alone or give the size by hand", returncode=2)

@@ -11,11 +11,13 @@ from django.test.utils import override_settings
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
+from accounting.management.commands._writes import refused_while_observing
 from accounting.operators.auth import grant_permissions, issue_token
 from cuebot_acct.permissions import RELEASE_PROCS
 from cuebot_acct.startup import redact
+from cuebot_acct.writes import require_writes
 from simulator.farm import SimFarm, build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
-from simulator.farm_builder import FarmRefused, refuse_without_cuebots_rights
+from simulator.farm_builder import PLAYS_CUEBOT, FarmRefused, refuse_without_cuebots_rights
 from simulator.faults import FAULT_KINDS, parse_faults
 from simulator.maestro_era import run_maestro_simulation
 from simulator.maestro_run import MAESTRO_FAULTS, parse_maestro_faults
@@ -112,7 +114,9 @@ class Command(BaseCommand):
             "the scheduler's own recompute (compare-and-swap only) (default: %(default)s)",
         )
 
+    @refused_while_observing
     def handle(self, *args, faults: str, json: bool, allow_flush_foreign_keys: bool, **options) -> None:
+        require_writes(action="simulate_farm", grant=PLAYS_CUEBOT)
         if options["era"] == "notify":
             return self._notify_era(faults=faults, as_json=json, **options)
         if options["era"] == "maestro":

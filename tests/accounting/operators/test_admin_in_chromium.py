@@ -5,18 +5,22 @@ found a farm table running past the page (the drift column cut off) and a subscr
 scrolling sideways, which every test-client test passed. This test logs in through the login
 form, as a person does, and checks what must be seen: the overview with its sources legend,
 tables that fit the page, and the sidebar's links to the overview and the drift pages, followed
-by a click. It drives Chromium with scripts/screenshots.py's DevTools client (the standard
-library only). Chromium is a prerequisite like promtool: `make test` installs it
-(scripts/services.py up --tests), and its absence fails here, never skips.
+by a click. It follows Django's convention for browser tests: pytest-django's live_server (the
+server of StaticLiveServerTestCase, static files included) and Selenium, driving Chromium
+through Debian's chromedriver as scripts/screenshots.py does (which starts the browser for both).
+Chromium and chromedriver are prerequisites like promtool: `make test` installs them
+(scripts/services.py up --tests), and their absence fails here, never skips.
 """
 
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from selenium.webdriver import Chrome
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.selenium_manager import SeleniumManager
 
 from accounting.models import Subscription
 from accounting.reconcile.reseed import seed_show
@@ -24,49 +28,56 @@ from tests.farms import build_farm
 from tests.processes import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from screenshots import DevTools, find_browser, start_browser, stop_browser  # noqa: E402
+from screenshots import follow, log_in, missing, path_of, start_browser  # noqa: E402
 
 PASSWORD = "a-browser-test-password"
 WIDTH = 1280  # the width of docs/screenshots/, a laptop's admin
 
 
-MISSING = (
-    "Chromium is missing, and the admin's browser test needs it: `make test` installs it "
-    "(scripts/services.py up --tests, Debian's chromium package), or: apt-get install -y chromium"
-)
+def selenium_manager_asked(manager: SeleniumManager, args: list[str]) -> dict:
+    raise AssertionError(
+        f"Selenium Manager was asked for a driver ({' '.join(args)}); chromedriver is named by its path"
+    )
 
 
 @contextmanager
-def chromium_page(profile: Path) -> Iterator[DevTools]:
-    """A page of a fresh headless Chromium, its DevTools client; the browser is stopped after.
-    Asserted, not a fixture, so that a missing Chromium is this test's failure, not a setup error."""
-    binary = find_browser()
-    assert binary, MISSING
-    browser, ws_url = start_browser(binary, str(profile))
-    tools = DevTools(ws_url, timeout=15)
+def chromium_page(profile: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Chrome]:
+    """A fresh headless Chromium under Selenium, quit after. Asserted, not a fixture, so that a
+    missing Chromium or chromedriver is this test's failure, not a setup error. Selenium Manager
+    (which looks for a driver, and downloads one, when none is named) fails the start if asked."""
+    problem = missing()
+    assert problem is None, f"the admin's browser test needs Chromium and its driver: {problem}"
+    monkeypatch.setattr(SeleniumManager, "binary_paths", selenium_manager_asked)
+    driver = start_browser(profile=str(profile), width=WIDTH)
     try:
-        tools.call("Page.enable")
-        tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=900, deviceScaleFactor=1, mobile=False)
-        yield tools
+        yield driver
     finally:
-        tools.close()
-        stop_browser(browser)
+        driver.quit()
 
 
-def fits_the_page(tools: DevTools, selector: str) -> dict:
+def text_of(driver: Chrome, selector: str) -> str:
+    """The element's innerText: its text as laid out, what is shown and nothing hidden (the
+    page's own reading, not WebDriver's approximation of visible text)."""
+    return driver.execute_script("return document.querySelector(arguments[0]).innerText", selector)
+
+
+def fits_the_page(driver: Chrome, selector: str) -> dict:
     """Where the element's right edge is against its module's (the box it is drawn in) and the
     page's, and whether the element scrolls sideways."""
-    return tools.evaluate(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-        if (!e) return {{found: false}};
+    return driver.execute_script(
+        """const e = document.querySelector(arguments[0]);
+        if (!e) return {found: false};
         const box = e.parentElement.closest('.module') || document.documentElement;
-        return {{found: true, right: Math.round(e.getBoundingClientRect().right),
-                 module: Math.round(box.getBoundingClientRect().right), page: document.documentElement.clientWidth,
-                 scrolls: e.scrollWidth > e.clientWidth + 1}}; }})()""")
+        return {found: true, right: Math.round(e.getBoundingClientRect().right),
+                module: Math.round(box.getBoundingClientRect().right), page: document.documentElement.clientWidth,
+                scrolls: e.scrollWidth > e.clientWidth + 1};""",
+        selector,
+    )
 
 
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_the_drift_pages(
-    live_server, django_user_model, seeded_redis, tmp_path
+    live_server, django_user_model, seeded_redis, tmp_path, monkeypatch
 ):
     farm = build_farm(managed=True)
     for cores in (250, 250, 100):  # 6 cores reserved, which Redis counts as 5
@@ -76,10 +87,10 @@ def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_th
     django_user_model.objects.create_superuser("operator", "", PASSWORD)
     base = live_server.url
 
-    with chromium_page(tmp_path / "profile") as chromium:
-        chromium.login(base, username="operator", password=PASSWORD)
-        assert chromium.evaluate("location.pathname") == "/admin/"  # the farm overview is where a login lands
-        overview = chromium.evaluate("document.body.innerText")
+    with chromium_page(tmp_path / "profile", monkeypatch) as chromium:
+        log_in(chromium, base, username="operator", password=PASSWORD)
+        assert path_of(chromium) == "/admin/"  # the farm overview is where a login lands
+        overview = text_of(chromium, "body")
         assert "Farm overview" in overview and farm.show.str_name in overview
         assert "Where booked cores come from." in overview
         for source in ("Redis live", "PostgreSQL row", "SUM(proc) now"):
@@ -89,46 +100,42 @@ def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_th
         assert shows_table["found"] and shows_table["right"] <= min(shows_table["module"], shows_table["page"]), (
             f"the shows table runs past its box: {shows_table}"
         )
-        drift_link = chromium.evaluate(
-            f"document.querySelector('a[href=\"/admin/accounting/drift/{farm.show.pk}/\"]') !== null"
-        )
-        assert drift_link, "the overview links the show to its drift page"
+        drift_links = chromium.find_elements(By.CSS_SELECTOR, f'a[href="/admin/accounting/drift/{farm.show.pk}/"]')
+        assert drift_links, "the overview links the show to its drift page"
 
-        chromium.open(f"{base}/admin/accounting/subscription/")
-        sidebar = chromium.evaluate(
-            "[...document.querySelectorAll('#nav-sidebar a')].map(a => [a.textContent.trim(), a.pathname])"
+        chromium.get(f"{base}/admin/accounting/subscription/")
+        sidebar = chromium.execute_script(
+            "return [...document.querySelectorAll('#nav-sidebar a')].map(a => [a.textContent.trim(), a.pathname])"
         )
         assert ["Farm overview", "/admin/"] in sidebar and ["Accounting drift", "/admin/accounting/drift/"] in sidebar
         listing = fits_the_page(chromium, "#changelist .results")
         assert listing["found"] and not listing["scrolls"], f"the subscription list scrolls sideways: {listing}"
-        assert "Where booked cores come from." in chromium.evaluate("document.querySelector('#changelist').innerText")
+        assert "Where booked cores come from." in text_of(chromium, "#changelist")
         # The other accounting lists (cores and GPUs per row) fit beside the sidebar and the filter too.
         for model in ("folderresource", "jobresource", "layerresource", "point", "proc"):
-            chromium.open(f"{base}/admin/accounting/{model}/")
+            chromium.get(f"{base}/admin/accounting/{model}/")
             listing = fits_the_page(chromium, "#changelist .results")
             assert listing["found"] and not listing["scrolls"], f"the {model} list scrolls sideways: {listing}"
 
         # The sidebar's link, clicked as a person clicks it.
-        chromium.events.clear()
-        chromium.evaluate(
-            "[...document.querySelectorAll('#nav-sidebar a')].find(a => a.textContent.trim() == 'Accounting drift').click()"
-        )
-        chromium.wait_for_event("Page.loadEventFired")
-        assert chromium.evaluate("location.pathname") == "/admin/accounting/drift/"
-        drift_index = chromium.evaluate("document.querySelector('#content').innerText")
+        sidebar_link = chromium.find_element(By.ID, "nav-sidebar").find_element(By.LINK_TEXT, "Accounting drift")
+        follow(chromium, sidebar_link.click)
+        assert path_of(chromium) == "/admin/accounting/drift/"
+        drift_index = text_of(chromium, "#content")
         assert "Accounting drift" in drift_index and farm.show.str_name in drift_index
 
 
-def submit(chromium: DevTools, script: str) -> None:
-    """Run `script` (which fills and submits a form) and wait for the page it loads."""
-    chromium.events.clear()
-    chromium.evaluate(script)
-    chromium.wait_for_event("Page.loadEventFired")
+def type_burst(chromium: Chrome, value: str) -> None:
+    """Type `value` into the subscription form's burst, replacing what is there, and save."""
+    field = chromium.find_element(By.ID, "id_int_burst")
+    field.clear()
+    field.send_keys(value)
+    follow(chromium, chromium.find_element(By.CSS_SELECTOR, '#subscription_form [name="_save"]').click)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
-    live_server, django_user_model, seeded_redis, tmp_path
+    live_server, django_user_model, seeded_redis, tmp_path, monkeypatch
 ):
     farm = build_farm(managed=True)
     farm.add_proc(cores=300)
@@ -137,40 +144,33 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
     django_user_model.objects.create_superuser("operator", "", PASSWORD)
     base = live_server.url
     form = f"{base}/admin/accounting/subscription/{farm.subscription.pk}/change/"
-    type_burst = (
-        "document.getElementById('id_int_burst').value = {value};document.querySelector('#subscription_form').submit();"
-    )
 
-    with chromium_page(tmp_path / "profile") as chromium:
-        chromium.login(base, username="operator", password=PASSWORD)
+    with chromium_page(tmp_path / "profile", monkeypatch) as chromium:
+        log_in(chromium, base, username="operator", password=PASSWORD)
 
         # A burst typed in cores: a fraction finer than hundredths is refused with the sentence every face uses...
-        chromium.open(form)
-        submit(chromium, type_burst.format(value=json.dumps("2.125")))
-        assert "Cores are stored in hundredths: use at most two decimals" in chromium.evaluate(
-            "document.body.innerText"
-        )
+        chromium.get(form)
+        type_burst(chromium, "2.125")
+        assert "Cores are stored in hundredths: use at most two decimals" in text_of(chromium, "body")
         assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 20000  # nothing changed
         # ...and two decimals are taken, stored in centicores, published in whole cores.
-        submit(chromium, type_burst.format(value=json.dumps("250.5")))
-        assert chromium.evaluate("location.pathname") == "/admin/accounting/subscription/"
+        type_burst(chromium, "250.5")
+        assert path_of(chromium) == "/admin/accounting/subscription/"
         assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 25050
         assert seeded_redis.hget(sub_key, "burst") == "250"
 
         # Redis drifts (a lost decrement, by hand): the drift page names the key by its show and allocation.
         seeded_redis.hset(sub_key, "int_cores", 9)
-        chromium.open(f"{base}/admin/accounting/drift/{farm.show.pk}/")
-        drift = chromium.evaluate("document.querySelector('#content').innerText")
+        chromium.get(f"{base}/admin/accounting/drift/{farm.show.pk}/")
+        drift = text_of(chromium, "#content")
         assert f"{farm.show.str_name} / {farm.alloc.str_name}" in drift and "show gone" not in drift
 
         # Reseed it: a confirmation first, then the outcome, and no drift left.
-        submit(
-            chromium, "[...document.querySelectorAll('#content a')].find(a => a.pathname.endsWith('/reseed/')).click()"
-        )
-        confirm = chromium.evaluate("document.querySelector('#content').innerText")
+        follow(chromium, chromium.find_element(By.CSS_SELECTOR, '#content a[href$="/reseed/"]').click)
+        confirm = text_of(chromium, "#content")
         assert f"This rebuilds the Redis keys of {farm.show.str_name}" in confirm
         assert seeded_redis.hget(sub_key, "int_cores") == "9"  # the GET changed nothing
-        submit(chromium, "document.querySelector('#content form').submit()")
-        assert chromium.evaluate("location.pathname") == f"/admin/accounting/drift/{farm.show.pk}/"
-        assert f"Reseeded {farm.show.str_name}: booked:" in chromium.evaluate("document.body.innerText")
+        follow(chromium, chromium.find_element(By.CSS_SELECTOR, "#content form [type=submit]").click)
+        assert path_of(chromium) == f"/admin/accounting/drift/{farm.show.pk}/"
+        assert f"Reseeded {farm.show.str_name}: booked:" in text_of(chromium, "body")
         assert seeded_redis.hget(sub_key, "int_cores") == "3"

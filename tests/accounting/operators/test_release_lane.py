@@ -1,17 +1,27 @@
 """The release lane (accounting.operators.release_lane): Cuebot's releases answered ahead of Django,
 as Django answers them, and everything else handed to Django untouched."""
 
+import ast
 import json
 import logging
+from pathlib import Path
 
 import pytest
+from django.core.checks import run_checks
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
+from django.db import connections
 from django.test import RequestFactory
 
 import accounting.operators.release_lane
 from accounting.models import Proc
-from accounting.operators.release_lane import ReleaseLane
+from accounting.operators.release_lane import (
+    REPEATED,
+    REVIEWED_MIDDLEWARE,
+    REVIEWED_SETTINGS,
+    ReleaseLane,
+    off_because,
+)
 from cuebot_acct.permissions import RELEASE_PROCS, VIEW_ACCOUNTING
 from tests.wsgi_client import wsgi_call
 
@@ -140,6 +150,30 @@ def test_what_the_api_would_refuse_goes_to_django_and_is_answered_as_before(farm
     assert Proc.objects.filter(pk=proc.id).exists()
 
 
+@pytest.mark.parametrize("kind", ["single", "batch"])
+def test_an_observers_refusal_is_answered_by_the_lane_as_django_answers_it(farm, token, settings, kind):
+    proc = farm.add_proc()
+    body = json.dumps({"proc_ids": [proc.id]}).encode()
+    settings.ACCOUNTING_WRITES = False
+
+    def request() -> dict:
+        if kind == "batch":
+            return environ("/api/v1/procs/unbook", token=token, body=body)
+        return environ(f"/api/v1/procs/{proc.id}/unbook", token=token)
+
+    lane_answer, taken = served(request())
+    django_answer = by_django(request())
+
+    assert taken
+    assert lane_answer.status_code == 403 and lane_answer.json()["setting"] == "ACCOUNTING_WRITES"
+    assert (lane_answer.status_code, lane_answer.header_list, lane_answer.content) == (
+        django_answer.status_code,
+        django_answer.header_list,
+        django_answer.content,
+    )
+    assert Proc.objects.filter(pk=proc.id).exists()
+
+
 def test_a_plain_http_release_is_left_to_django_where_https_is_required(farm, token, settings):
     settings.SECURE_SSL_REDIRECT = True
     proc = farm.add_proc()
@@ -203,3 +237,103 @@ def test_an_unexpected_error_is_logged_and_answered_500_as_the_api_answers_it(
     assert answer.json() == {"detail": "internal server error; see the service's log"}
     assert f"unexpected error on POST /api/v1/procs/{proc.id}/unbook" in caplog.text
     assert "names unreadable" in caplog.text
+
+
+class Stamp:
+    """A middleware a project might add one day (a request id, an audit trail, a rate limit): it
+    stamps every answer it sees."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        response["X-Stamp"] = "seen"
+        return response
+
+
+def appended(settings, monkeypatch) -> str:
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.Stamp"]
+    return f"adds {__name__}.Stamp"
+
+
+def reordered(settings, monkeypatch) -> str:
+    # XFrameOptionsMiddleware outermost: its header would come last in Django's answer.
+    frames = "django.middleware.clickjacking.XFrameOptionsMiddleware"
+    settings.MIDDLEWARE = [frames, *(name for name in settings.MIDDLEWARE if name != frames)]
+    return "its order differs"
+
+
+def atomic_requests(settings, monkeypatch) -> str:
+    # Where Django's handler reads it (the connection's settings, the same dict as DATABASES').
+    monkeypatch.setitem(connections.settings["default"], "ATOMIC_REQUESTS", True)
+    return "ATOMIC_REQUESTS is on for default"
+
+
+def user_agents_refused(settings, monkeypatch) -> str:
+    settings.DISALLOWED_USER_AGENTS = ["^curl/"]
+    return "DISALLOWED_USER_AGENTS is"
+
+
+STACKS = {
+    "a middleware appended": appended,
+    "a middleware moved": reordered,
+    "ATOMIC_REQUESTS": atomic_requests,
+    "a setting away from its reviewed value": user_agents_refused,
+}
+
+
+def lane_warnings() -> list:
+    """What `manage.py check --deploy` says of the lane."""
+    return [m for m in run_checks(include_deployment_checks=True) if m.id == "accounting.W002"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_stack_the_lane_was_not_reviewed_against_turns_it_off_and_django_answers_every_release(
+    farm, token, settings, monkeypatch, caplog, stack
+):
+    reason = STACKS[stack](settings, monkeypatch)
+    one, many = farm.add_proc(cores=100), farm.add_proc(cores=200)
+    batch = json.dumps({"proc_ids": [many.id]}).encode()
+
+    with caplog.at_level(logging.WARNING, logger="accounting.operators.release_lane"):
+        single_answer, single_taken = served(environ(f"/api/v1/procs/{one.id}/unbook", token=token))
+    batch_answer, batch_taken = served(environ("/api/v1/procs/unbook", token=token, body=batch))
+
+    assert (single_taken, batch_taken) == (False, False)
+    assert (single_answer.status_code, batch_answer.status_code) == (200, 200)
+    assert batch_answer.json()["results"][0]["status"] == "released"
+    assert not Proc.objects.filter(pk__in=[one.id, many.id]).exists()
+    if stack == "a middleware appended":  # what the lane would have left out
+        assert single_answer["X-Stamp"] == batch_answer["X-Stamp"] == "seen"
+    (warning,) = lane_warnings()
+    assert reason in warning.hint and warning.msg.startswith("The release lane is off")
+    assert f"the release lane is off, Django answers every release: {off_because()[0]}" in caplog.text
+
+
+def test_with_the_projects_stack_the_lane_is_on_and_no_check_warns(farm, token, settings):
+    assert list(settings.MIDDLEWARE) == list(REVIEWED_MIDDLEWARE)
+    assert off_because() == []
+    assert lane_warnings() == []
+    _, taken = served(environ(f"/api/v1/procs/{farm.add_proc().id}/unbook", token=token))
+    assert taken
+
+
+def test_every_setting_the_lane_reads_is_recorded_with_what_it_was_reviewed_at():
+    tree = ast.parse(Path(accounting.operators.release_lane.__file__).read_text())
+    read = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "settings"
+    } | {
+        node.args[1].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id == "settings"
+        and isinstance(node.args[1], ast.Constant)
+    }
+    # The others are read through REVIEWED_SETTINGS itself, held to their one value.
+    assert read == {"MIDDLEWARE", *(name for name, value in REVIEWED_SETTINGS.items() if value is REPEATED)}

@@ -1,0 +1,235 @@
+"""An observer (ACCOUNTING_WRITES=off) under the role a cautious site grants first: SELECT alone on
+Cuebot's tables. Every read face answers; every write face refuses in one line naming the setting
+and the grant, before its first statement, so PostgreSQL denies the role nothing (a write that got
+through would fail these tests with "permission denied"), and no row of Cuebot's changes."""
+
+import json
+from contextlib import contextmanager
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+from django_q.models import Schedule
+
+from accounting.models import Point
+from accounting.operators.auth import issue_token
+from accounting.tasks import drift_check_task, recalculate_subs_task
+from shows.cuebot_schema import TABLES as CUEBOT_TABLES
+from tests.accounting.operators.test_api_permissions import ENDPOINTS, call
+from tests.farms import build_farm
+from tests.service_role import as_cuebot, as_observer
+from tests.wsgi_client import LaneClient
+
+pytestmark = pytest.mark.django_db
+
+WRITES = [endpoint for endpoint in ENDPOINTS if endpoint[0] != "get"]
+READS = [endpoint for endpoint in ENDPOINTS if endpoint[0] == "get"]
+
+
+def every_cuebot_row() -> dict[str, list]:
+    """Every row of every Cuebot table, in a stable order, to compare before and after."""
+    rows = {}
+    with connection.cursor() as cursor:
+        for table in sorted(CUEBOT_TABLES):
+            cursor.execute(f"SELECT * FROM {table}")
+            rows[table] = sorted(map(repr, cursor.fetchall()))
+    return rows
+
+
+@contextmanager
+def observing(settings):
+    """ACCOUNTING_WRITES=off under the observer's role; on leaving, no Cuebot row has changed."""
+    settings.ACCOUNTING_WRITES = False
+    with as_observer():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_user, has_table_privilege('proc', 'DELETE')")
+            assert cursor.fetchone()[1] is False  # the observer's role indeed, not the writer's
+        before = every_cuebot_row()
+        yield
+        assert every_cuebot_row() == before
+
+
+@pytest.fixture
+def drifted(superuser_token):
+    """A flagged show and a Cuebot-run one, each with procs; drift set by hand in the flagged
+    show's subscription and the other's layer."""
+    flagged, unflagged = build_farm(managed=True), build_farm(managed=False)
+    flagged.add_proc(cores=250)
+    unflagged.add_proc(cores=300)
+    with as_cuebot(), connection.cursor() as cursor:
+        cursor.execute("UPDATE subscription SET int_cores = 0 WHERE pk_subscription = %s", [flagged.subscription.id])
+        cursor.execute("UPDATE layer_resource SET int_cores = 1 WHERE pk_layer = %s", [unflagged.layer.id])
+    return flagged, unflagged
+
+
+@pytest.fixture
+def operator(django_user_model):
+    """A superuser: every permission, so that only ACCOUNTING_WRITES refuses."""
+    return django_user_model.objects.create_superuser(username="observer-admin", password="pw")
+
+
+@pytest.fixture
+def superuser_token(operator) -> str:
+    return issue_token(user=operator)
+
+
+def acct_drift(*args: str) -> int:
+    try:
+        call_command("acct_drift", *args)
+    except SystemExit as exited:
+        return exited.code
+    return 0
+
+
+@pytest.mark.parametrize("era", ["maestro", "redis"])
+def test_every_read_face_answers_and_names_the_drift(
+    request, settings, drifted, operator, superuser_token, era, capsys
+):
+    if era == "maestro":
+        request.getfixturevalue("maestro_era")
+    flagged, unflagged = drifted
+    with observing(settings):
+        assert acct_drift() == 1
+        out = capsys.readouterr().out
+        assert f"{unflagged.job.str_name} / {unflagged.layer.str_name}\tlayer_resource" in out
+        assert "(where ACCOUNTING_WRITES is on)" in out  # the repair it names needs a writer
+        if era == "maestro":  # a flagged show's subscription is Cuebot's too on current OpenCue
+            assert f"{flagged.show.str_name} / {flagged.alloc.str_name}\tsubscription" in out
+        assert drift_check_task() >= 1
+        call_command("accounting_guardrail")
+        call_command("recalculate_subs", "--dry-run")
+        assert "would change" in capsys.readouterr().out
+
+        api = Client(HTTP_AUTHORIZATION=f"Bearer {superuser_token}")
+        for method, url, body, _ in READS:
+            assert call(api, flagged, method, url, body, superuser_token).status_code == 200, url
+        drift = api.get(f"/api/v1/accounting/drift?show={unflagged.show.str_name}")
+        assert drift.status_code == 200 and drift.json()["cuebot_tables"]["rows"]
+        assert Client().get("/metrics").status_code == 200
+
+        admin = Client()
+        admin.force_login(operator)
+        for page in (
+            reverse("admin:index"),
+            reverse("acct-drift"),
+            reverse("acct-drift-show", args=[unflagged.show.id]),
+            reverse("admin:accounting_subscription_changelist"),
+            reverse("admin:accounting_proc_changelist"),
+            reverse("admin:shows_show_changelist"),
+        ):
+            answer = admin.get(page)
+            assert answer.status_code == 200, page
+            assert "Observing: ACCOUNTING_WRITES=off" in answer.content.decode(), page
+
+
+@pytest.mark.parametrize("lane", [False, True], ids=["django", "lane"])
+@pytest.mark.parametrize(("method", "url", "body", "needed"), WRITES)
+def test_every_write_endpoint_refuses_with_the_setting_and_the_grant(
+    settings, drifted, superuser_token, lane, method, url, body, needed
+):
+    flagged, _ = drifted
+    with observing(settings):
+        client = LaneClient() if lane else Client()
+        answer = call(client, flagged, method, url, body, superuser_token)
+    assert answer.status_code == 403
+    refusal = answer.json()
+    assert refusal["setting"] == "ACCOUNTING_WRITES"
+    assert "refused: ACCOUNTING_WRITES is off" in refusal["detail"] and refusal["grant"] in refusal["detail"]
+    assert ("DELETE on proc" if "unbook" in url else "UPDATE on ") in refusal["grant"]
+
+
+@pytest.mark.parametrize(
+    ("command", "grant"),
+    [
+        (["acct_reseed", "--show", "{cuebot}"], "UPDATE on subscription, folder_resource"),
+        (["acct_reseed", "--show", "{flagged}"], "no grant in PostgreSQL"),
+        (["acct_reseed", "--cuebot-tables"], "UPDATE on subscription, folder_resource"),
+        (["recalculate_subs"], "UPDATE on subscription"),
+        (["set_scheduler_managed", "{flagged}", "off"], "UPDATE on show"),
+        (["set_subscription", "{flagged}", "{alloc}", "--burst", "30"], "UPDATE on subscription"),
+        (["set_folder_limits", "{flagged}", "{folder}", "--max-cores", "-1"], "UPDATE on folder_resource"),
+        (["set_job_limits", "{job}", "--max-cores", "50"], "UPDATE on job_resource"),
+    ],
+)
+def test_every_write_command_refuses_in_one_line(settings, drifted, acct_redis, command, grant):
+    flagged, unflagged = drifted
+    names = {
+        "flagged": flagged.show.str_name,
+        "cuebot": unflagged.show.str_name,
+        "alloc": flagged.alloc.str_name,
+        "folder": flagged.folder.str_name,
+        "job": flagged.job.str_name,
+    }
+    redis_before = sorted(acct_redis.keys())
+    with observing(settings), pytest.raises(CommandError) as refused:
+        call_command(*[word.format(**names) for word in command])
+    assert refused.value.returncode == 2
+    message = str(refused.value)
+    assert "\n" not in message and "ACCOUNTING_WRITES is off" in message and grant in message
+    assert sorted(acct_redis.keys()) == redis_before  # nor the scheduler's Redis counters
+
+
+def test_admin_write_controls_are_gone_and_a_posted_repair_changes_nothing(settings, drifted, operator):
+    flagged, unflagged = drifted
+    admin = Client()
+    admin.force_login(operator)
+    with observing(settings):
+        drift_page = admin.get(reverse("acct-drift-show", args=[unflagged.show.id])).content.decode()
+        assert reverse("acct-drift-repair", args=[unflagged.show.id]) not in drift_page
+        assert "Not here: ACCOUNTING_WRITES=off" in drift_page
+        for view in ("acct-drift-repair", "acct-drift-reseed"):
+            farm = unflagged if view == "acct-drift-repair" else flagged
+            answer = admin.post(reverse(view, args=[farm.show.id]), follow=True)
+            assert "refused: ACCOUNTING_WRITES is off" in answer.content.decode(), view
+
+        shows = admin.get(reverse("admin:shows_show_changelist")).content.decode()
+        assert "move_to_scheduler" not in shows and "move_back_to_cuebot" not in shows
+        subscription = reverse("admin:accounting_subscription_change", args=[flagged.subscription.id])
+        assert admin.post(subscription, {"int_burst": "1"}).status_code == 403
+        proc = flagged.procs[0]
+        assert admin.post(reverse("admin:accounting_proc_delete", args=[proc.id]), {"post": "yes"}).status_code == 403
+        changelist = admin.get(reverse("admin:accounting_proc_changelist")).content.decode()
+        assert "delete_selected" not in changelist
+
+
+def test_no_schedule_writes_and_a_writing_task_queued_by_a_writer_skips(settings, drifted, capsys):
+    with observing(settings):
+        call_command("setup_schedules")
+        assert "recalculate_subs: not made (ACCOUNTING_WRITES is off)" in capsys.readouterr().out
+        assert set(Schedule.objects.values_list("name", flat=True)) == {"accounting_guardrail", "acct-drift-check"}
+        assert recalculate_subs_task() == -1
+
+
+def test_the_observer_grants_are_select_alone_and_the_checks_find_them_complete(settings):
+    from shows.attach import schema_problems
+
+    settings.OPENCUE_TABLES = "existing"
+    with observing(settings):
+        assert [p.message for p in schema_problems()] == []
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT DISTINCT privilege_type FROM information_schema.role_table_grants "
+                "WHERE grantee = current_user AND table_name = ANY(%s)",
+                [list(CUEBOT_TABLES)],
+            )
+            assert cursor.fetchall() == [("SELECT",)]
+    settings.ACCOUNTING_WRITES = True
+    with as_observer():  # the same role asked to write: every missing grant named
+        messages = [p.message for p in schema_problems() if p.id == "accounting.E004"]
+    assert "the database role may not DELETE on proc" in messages
+    assert "the database role may not UPDATE on show" in messages
+
+
+def test_a_point_limit_refusal_names_the_point_table(settings, drifted, superuser_token):
+    flagged, _ = drifted
+    point = Point.objects.get(show=flagged.show, dept=flagged.dept)
+    with observing(settings):
+        answer = Client().patch(
+            f"/api/v1/accounting/points/{point.id}/limits",
+            data=json.dumps({"min_cores": 5}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {superuser_token}",
+        )
+    assert answer.status_code == 403 and answer.json()["grant"] == "UPDATE on point"
