@@ -4,8 +4,8 @@ Django's test client reads the HTML; only a browser lays it out. The first look 
 found a farm table running past the page (the drift column cut off) and a subscription list
 scrolling sideways, which every test-client test passed. This test logs in through the login
 form, as a person does, and checks what must be seen: the overview with its sources legend,
-tables that fit the page, and the sidebar's links to the overview and the drift pages, followed
-by a click. It follows Django's convention for browser tests: pytest-django's live_server (the
+tables that fit the page, the sidebar's links to the overview and the drift pages, followed
+by a click, and on a drift page each drifted row's age as the periodic check recorded it. It follows Django's convention for browser tests: pytest-django's live_server (the
 server of StaticLiveServerTestCase, static files included) and Selenium, driving Chromium
 through Debian's chromedriver as scripts/screenshots.py does (which starts the browser for both).
 Chromium and chromedriver are prerequisites like promtool: `make test` installs them
@@ -15,14 +15,17 @@ Chromium and chromedriver are prerequisites like promtool: `make test` installs 
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db.models import F
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.selenium_manager import SeleniumManager
 
-from accounting.models import Subscription
+from accounting.models import DriftRecord, Subscription
+from accounting.reconcile.drift_check import run_drift_check
 from accounting.reconcile.reseed import seed_show
 from tests.farms import build_farm
 from tests.processes import ROOT
@@ -125,6 +128,13 @@ def test_an_operator_logs_in_and_sees_the_overview_the_sources_and_the_way_to_th
         assert "Accounting drift" in drift_index and farm.show.str_name in drift_index
 
 
+def cells(driver: Chrome, selector: str) -> list[str]:
+    """Each matching cell's text as laid out."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim())", selector
+    )
+
+
 def type_burst(chromium: Chrome, value: str) -> None:
     """Type `value` into the subscription form's burst, replacing what is there, and save."""
     field = chromium.find_element(By.ID, "id_int_burst")
@@ -159,11 +169,17 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
         assert Subscription.objects.get(pk=farm.subscription.pk).int_burst == 25050
         assert seeded_redis.hget(sub_key, "burst") == "250"
 
-        # Redis drifts (a lost decrement, by hand): the drift page names the key by its show and allocation.
+        # Redis drifts (a lost decrement, by hand): the drift page names the key by its show and allocation,
+        # and, once the periodic check has seen it (here two hours ago), since when and for how long.
         seeded_redis.hset(sub_key, "int_cores", 9)
+        run_drift_check()
+        DriftRecord.objects.update(first_seen=F("first_seen") - timedelta(hours=2, minutes=5))
         chromium.get(f"{base}/admin/accounting/drift/{farm.show.pk}/")
         drift = text_of(chromium, "#content")
         assert f"{farm.show.str_name} / {farm.alloc.str_name}" in drift and "show gone" not in drift
+        assert cells(chromium, "td.drift-age") == ["2 h 5 min"]
+        assert cells(chromium, "td.drift-difference") == ["6.00 cores high"]  # 9 against the 3 of SUM(proc)
+        assert cells(chromium, "td.drift-since")[0].startswith("since ")
 
         # Reseed it: a confirmation first, then the outcome, and no drift left.
         follow(chromium, chromium.find_element(By.CSS_SELECTOR, '#content a[href$="/reseed/"]').click)
@@ -174,3 +190,7 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
         assert path_of(chromium) == f"/admin/accounting/drift/{farm.show.pk}/"
         assert f"Reseeded {farm.show.str_name}: booked:" in text_of(chromium, "body")
         assert seeded_redis.hget(sub_key, "int_cores") == "3"
+        # Back at its sum, the row leaves the list at the next check.
+        run_drift_check()
+        chromium.get(f"{base}/admin/accounting/drift/{farm.show.pk}/")
+        assert cells(chromium, "td.drift-age") == []
