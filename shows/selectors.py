@@ -26,9 +26,18 @@ class Ownership:
     # Switched back to Cuebot so recently that a booking made by a scheduler still seeing
     # the old flag may yet commit its proc (accounting.ownership.switching).
     settling: bool
-    # While settling: the PostgreSQL snapshot taken before the switch-back recompute (pg_snapshot
-    # text), once that recompute is done; a proc whose insert it sees was counted by it.
-    counted_before: str | None = None
+    # While settling, once the switch-back recompute is done: the xid horizon it counted below
+    # (accounting.reconcile.recompute.xid_horizon), a 64-bit xid; a proc inserted by a transaction
+    # below it was counted by it (recompute.inserted_below). None until then, or if it has none.
+    counted_below: int | None = None
+
+
+def settling_mark(*, counted_below: int | None) -> bool | str:
+    """The cached value that marks a show settling: True, or once known the horizon as decimal
+    text. Text keeps the two kinds apart by type (Python counts True as the int 1, so an int
+    horizon would need telling from it), and it is what the service has always cached there.
+    Encoded here and decoded in ownership() only."""
+    return True if counted_below is None else str(counted_below)
 
 
 def is_scheduler_managed(*, show_id: str) -> bool:
@@ -55,7 +64,7 @@ def ownership(*, show_id: str) -> Ownership:
     return Ownership(
         scheduler_managed=managed,
         settling=bool(settling),
-        counted_before=settling if isinstance(settling, str) else None,
+        counted_below=int(settling) if isinstance(settling, str) else None,
     )
 
 

@@ -39,7 +39,7 @@ from accounting.live.leases import LockBusy, named_lock
 from accounting.reconcile.recompute import recompute_pg_accounting, xid_horizon
 from accounting.reconcile.reseed import FARM_LOCK, close_show, open_to_booking, reseed_booked, seed_show
 from cuebot_acct import metrics
-from shows.selectors import is_scheduler_managed, settling_cache_key
+from shows.selectors import is_scheduler_managed, settling_cache_key, settling_mark
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +184,9 @@ def mark_settling(*, show_id: str, counted_below: int | None = None) -> None:
     commit: if the switch rolls back the show stays scheduler-managed, and a scheduler-managed
     show's releases never look at the mark. Marked again once the switch-back recompute is
     done, with the xid horizon below which it counted every proc (shows.selectors.Ownership)."""
-    value = True if counted_below is None else str(counted_below)
-    cache.set(settling_cache_key(show_id=show_id), value, timeout=settling_seconds())
+    cache.set(
+        settling_cache_key(show_id=show_id), settling_mark(counted_below=counted_below), timeout=settling_seconds()
+    )
 
 
 def after_switch_to_cuebot(*, show_id: str) -> None:

@@ -354,11 +354,11 @@ def _counted_at_switch_back(rows: list[tuple], counting: Counting) -> frozenset[
     """The procs of settling shows that their switch-back recompute counted: inserted below the
     xid horizon it recorded (accounting.reconcile.recompute.inserted_below), by the xmin the
     releasing statement returns (inserted_by)."""
-    horizons = {show_id: int(horizon) for show_id, horizon in counting.counted_before.items()}
+    below = counting.counted_below
     return frozenset(
         row[PROC_ID]
         for row in rows
-        if row[SHOW_ID] in horizons and inserted_below(xmin=row[INSERTED_BY], horizon=horizons[row[SHOW_ID]])
+        if row[SHOW_ID] in below and inserted_below(xmin=row[INSERTED_BY], horizon=below[row[SHOW_ID]])
     )
 
 

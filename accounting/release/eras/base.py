@@ -16,9 +16,10 @@ class Counting:
     branches: dict[str, Branch]  # show id -> SCHEDULER (the scheduler's counters) or CUEBOT (the five tables)
     # Shows switched back to Cuebot so recently that a booking on the old flag may yet commit:
     # their rows are recomputed from proc instead of decremented (accounting.ownership.switching),
-    # but for procs the switch-back recompute counted, where that is known (`counted_before`).
+    # but for procs the switch-back recompute counted, where that is known (`counted_below`).
     settling: frozenset[str]
-    counted_before: dict[str, str] = field(default_factory=dict)  # settling show id -> pg_snapshot text
+    # settling show id -> the xid horizon its switch-back recompute counted below (shows.selectors.Ownership)
+    counted_below: dict[str, int] = field(default_factory=dict)
 
 
 class ReleaseEra(Protocol):
@@ -45,10 +46,10 @@ class FlagOwned:
                 for show_id, owner in owners.items()
             },
             settling=frozenset(show_id for show_id, owner in owners.items() if owner.settling),
-            counted_before={
-                show_id: owner.counted_before
+            counted_below={
+                show_id: owner.counted_below
                 for show_id, owner in owners.items()
-                if owner.settling and owner.counted_before
+                if owner.settling and owner.counted_below is not None
             },
         )
 

@@ -143,11 +143,11 @@ def test_the_switch_back_records_the_horizon_below_which_its_recompute_counted_e
     set_scheduler_managed(show=farm.show, managed=False)
 
     assert ownership(show_id=farm.show.id).settling
-    horizon = ownership(show_id=farm.show.id).counted_before
+    horizon = ownership(show_id=farm.show.id).counted_below
     with connection.cursor() as cursor:
         cursor.execute("SELECT xmin::text::bigint FROM proc WHERE pk_show = %s", [farm.show.id])
         (xmin,) = cursor.fetchone()
-    assert horizon is not None and inserted_below(xmin=xmin, horizon=int(horizon))
+    assert horizon is not None and inserted_below(xmin=xmin, horizon=horizon)
 
 
 def test_a_settling_release_of_a_proc_the_switch_back_counted_decrements_without_recomputing(farm):
