@@ -23,8 +23,9 @@ anew for nothing.
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
@@ -221,37 +222,58 @@ class TableRecompute:
         )
 
 
-# In the lock order of the release path (accounting.release.unbook, Cuebot's), so a recompute
-# and a release, or Cuebot, wait for each other in one direction only.
-TABLES = (
-    TableRecompute(
-        "subscription",
-        SUBSCRIPTIONS,
-        CORRECT_SUBSCRIPTIONS,
-        keys=("pk_show", "pk_alloc"),
-        pk="pk_subscription",
-        restore=RESTORE_BURSTS,
-    ),
-    TableRecompute(
-        "layer_resource",
-        LAYERS,
-        _correct_uncapped(table="layer_resource", pk="pk_layer_resource"),
-        keys=("pk_layer",),
-        pk="pk_layer_resource",
-    ),
-    TableRecompute(
-        "job_resource", JOBS, CORRECT_JOBS, keys=("pk_job",), pk="pk_job_resource", restore=RESTORE_JOB_MAXIMA
-    ),
-    TableRecompute(
-        "folder_resource",
-        FOLDERS,
-        _correct_uncapped(table="folder_resource", pk="pk_folder_resource"),
-        keys=("pk_folder",),
-        pk="pk_folder_resource",
-    ),
-    TableRecompute(
-        "point", POINTS, _correct_uncapped(table="point", pk="pk_point"), keys=("pk_dept", "pk_show"), pk="pk_point"
-    ),
+# The lock order across the accounting tables, Cuebot's: every writer here (a release, its
+# settling recompute, a repair or recompute) takes its tables' rows in this order, so they and
+# Cuebot wait for each other in one direction only (why, and how each statement keeps it within a
+# table: accounting.release.unbook). Stated here only; the release's ADJUSTMENTS and TABLES below
+# are put in this order from it. host_local is a release's alone (nothing recomputes it).
+LOCK_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
+
+
+class _OfTable(Protocol):
+    @property
+    def table(self) -> str: ...
+
+
+_Statement = TypeVar("_Statement", bound=_OfTable)
+
+
+def in_lock_order(statements: Iterable[_Statement]) -> tuple[_Statement, ...]:
+    """`statements`, each for one table, sorted by LOCK_ORDER."""
+    return tuple(sorted(statements, key=lambda statement: LOCK_ORDER.index(statement.table)))
+
+
+TABLES = in_lock_order(
+    (
+        TableRecompute(
+            "subscription",
+            SUBSCRIPTIONS,
+            CORRECT_SUBSCRIPTIONS,
+            keys=("pk_show", "pk_alloc"),
+            pk="pk_subscription",
+            restore=RESTORE_BURSTS,
+        ),
+        TableRecompute(
+            "layer_resource",
+            LAYERS,
+            _correct_uncapped(table="layer_resource", pk="pk_layer_resource"),
+            keys=("pk_layer",),
+            pk="pk_layer_resource",
+        ),
+        TableRecompute(
+            "job_resource", JOBS, CORRECT_JOBS, keys=("pk_job",), pk="pk_job_resource", restore=RESTORE_JOB_MAXIMA
+        ),
+        TableRecompute(
+            "folder_resource",
+            FOLDERS,
+            _correct_uncapped(table="folder_resource", pk="pk_folder_resource"),
+            keys=("pk_folder",),
+            pk="pk_folder_resource",
+        ),
+        TableRecompute(
+            "point", POINTS, _correct_uncapped(table="point", pk="pk_point"), keys=("pk_dept", "pk_show"), pk="pk_point"
+        ),
+    )
 )
 
 

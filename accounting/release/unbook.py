@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from accounting.live.units import cores_from_centicores
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
+    in_lock_order,
     inserted_below,
     recompute_named_rows,
     recompute_rows,
@@ -61,8 +62,8 @@ logger = logging.getLogger(__name__)
 # PostgreSQL aborts one (40P01). Cuebot's release locks the proc, its host, then
 # subscription, layer_resource, job_resource, folder_resource, point (a local one: host,
 # layer_resource, job_resource, host_local). Every release here takes the same table order:
-# proc rows, host rows, subscription, layer_resource, job_resource, host_local,
-# folder_resource, point (one statement per table; the recompute uses the same order),
+# proc rows, host rows, then the accounting tables in accounting.reconcile.recompute.LOCK_ORDER,
+# the one statement of that order (one statement per table; the recompute takes the same),
 # so it waits for Cuebot, or Cuebot for it, and neither deadlocks. Within a table, rows
 # are locked in primary-key order: a MATERIALIZED CTE with ORDER BY ... FOR [NO KEY]
 # UPDATE locks row by row in sorted order (the order a plan visits rows in is not stable,
@@ -251,25 +252,27 @@ UPDATE {self.table} t SET {", ".join(f"{a} = t.{a} {self.sign} l.{a}" for a in s
 
 
 _CORES_GPUS = ("int_cores", "int_gpus")
-# The order of this tuple is the lock order across the accounting tables (Cuebot's).
-ADJUSTMENTS = (
-    _Adjustment(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
-    _Adjustment(table="layer_resource", pk="pk_layer_resource", keys=("pk_layer",), amounts=_CORES_GPUS),
-    _Adjustment(
-        table="job_resource",
-        pk="pk_job_resource",
-        keys=("pk_job",),
-        amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus"),
-    ),
-    _Adjustment(
-        table="host_local",
-        pk="pk_host_local",
-        keys=("pk_host", "pk_job"),
-        amounts=("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"),
-        sign="+",
-    ),
-    _Adjustment(table="folder_resource", pk="pk_folder_resource", keys=("pk_folder",), amounts=_CORES_GPUS),
-    _Adjustment(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
+# In the lock order across the accounting tables (accounting.reconcile.recompute.LOCK_ORDER).
+ADJUSTMENTS = in_lock_order(
+    (
+        _Adjustment(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
+        _Adjustment(table="layer_resource", pk="pk_layer_resource", keys=("pk_layer",), amounts=_CORES_GPUS),
+        _Adjustment(
+            table="job_resource",
+            pk="pk_job_resource",
+            keys=("pk_job",),
+            amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus"),
+        ),
+        _Adjustment(
+            table="host_local",
+            pk="pk_host_local",
+            keys=("pk_host", "pk_job"),
+            amounts=("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"),
+            sign="+",
+        ),
+        _Adjustment(table="folder_resource", pk="pk_folder_resource", keys=("pk_folder",), amounts=_CORES_GPUS),
+        _Adjustment(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
+    )
 )
 ADJUSTMENT_SQL = {a.table: a.sql for a in ADJUSTMENTS}
 ONE_ROW_ADJUSTMENT_SQL = {a.table: a.one_row_sql for a in ADJUSTMENTS}

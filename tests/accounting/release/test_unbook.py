@@ -18,6 +18,8 @@ from accounting.models import (
     Proc,
     Subscription,
 )
+from accounting.reconcile import recompute
+from accounting.reconcile.recompute import LOCK_ORDER
 from accounting.release import unbook
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
@@ -592,6 +594,13 @@ def test_the_single_release_gets_a_generic_plan(farm, django_capture_on_commit_c
         generic, custom = cursor.fetchone()
     # PostgreSQL tries five custom plans, then keeps the generic one: no planning per release.
     assert (generic, custom) == (3, 5)
+
+
+def test_the_release_and_the_recompute_lock_the_accounting_tables_in_the_one_order():
+    """LOCK_ORDER states the order once: the release's per-table statements and the recompute's
+    follow it, whatever order they are written in."""
+    assert [a.table for a in unbook.ADJUSTMENTS] == list(LOCK_ORDER)
+    assert [t.table for t in recompute.TABLES] == [table for table in LOCK_ORDER if table != "host_local"]
 
 
 def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cuebot_farm):
