@@ -2,9 +2,10 @@
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from enum import Enum
 
 import psycopg
 from django.conf import settings
@@ -55,6 +56,10 @@ logger = logging.getLogger(__name__)
 #      transaction, as Cuebot's procDestroyed and batchDeleteVirtualProcs do.
 # Local and Cuebot-managed procs share one set-based statement per table (lock order below).
 # What a proc whose job is gone cannot resolve (its folder, its point) is logged and counted.
+# What follows the releasing statement, and where the transaction ends (the statement alone on
+# autocommit, the COMMIT pipelined with the writes or sent with the notifications, the atomic
+# block's exit), is chosen in one place: _write_mode, from the release's _WritePlan; what follows
+# its commit (publish, metrics) in one too: _published_and_counted.
 
 
 # Lock order. Concurrent releases, and Cuebot's own releases beside them, lock the same
@@ -390,9 +395,7 @@ def _releases_from_rows(
     return releases
 
 
-def _adjust_pg_accounting(
-    cursor, releases: Sequence[Release], *, settling: Sequence[str] = (), counted: frozenset[str] = frozenset()
-) -> None:
+def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
     """Local and Cuebot-managed procs: one ordered statement per table with rows to change
     (a plain one-row UPDATE where a single row changes).
 
@@ -401,7 +404,7 @@ def _adjust_pg_accounting(
     below the truth. The rows its releases touch are recomputed from SUM(proc) instead, table
     by table in the same lock order; only those rows, so that the show's other releases, and
     the releases of other shows waiting on the same hosts, do not queue behind a lock on all
-    of the show's rows. A proc the switch-back recompute counted (`counted`, by proc id) is
+    of the show's rows. A proc the switch-back recompute counted (`plan.counted`) is
     decremented as usual: its rows hold it, whatever else they miss.
     """
     sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
@@ -412,7 +415,7 @@ def _adjust_pg_accounting(
         for i, amount in enumerate(amounts):
             totals[offset + i] += amount
 
-    for r in releases:
+    for r in plan.in_pg:
         if r.branch is Branch.LOCAL:
             add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
             # Counting rules of accounting.reconcile.recompute: local procs only in their layer and in
@@ -420,7 +423,7 @@ def _adjust_pg_accounting(
             add("job_resource", (r.job_id,), r.cores_centicores, r.gpus, offset=2)
             add("host_local", (r.host_id, r.job_id), r.cores_centicores, r.memory, r.gpus, r.gpu_memory)
             continue
-        if r.show_id in settling and r.proc_id not in counted:
+        if plan.recomputes(r):
             recomputed["subscription"].add((r.show_id, r.alloc_id))
             recomputed["layer_resource"].add((r.layer_id,))
             recomputed["job_resource"].add((r.job_id,))
@@ -438,7 +441,7 @@ def _adjust_pg_accounting(
     if recomputed and not any(sums.values()):
         # Only settling rows to write: all of them locked, then all of them set, in two round trips.
         report_row_failures(
-            recompute_named_rows(show_ids=list(settling), named=recomputed), operation="release of a settling show"
+            recompute_named_rows(show_ids=plan.settling, named=recomputed), operation="release of a settling show"
         )
         return
     for a in ADJUSTMENTS:
@@ -456,11 +459,11 @@ def _adjust_pg_accounting(
             failures += recompute_rows(
                 cursor=cursor,
                 table=TABLE_RECOMPUTES[a.table],
-                show_ids=list(settling),
+                show_ids=plan.settling,
                 named=sorted(recomputed[a.table]),
             )
     report_row_failures(failures, operation="release of a settling show")
-    _remove_finished_local_reservations(cursor, releases)
+    _remove_finished_local_reservations(cursor, plan.in_pg)
 
 
 # Cuebot's DispatchSupportService.unbookProc, after a local proc goes: the job's local
@@ -512,11 +515,6 @@ def _publishable(releases: Sequence[Release]) -> tuple[list[Release], int]:
     return publishable, len(to_redis) - len(publishable)
 
 
-def _publish_on_commit(registered: "_Registered", covered: Sequence[Release], era: ReleaseEra) -> None:
-    publisher, prepared = era.publisher, registered.narrowed_to(covered)
-    transaction.on_commit(lambda: publisher.publish(prepared=prepared))
-
-
 def _count_at_commit(releases: Sequence[Release], *, withheld: int, changed: int = 0) -> None:
     for branch, n in Counter(r.branch for r in releases).items():
         RELEASES.labels(branch=branch.value).inc(n)
@@ -549,26 +547,124 @@ class _Registered:
         return made(prepared=self.prepared, releases=covered)
 
 
+def _now(callback: Callable[[], object]) -> None:
+    callback()
+
+
+def _published_and_counted(
+    releases: list[Release],
+    registered: _Registered | None,
+    *,
+    era: ReleaseEra,
+    at_commit: Callable[[Callable[[], object]], None],
+) -> None:
+    """What follows the releasing statement in every release, one statement or a transaction:
+    the registered releases made as registered published (the entry settled whatever else it
+    held), the releases counted; each run by `at_commit`, the release's commit being where
+    they may happen: _now where the statement committed on its own, transaction.on_commit in a
+    transaction (publish iff commit)."""
+    to_redis, withheld = _publishable(releases)
+    changed = 0
+    if registered is not None:
+        covered, changed = registered.covering(to_redis)
+        publisher, prepared = era.publisher, registered.narrowed_to(covered)
+        at_commit(lambda: publisher.publish(prepared=prepared))
+    if releases:  # a release that found nothing has nothing to count
+        at_commit(lambda: _count_at_commit(releases, withheld=withheld, changed=changed))
+
+
+# --- What a release writes after its releasing statement, and where it ends ----------------
+
+
+@dataclass(frozen=True)
+class _WritePlan:
+    """What a release writes in PostgreSQL after its releasing statement, from the rows that
+    statement returned (before any lock: from the read): the accounting-table rows of its local
+    and Cuebot-counted procs, decremented, or recomputed from SUM(proc) where recomputes() says
+    so; and whatever its era sends in the transaction (of `releases`)."""
+
+    releases: list[Release]
+    in_pg: list[Release]  # local and Cuebot-counted: the accounting tables' writes
+    settling: list[str]  # the shows of its Cuebot-counted procs settling after a switch back, sorted
+    counted: frozenset[str]  # the procs of those shows their switch-back recompute counted
+
+    def recomputes(self, r: Release) -> bool:
+        """Whether a release's rows are recomputed rather than decremented: a Cuebot-counted proc of
+        a settling show that its switch-back recompute did not count (_adjust_pg_accounting)."""
+        return r.branch is _CUEBOT and r.show_id in self.settling and r.proc_id not in self.counted
+
+
+def _plan(rows: list[tuple], releases: list[Release], counting: Counting) -> _WritePlan:
+    in_pg = [r for r in releases if r.branch is not _SCHEDULER]
+    settling = sorted({r.show_id for r in in_pg if r.branch is _CUEBOT and r.show_id in counting.settling})
+    counted = _counted_at_switch_back(rows, counting) if settling else frozenset()
+    return _WritePlan(releases=releases, in_pg=in_pg, settling=settling, counted=counted)
+
+
+class _Mode(Enum):
+    """How a release's writes after its releasing statement reach PostgreSQL, and where its
+    transaction ends. Where the release opened the transaction (outermost), the COMMIT goes with
+    the last of what it sends when that needs nothing back: one round trip less."""
+
+    ONE_STATEMENT = "nothing to write after it, no transaction around: the releasing statement on autocommit"
+    COMMIT_AT_EXIT = "nothing to write after it: the atomic block's exit commits (or the caller's transaction)"
+    NOTIFY = "the era's notifications alone, in the caller's transaction"
+    NOTIFY_AND_COMMIT = "the era's notifications alone and the COMMIT: one simple query (notify_and_commit)"
+    PIPELINE = "the decrements and the notifications, in one round trip (_one_round_trip), in the caller's transaction"
+    PIPELINE_AND_COMMIT = (
+        "the decrements, the notifications and the COMMIT in one round trip (_committed_with_the_writes)"
+    )
+    # A settling show's recompute reads results back and redoes a failed row in a savepoint (which
+    # a pipeline, skipping all after an error, would not run).
+    STATEMENT_BY_STATEMENT = "the writes one statement at a time; the atomic block's exit commits"
+
+
+def _write_mode(plan: _WritePlan, *, era: ReleaseEra, outermost: bool, begun: bool = True) -> _Mode:
+    """The one choice of how a release writes after its releasing statement and where it ends.
+
+    Asked in the transaction, of what the releasing statement returned. In the Redis era it is
+    asked first before any lock, of the read (begun False, and only if the read found every proc
+    asked for): if nothing would follow the releasing statement and no transaction is open, the
+    statement is a transaction on its own, with no BEGIN and COMMIT round trips (ONE_STATEMENT).
+    """
+    if plan.in_pg:
+        if any(map(plan.recomputes, plan.in_pg)):
+            return _Mode.STATEMENT_BY_STATEMENT
+        return _Mode.PIPELINE_AND_COMMIT if outermost else _Mode.PIPELINE
+    if era.sends_in_transaction:
+        return _Mode.NOTIFY_AND_COMMIT if outermost else _Mode.NOTIFY
+    return _Mode.ONE_STATEMENT if outermost and not begun else _Mode.COMMIT_AT_EXIT
+
+
+# How each mode with accounting-table writes sends them.
+_SENT_IN: dict[_Mode, Callable[[], AbstractContextManager]] = {
+    _Mode.PIPELINE_AND_COMMIT: _committed_with_the_writes,
+    _Mode.PIPELINE: _one_round_trip,
+    _Mode.STATEMENT_BY_STATEMENT: nullcontext,
+}
+
+
+def _write(cursor, plan: _WritePlan, *, mode: _Mode, era: ReleaseEra) -> None:
+    """The writes after the releasing statement, as `mode` says; last in the transaction's block,
+    since the COMMIT may go with them."""
+    if mode is _Mode.NOTIFY or mode is _Mode.NOTIFY_AND_COMMIT:
+        era.send(cursor=cursor, releases=plan.releases, commit=mode is _Mode.NOTIFY_AND_COMMIT)
+    elif (sent_in := _SENT_IN.get(mode)) is not None:
+        with sent_in():
+            _adjust_pg_accounting(cursor, plan)
+            era.send(cursor=cursor, releases=plan.releases, commit=False)
+
+
+# --- The release ----------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class _PreRead:
     """The procs about to go, read before any lock, as the releasing statements return them."""
 
-    settling: frozenset[str]  # shows settling after a switch back to Cuebot
     rows: dict[str, tuple]  # proc id -> (the row read, its Release)
-    releases: list[Release]  # in the order read
     branches: dict[str, Branch]  # per show of a proc that is not local
-
-    def in_one_statement(self, proc_ids: list[str], era: ReleaseEra) -> bool:
-        """Every proc asked for was read, each of a scheduler-managed show and not local: nothing to
-        write in PostgreSQL but the DELETE and the hosts, nothing to send in the transaction,
-        and no caller's transaction around. The releasing statement is then a transaction on its
-        own: no BEGIN and COMMIT round trips."""
-        return (
-            len(self.rows) == len(proc_ids)
-            and all(r.branch is _SCHEDULER for r in self.releases)
-            and not era.sends_in_transaction
-            and not connection.in_atomic_block
-        )
+    plan: _WritePlan  # what the release would write after its releasing statement, were the read its rows
 
 
 def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
@@ -584,19 +680,37 @@ def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
     releases = [_release_from_row(row, branch=_branch(row, branches=counting.branches)) for row in rows]
     return _PreRead(
         rows={row[PROC_ID]: (row, release) for row, release in zip(rows, releases)},
-        releases=releases,
         branches=counting.branches,
-        settling=counting.settling,
+        plan=_plan(rows, releases, counting),
     )
 
 
 def _register(pre: _PreRead, era: ReleaseEra) -> _Registered | None:
     """Register the scheduler-managed releases in flight; no PostgreSQL lock is held."""
-    candidates, _ = _publishable(pre.releases)
+    candidates, _ = _publishable(pre.plan.releases)
     if not candidates:
         return None
     prepared = era.publisher.prepare(releases=candidates)
     return None if prepared is None else _Registered(prepared=prepared, releases={r.proc_id: r for r in candidates})
+
+
+@contextmanager
+def _in_flight(pre: _PreRead | None, era: ReleaseEra) -> Iterator[_Registered | None]:
+    """The release registered in flight for the block (Redis era; None where nothing was), and its
+    entry settled at once, nothing taken off, if the block raises (a rerun registers its own).
+    A transaction that raised rolled back, and nothing it deleted is gone. A releasing statement
+    that ran on its own may have committed before the error (in the publish, the metrics): its
+    procs are gone and the counters keep them until the next reseed, high, the safe direction.
+    A settle that fails leaves the entry to expire: high as well."""
+    registered = _register(pre, era) if pre is not None else None
+    if registered is None:
+        yield None
+        return
+    try:
+        yield registered
+    except BaseException:
+        era.publisher.publish(prepared=made(prepared=registered.prepared, releases=[]))
+        raise
 
 
 def _release(proc_ids: list[str]) -> dict[str, Release]:
@@ -608,92 +722,52 @@ def _release(proc_ids: list[str]) -> dict[str, Release]:
 
 
 def _release_once(proc_ids: list[str], era: ReleaseEra) -> dict[str, Release]:
-    registered: list[_Registered] = []
-    try:
-        return _release_registered(proc_ids, registered, era)
-    except BaseException:
-        # The release rolled back: nothing it deleted is gone, so the entry is settled at once
-        # (a rerun registers its own). A settle that fails leaves the entry to expire: high.
-        for entry in registered:
-            era.publisher.publish(prepared=made(prepared=entry.prepared, releases=[]))
-        raise
-
-
-def _release_registered(
-    proc_ids: list[str], registered_out: list["_Registered"], era: ReleaseEra
-) -> dict[str, Release]:
     pre = _pre_read(proc_ids, era) if era.reads_before_lock else None
-    registered = _register(pre, era) if pre is not None else None
-    if registered is not None:
-        registered_out.append(registered)
-    if pre is not None and pre.in_one_statement(proc_ids, era):
-        return _release_in_one_statement(proc_ids, pre=pre, registered=registered, era=era)
-    return _release_in_transaction(proc_ids, registered, era=era, read=pre.rows if pre is not None else None)
+    with _in_flight(pre, era) as registered:
+        if (
+            pre is not None
+            and len(pre.rows) == len(proc_ids)
+            and _write_mode(pre.plan, era=era, outermost=not connection.in_atomic_block, begun=False)
+            is _Mode.ONE_STATEMENT
+        ):
+            return _release_in_one_statement(proc_ids, pre=pre, registered=registered, era=era)
+        return _release_in_transaction(proc_ids, registered, era=era, read=pre.rows if pre is not None else None)
+
+
+def _releasing_statement(cursor, proc_ids: list[str]) -> list[tuple]:
+    """The procs deleted and their hosts given back, in one statement."""
+    if len(proc_ids) == 1:
+        cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
+    else:
+        cursor.execute(RELEASE_MANY, {"ids": proc_ids})
+    return cursor.fetchall()
 
 
 def _release_in_one_statement(
-    proc_ids: list[str], *, pre: _PreRead, registered: "_Registered | None", era: ReleaseEra
+    proc_ids: list[str], *, pre: _PreRead, registered: _Registered | None, era: ReleaseEra
 ) -> dict[str, Release]:
-    """RELEASE_ONE or RELEASE_MANY on an autocommit connection: the DELETE and the host UPDATE
-    are one statement, so one implicit transaction, committed when it returns. What follows a
-    commit in the transactional path (publish, metrics) follows it here at once."""
+    """The releasing statement on an autocommit connection: one implicit transaction, committed
+    when it returns, so what follows a commit follows it at once."""
     with _release_cursor() as cursor:
-        if len(proc_ids) == 1:
-            cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
-        else:
-            cursor.execute(RELEASE_MANY, {"ids": proc_ids})
-        rows = cursor.fetchall()
+        rows = _releasing_statement(cursor, proc_ids)
     # The owner as the read found it (a proc's show and b_local do not change; a flag that
     # flipped since is the next release's business, as it would be a moment later).
     releases = _releases_from_rows(rows, branches=pre.branches, read=pre.rows)
-    to_redis, withheld = _publishable(releases)
-    changed = 0
-    if registered is not None:
-        covered, changed = registered.covering(to_redis)
-        era.publisher.publish(prepared=registered.narrowed_to(covered))
-    _count_at_commit(releases, withheld=withheld, changed=changed)
+    _published_and_counted(releases, registered, era=era, at_commit=_now)
     return {r.proc_id: r for r in releases}
 
 
 def _release_in_transaction(
-    proc_ids: list[str], registered: "_Registered | None", *, era: ReleaseEra, read: dict[str, tuple] | None = None
+    proc_ids: list[str], registered: _Registered | None, *, era: ReleaseEra, read: dict[str, tuple] | None = None
 ) -> dict[str, Release]:
     outermost = not connection.in_atomic_block
     with transaction.atomic(), _release_cursor() as cursor:
-        # The procs deleted and their hosts given back in one statement.
-        if len(proc_ids) == 1:
-            cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
-        else:
-            cursor.execute(RELEASE_MANY, {"ids": proc_ids})
-        rows = cursor.fetchall()
-        if not rows:
-            if registered is not None:  # released meanwhile by someone else: only settle the entry
-                _publish_on_commit(registered, [], era)
-            return {}
+        rows = _releasing_statement(cursor, proc_ids)
         counting = _counting(rows, era)
         releases = _releases_from_rows(rows, branches=counting.branches, read=read)
-        in_pg = [r for r in releases if r.branch is not Branch.SCHEDULER]
-        settling = sorted({r.show_id for r in in_pg if r.branch is Branch.CUEBOT and r.show_id in counting.settling})
-        counted = _counted_at_switch_back(rows, counting) if settling else frozenset()
-        to_redis, withheld = _publishable(releases)
-        changed = 0
-        if registered is not None:
-            covered, changed = registered.covering(to_redis)
-            _publish_on_commit(registered, covered, era)
-        transaction.on_commit(lambda: _count_at_commit(releases, withheld=withheld, changed=changed))
-        # Last in the block, since an outermost transaction's COMMIT goes with them: the
-        # decrements and the notifications need nothing back, so one round trip for all of
-        # them (notifications alone: one simple query with the COMMIT). A settling show's
-        # recompute reads results back and redoes a failed row in a savepoint (which a
-        # pipeline, skipping all after an error, would not run), so it goes statement by
-        # statement and the block commits as usual.
-        if in_pg:
-            recomputing = any(r.show_id in settling and r.proc_id not in counted for r in in_pg if r.branch is _CUEBOT)
-            with nullcontext() if recomputing else _committed_with_the_writes() if outermost else _one_round_trip():
-                _adjust_pg_accounting(cursor, in_pg, settling=settling, counted=counted)
-                era.send(cursor=cursor, releases=releases, commit=False)
-        elif era.sends_in_transaction:
-            era.send(cursor=cursor, releases=releases, commit=outermost)
+        _published_and_counted(releases, registered, era=era, at_commit=transaction.on_commit)
+        plan = _plan(rows, releases, counting)
+        _write(cursor, plan, mode=_write_mode(plan, era=era, outermost=outermost), era=era)
     return {r.proc_id: r for r in releases}
 
 

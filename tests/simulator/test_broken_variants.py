@@ -124,11 +124,12 @@ def finished_jobs_decrements_published(monkeypatch):
 def published_before_commit(monkeypatch):
     """The decrement sent at once instead of from transaction.on_commit: a rolled-back
     release still takes its procs off."""
+    real = unbook._published_and_counted
 
-    def at_once(registered, covered, era):
-        era.publisher.publish(prepared=publish.made(prepared=registered.prepared, releases=covered))
+    def at_once(releases, registered, *, era, at_commit):
+        real(releases, registered, era=era, at_commit=unbook._now)
 
-    monkeypatch.setattr(unbook, "_publish_on_commit", at_once)
+    monkeypatch.setattr(unbook, "_published_and_counted", at_once)
 
 
 # A counter seen low: in a quiet sample, by a release that found it below what it took off,

@@ -77,9 +77,9 @@ def release_skips_the_point(monkeypatch):
 def release_credits_twice(monkeypatch):
     real = unbook._adjust_pg_accounting
 
-    def twice(cursor, releases, **options):
-        real(cursor, releases, **options)
-        real(cursor, releases, **options)
+    def twice(cursor, plan):
+        real(cursor, plan)
+        real(cursor, plan)
 
     monkeypatch.setattr(unbook, "_adjust_pg_accounting", twice)
 
