@@ -423,7 +423,7 @@ def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
             add("job_resource", (r.job_id,), r.cores_centicores, r.gpus, offset=2)
             add("host_local", (r.host_id, r.job_id), r.cores_centicores, r.memory, r.gpus, r.gpu_memory)
             continue
-        if plan.recomputes(r):
+        if plan.settling and plan.recomputes(r):
             recomputed["subscription"].add((r.show_id, r.alloc_id))
             recomputed["layer_resource"].add((r.layer_id,))
             recomputed["job_resource"].add((r.job_id,))
@@ -628,7 +628,7 @@ def _write_mode(plan: _WritePlan, *, era: ReleaseEra, outermost: bool, begun: bo
     statement is a transaction on its own, with no BEGIN and COMMIT round trips (ONE_STATEMENT).
     """
     if plan.in_pg:
-        if any(map(plan.recomputes, plan.in_pg)):
+        if plan.settling and any(map(plan.recomputes, plan.in_pg)):
             return _Mode.STATEMENT_BY_STATEMENT
         return _Mode.PIPELINE_AND_COMMIT if outermost else _Mode.PIPELINE
     if era.sends_in_transaction:
