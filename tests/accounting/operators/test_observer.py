@@ -18,6 +18,7 @@ from accounting.operators.auth import issue_token
 from accounting.tasks import drift_check_task, recalculate_subs_task
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from tests.accounting.operators.test_api_permissions import ENDPOINTS, call
+from tests.accounting.reconcile.test_cuebot_drift import acct_drift
 from tests.farms import build_farm
 from tests.service_role import as_cuebot, as_observer
 from tests.wsgi_client import LaneClient
@@ -73,14 +74,6 @@ def operator(django_user_model):
 @pytest.fixture
 def superuser_token(operator) -> str:
     return issue_token(user=operator)
-
-
-def acct_drift(*args: str) -> int:
-    try:
-        call_command("acct_drift", *args)
-    except SystemExit as exited:
-        return exited.code
-    return 0
 
 
 @pytest.mark.parametrize("era", ["maestro", "redis"])
