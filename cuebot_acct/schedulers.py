@@ -71,3 +71,8 @@ def cuebot_owns_every_show() -> bool:
     flag only says that Maestro plans the show. In the other eras a flagged show's rows are the
     scheduler's and Cuebot's tables stop following its procs."""
     return current() == MAESTRO
+
+
+def template_context(request=None) -> dict:
+    """For every page (a context processor): the era, so that a page explains only what it has."""
+    return {"scheduler": current()}

@@ -98,6 +98,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "cuebot_acct.writes.template_context",  # an observer's pages say so (admin/base_site.html)
+                "cuebot_acct.schedulers.template_context",  # pages explain the era's sources only
             ],
         },
     },

@@ -49,6 +49,7 @@ from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, bo
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct import permissions
+from cuebot_acct.schedulers import template_context as scheduler_context
 
 admin.site.site_header = "cuebot-acct"
 admin.site.site_title = "cuebot-acct"
@@ -223,7 +224,10 @@ class SubscriptionAdmin(LimitAdmin):
             (None, {"fields": [name for name in fields if name not in booked]}),
             (
                 "Booked cores",
-                {"fields": booked, "description": render_to_string("admin/accounting/_booked_sources.html")},
+                {
+                    "fields": booked,
+                    "description": render_to_string("admin/accounting/_booked_sources.html", scheduler_context()),
+                },
             ),
         ]
 

@@ -121,3 +121,11 @@ def test_the_drift_page_names_what_it_compares(admin_client, lagging):
 def test_the_other_accounting_lists_name_their_booked_source(admin_client, lagging, model):
     text = visible_text(admin_client.get(reverse(f"admin:accounting_{model}_changelist")).content.decode())
     assert "Booked: PostgreSQL row" in text
+
+
+def test_on_current_opencue_the_overview_names_only_cuebots_row_kept_for_every_show(admin_client, maestro_era):
+    farm = build_farm(managed=True)
+    farm.add_proc(cores=250)
+    text = visible_text(admin_client.get(reverse("admin:index")).content.decode())
+    assert LEGEND in text and "Cuebot's own count for every show, flagged (Maestro plans it) or not" in text
+    assert "Redis live" not in text and "recompute lag" not in text and "beside Redis" not in text
