@@ -52,7 +52,7 @@ test-suite:
 
 # PNGs of the admin's pages (docs/admin.md#screenshots); needs `make run`, Chromium and chromedriver (Selenium drives them).
 screenshots: venv
-	$(PY) scripts/screenshots.py --url http://$(BIND)
+	$(DEMO_ERA) $(PY) scripts/screenshots.py --url http://$(BIND)
 
 bench: services
 	$(DEMO_ERA) $(PY) manage.py migrate --noinput
