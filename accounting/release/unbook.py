@@ -409,19 +409,25 @@ def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
     """
     sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
     recomputed: dict[str, set[tuple]] = defaultdict(set)
+    layer, job, subscription = sums["layer_resource"], sums["job_resource"], sums["subscription"]
+    folder, point, host_local = sums["folder_resource"], sums["point"], sums["host_local"]
 
-    def add(table: str, key: tuple, *amounts: int, offset: int = 0) -> None:
-        totals = sums[table][key]
-        for i, amount in enumerate(amounts):
-            totals[offset + i] += amount
+    # Two amounts at a time, positionally: a batch of 100 adds 500 times, and a call taking its
+    # amounts as *args with a keyword offset cost it 280 µs a batch against 150 µs (issue 43).
+    def add(totals: list[int], first: int, second: int, at: int = 0) -> None:
+        totals[at] += first
+        totals[at + 1] += second
 
     for r in plan.in_pg:
-        if r.branch is Branch.LOCAL:
-            add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
+        cores, gpus = r.cores_centicores, r.gpus
+        if r.branch is _LOCAL:
+            add(layer[(r.layer_id,)], cores, gpus)
             # Counting rules of accounting.reconcile.recompute: local procs only in their layer and in
             # the job's int_local_*; their amounts go back to the job's reservation too.
-            add("job_resource", (r.job_id,), r.cores_centicores, r.gpus, offset=2)
-            add("host_local", (r.host_id, r.job_id), r.cores_centicores, r.memory, r.gpus, r.gpu_memory)
+            add(job[(r.job_id,)], cores, gpus, 2)
+            totals = host_local[(r.host_id, r.job_id)]
+            add(totals, cores, r.memory)
+            add(totals, gpus, r.gpu_memory, 2)
             continue
         if plan.settling and plan.recomputes(r):
             recomputed["subscription"].add((r.show_id, r.alloc_id))
@@ -431,12 +437,12 @@ def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
                 recomputed["folder_resource"].add((r.folder_id,))
                 recomputed["point"].add((r.dept_id, r.point_show_id))
             continue
-        add("layer_resource", (r.layer_id,), r.cores_centicores, r.gpus)
-        add("job_resource", (r.job_id,), r.cores_centicores, r.gpus)
-        add("subscription", (r.show_id, r.alloc_id), r.cores_centicores, r.gpus)
+        add(layer[(r.layer_id,)], cores, gpus)
+        add(job[(r.job_id,)], cores, gpus)
+        add(subscription[(r.show_id, r.alloc_id)], cores, gpus)
         if not r.job_gone:
-            add("folder_resource", (r.folder_id,), r.cores_centicores, r.gpus)
-            add("point", (r.dept_id, r.point_show_id), r.cores_centicores, r.gpus)
+            add(folder[(r.folder_id,)], cores, gpus)
+            add(point[(r.dept_id, r.point_show_id)], cores, gpus)
     failures = []
     if recomputed and not any(sums.values()):
         # Only settling rows to write: all of them locked, then all of them set, in two round trips.
