@@ -59,8 +59,16 @@ _options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
 
 
 def rendered(data: Any) -> bytes:
-    """An answer's body as the API writes every answer (OrjsonRenderer)."""
-    return orjson.dumps(data, default=_fallback, option=_options)
+    """An answer's body as the API writes every answer (OrjsonRenderer).
+
+    Written first without OPT_NON_STR_KEYS, which only changes how a key that is not a str is
+    written (refused without it) and made orjson take 85 µs for a batch of 100 release answers
+    against 49 (issue 43); an answer that has such a key, or that orjson refuses for any other
+    reason, is written again with it, as before."""
+    try:
+        return orjson.dumps(data, default=_fallback, option=orjson.OPT_PASSTHROUGH_DATETIME)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(data, default=_fallback, option=_options)
 
 
 api = NinjaAPI(

@@ -107,7 +107,9 @@ class ReleaseOut(BaseModel):
     )
 
 
-class UnbookBatchIn(Schema):
+# A plain pydantic model too: a ninja Schema wraps its validation for ORM objects, and with
+# extra="forbid" validates the body twice (41 µs a batch of 100 ids against 19, issue 43).
+class UnbookBatchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not ignored
 
     proc_ids: Annotated[
@@ -120,6 +122,8 @@ class UnbookBatchIn(Schema):
     @field_validator("proc_ids")
     @classmethod
     def no_duplicates(cls, proc_ids: list[str]) -> list[str]:
+        if len(set(proc_ids)) == len(proc_ids):  # the common case, without counting each id
+            return proc_ids
         repeated = sorted(p for p, n in Counter(proc_ids).items() if n > 1)
         if repeated:
             raise ValueError(f"proc_ids repeat: {', '.join(repeated)}")
@@ -137,7 +141,9 @@ class UnbookBatchOut(BaseModel):
 
 
 def _release_out(release: Release, names: dict[str, str | None]) -> dict:
-    """ReleaseOut's fields, in its order, and nothing else of the Release."""
+    """ReleaseOut's fields, in its order, and nothing else of the Release. The branch is the
+    Branch itself, a str enum: orjson writes it as its value, and reading `.value` through the
+    enum's descriptor cost a batch of 100 answers a sixth of their building (issue 43)."""
     return {
         "proc_id": release.proc_id,
         "host_id": release.host_id,
@@ -152,7 +158,7 @@ def _release_out(release: Release, names: dict[str, str | None]) -> dict:
         "gpus": release.gpus,
         "memory_kb": release.memory,
         "gpu_memory_kb": release.gpu_memory,
-        "branch": release.branch.value,
+        "branch": release.branch,
         "names": names,
     }
 
