@@ -6,13 +6,11 @@ import pytest
 
 from accounting.live import keys
 from accounting.reconcile.drift import drift_report
-from accounting.reconcile.reseed import reseed_booked, seed_show
+from accounting.reconcile.reseed import reseed_booked
 from accounting.reconcile.snapshot import booked_rows
 from accounting.release.unbook import unbook_procs
 from cuebot_acct.metrics import RELEASE_WITHHELD
-from shows.models import Job
 from simulator.reconcile import reseed_like_scheduler
-from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db
 
@@ -30,24 +28,6 @@ def below_truth(acct_redis, farm) -> dict[str, tuple[int, int]]:
         if redis_cores < cores or redis_gpus < gpus:
             low[key] = (redis_cores - cores, redis_gpus - gpus)
     return low
-
-
-def kill(job) -> None:
-    """What OpenCue does first when a job is killed: FINISHED, its name freed, procs still running."""
-    with as_cuebot():
-        Job.objects.filter(pk=job.pk).update(str_state="FINISHED", str_visible_name=None)
-
-
-@pytest.fixture
-def killed_job(farm, seeded_redis):
-    """A scheduler-managed show seeded in Redis, one job running and one with ten procs
-    (fractional cores and GPUs among them) killed but not yet released."""
-    farm.add_proc(cores=400, gpus=1)
-    job, layer = farm.add_job()
-    procs = [farm.add_proc(cores=150 if i % 2 else 200, gpus=int(i % 4 == 0), layer=layer) for i in range(10)]
-    seed_show(show_id=farm.show.id)
-    kill(job)
-    return job, layer, procs
 
 
 def test_a_reseed_keeps_counting_the_procs_of_a_killed_job_until_they_are_released(farm, killed_job):

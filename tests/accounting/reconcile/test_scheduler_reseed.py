@@ -8,10 +8,8 @@ import pytest
 from accounting.live import keys
 from accounting.reconcile.reseed import reseed_booked, seed_show
 from accounting.release.unbook import unbook_proc
-from shows.models import Job
 from simulator.invariants import SchedulerBound, against_truth
 from simulator.reconcile import reseed_like_scheduler
-from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db
 
@@ -49,28 +47,10 @@ def test_reseed_between_a_releases_commit_and_its_publish(
 # their decrements (ACCOUNTING_SCHEDULER_RESEEDS). In between, what can this service promise?
 
 
-def kill(job) -> None:
-    """What OpenCue does first when a job is killed: FINISHED, its name freed, procs still running."""
-    with as_cuebot():
-        Job.objects.filter(pk=job.pk).update(str_state="FINISHED", str_visible_name=None)
-
-
-@pytest.fixture
-def killed_busy_job(farm, seeded_redis):
-    """A seeded show with one job running 4 cores and 1 GPU, and one killed while ten procs of
-    it still run (15 cores and 3 GPUs: 1.5-core procs count 1 core each)."""
-    farm.add_proc(cores=400, gpus=1)
-    job, layer = farm.add_job()
-    procs = [farm.add_proc(cores=150 if i % 2 else 200, gpus=int(i % 4 == 0), layer=layer) for i in range(10)]
-    seed_show(show_id=farm.show.id)
-    kill(job)
-    return job, layer, procs
-
-
 def test_the_schedulers_reseed_between_a_kill_and_its_releases_reads_low_by_exactly_the_killed_jobs_procs(
-    farm, killed_busy_job, seeded_redis, django_capture_on_commit_callbacks
+    farm, killed_job, seeded_redis, django_capture_on_commit_callbacks
 ):
-    job, layer, procs = killed_busy_job
+    job, layer, procs = killed_job
     assert reseed_like_scheduler(show_ids=[farm.show.id]).written
 
     below = {
@@ -97,10 +77,10 @@ def test_the_schedulers_reseed_between_a_kill_and_its_releases_reads_low_by_exac
 
 
 def test_a_release_path_that_publishes_a_finished_jobs_decrements_goes_below_that_bound(
-    farm, killed_busy_job, seeded_redis, settings, django_capture_on_commit_callbacks
+    farm, killed_job, seeded_redis, settings, django_capture_on_commit_callbacks
 ):
     settings.ACCOUNTING_SCHEDULER_RESEEDS = False  # the decrements published, as the broken variant does
-    _, _, procs = killed_busy_job
+    _, _, procs = killed_job
     assert reseed_like_scheduler(show_ids=[farm.show.id]).written
 
     with django_capture_on_commit_callbacks(execute=True):
