@@ -73,7 +73,7 @@ def private_redis():
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _release_at(proc_ids: list[str], rate: float, stop) -> None:
+def release_at(proc_ids: list[str], rate: float, stop) -> None:
     """Release these procs, one every 1/rate seconds, until stopped or done."""
     started, interval = time.monotonic(), 1 / rate
     for i, proc_id in enumerate(proc_ids):
@@ -109,7 +109,7 @@ def release_load(proc_ids: list[str], rate: float, *, farm=None):
     context = multiprocessing.get_context("fork")
     stop = context.Event()
     workers = [
-        context.Process(target=_release_at, args=(proc_ids[i::RELEASERS], rate / RELEASERS, stop))
+        context.Process(target=release_at, args=(proc_ids[i::RELEASERS], rate / RELEASERS, stop))
         for i in range(RELEASERS)
     ]
     if farm is not None:

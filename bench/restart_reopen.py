@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
+import rebuild as bench_rebuild  # noqa: E402  (bench/rebuild.py: releases at a steady rate)
 import release as bench_release  # noqa: E402  (bench/release.py: the bench farm, django set up)
 from django.conf import settings  # noqa: E402
 from django.db import connection, connections  # noqa: E402
@@ -40,7 +41,6 @@ from accounting import tasks  # noqa: E402
 from accounting.reconcile import failover  # noqa: E402
 from accounting.reconcile.reseed import bootstrap_if_empty  # noqa: E402
 from accounting.release import publish  # noqa: E402
-from accounting.release.unbook import unbook_proc  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
 from simulator.processes import private_redis  # noqa: E402
 
@@ -60,14 +60,7 @@ def _noticing(way: str) -> None:
 
 def _release_at(way: str, proc_ids: list[str], rate: float, stop) -> None:
     _noticing(way)
-    started, interval = time.monotonic(), 1 / rate
-    for i, proc_id in enumerate(proc_ids):
-        if stop.is_set():
-            break
-        delay = started + i * interval - time.monotonic()
-        if delay > 0:
-            stop.wait(delay)
-        unbook_proc(proc_id=proc_id)
+    bench_rebuild.release_at(proc_ids, rate, stop)
 
 
 def _task_worker(way: str, stop) -> None:
