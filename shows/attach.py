@@ -90,11 +90,6 @@ def privileges_on(table: str, *, writes: bool) -> tuple[str, ...]:
     return WRITES.get(table, ("SELECT",)) if writes else ("SELECT",)
 
 
-def needed_privileges(*, writes: bool) -> list[tuple[str, str]]:
-    """(table, privilege) for every table the project names, as the role needs them in this mode."""
-    return [(table, privilege) for table in expected_columns() for privilege in privileges_on(table, writes=writes)]
-
-
 def writer_grant(*tables: str) -> str:
     """What a write to these tables needs beyond the observer's SELECT, as a refusal names it:
     "UPDATE on subscription"; "DELETE on proc; UPDATE on host, point; UPDATE (int_virt_max_used) on proc"."""
@@ -154,19 +149,21 @@ def schema_problems() -> list[SchemaProblem]:
         for table, column, kind in cursor.fetchall():
             found.setdefault(table, {})[column] = kind
         writes = settings.ACCOUNTING_WRITES
-        needed = needed_privileges(writes=writes)
+        needed = [(table, privilege) for table in expected for privilege in privileges_on(table, writes=writes)]
         cursor.execute(
             "SELECT t.name, t.privilege FROM unnest(%s::text[], %s::text[]) AS t(name, privilege) "
             "WHERE to_regclass(t.name) IS NOT NULL AND NOT has_table_privilege(t.name, t.privilege)",
             [[table for table, _ in needed], [privilege for _, privilege in needed]],
         )
         denied = set(cursor.fetchall())
-        cursor.execute(
-            "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL "
-            "AND NOT has_any_column_privilege(t, 'UPDATE')",
-            [list(ROW_LOCKS) if writes else []],
-        )
-        cannot_lock = [table for (table,) in cursor.fetchall()]
+        cannot_lock: list[str] = []
+        if writes:  # an observer locks no row
+            cursor.execute(
+                "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL "
+                "AND NOT has_any_column_privilege(t, 'UPDATE')",
+                [list(ROW_LOCKS)],
+            )
+            cannot_lock = [table for (table,) in cursor.fetchall()]
         cursor.execute("SELECT f FROM unnest(%s::text[]) AS f WHERE to_regprocedure(f) IS NULL", [list(FUNCTIONS)])
         missing_functions = [f for (f,) in cursor.fetchall()]
 
