@@ -22,12 +22,13 @@ from accounting.models import FolderResource, JobResource, Subscription
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.release.unbook import unbook_proc, unbook_procs
+from cuebot_acct.transactions import sqlstate
 from shows.models import Show
 from simulator import pg_truth
 from simulator.farm import PROC_MEM_KB, LayerRef, finish_a_job
 from simulator.farm_builder import PROC_CORES
 from simulator.maestro_cuebot import Planned, book_chunk, cuebot_release
-from simulator.maestro_run import SERVICE_THREAD, Lost, MaestroRun, attempt, lost, reconnect, sqlstate, worker
+from simulator.maestro_run import SERVICE_THREAD, Lost, MaestroRun, attempt, lost, reconnect, worker
 
 TICK_HOSTS = 6  # hosts a tick plans on
 CHUNK_HOSTS = 2  # hosts per chunk (its own transaction)
@@ -232,7 +233,7 @@ def release_rolled_back(*, run: MaestroRun, proc_ids: list[str]) -> None:
         run.stats.answer(request, outcome="rolled back")
         run.stats.count("faults", "release-rollback")
     except (DjangoOperationalError, DjangoInterfaceError) as error:
-        if not lost(error=error) and sqlstate(error=error) != "40P01":
+        if not lost(error=error) and sqlstate(error) != "40P01":
             raise
         run.stats.answer(request, outcome="rolled back")  # by PostgreSQL instead: nothing changed either way
         if lost(error=error):

@@ -36,6 +36,7 @@ from cuebot_acct.redis_factory import (
     replication_state,
     sentinel_target,
 )
+from cuebot_acct.transactions import TRANSIENT_SQLSTATES, sqlstate
 from shows.models import Show
 from simulator import pg_truth as pg_accounting
 from simulator import reconcile
@@ -457,21 +458,19 @@ def redis_errors_counted(ctx: SimContext, label: str):
         ctx.stats.count("redis_errors", f"{label}: {type(error).__name__}")
 
 
-TRANSIENT_SQLSTATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
-
-
 @contextmanager
 def transient(ctx: SimContext, label: str):
-    """Count a transaction PostgreSQL rolled back whole (deadlock, serialization failure)
-    instead of ending the worker: the caller (Cuebot, the operator) sees the error and
-    does it again later, as these loops will. Anything else still ends the worker."""
+    """Count a transaction PostgreSQL rolled back whole (the service's transient errors:
+    deadlock, serialization failure) instead of ending the worker: the caller (Cuebot, the
+    operator) sees the error and does it again later, as these loops will. Anything else
+    still ends the worker."""
     try:
         yield
     except OperationalError as error:
-        sqlstate = getattr(error.__cause__, "sqlstate", None)
-        if sqlstate not in TRANSIENT_SQLSTATES:
+        state = sqlstate(error)
+        if state not in TRANSIENT_SQLSTATES:
             raise
-        ctx.stats.count("transient_errors", f"{label} {sqlstate}")
+        ctx.stats.count("transient_errors", f"{label} {state}")
 
 
 def release(proc_ids: list[str]) -> list:
