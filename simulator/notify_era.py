@@ -64,8 +64,9 @@ NOTIFY_FAULTS = ("listener-drop", "pg-restart", "release-rollback", "job-kill")
 KILL_MARKER = "sim-kill-"
 RECOMPUTE_SECONDS = 1.0
 SAMPLE_SECONDS = 1.5
-# How long another thread waits on the scheduler model: its first LISTEN, a marker heard, two
-# recomputes. Past these it has stopped answering: RunFailed.
+# How long another thread waits on the scheduler model: its first LISTEN, a marker heard (one
+# sent while no listener was connected is sent again), two recomputes. Past these it has
+# stopped answering: RunFailed.
 LISTEN_SECONDS = 10.0
 SYNC_SECONDS = 15.0
 RECOMPUTE_WAIT_SECONDS = 30.0
@@ -100,6 +101,7 @@ class NotifyStats:
     heard_cores: int = 0  # released cores heard on acct_release, applied or dropped by a recompute
     heard_gpus: int = 0
     dropped_by_recompute: int = 0
+    markers_sent_again: int = 0  # sync markers sent while no listener was there, sent again
     cap_changes: int = 0
     recomputes: int = 0
     samples: int = 0
@@ -358,23 +360,35 @@ class Scheduler:
             raise RunFailed(f"the scheduler model did not recompute within {seconds:g} s")
 
     def sync(self, *, seconds: float = SYNC_SECONDS) -> None:
-        """From another thread: return once everything committed so far has been heard."""
+        """From another thread: return once everything committed so far has been heard.
+
+        A notification reaches only the sessions listening when it commits: one sent while the
+        listener was away (dropped, or ended by a restart) is lost, not late. So the marker is
+        sent again each time a listener has connected since it was last sent (counted in
+        markers_sent_again), and waited for only while the same listener stays."""
         marker = f"sim-marker-{uuid.uuid4().hex}"
+        deadline = time.monotonic() + seconds
         with self.synced:
             self.sync_markers[marker] = False  # registered before it is sent, so it cannot be missed
         try:
-            self._marker(marker)
-            with self.synced:
-                heard = self.synced.wait_for(
-                    lambda: self.sync_markers[marker] or self.died is not None, timeout=seconds
-                )
-                heard = heard and self.sync_markers[marker]
+            while True:
+                with self.synced:
+                    listens = self.listens  # read before sending: a listener connected after it resends
+                self._marker(marker)
+                with self.synced:
+                    self.synced.wait_for(
+                        lambda: self.sync_markers[marker] or self.listens != listens or self.died is not None,
+                        timeout=max(0.0, deadline - time.monotonic()),
+                    )
+                    if self.sync_markers[marker]:
+                        return
+                    self.raise_if_died()
+                    if self.listens == listens:
+                        raise RunFailed(f"the scheduler model did not hear its marker within {seconds:g} s")
+                self.stats.add(markers_sent_again=1)
         finally:
             with self.synced:
                 del self.sync_markers[marker]
-        self.raise_if_died()
-        if not heard:
-            raise RunFailed(f"the scheduler model did not hear its marker within {seconds:g} s")
 
     def disconnect(self) -> None:
         self.lost_connection = True
@@ -802,6 +816,7 @@ def _report(
         "released_cores": {"committed": stats.committed_cores, "heard": stats.heard_cores},
         "released_gpus": {"committed": stats.committed_gpus, "heard": stats.heard_gpus},
         "releases_dropped_by_recompute": stats.dropped_by_recompute,
+        "markers_sent_again": stats.markers_sent_again,
         "exactness_judged": exact,
         "transient_errors": dict(stats.transient_errors),
         "low_samples": [list(map(str, low)) for low in stats.low[:10]],

@@ -20,6 +20,7 @@ from django.db import connection, transaction
 from accounting.notify import payloads
 from accounting.notify.listen import open_listener
 from shows.models import Show
+from simulator import notify_era
 from simulator.notify_era import NOTIFY_FAULTS, NotifyStats, Scheduler, Store
 from simulator.stopping import RunFailed, Threads
 
@@ -125,6 +126,27 @@ def _model_listening(*, hear: bool = True) -> tuple[Scheduler, Threads]:
     model.start(scheduler.run, name="sim-scheduler")
     scheduler.listening()
     return scheduler, model
+
+
+def test_a_marker_sent_while_the_listener_is_away_is_sent_again_not_waited_for(monkeypatch):
+    """listener-drop, then a quiet sample at once: its marker went out while no session listened,
+    and is lost. The model reconnects only once it has gone (so the loss is certain), and the
+    sync sends it again to the new listener instead of waiting out its deadline."""
+    marker_sent = threading.Event()
+    reconnect = open_listener
+
+    def listener_after_the_marker():
+        marker_sent.wait(5)
+        return reconnect()
+
+    scheduler, model = _model_listening()
+    with model:
+        monkeypatch.setattr(notify_era, "open_listener", listener_after_the_marker)
+        send = scheduler._marker
+        monkeypatch.setattr(scheduler, "_marker", lambda marker: (send(marker), marker_sent.set()))
+        scheduler.disconnect()
+        scheduler.sync(seconds=5)
+    assert scheduler.stats.markers_sent_again == 1
 
 
 def test_a_model_that_does_not_hear_its_marker_fails_the_sync_at_its_deadline():
