@@ -65,8 +65,8 @@ KILL_MARKER = "sim-kill-"
 RECOMPUTE_SECONDS = 1.0
 SAMPLE_SECONDS = 1.5
 # How long another thread waits on the scheduler model: its first LISTEN, a marker heard (one
-# sent while no listener was connected is sent again), two recomputes. Past these it has
-# stopped answering: RunFailed.
+# sent while no listener was connected is sent again), a recompute begun after the call. Past
+# these it has stopped answering: RunFailed.
 LISTEN_SECONDS = 10.0
 SYNC_SECONDS = 15.0
 RECOMPUTE_WAIT_SECONDS = 30.0
@@ -261,6 +261,9 @@ class Scheduler:
         self.killed_heard: set[str] = set()  # jobs whose kill marker was heard
         self.recomputed = threading.Condition()
         self.next_recompute = time.monotonic() + RECOMPUTE_SECONDS
+        # The store's epoch of the last recompute done, and of the one a recompute_now waits for,
+        # which begins at once, not at the next interval (under recomputed).
+        self.done_epoch = self.wanted_epoch = 0
         self.died: str | None = None  # why this thread ended before it was told to stop
 
     def _connect(self) -> None:
@@ -345,16 +348,16 @@ class Scheduler:
             self.store.overwrite(snapshot=snapshot, epoch=epoch)
             with self.recomputed:
                 self.stats.recomputes += 1
+                self.done_epoch = epoch
                 self.recomputed.notify_all()
 
     def recompute_now(self, *, seconds: float = RECOMPUTE_WAIT_SECONDS) -> None:
-        """From another thread: return once a recompute that began after this call is done."""
+        """From another thread: return once a recompute that began after this call is done (one
+        under way may have taken its snapshot before it)."""
         with self.recomputed:
-            target = self.stats.recomputes + 2  # one may be under way with an older snapshot
-            self.next_recompute = 0
-            done = self.recomputed.wait_for(
-                lambda: self.stats.recomputes >= target or self.died is not None, timeout=seconds
-            )
+            wanted = self.store.epoch + 1
+            self.wanted_epoch = max(self.wanted_epoch, wanted)
+            done = self.recomputed.wait_for(lambda: self.done_epoch >= wanted or self.died is not None, timeout=seconds)
         self.raise_if_died()
         if not done:
             raise RunFailed(f"the scheduler model did not recompute within {seconds:g} s")
@@ -416,7 +419,7 @@ class Scheduler:
             try:
                 for n in self.listener.notifies(timeout=0.05):
                     self._handle(n.channel, n.payload, drop_releases=False)
-                if time.monotonic() >= self.next_recompute:
+                if time.monotonic() >= self.next_recompute or self.wanted_epoch > self.store.epoch:
                     self._recompute()
                     self.next_recompute = time.monotonic() + RECOMPUTE_SECONDS
             except (psycopg.OperationalError, psycopg.InterfaceError, DjangoOperationalError, DjangoInterfaceError):
