@@ -60,11 +60,12 @@ def check_postgres() -> None:
 
 
 def redis_urls() -> dict[str, str]:
-    """Every Redis the process talks to, by the setting that names it."""
-    urls = {"CACHE_REDIS_URL": settings.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL}
+    """Every Redis the process talks to, by the setting that names it: none in the Maestro era
+    where no URL is set."""
+    urls = {setting: getattr(settings, setting) for setting in ("CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")}
     if settings.ACCOUNTING_REDIS_ENABLED:
         urls["ACCOUNTING_REDIS_URL"] = settings.ACCOUNTING_REDIS_URL
-    return urls
+    return {setting: url for setting, url in urls.items() if url}
 
 
 REDIS_SETTINGS = ("ACCOUNTING_REDIS_URL", "CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")
@@ -89,7 +90,8 @@ def settings_of_failed_redis(error: Exception) -> list[str]:
     named = [
         setting
         for setting in REDIS_SETTINGS
-        if any(
+        if getattr(settings, setting)
+        and any(
             re.search(re.escape(address) + r"(?![0-9])", text)
             for address in redis_addresses(getattr(settings, setting))
         )
