@@ -69,6 +69,27 @@ def redis_urls() -> dict[str, str]:
 
 
 REDIS_SETTINGS = ("ACCOUNTING_REDIS_URL", "CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")
+# What each Redis is for, by the setting that names it. Without a cache or a broker Redis (the
+# Maestro era with its URL unset, settings) PostgreSQL holds that role too.
+REDIS_ROLES = {
+    "ACCOUNTING_REDIS_URL": "the scheduler's counters",
+    "CACHE_REDIS_URL": "the cache",
+    "TASK_BROKER_REDIS_URL": "the task broker",
+}
+
+
+def servers_line() -> str:
+    """Which servers this process uses and what for, as it says at start (check_services, each
+    web worker, the task cluster)."""
+    redis = redis_urls()
+    held_by_postgres = [
+        REDIS_ROLES[setting] for setting in ("CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL") if setting not in redis
+    ]
+    in_postgres = ", ".join(["the database", *held_by_postgres])
+    uses = ", ".join(f"{redact(url)} ({REDIS_ROLES[setting]})" for setting, url in redis.items())
+    return f"servers: PostgreSQL {redact(settings.DATABASE_URL)} ({in_postgres}); " + (
+        f"Redis {uses}" if redis else "no Redis"
+    )
 
 
 def redis_addresses(url: str) -> list[str]:

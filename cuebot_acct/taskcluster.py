@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
 from cuebot_acct.redis_factory import build_client
-from cuebot_acct.startup import ServiceUnreachable, postgres_problem, redis_problem
+from cuebot_acct.startup import ServiceUnreachable, postgres_problem, redis_problem, servers_line
 from cuebot_acct.writes import mode_line
 
 logger = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ def run_task_cluster(arguments: list[str]) -> int:
     except RuntimeError as error:
         say(f"the task cluster did not start ({error})")
         return 1
-    logger.info("task cluster started; %s", mode_line())
+    logger.info("task cluster started; %s; %s", mode_line(), servers_line())
     if options.run_once:
         return 0 if stop_cluster(cluster, seconds=settings.TASK_STOP_SECONDS) else 1
 
