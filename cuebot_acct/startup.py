@@ -60,14 +60,36 @@ def check_postgres() -> None:
 
 
 def redis_urls() -> dict[str, str]:
-    """Every Redis the process talks to, by the setting that names it."""
-    urls = {"CACHE_REDIS_URL": settings.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL}
+    """Every Redis the process talks to, by the setting that names it: none in the Maestro era
+    where no URL is set."""
+    urls = {setting: getattr(settings, setting) for setting in ("CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")}
     if settings.ACCOUNTING_REDIS_ENABLED:
         urls["ACCOUNTING_REDIS_URL"] = settings.ACCOUNTING_REDIS_URL
-    return urls
+    return {setting: url for setting, url in urls.items() if url}
 
 
 REDIS_SETTINGS = ("ACCOUNTING_REDIS_URL", "CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")
+# What each Redis is for, by the setting that names it. Without a cache or a broker Redis (the
+# Maestro era with its URL unset, settings) PostgreSQL holds that role too.
+REDIS_ROLES = {
+    "ACCOUNTING_REDIS_URL": "the scheduler's counters",
+    "CACHE_REDIS_URL": "the cache",
+    "TASK_BROKER_REDIS_URL": "the task broker",
+}
+
+
+def servers_line() -> str:
+    """Which servers this process uses and what for, as it says at start (check_services, each
+    web worker, the task cluster)."""
+    redis = redis_urls()
+    held_by_postgres = [
+        REDIS_ROLES[setting] for setting in ("CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL") if setting not in redis
+    ]
+    in_postgres = ", ".join(["the database", *held_by_postgres])
+    uses = ", ".join(f"{redact(url)} ({REDIS_ROLES[setting]})" for setting, url in redis.items())
+    return f"servers: PostgreSQL {redact(settings.DATABASE_URL)} ({in_postgres}); " + (
+        f"Redis {uses}" if redis else "no Redis"
+    )
 
 
 def redis_addresses(url: str) -> list[str]:
@@ -89,7 +111,8 @@ def settings_of_failed_redis(error: Exception) -> list[str]:
     named = [
         setting
         for setting in REDIS_SETTINGS
-        if any(
+        if getattr(settings, setting)
+        and any(
             re.search(re.escape(address) + r"(?![0-9])", text)
             for address in redis_addresses(getattr(settings, setting))
         )

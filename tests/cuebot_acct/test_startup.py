@@ -61,3 +61,8 @@ def test_reachable_services_pass(test_services):
     result = manage("check_services", **test_services)
     assert result.returncode == 0, result.stderr
     assert "PostgreSQL ok" in result.stdout
+    # The Redis era: PostgreSQL for the database alone, a Redis for each other role.
+    assert (
+        f"(the database); Redis {settings.CACHE_REDIS_URL} (the cache), {settings.TASK_BROKER_REDIS_URL} "
+        f"(the task broker), {settings.ACCOUNTING_REDIS_URL} (the scheduler's counters)\n" in result.stdout
+    )
