@@ -1,10 +1,13 @@
 """Prometheus metrics of this service, exposed at /metrics.
 
 When PROMETHEUS_MULTIPROC_DIR is set (make run sets it), gunicorn workers and the task
-cluster write to it and /metrics aggregates them all.
+cluster write to it and /metrics aggregates them all. Collectors read at scrape time (the
+subscription gauges, accounting.usage) are given to render() by the view that serves /metrics:
+their series come from the database at each scrape, never from a process's file.
 """
 
 import os
+from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -15,7 +18,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.registry import REGISTRY
+from prometheus_client.registry import REGISTRY, Collector
 
 # A metric created at import writes its file there at once, so the directory must exist
 # before any command (migrate included) imports this module.
@@ -23,12 +26,16 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 
-def render() -> tuple[bytes, str]:
+def render(*, at_scrape: Iterable[Collector] = ()) -> tuple[bytes, str]:
+    """The exposition of every process's metrics, then of the collectors read at scrape time."""
+    registry = REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    scraped = CollectorRegistry()
+    for collector in at_scrape:
+        scraped.register(collector)
+    return generate_latest(registry) + generate_latest(scraped), CONTENT_TYPE_LATEST
 
 
 # Release path (accounting.release.unbook.unbook_proc/unbook_procs, accounting.release.publish).
