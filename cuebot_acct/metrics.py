@@ -79,6 +79,16 @@ RECOMPUTE_ROW_FAILURES = Counter(
     "Accounting rows a recompute (or recalculate_subs) could not set to SUM(proc); the other rows were set.",
     ["table"],
 )
+# The tables a recompute sets (accounting.reconcile.recompute.TABLES): each series exists at 0 from
+# the start, so the alert on its increase sees a table's first failure.
+RECOMPUTED_TABLES = ("subscription", "layer_resource", "job_resource", "folder_resource", "point")
+for _table in RECOMPUTED_TABLES:
+    RECOMPUTE_ROW_FAILURES.labels(table=_table)
+TABLE_REPAIRS = Counter(
+    "cuebot_acct_table_repairs",
+    "Repairs of Cuebot's five tables run by an operator (acct_reseed, the admin's repair) that set at least one "
+    "row to SUM(proc); the dashboard marks each. A switch back and the Redis era's reconcile are not counted.",
+)
 RELEASE_SECONDS = Histogram(
     "cuebot_acct_release_seconds",
     "Time of one release call (unbook_proc, or unbook_procs of a batch), commit and publish included, failed calls too.",
