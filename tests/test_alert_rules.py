@@ -70,7 +70,9 @@ def alert_names(*files: Path) -> list[str]:
 
 
 def recorded_names(*files: Path) -> list[str]:
-    return [name for path in files or RULE_FILES for name in re.findall(r"^\s*- record: (\S+)$", path.read_text(), re.M)]
+    return [
+        name for path in files or RULE_FILES for name in re.findall(r"^\s*- record: (\S+)$", path.read_text(), re.M)
+    ]
 
 
 def unit_tests() -> list[tuple[str, bool]]:
@@ -140,7 +142,9 @@ def test_a_maestro_site_loads_only_alerts_that_can_fire_there():
 def test_the_first_hour_names_the_alerts_a_maestro_site_loads():
     """docs/attaching.md's step 6 says what `promtool check rules` finds in the file a Maestro site
     loads, and names each of its alerts."""
-    step = re.search(r"^6\. \*\*Load the alerts\*\*.*?(?=^7\. )", (ROOT / "docs" / "attaching.md").read_text(), re.M | re.S)
+    step = re.search(
+        r"^6\. \*\*Load the alerts\*\*.*?(?=^7\. )", (ROOT / "docs" / "attaching.md").read_text(), re.M | re.S
+    )
     text = step.group(0)
     alerts, recorded = alert_names(EVERY_ERA), recorded_names(EVERY_ERA)
     assert f"finds {len(alerts) + len(recorded)} rules): {len(alerts)} alerts" in " ".join(text.split())
