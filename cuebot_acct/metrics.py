@@ -1,13 +1,13 @@
 """Prometheus metrics of this service, exposed at /metrics.
 
 When PROMETHEUS_MULTIPROC_DIR is set (make run sets it), gunicorn workers and the task
-cluster write to it and /metrics aggregates them all. Collectors read at scrape time (the
-subscription gauges, accounting.usage) are given to render() by the view that serves /metrics:
-their series come from the database at each scrape, never from a process's file.
+cluster write to it and /metrics aggregates them all. What is read at scrape time (the
+subscription gauges, accounting.usage) is given to render() by the view that serves /metrics:
+those series come from the database at each scrape, never from a process's file.
 """
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -18,7 +18,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.registry import REGISTRY, Collector
+from prometheus_client.registry import REGISTRY
 
 # A metric created at import writes its file there at once, so the directory must exist
 # before any command (migrate included) imports this module.
@@ -26,16 +26,14 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 
-def render(*, at_scrape: Iterable[Collector] = ()) -> tuple[bytes, str]:
-    """The exposition of every process's metrics, then of the collectors read at scrape time."""
+def render(*, at_scrape: Iterable[Callable[[], bytes]] = ()) -> tuple[bytes, str]:
+    """The exposition of every process's metrics, then what each of `at_scrape` reads now (in the
+    same text format)."""
     registry = REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
-    scraped = CollectorRegistry()
-    for collector in at_scrape:
-        scraped.register(collector)
-    return generate_latest(registry) + generate_latest(scraped), CONTENT_TYPE_LATEST
+    return generate_latest(registry) + b"".join(read() for read in at_scrape), CONTENT_TYPE_LATEST
 
 
 # Release path (accounting.release.unbook.unbook_proc/unbook_procs, accounting.release.publish).

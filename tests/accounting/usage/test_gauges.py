@@ -4,6 +4,8 @@ series left behind by a rename or a deleted subscription, booked from the source
 overview names in each era, and a read that cannot be made leaves the rest of /metrics served."""
 
 import logging
+import shutil
+import subprocess
 import threading
 
 import psycopg
@@ -188,3 +190,19 @@ def test_a_read_that_cannot_be_made_leaves_the_gauges_out_and_serves_the_rest(ma
     assert "cuebot_acct_subscription_reserved_cores{" not in body
     assert "statement timeout" in caplog.text
     assert scrape() == expected()  # and the next scrape has them again
+
+
+def test_odd_names_are_exposed_exactly_and_promtool_finds_nothing_to_lint(maestro_era):
+    """Label values escaped as Prometheus's text format has them (the gauges write it themselves:
+    accounting.usage.gauges.exposition), and the whole of /metrics clean for `promtool check metrics`."""
+    farm = build_farm(managed=True)
+    farm.add_proc(cores=125)
+    with as_cuebot(), connection.cursor() as cursor:
+        cursor.execute("UPDATE show SET str_name = %s WHERE pk_show = %s", ['odd "show" \\ two\nlines', farm.show.id])
+    assert scrape() == expected()
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make test` installs it (Debian's prometheus package)"
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=Client().get("/metrics").content, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
