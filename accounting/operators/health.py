@@ -6,13 +6,14 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from django_redis import get_redis_connection
 
+from accounting.usage import gauges
 from cuebot_acct.metrics import counter_total, note_redis_master, render
 from cuebot_acct.redis_factory import accounting_redis, master_address
 
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    body, content_type = render()
+    body, content_type = render(at_scrape=[gauges.scraped])
     return HttpResponse(body, content_type=content_type)
 
 
