@@ -44,6 +44,7 @@ from accounting.operators.display import (
     memory_column,
     tier_column,
 )
+from accounting.operators.estimated_count import EstimatedCountPaginator
 from accounting.operators.farm_admin import CuebotWrittenAdmin
 from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import STALE_AFTER
@@ -350,11 +351,18 @@ class ProcAdmin(admin.ModelAdmin):
     # Job and layer share a column, as cores and GPUs do, and the booking time reads as
     # 2026-11-25 10:53: at 1280 pixels, beside the sidebar and the filter, a column each and
     # "Nov. 25, 2026, 10:53 a.m." pushed the list out of its box.
-    list_display = ["host", "show", "job_layer", "reserved", "b_local", "booked_at"]
+    list_display = ["host_name", "show", "job_layer", "reserved", "b_local", "booked_at"]
     list_filter = ["show", "b_local", "job__str_state"]
     search_fields = ["id", "host__str_name", "job__str_name", "show__str_name"]
     list_select_related = ["show", "job", "layer", "host"]
-    ordering = ["show__str_name", "host__str_name", "ts_booked"]
+    # Orders a page reads through indexes Cuebot has (hosts by their unique name, each host's
+    # procs by proc's host index), a page at a time: by show first, every proc of the farm was
+    # joined and sorted to draw a page (the show may be missing, so no index leads there).
+    # The other columns have no index under them; a show's filter narrows the list instead.
+    ordering = ["host__str_name", "ts_booked"]
+    sortable_by = ["host_name"]
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False  # not the whole table counted beside a filtered list ("Show all")
     fields = [
         "show",
         "job",
@@ -374,6 +382,10 @@ class ProcAdmin(admin.ModelAdmin):
     reserved = cores_and_gpus_column("int_cores_reserved", "int_gpus_reserved", "reserved")
     memory = memory_column("int_mem_reserved", "memory reserved")
     gpu_memory = memory_column("int_gpu_mem_reserved", "GPU memory reserved")
+
+    @admin.display(description="host", ordering="host__str_name")
+    def host_name(self, obj) -> str:
+        return obj.host.str_name
 
     @admin.display(description="job / layer", ordering="job__str_name")
     def job_layer(self, obj) -> str:
