@@ -12,6 +12,7 @@ from typing import Protocol, cast
 
 from django.conf import settings
 from django.contrib import admin
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -46,11 +47,13 @@ from accounting.operators.display import (
 )
 from accounting.operators.estimated_count import EstimatedCountPaginator
 from accounting.operators.farm_admin import CuebotWrittenAdmin
+from accounting.operators.name_search import named_like, words
 from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct import permissions
 from cuebot_acct.schedulers import template_context as scheduler_context
+from shows.models import Host, Job, Show
 
 admin.site.site_header = "cuebot-acct"
 admin.site.site_title = "cuebot-acct"
@@ -394,6 +397,18 @@ class ProcAdmin(admin.ModelAdmin):
     @admin.display(description="booked at", ordering="ts_booked")
     def booked_at(self, obj) -> str:
         return timezone.localtime(obj.ts_booked).strftime("%Y-%m-%d %H:%M")
+
+    def get_search_results(self, request, queryset, search_term):
+        """Each word is a proc's id, whole, or part of its host's, job's or show's name; a proc
+        matches every word (accounting.operators.name_search: names first, then proc's indexes)."""
+        for word in words(search_term):
+            queryset = queryset.filter(
+                Q(pk=word)
+                | Q(host__in=named_like(model=Host, word=word))
+                | Q(job__in=named_like(model=Job, word=word))
+                | Q(show__in=named_like(model=Show, word=word))
+            )
+        return queryset, False
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.db.models import Q
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -8,6 +9,7 @@ from django.utils.text import capfirst
 
 from accounting.operators.display import CoresFormMixin, cores_column, gpu_cap_label, whole_gpus_field
 from accounting.operators.estimated_count import EstimatedCountPaginator
+from accounting.operators.name_search import named_like, words
 from accounting.operators.selectors import drift_status
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
@@ -282,6 +284,15 @@ class FrameAdmin(CuebotWrittenAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False  # not the whole table counted beside a filtered list ("Show all")
     cores = cores_column("int_cores", "cores")
+
+    def get_search_results(self, request, queryset, search_term):
+        """Each word is part of a frame's name, its host's or its job's name; a frame matches
+        every word (accounting.operators.name_search: the job's name first, then frame's index)."""
+        for word in words(search_term):
+            queryset = queryset.filter(
+                Q(str_name__icontains=word) | Q(str_host__icontains=word) | Q(job__in=named_like(model=Job, word=word))
+            )
+        return queryset, False
 
 
 @admin.register(HostStat)
