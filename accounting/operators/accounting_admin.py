@@ -45,7 +45,7 @@ from accounting.operators.display import (
     memory_column,
     tier_column,
 )
-from accounting.operators.estimated_count import EstimatedCountPaginator
+from accounting.operators.estimated_count import EstimatedCountChangeList, EstimatedCountPaginator
 from accounting.operators.farm_admin import CuebotWrittenAdmin
 from accounting.operators.name_search import named_like, words
 from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
@@ -397,6 +397,9 @@ class ProcAdmin(admin.ModelAdmin):
     @admin.display(description="booked at", ordering="ts_booked")
     def booked_at(self, obj) -> str:
         return timezone.localtime(obj.ts_booked).strftime("%Y-%m-%d %H:%M")
+
+    def get_changelist(self, request, **kwargs):
+        return EstimatedCountChangeList
 
     def get_search_results(self, request, queryset, search_term):
         """Each word is a proc's id, whole, or part of its host's, job's or show's name; a proc

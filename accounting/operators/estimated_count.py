@@ -19,6 +19,7 @@ make the slowest page of all); a page past the real end is refused as any page o
 from functools import cached_property
 from typing import cast
 
+from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db import connections
 from django.db.models import QuerySet
@@ -104,3 +105,16 @@ class EstimatedCountPaginator(Paginator):
             start = 1
         yield from range(start, max(number, min(number + on_each_side, self.num_pages)) + 1)
         yield self.ELLIPSIS
+
+
+class EstimatedCountChangeList(ChangeList):
+    """The list page of a model admin numbered by EstimatedCountPaginator, which counts no whole
+    table beside a filtered list (show_full_result_count off). The admin's search bar then says
+    "N results (Show all)" of an unfiltered list too: the estimate as if counted, and a link to
+    the list shown. Unfiltered, nothing narrows it and the bar says nothing (the pagination says
+    the count, and what it is); filtered, "N results (Show all)", N counted exactly."""
+
+    def get_results(self, request) -> None:
+        super().get_results(request)
+        if self.full_result_count is None and not self.queryset.query.where:
+            self.full_result_count = self.result_count

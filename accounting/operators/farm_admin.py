@@ -8,7 +8,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 
 from accounting.operators.display import CoresFormMixin, cores_column, gpu_cap_label, whole_gpus_field
-from accounting.operators.estimated_count import EstimatedCountPaginator
+from accounting.operators.estimated_count import EstimatedCountChangeList, EstimatedCountPaginator
 from accounting.operators.name_search import named_like, words
 from accounting.operators.selectors import drift_status
 from accounting.ownership.switching import SwitchRefused
@@ -284,6 +284,9 @@ class FrameAdmin(CuebotWrittenAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False  # not the whole table counted beside a filtered list ("Show all")
     cores = cores_column("int_cores", "cores")
+
+    def get_changelist(self, request, **kwargs):
+        return EstimatedCountChangeList
 
     def get_search_results(self, request, queryset, search_term):
         """Each word is part of a frame's name, its host's or its job's name; a frame matches

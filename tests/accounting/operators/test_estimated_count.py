@@ -2,6 +2,8 @@
 grows with the farm's work, said to be one; counted exactly filtered, or below the size where an
 estimate starts (accounting.operators.estimated_count)."""
 
+import re
+
 import pytest
 from django.core.paginator import EmptyPage
 from django.db import connection
@@ -52,6 +54,7 @@ def test_an_unfiltered_list_of_a_large_table_says_it_is_numbered_by_postgresqls_
     text = visible_text(page.content.decode())
     assert f"about 5 {table}s (PostgreSQL's estimate of the table's rows" in text
     assert counts_of(queries, table) == []  # no count read the table
+    assert "5 results" not in text  # nor the search bar says it counted them
 
 
 @pytest.mark.parametrize("table", LISTS)
@@ -66,6 +69,7 @@ def test_a_filtered_list_and_a_small_table_are_counted_exactly(table, five_procs
     small = visible_text(admin_client.get(reverse(LISTS[table])).content.decode())
     for text in (filtered, small):
         assert f"5 {table}s" in text and "about" not in text and "estimate" not in text
+    assert re.search(r"5 results \( ?Show all ?\)", filtered)  # the admin's own words of a filtered list
 
 
 def test_the_estimate_is_the_planners_and_none_without_statistics(five_procs):
