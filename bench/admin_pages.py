@@ -14,8 +14,9 @@ whatever farm is there, prints its size and vacuums and analyzes its tables (as 
 would at a site; this machine's PostgreSQL runs without it). Server time is the in-process time of Django's test
 client's GET: every middleware, the view, its queries and its template, no network. Each page
 is requested once to warm it, then `--rounds` times, every page once a round in turn (so a
-stall of the shared machine spreads over the pages), and printed as the median (lowest-highest)
-with the queries of its last request. Pages: every registered model admin's list and the change
+stall of the shared machine spreads over the pages), and printed as the median (lowest-highest),
+with its median ratio to a bare admin list timed in the same round (the facilities: a few rows)
+and the queries of its last request. Pages: every registered model admin's list and the change
 form of its first row by key (none where the table is empty), the proc and frame lists searched
 by a host's or a job's name, filtered by a show, ten pages in, the farm overview, the drift index,
 the drift page of a show and /metrics; twice: with nothing drifted (the periodic check run first,
@@ -55,6 +56,10 @@ from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from shows.models import Host, Job, Show  # noqa: E402
 
 GOAL_MS = 300.0
+# The baseline every page is also read against, timed in every round: the admin's list of a table
+# of a few rows (the facilities), which the farm's size leaves alone. The goal is the absolute
+# time; the ratio says how much of a figure is the page and how much the machine's load.
+BARE = "a bare admin list (the facilities)"
 
 
 def farm_size() -> str:
@@ -89,6 +94,10 @@ def admin_urls() -> list[tuple[str, str]]:
         if first is not None:
             urls.append((f"{opts.label} change form", reverse(f"admin:{name}_change", args=[first])))
     return urls
+
+
+def bare_list() -> tuple[str, str]:
+    return BARE, reverse("admin:shows_facility_changelist")
 
 
 def looking_for() -> list[tuple[str, str]]:
@@ -144,13 +153,19 @@ def timed_pages(*, client: Client, pages: list[tuple[str, str]], rounds: int) ->
 
 
 def report(*, title: str, timings: dict[str, tuple[list[float], int]], rounds: int) -> None:
-    print(f"\n{title}: server time, median of {rounds} (lowest-highest), queries of the last request")
+    """Each page's median and spread, and its median ratio to the bare list's time in the same round."""
+    bare = timings[BARE][0]
+    print(
+        f"\n{title}: server time, median of {rounds} (lowest-highest), x the bare list in the same round, "
+        "queries of the last request"
+    )
     for label, (values, queries) in timings.items():
         median = statistics.median(values) * 1000
+        ratio = statistics.median(v / b for v, b in zip(values, bare, strict=True))
         flag = "  OVER" if median > GOAL_MS else ""
         print(
             f"  {label:48s} {median:8.1f} ms ({min(values) * 1000:6.1f}-{max(values) * 1000:6.1f}) "
-            f"{queries:4d} queries{flag}"
+            f"{ratio:6.1f}x {queries:4d} queries{flag}"
         )
 
 
@@ -169,7 +184,7 @@ def main() -> None:
     try:
         run_table_drift_check()
         pages = admin_urls() + looking_for() + operator_urls(drift_show=most_drifted_show())
-        pages = [(label, url) for label, url in pages if options.only in label]
+        pages = [bare_list(), *((label, url) for label, url in pages if options.only in label)]
         report(
             title="nothing drifted",
             timings=timed_pages(client=client, pages=pages, rounds=options.rounds),
@@ -179,7 +194,8 @@ def main() -> None:
         make_drift(targets=targets)
         run_table_drift_check()
         drifted = sum(len(target.pks) for target in targets)
-        pages = [(label, url) for label, url in operator_urls(drift_show=most_drifted_show()) if options.only in label]
+        operator = operator_urls(drift_show=most_drifted_show())
+        pages = [bare_list(), *((label, url) for label, url in operator if options.only in label)]
         report(
             title=f"{drifted} rows drifted, seen by the periodic check",
             timings=timed_pages(client=client, pages=pages, rounds=options.rounds),
