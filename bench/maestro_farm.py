@@ -65,6 +65,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
 
 import psycopg  # noqa: E402
 from cuebot_drift import BARE_SUMS  # noqa: E402  (sets Django up)
+from demo_sized import build_timed  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from release import (  # noqa: E402
@@ -90,7 +91,7 @@ from accounting.reconcile.drift_check import run_table_drift_check  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
 from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
-from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, build_demo_farm, demo_id  # noqa: E402
+from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, demo_id  # noqa: E402
 
 # The periodic check warns of the rows the bench drifts on purpose, at every pass.
 logging.getLogger("accounting.reconcile.drift_check").setLevel(logging.ERROR)
@@ -450,13 +451,7 @@ def refuse_another_shape(*, size: DemoFarmSize, host_cores: int) -> None:
 def one_size(*, scale: int, options: argparse.Namespace) -> dict[str, Figures]:
     """The farm of this size built or completed here, then each phase asked for."""
     size = scaled(scale=scale)
-    started = time.perf_counter()
-    summary = build_demo_farm(size=size)
-    print(
-        f"farm (x{scale} Maestro's proof): {summary.shows} shows, {summary.hosts} hosts, "
-        f"{summary.host_cores // 100:,} cores, {summary.procs} procs "
-        f"({summary.procs_added} added, in {time.perf_counter() - started:.1f} s)"
-    )
+    summary = build_timed(size=size, name=f"farm (x{scale} Maestro's proof)")
     refuse_another_shape(size=size, host_cores=summary.host_cores)
     figures = {}
     if "drift" not in options.skip:

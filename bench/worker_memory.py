@@ -13,16 +13,15 @@ The farm is a demo farm of --procs procs (20 shows, 2,000 hosts; seed_demo_farm 
 20 procs: 10,020 jobs of two layers for 200,000), built or completed first on DATABASE_URL's
 database (use one of its own: the bench releases every proc of it, and the next run completes it
 again). The server is the command scripts/server.py deploys (bench/release.py's gunicorn_server),
-with one worker instead of two so that one worker serves every release. One keep-alive client
+with one worker instead of two so that one worker serves every release. One client
 releases the procs job after job, as a farm's jobs finish one after another, in batches of --batch
-(POST /api/v1/procs/unbook; --batch 1: POST /api/v1/procs/{id}/unbook), and reads the worker's
+(POST /api/v1/procs/unbook; --batch 1: POST /api/v1/procs/{id}/unbook; the simulator's client,
+simulator.processes.WebServer.release, a connection a request), and reads the worker's
 VmRSS from /proc after the first batch and every --every releases. Every answer must be a
 release. Prints the RSS at each point and the growth from 20,000 releases to the last.
 """
 
 import argparse
-import http.client
-import json
 import os
 import statistics
 import sys
@@ -42,6 +41,7 @@ from release import gunicorn_server  # noqa: E402  (sets Django up)
 from accounting.operators.auth import grant_permissions, issue_token  # noqa: E402
 from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
 from simulator.farm_builder import DemoFarmSize, build_demo_farm  # noqa: E402
+from simulator.processes import WebServer  # noqa: E402
 
 GOAL_MB = 10.0
 MARK = 20_000  # the releases after which the growth is counted
@@ -79,21 +79,6 @@ def procs_job_after_job() -> list[str]:
         return [pk for (pk,) in cursor.fetchall()]
 
 
-def release(*, conn: http.client.HTTPConnection, token: str, proc_ids: list[str]) -> None:
-    """One request releasing these procs; every one must come back released."""
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    if len(proc_ids) == 1:
-        conn.request("POST", f"/api/v1/procs/{proc_ids[0]}/unbook", headers=headers)
-    else:
-        conn.request("POST", "/api/v1/procs/unbook", body=json.dumps({"proc_ids": proc_ids}), headers=headers)
-    response = conn.getresponse()
-    body = response.read()
-    if response.status != 200:
-        raise SystemExit(f"bench: a release answered {response.status}: {body[:300]!r}")
-    if len(proc_ids) > 1 and any(r["status"] != "released" for r in json.loads(body)["results"]):
-        raise SystemExit("bench: a proc of the farm was not released")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, default=200_000, help="releases, one per proc of the farm")
@@ -117,17 +102,17 @@ def main() -> None:
         token = issue_token(user=user, name="bench/worker_memory.py")
         with gunicorn_server(extra=("--workers", "1")) as port:
             pid = worker_pid(port=port)
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            server = WebServer(port=port, metrics_dir="", token=token)  # the simulator's client of the API
             readings: list[tuple[int, float]] = [(0, rss_mb(pid=pid))]
             released, begun = 0, time.perf_counter()
             for i in range(0, len(procs), options.batch):
                 chunk = procs[i : i + options.batch]
-                release(conn=conn, token=token, proc_ids=chunk)
+                if not all(server.release(chunk)):
+                    raise SystemExit("bench: a proc of the farm was not released")
                 released += len(chunk)
                 if released == len(chunk) or released % options.every == 0 or released == len(procs):
                     readings.append((released, rss_mb(pid=pid)))
             took = time.perf_counter() - begun
-            conn.close()
     finally:
         user.delete()
     print(f"{released} releases in {took:.0f} s ({released / took:.0f}/s); the worker's RSS:")
