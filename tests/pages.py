@@ -30,11 +30,19 @@ def split_fenced(text: str) -> tuple[str, str]:
 
 
 def section(text: str, heading: str) -> str:
-    """The section under `heading` (a whole heading line), up to the next heading of its level or above."""
+    """The section under `heading` (a whole heading line), up to the next heading of its level or
+    above outside a fenced block (a shell comment in one is no heading)."""
     level = len(heading) - len(heading.lstrip("#"))
-    start = text.index(f"\n{heading}\n") + 1
-    following = re.search(rf"^#{{1,{level}}} ", text[start + len(heading) :], re.M)
-    return text[start : start + len(heading) + following.start()] if following else text[start:]
+    lines = text.splitlines(keepends=True)
+    start = lines.index(f"{heading}\n")
+    taken, fenced = [lines[start]], False
+    for line in lines[start + 1 :]:
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and re.match(rf"#{{1,{level}}} ", line):
+            break
+        taken.append(line)
+    return "".join(taken)
 
 
 def words(text: str) -> int:

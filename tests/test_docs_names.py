@@ -244,3 +244,42 @@ def ten_minute_path() -> dict[str, int]:
 def test_a_current_opencue_site_reads_what_it_needs_in_ten_minutes():
     path = ten_minute_path()
     assert sum(path.values()) <= TEN_MINUTES, path
+
+
+# What the README's first screen says (issue 47): what the service does on current OpenCue and on
+# the main-branch builds, who calls the release API in each, and what the drift check costs.
+FIRST_SCREEN = (
+    "**On current OpenCue**",
+    "**On OpenCue's main-branch builds**",
+    "On current OpenCue nothing calls its release API",
+    "a release client on Cuebot's side calls",
+    "**What the drift check costs a production database**",
+    "`statement_timeout`",
+)
+
+
+def test_the_readmes_first_screen_says_what_a_site_needs_first():
+    first_screen = page_text(ROOT / "README.md").split("\n## ", 1)[0]
+    assert [said for said in FIRST_SCREEN if said not in first_screen] == []
+
+
+# On the pages a current-OpenCue site reads, what is said of Redis, of publishing and of the release
+# API's callers holds in some eras only: each such sentence names the era it is about.
+ERA_BOUND = re.compile(r"Redis|publish|release client|release API")
+ERA_NAMED = ("main-branch", "Redis era", "NOTIFY", "no Redis", "current OpenCue", "Maestro")
+
+
+def test_what_the_maestro_path_says_of_redis_and_releases_names_its_era():
+    path = {
+        "README.md": page_text(ROOT / "README.md").split("\n## Two commands", 1)[0],
+        "attaching.md": section(page_text(DOCS / "attaching.md"), "## A first hour at a current-OpenCue site"),
+        **{f"{name}.md": page_text(DOCS / f"{name}.md") for name in ("production", "runbook", "grafana")},
+    }
+    unbound = [
+        f"{page}: {sentence[:120]}"
+        for page, text in path.items()
+        for unit in units(split_fenced(text)[0])
+        for sentence in re.split(r"(?<=[.:;])\s+(?=[A-Z*`(])", " ".join(unit.split()))
+        if ERA_BOUND.search(sentence) and not any(era in sentence for era in ERA_NAMED)
+    ]
+    assert unbound == []
