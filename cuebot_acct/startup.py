@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import OperationalError, connection
 
 from cuebot_acct.bad_setting import BadSetting
+from cuebot_acct.outages import first_line, is_postgresql_outage
 from cuebot_acct.redis_factory import build_client, sentinel_target
 
 # The one URL redactor (PostgreSQL's URLs too), by the name the commands that print a server use.
@@ -30,10 +31,19 @@ class CuebotSchemaIncomplete(StartupRefused):
 
 
 def postgres_problem(error: Exception) -> ServiceUnreachable:
-    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return ServiceUnreachable(
-        f"cannot reach PostgreSQL at {redact(settings.DATABASE_URL)} ({first_line}); "
+        f"cannot reach PostgreSQL at {redact(settings.DATABASE_URL)} ({first_line(error)}); "
         "start it (`make services`) or set DATABASE_URL"
+    )
+
+
+def statement_refused(error: Exception) -> str:
+    """A statement the server ended, said as such: the server is up, so "start it" would mislead."""
+    state = next((cause.sqlstate for cause in (error.__cause__, error) if getattr(cause, "sqlstate", None)), None)
+    return (
+        f"PostgreSQL at {redact(settings.DATABASE_URL)} is up but ended a statement ({first_line(error)}"
+        f"{f'; SQLSTATE {state}' if state else ''}): a statement_timeout or lock_timeout on the role, "
+        "a deadlock or pg_cancel_backend does this; run it again, or raise the timeout"
     )
 
 
@@ -176,7 +186,10 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
         sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)
     except OperationalError as error:
-        sys.stderr.write(f"cuebot-acct: {postgres_problem(error)}\n")
+        # A statement the server cancelled (a statement or lock timeout on the role) is no outage:
+        # telling the operator to start PostgreSQL would send them the wrong way.
+        problem = postgres_problem(error) if is_postgresql_outage(error) else statement_refused(error)
+        sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)
     except (redis.ConnectionError, redis.TimeoutError) as error:
         sys.stderr.write(
