@@ -39,7 +39,7 @@ def postgres_problem(error: Exception) -> ServiceUnreachable:
 
 def statement_refused(error: Exception) -> str:
     """A statement the server ended, said as such: the server is up, so "start it" would mislead."""
-    state = next((cause.sqlstate for cause in (error.__cause__, error) if getattr(cause, "sqlstate", None)), None)
+    state = next(filter(None, (getattr(cause, "sqlstate", None) for cause in (error.__cause__, error))), None)
     return (
         f"PostgreSQL at {redact(settings.DATABASE_URL)} is up but ended a statement ({first_line(error)}"
         f"{f'; SQLSTATE {state}' if state else ''}): a statement_timeout or lock_timeout on the role, "
@@ -188,8 +188,8 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
     except OperationalError as error:
         # A statement the server cancelled (a statement or lock timeout on the role) is no outage:
         # telling the operator to start PostgreSQL would send them the wrong way.
-        problem = postgres_problem(error) if is_postgresql_outage(error) else statement_refused(error)
-        sys.stderr.write(f"cuebot-acct: {problem}\n")
+        said = postgres_problem(error) if is_postgresql_outage(error) else statement_refused(error)
+        sys.stderr.write(f"cuebot-acct: {said}\n")
         sys.exit(1)
     except (redis.ConnectionError, redis.TimeoutError) as error:
         sys.stderr.write(
