@@ -36,6 +36,7 @@ from accounting.models import (
     Proc,
     Subscription,
 )
+from accounting.operators.booked_sources import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.operators.display import (
     CoresFormMixin,
     cores_and_gpus_column,
@@ -45,7 +46,6 @@ from accounting.operators.display import (
     tier_column,
 )
 from accounting.operators.farm_admin import CuebotWrittenAdmin
-from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import unbook_proc, unbook_procs
 from cuebot_acct import permissions
@@ -144,7 +144,7 @@ def _sources(obj: Subscription) -> BookedSources:
 @admin.register(Subscription)
 class SubscriptionAdmin(LimitAdmin):
     """Booked cores show with their source: the PostgreSQL row, and for a scheduler-managed
-    show Redis live beside it, with why the two differ (accounting.operators.selectors.BookedSources)."""
+    show Redis live beside it, with why the two differ (accounting.operators.booked_sources.BookedSources)."""
 
     # Size and burst share a cell, and the cells speak in few words, so that the eight numbers
     # fit beside the sidebar and the filter without the list scrolling sideways.

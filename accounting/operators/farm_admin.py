@@ -7,7 +7,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 
 from accounting.operators.display import CoresFormMixin, cores_column, gpu_cap_label, whole_gpus_field
-from accounting.operators.selectors import drift_status
+from accounting.operators.drift_views import drift_status
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
 from cuebot_acct import permissions

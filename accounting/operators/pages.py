@@ -4,7 +4,7 @@ was first seen and for how long), the drift inspector per show (Cuebot's own tab
 owns, every show in the Maestro era; Redis for a scheduler-managed show in the redis era), and
 its two repairs: "reseed this show" (Redis) and "recompute Cuebot's tables" (PostgreSQL).
 
-Reads go through accounting.operators.selectors, accounting.reconcile.cuebot_drift and
+Reads go through accounting.operators' selectors, accounting.reconcile.cuebot_drift and
 accounting.reconcile.drift; the reseed through accounting.reconcile.reseed, with RESEED_REDIS,
 and the recompute through accounting.reconcile.recompute, with REPAIR_TABLES, each after a
 confirmation page, logged.
@@ -24,18 +24,17 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from accounting.live.leases import LockBusy
-from accounting.operators.selectors import (
+from accounting.operators.drift_views import (
     DriftAge,
     drift_status,
-    farm_overview,
-    field_label,
-    key_labels,
     recorded_drift,
     redis_row_ages,
     table_drift_status,
     table_repair,
     table_row_ages,
 )
+from accounting.operators.names import field_label, key_labels
+from accounting.operators.overview import farm_overview
 from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, DriftRow, drift_report, subscription_bars
 from accounting.reconcile.drift_history import redis_difference, table_difference

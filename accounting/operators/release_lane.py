@@ -58,8 +58,8 @@ from django.urls import reverse
 from django.utils.http import parse_header_parameters
 from ninja.errors import HttpError
 
-from accounting.operators.api import UnbookBatchIn, released_many, released_one
 from accounting.operators.auth import token_allows
+from accounting.operators.release_api import UnbookBatchIn, released_many, released_one
 from cuebot_acct.api import INTERNAL_ERROR, api, error_answer, log_unexpected, parsed_json, rendered
 from cuebot_acct.api_types import bearer_token
 from cuebot_acct.permissions import RELEASE_PROCS

@@ -7,16 +7,15 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from accounting.management.commands._show_arg import show_argument
-from accounting.operators.selectors import (
+from accounting.operators.drift_views import (
     aged_redis_drift,
     aged_table_drift,
     drift_sentence,
-    field_label,
-    key_labels,
     redis_row_ages,
     table_repair,
     table_row_ages,
 )
+from accounting.operators.names import field_label, key_labels
 from accounting.reconcile.cuebot_drift import TableDriftReport, cuebot_table_drift, signed_cores
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
 from accounting.reconcile.drift_history import redis_difference, table_difference

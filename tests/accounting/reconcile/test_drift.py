@@ -271,7 +271,7 @@ def test_api_drift_without_a_show_answers_the_last_check_not_a_farm_wide_read(fa
 
 
 def test_api_drift_computes_one_live_report_at_a_time_per_process(farm, reader_client):
-    from accounting.operators import api
+    from accounting.operators import drift_api as api
 
     with api._live_drift:  # another request's report is running
         busy = reader_client.get("/api/v1/accounting/drift", {"show": farm.show.str_name})

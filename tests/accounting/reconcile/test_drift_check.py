@@ -6,7 +6,7 @@ from django_q.tasks import async_task, result
 from prometheus_client import REGISTRY
 
 from accounting.live import keys
-from accounting.operators.selectors import drift_status
+from accounting.operators.drift_views import drift_status
 from accounting.reconcile.drift_check import STATUS_KEY, TABLES_STATUS_KEY, run_drift_check, run_table_drift_check
 from accounting.reconcile.reseed import seed_show
 from cuebot_acct.redis_factory import accounting_redis

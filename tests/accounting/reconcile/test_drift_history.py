@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 
 from accounting.live import keys
 from accounting.models import DriftRecord
-from accounting.operators.selectors import DriftAge, age_text
+from accounting.operators.drift_views import DriftAge, age_text
 from accounting.reconcile.drift import DriftRow
 from accounting.reconcile.drift_check import run_table_drift_check
 from accounting.reconcile.drift_history import cores_words, gpus_words, redis_difference
