@@ -24,12 +24,10 @@ from django.conf import settings
 from django_q.models import Schedule
 
 from accounting.live.leases import LockBusy
-from accounting.models import DriftRecord
 from accounting.ownership import switching
 from accounting.ownership.fleet import delete_stale_instances
 from accounting.ownership.guardrail import run_guardrail
-from accounting.reconcile.drift_check import run_drift_check, run_table_drift_check
-from accounting.reconcile.drift_history import forget_drift
+from accounting.reconcile.drift_check import run_drift_checks
 from accounting.reconcile.recalculate_subs import recalculate_subs
 from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
@@ -72,13 +70,7 @@ def accounting_guardrail_task() -> bool:
 def drift_check_task() -> int:
     """Shows with drift at this check, in Cuebot's tables or (redis era) in Redis; the gauges and
     the admin's pages get the detail."""
-    drifted = {name for name, rows in run_table_drift_check().rows_drifted.items() if rows}
-    if settings.ACCOUNTING_REDIS_ENABLED:
-        drifted |= {name for name, fields in run_drift_check().fields_drifted.items() if fields}
-    else:
-        # No check reads Redis outside its era: what an earlier era's checks recorded would stay listed for good.
-        forget_drift(source=DriftRecord.Source.REDIS)
-    return len(drifted)
+    return run_drift_checks()
 
 
 @writing_task()

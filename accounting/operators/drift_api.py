@@ -10,14 +10,7 @@ from ninja import Router
 from ninja.errors import HttpError
 
 from accounting.operators.auth import BearerToken
-from accounting.operators.drift_views import (
-    aged_redis_drift,
-    aged_table_drift,
-    drift_status,
-    recorded_drift,
-    table_drift_status,
-    table_repair,
-)
+from accounting.operators.drift_views import last_checks_json, live_json
 from accounting.operators.locks import named_locks
 from accounting.operators.shows_api import show_or_404
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
@@ -29,7 +22,6 @@ from cuebot_acct.api_types import (
     ErrorOut,
 )
 from cuebot_acct.permissions import VIEW_ACCOUNTING
-from shows.models import Show
 
 router = Router(tags=["accounting"])
 
@@ -64,43 +56,16 @@ _live_drift = threading.Lock()
 )
 def accounting_drift(request, show: DbText | None = None):
     if show is None:
-        return _last_check()
+        return last_checks_json()
     found = show_or_404(show)
     if not _live_drift.acquire(blocking=False):
         raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
     try:
-        now = timezone.now()
-        redis = (
-            aged_redis_drift(report=drift_report(show_ids=[found.id]), now=now)
-            if settings.ACCOUNTING_REDIS_ENABLED
-            else {}
-        )
-        tables = aged_table_drift(report=cuebot_table_drift(show_ids=[found.id]), now=now)
-        return {**redis, "cuebot_tables": {**tables, "repair": table_repair(show=found.str_name)}}
+        redis = drift_report(show_ids=[found.id]) if settings.ACCOUNTING_REDIS_ENABLED else None
+        tables = cuebot_table_drift(show_ids=[found.id])
+        return live_json(tables=tables, redis=redis, now=timezone.now(), show=found.str_name)
     finally:
         _live_drift.release()
-
-
-def _last_check() -> dict[str, Any]:
-    status, tables = drift_status(), table_drift_status()
-    names = dict(Show.objects.filter(pk__in=[*status.shows, *tables.shows]).values_list("pk", "str_name"))
-    return {
-        "source": "the periodic drift check (acct-drift-check); ask ?show=NAME for one show now",
-        "checked_at": status.checked_at.isoformat() if status.checked_at else None,
-        "error": status.error,
-        "shows": [
-            {"show": names.get(pk, pk), "show_id": pk, "fields_drifted": d.fields, "fields_checked": d.checked}
-            for pk, d in sorted(status.shows.items(), key=lambda item: names.get(item[0], item[0]))
-        ],
-        "cuebot_tables": {
-            "checked_at": tables.checked_at.isoformat() if tables.checked_at else None,
-            "shows": [
-                {"show": names.get(pk, pk), "show_id": pk, "rows_drifted": rows}
-                for pk, rows in sorted(tables.shows.items(), key=lambda item: names.get(item[0], item[0]))
-            ],
-        },
-        "drifted_rows": [row.as_dict() for row in recorded_drift()],
-    }
 
 
 @router.get(

@@ -7,9 +7,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 
 from accounting.operators.display import CoresFormMixin, cores_column, gpu_cap_label, whole_gpus_field
-from accounting.operators.drift_views import drift_status
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import set_scheduler_managed
+from accounting.reconcile.drift import REDIS_FIELDS
+from accounting.reconcile.drift_check import check_status
 from cuebot_acct import permissions
 from shows.models import (
     Alloc,
@@ -115,8 +116,8 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
         """Scheduler-managed shows: the last drift check's count, linked to the live drift page."""
         if not show.b_scheduler_managed:
             return "-"
-        found = drift_status().shows.get(show.pk)
-        text = "not checked yet" if found is None else f"{found.fields} field(s) differ" if found.fields else "none"
+        found = check_status(REDIS_FIELDS).shows.get(show.pk)
+        text = "not checked yet" if found is None else f"{found.drifted} field(s) differ" if found.drifted else "none"
         return format_html('<a href="{}">{}</a>', reverse("acct-drift-show", args=[show.id]), text)
 
     @admin.display(description="See also")

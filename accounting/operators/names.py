@@ -1,6 +1,5 @@
-"""What the faces call things: a readable name per Redis key (`acct:folder:<uuid>` reads "demo01 /
-lighting") and per field (`int_cores` reads "cores booked"), and the names beside the ids of a
-release answer."""
+"""The names beside the ids of a release answer (show, allocation, folder, job, layer, department),
+kept a while per worker so the release path seldom pays a query for them."""
 
 import time
 from collections.abc import Iterable
@@ -10,80 +9,6 @@ from django.db import connection
 
 from accounting.release.types import Release
 from shows.models import Alloc, Dept, Folder, Job, Layer, Show
-
-# --- Redis keys by name ---------------------------------------------------------------
-
-
-def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
-    """A readable name per accounting key, in three queries at most whatever the number of keys."""
-    by_kind: dict[str, list[list[str]]] = {}
-    for key in redis_keys:
-        _, kind, *ids = key.split(":")
-        by_kind.setdefault(kind, []).append(ids)
-    # acct:sub:<show>:<alloc> names its show first, acct:point:<dept>:<show> last.
-    show_ids = {ids[0] for ids in by_kind.get("sub", [])} | {ids[1] for ids in by_kind.get("point", [])}
-    shows = dict(Show.objects.filter(pk__in=show_ids).values_list("pk", "str_name"))
-    allocs = dict(Alloc.objects.filter(pk__in={ids[1] for ids in by_kind.get("sub", [])}).values_list("pk", "str_name"))
-    depts = dict(Dept.objects.filter(pk__in={ids[0] for ids in by_kind.get("point", [])}).values_list("pk", "str_name"))
-    folders = {
-        pk: f"{show} / {name}"
-        for pk, show, name in Folder.objects.filter(pk__in={ids[0] for ids in by_kind.get("folder", [])}).values_list(
-            "pk", "show__str_name", "str_name"
-        )
-    }
-    jobs = {
-        pk: f"{show} / {name}"
-        for pk, show, name in Job.objects.filter(pk__in={ids[0] for ids in by_kind.get("job", [])}).values_list(
-            "pk", "show__str_name", "str_name"
-        )
-    }
-    layers = {
-        pk: f"{show} / {job} / {name}"
-        for pk, show, job, name in Layer.objects.filter(
-            pk__in={ids[0] for ids in by_kind.get("layer", [])}
-        ).values_list("pk", "job__show__str_name", "job__str_name", "str_name")
-    }
-    labels = {}
-    for kind, entries in by_kind.items():
-        for ids in entries:
-            key = ":".join(["acct", kind, *ids])
-            if kind == "sub":
-                labels[key] = f"{shows.get(ids[0], 'show gone')} / {allocs.get(ids[1], 'allocation gone')}"
-            elif kind == "point":
-                labels[key] = f"{shows.get(ids[1], 'show gone')} / {depts.get(ids[0], 'department gone')}"
-            else:
-                found = {"folder": folders, "job": jobs, "layer": layers}.get(kind, {}).get(ids[0])
-                labels[key] = f"{kind} {found}" if found else f"{kind} gone ({ids[0][:8]}…)"
-    return labels
-
-
-# What each field of each kind of key holds (docs/redis-protocol.md), in an operator's words.
-# Every face that lists Redis fields (the drift page, acct_drift, the drift API) names them
-# through field_label and keeps the raw field beside the name, for scripts and for HGET.
-_BOOKED = {"int_cores": "cores booked", "int_gpus": "GPUs booked"}
-FIELD_LABELS = {
-    "sub": {**_BOOKED, "size": "size in cores", "burst": "burst in cores"},
-    "folder": {
-        **_BOOKED,
-        "int_min_cores": "min cores",
-        "int_max_cores": "max cores",
-        "int_min_gpus": "min GPUs",
-        "int_max_gpus": "max GPUs",
-    },
-    "job": {**_BOOKED, "int_max_cores": "max cores", "int_max_gpus": "max GPUs", "int_priority": "priority"},
-    "layer": _BOOKED,
-    "point": {**_BOOKED, "int_min_cores": "min cores", "int_min_gpus": "min GPUs"},
-}
-
-
-def field_label(*, key: str, field: str) -> str:
-    """An operator's name for `field` of the accounting key `key`; a field its kind of key
-    does not hold (a stray one someone wrote by hand) reads as itself."""
-    kind = key.split(":")[1] if key.count(":") >= 2 else ""
-    return FIELD_LABELS.get(kind, {}).get(field, field)
-
-
-# --- Names beside ids in answers ------------------------------------------------------------
 
 # A release answer names what it released. Names change rarely and a release client releases
 # the procs of a few jobs over and over: each id's name is kept for a minute, so the release

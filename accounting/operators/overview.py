@@ -7,9 +7,11 @@ from datetime import datetime
 from accounting.live.units import cores_text
 from accounting.models import Instance, Subscription
 from accounting.operators.booked_sources import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
-from accounting.operators.drift_views import DriftStatus, ShowDrift, drift_status, table_drift_status
 from accounting.ownership.fleet import live_instances
 from accounting.ownership.guardrail import GuardrailReport, evaluate
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
+from accounting.reconcile.drift import REDIS_FIELDS
+from accounting.reconcile.drift_check import CheckStatus, ShowCount, check_status
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
@@ -77,7 +79,7 @@ class ShowOverview:
     owner: str  # who plans and counts it: Cuebot, Maestro (Maestro era, flagged) or Scheduler
     source: str  # where `booked` comes from
     allocations: list[AllocationUse]
-    drift: ShowDrift | None  # Redis against PostgreSQL; None: not checked (Cuebot counts it, or not yet)
+    drift: ShowCount | None  # Redis against PostgreSQL; None: not checked (Cuebot counts it, or not yet)
     # Rows of Cuebot's tables off SUM(proc) at the last check, where Cuebot counts the show; None: not checked.
     table_drift: int | None = None
 
@@ -89,7 +91,7 @@ class ShowOverview:
 @dataclass(frozen=True)
 class FarmOverview:
     shows: list[ShowOverview]
-    drift: DriftStatus
+    drift: CheckStatus
     guardrail: GuardrailReport
     instances: list[Instance]
     redis_error: str | None = None
@@ -112,7 +114,7 @@ def farm_overview() -> FarmOverview:
         for sub in subscriptions
         if sub.pk not in sources
     }
-    status, tables = drift_status(), table_drift_status()
+    status, tables = check_status(REDIS_FIELDS), check_status(CUEBOT_TABLES)
     per_show: dict[str, list[AllocationUse]] = {}
     for sub in subscriptions:
         source = sources[sub.pk]
@@ -133,7 +135,7 @@ def farm_overview() -> FarmOverview:
                 source=REDIS_LIVE if by_scheduler else f"{PG_ROW} (Cuebot's count)",
                 allocations=per_show.get(show.pk, []),
                 drift=status.shows.get(show.pk) if by_scheduler else None,
-                table_drift=None if by_scheduler else tables.shows.get(show.pk),
+                table_drift=None if by_scheduler else tables.drifted(show.pk),
             )
         )
     return FarmOverview(

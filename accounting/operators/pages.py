@@ -24,20 +24,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from accounting.live.leases import LockBusy
-from accounting.operators.drift_views import (
-    DriftAge,
-    drift_status,
-    recorded_drift,
-    redis_row_ages,
-    table_drift_status,
-    table_repair,
-    table_row_ages,
-)
-from accounting.operators.names import field_label, key_labels
+from accounting.operators.drift_views import recorded_drift, redis_shown, table_repair, table_shown
 from accounting.operators.overview import farm_overview
-from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
-from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, DriftRow, drift_report, subscription_bars
-from accounting.reconcile.drift_history import redis_difference, table_difference
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_owned_show_ids, cuebot_table_drift
+from accounting.reconcile.drift import CLOSED, IN_FLIGHT, REDIS_FIELDS, DriftReport, drift_report, subscription_bars
+from accounting.reconcile.drift_check import check_status
 from accounting.reconcile.recompute import repair_pg_accounting, require_table_writes
 from accounting.reconcile.reseed import redis_is_empty, require_redis_writes, reseed
 from cuebot_acct import permissions
@@ -64,14 +55,14 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 
 def drift_index(request: HttpRequest) -> HttpResponse:
-    status, tables = drift_status(), table_drift_status()
+    status, tables = check_status(REDIS_FIELDS), check_status(CUEBOT_TABLES)
     redis_era, owned = settings.ACCOUNTING_REDIS_ENABLED, cuebot_owned_show_ids()
     shows = [
         {
             "show": show,
             "drift": status.shows.get(show.pk) if redis_era else None,
             "cuebots": owned is None or show.pk in owned,
-            "tables": tables.shows.get(show.pk),
+            "tables": tables.drifted(show.pk),
         }
         for show in Show.objects.order_by("str_name")
     ]
@@ -90,18 +81,6 @@ def drift_index(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _entry(row: DriftRow, labels: dict[str, str], age: DriftAge | None = None) -> dict:
-    """A drift row as the page lists it: its key and its field named; a drifted one with its
-    difference in words and how long it has drifted."""
-    return {
-        "label": labels.get(row.key, row.key),
-        "field": field_label(key=row.key, field=row.field),
-        "row": row,
-        "difference": redis_difference(row)[2],
-        "age": age,
-    }
-
-
 def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     show = get_object_or_404(Show, pk=show_id)
     # Redis holds nothing for a Cuebot-managed show (every limit would read as missing), and
@@ -110,9 +89,31 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     now = timezone.now()
     report = drift_report(show_ids=[show.id]) if redis_compared else DriftReport(shows=[], fields_checked=0, rows=[])
     tables = cuebot_table_drift(show_ids=[show.id])
-    labels = key_labels(redis_keys={row.key for row in report.rows + report.explained})
+    context = {
+        **admin.site.each_context(request),
+        "title": f"Accounting drift: {show.str_name}",
+        "show": show,
+        "report": report,
+        "bars": _bars(show) if redis_compared else [],
+        "rows": redis_shown(report.rows, now=now),
+        "rounding": redis_shown(report.rounding_only),
+        "in_flight": redis_shown(report.explained_by(IN_FLIGHT)),
+        "closed": report.explained_by(CLOSED),
+        "can_reseed": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.RESEED_REDIS),
+        "can_repair": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.REPAIR_TABLES),
+        "redis_compared": redis_compared,
+        "tables_owned": bool(cuebot_owned_show_ids(show_ids=[show.id])),
+        "tables": tables,
+        "table_rows": table_shown(tables, now=now),
+        "repair": table_repair(show=show.str_name),
+    }
+    return render(request, "admin/accounting/drift_show.html", context)
+
+
+def _bars(show: Show) -> list[dict]:
+    """Per subscription, Redis live and SUM(proc) now against size and burst, as bar widths."""
     bars = []
-    for bar in subscription_bars(show=show) if redis_compared else []:
+    for bar in subscription_bars(show=show):
         scale = max(bar.burst, bar.size, bar.booked_pg, bar.booked_redis or 0, 1)
         bars.append(
             {
@@ -123,31 +124,7 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
                 "burst_pct": _percent(bar.burst, scale),
             }
         )
-    context = {
-        **admin.site.each_context(request),
-        "title": f"Accounting drift: {show.str_name}",
-        "show": show,
-        "report": report,
-        "bars": bars,
-        "rows": [
-            _entry(row, labels, age)
-            for row, age in zip(report.rows, redis_row_ages(rows=report.rows, now=now), strict=True)
-        ],
-        "rounding": [_entry(row, labels) for row in report.rounding_only],
-        "in_flight": [_entry(row, labels) for row in report.explained_by(IN_FLIGHT)],
-        "closed": report.explained_by(CLOSED),
-        "can_reseed": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.RESEED_REDIS),
-        "can_repair": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.REPAIR_TABLES),
-        "redis_compared": redis_compared,
-        "tables_owned": bool(cuebot_owned_show_ids(show_ids=[show.id])),
-        "tables": tables,
-        "table_rows": [
-            {"row": row.as_dict(), "difference": table_difference(row), "age": age}
-            for row, age in zip(tables.rows, table_row_ages(rows=tables.rows, now=now), strict=True)
-        ],
-        "repair": table_repair(show=show.str_name),
-    }
-    return render(request, "admin/accounting/drift_show.html", context)
+    return bars
 
 
 @require_http_methods(["GET", "POST"])

@@ -21,9 +21,12 @@ centicores here; `signed_cores` is the one conversion every face shows.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from accounting.live.units import cores_number
+from accounting.models import DriftRecord
+from accounting.reconcile.drift_history import Drifted, Named, cores_words, gpus_words
+from cuebot_acct import metrics
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
@@ -270,3 +273,64 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
             shows = len(owned)
     rows.sort(key=lambda row: (TABLE_ORDER.index(row.table), row.name, row.columns, row.pk))
     return TableDriftReport(shows=shows, rows=rows)
+
+
+def drifted(row: TableDrift) -> Drifted:
+    """A drifted row of Cuebot's tables as every face and the record take it: job_resource's two
+    column pairs are two rows; its difference in words ('2.50 cores low, 2 GPUs high')."""
+    words = [cores_words(row.cores_difference)] if row.cores_difference else []
+    words += [gpus_words(row.gpus_difference)] if row.gpus_difference else []
+    return Drifted(
+        source=DriftRecord.Source.CUEBOT_TABLES,
+        identity=f"{row.table} {row.pk} ({row.columns})",
+        show_id=row.show_id,
+        subject=row.name,
+        detail=f"{row.table} ({row.columns})",
+        cores_difference=row.cores_difference,
+        gpus_difference=row.gpus_difference,
+        difference=", ".join(words),
+        raw=row,
+    )
+
+
+class CuebotTables:
+    """The drift source of every era (accounting.reconcile.drift_check): Cuebot's five tables
+    against SUM(proc), for the shows Cuebot owns, read in one statement per table."""
+
+    source: str = DriftRecord.Source.CUEBOT_TABLES
+    differs = "Cuebot's tables differ from SUM(proc)"
+    unit = "rows"
+    gauge = metrics.CUEBOT_TABLE_DRIFT_ROWS
+    last_check = metrics.CUEBOT_TABLE_DRIFT_LAST_CHECK
+    unreadable: tuple[type[Exception], ...] = (DatabaseError,)
+
+    def shows(self) -> dict[str, str]:
+        owned = cuebot_owned_show_ids()
+        shows = Show.objects.all() if owned is None else Show.objects.filter(pk__in=owned)
+        return dict(shows.values_list("pk", "str_name"))
+
+    def read(self, *, show_ids: list[str]) -> tuple[list[Drifted], dict[str, int]]:
+        """Every owned show's drifted rows (`show_ids` are the owned shows: read as every show
+        where Cuebot owns each); no count of rows compared."""
+        return [drifted(row) for row in cuebot_table_drift().rows], {}
+
+    def named(self, rows: Sequence[Drifted]) -> list[Named]:
+        return [
+            Named(name=row.subject, what=row.detail)
+            if row.raw is None
+            else Named(
+                name=row.subject,
+                what=row.detail,
+                values=row.raw.as_dict(),
+                numbers=(
+                    f"cores stored={signed_cores(row.raw.stored_cores)} true={signed_cores(row.raw.true_cores)} "
+                    f"diff={signed_cores(row.raw.cores_difference):+}\tgpus stored={row.raw.stored_gpus} "
+                    f"true={row.raw.true_gpus} diff={row.raw.gpus_difference:+d}"
+                ),
+                ref=row.raw.pk,
+            )
+            for row in rows
+        ]
+
+
+CUEBOT_TABLES = CuebotTables()

@@ -1,12 +1,17 @@
-"""When each drifted row was first seen: the periodic drift check's memory, in the project's own table.
+"""Drift as one idea: the row every source reports drifted, in words, and the periodic check's
+memory of when each was first seen, in the project's own table.
 
-Why: a check reads drift as it is at one instant, so a row 4 cores high reads the same whether it
-drifted a second ago (a release or a repair about to land) or three days ago (a leak nobody
-repaired). The periodic check (accounting.reconcile.drift_check) hands every drifted row it found
-to record_drift, which keeps per row the time of the first check that saw it drifted
-(DriftRecord.first_seen) and its difference as the latest check read it, and deletes the record
-of every row of that source the check found back at its sum: such a row leaves every list. The
-drift pages, the API, acct_drift and the age gauge an alert fires on read these records.
+A source (Cuebot's tables against SUM(proc), accounting.reconcile.cuebot_drift; the Redis era's
+fields against PostgreSQL, accounting.reconcile.drift) turns what it read into Drifted rows;
+the check (accounting.reconcile.drift_check), the record below, the gauges and every face take
+those rows and nothing else of the source but its names and numbers.
+
+Why a record: a check reads drift as it is at one instant, so a row 4 cores high reads the same
+whether it drifted a second ago (a release or a repair about to land) or three days ago (a leak
+nobody repaired). The periodic check hands every drifted row it found to record_drift, which
+keeps per row the time of the first check that saw it drifted (DriftRecord.first_seen) and its
+difference as the latest check read it, and deletes the record of every row of that source the
+check found back at its sum: such a row leaves every list.
 
 "First seen" is the first check that saw the row drifted, checks being minutes apart (the
 `acct-drift-check` schedule): a row drifted and repaired between two checks is never seen, and
@@ -21,114 +26,143 @@ overlap (a slow one and the next) do not interleave them.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 from django.db import connection, transaction
 
-from accounting.live.units import UNLIMITED
 from accounting.models import DriftRecord
-from accounting.reconcile.cuebot_drift import TableDrift
-from accounting.reconcile.drift import BOOKED_FIELDS, DriftRow
-
-# The Redis fields that hold cores (whole cores: Redis's unit) and those that hold GPUs; any
-# other (a job's priority) is a plain number.
-REDIS_CORE_FIELDS = frozenset({"int_cores", "size", "burst", "int_min_cores", "int_max_cores"})
-REDIS_GPU_FIELDS = frozenset({"int_gpus", "int_min_gpus", "int_max_gpus"})
 
 
 @dataclass(frozen=True)
-class Seen:
-    """One drifted row as a check found it, in DriftRecord's terms."""
+class Drifted:
+    """A row a source found drifted, in DriftRecord's terms: `subject` and `detail` as the record
+    keeps them (the source names them for people), stored minus true in centicores and in GPUs
+    (None where the row holds no such value) and in words; `raw`, the source's own row, which
+    gives its numbers (None for a row read back from the record)."""
 
-    identity: str
+    source: str
+    identity: str  # the row from check to check
     show_id: str
-    show_name: str
     subject: str
     detail: str
-    cores_difference: int | None  # centicores
+    cores_difference: int | None
     gpus_difference: int | None
     difference: str
+    raw: Any = field(default=None, compare=False)
 
 
-def table_identity(row: TableDrift) -> str:
-    """A row of Cuebot's tables from check to check: job_resource's two column pairs are two rows."""
-    return f"{row.table} {row.pk} ({row.columns})"
+@dataclass(frozen=True)
+class Named:
+    """A drifted row as the faces show it, from its source: its name and what of it drifted, the
+    source's numbers as JSON (`values`) and as a line's cells (`numbers`), and the raw id a script
+    looks the row up by (`ref`); a row read back from the record has no numbers."""
 
-
-def redis_identity(*, key: str, field: str) -> str:
-    return f"{key} {field}"
+    name: str
+    what: str
+    values: dict = field(default_factory=dict)
+    numbers: str = ""
+    ref: str = ""
 
 
 def cores_words(centicores: int) -> str:
     """A difference in cores as the faces say it, two decimals as PostgreSQL keeps them: '4.00 cores high'."""
     whole, hundredths = divmod(abs(centicores), 100)
-    return f"{whole}.{hundredths:02d} cores {_direction(centicores)}"
+    return f"{whole}.{hundredths:02d} cores {direction(centicores)}"
 
 
 def gpus_words(gpus: int) -> str:
-    return f"{abs(gpus)} GPU{'' if abs(gpus) == 1 else 's'} {_direction(gpus)}"
+    return f"{abs(gpus)} GPU{'' if abs(gpus) == 1 else 's'} {direction(gpus)}"
 
 
-def _direction(difference: int) -> str:
+def direction(difference: int) -> str:
     """Stored above the truth (Redis above PostgreSQL) reads high."""
     return "high" if difference > 0 else "low"
 
 
-def table_difference(row: TableDrift) -> str:
-    """A drifted row of Cuebot's tables in words: '4.00 cores high', '2.50 cores low, 2 GPUs high'."""
-    words = []
-    if row.cores_difference:
-        words.append(cores_words(row.cores_difference))
-    if row.gpus_difference:
-        words.append(gpus_words(row.gpus_difference))
-    return ", ".join(words)
+@dataclass(frozen=True)
+class DriftAge:
+    """A drifted row's time drifted: from the first check that saw it drifted to `seen`, the last
+    time it was seen so (now, on a face that has just read the row drifted; the last check that
+    saw it, on one that lists the check's records)."""
+
+    first_seen: datetime
+    seen: datetime
+
+    @property
+    def seconds(self) -> int:
+        return max(0, int((self.seen - self.first_seen).total_seconds()))
+
+    @property
+    def since(self) -> str:
+        """The first sighting as a clock reads it in UTC, with its date when not `seen`'s day."""
+        first = self.first_seen.astimezone(UTC)
+        same_day = first.date() == self.seen.astimezone(UTC).date()
+        return f"{first:%H:%M} UTC" if same_day else f"{first:%Y-%m-%d %H:%M} UTC"
+
+    @property
+    def age(self) -> str:
+        return age_text(self.seconds)
 
 
-def redis_difference(row: DriftRow) -> tuple[int | None, int | None, str]:
-    """A drifted Redis field's difference: in centicores if it holds cores, in GPUs if it holds
-    GPUs (None otherwise), and in words."""
-    if row.redis is None:
-        return None, None, f"missing from Redis (PostgreSQL {row.pg})"
-    if UNLIMITED in (row.redis, row.pg) and row.field not in BOOKED_FIELDS:
-        # A limit unlimited on one side has no difference in cores.
-        return None, None, f"Redis {_limit(row.redis)}, PostgreSQL {_limit(row.pg)}"
-    if row.field in REDIS_CORE_FIELDS:
-        return row.difference * 100, None, cores_words(row.difference * 100)
-    if row.field in REDIS_GPU_FIELDS:
-        return None, row.difference, gpus_words(row.difference)
-    return None, None, f"{abs(row.difference)} {_direction(row.difference)}"
+def age_text(seconds: int) -> str:
+    """A duration as an operator reads it: '45 s', '12 min', '2 h 5 min', '3 d 4 h'."""
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if seconds < 60:
+        return f"{seconds} s"
+    if hours == 0:
+        return f"{minutes} min"
+    if days == 0:
+        return f"{hours} h {minutes % 60} min"
+    return f"{days} d {hours % 24} h"
 
 
-def seen_in_tables(row: TableDrift, *, show_name: str) -> Seen:
-    return Seen(
-        identity=table_identity(row),
-        show_id=row.show_id,
-        show_name=show_name,
-        subject=row.name,
-        detail=f"{row.table} ({row.columns})",
-        cores_difference=row.cores_difference,
-        gpus_difference=row.gpus_difference,
-        difference=table_difference(row),
-    )
+def drift_sentence(*, difference: str, age: DriftAge | None) -> str:
+    """'4.00 cores high since 03:12 UTC (2 h 5 min)', the words every face says of a drifted row."""
+    if age is None:
+        return f"{difference}, not seen drifted by the periodic check yet"
+    return f"{difference} since {age.since} ({age.age})"
 
 
-def seen_in_redis(row: DriftRow, *, show_id: str, show_name: str) -> Seen:
-    cores, gpus, words = redis_difference(row)
-    return Seen(
-        identity=redis_identity(key=row.key, field=row.field),
-        show_id=show_id,
-        show_name=show_name,
-        subject=row.key,
-        detail=row.field,
-        cores_difference=cores,
-        gpus_difference=gpus,
-        difference=words,
-    )
+def ages(rows: Sequence[Drifted], *, now: datetime) -> list[DriftAge | None]:
+    """Per row read drifted at `now`, in order, its time drifted if the periodic check has recorded
+    it (None: no check saw it yet), in one query whatever the rows' sources."""
+    first: dict[tuple[str, str], datetime] = {}
+    if rows:
+        records = DriftRecord.objects.filter(identity__in={row.identity for row in rows})
+        first = {
+            (source, identity): at for source, identity, at in records.values_list("source", "identity", "first_seen")
+        }
+    return [
+        DriftAge(first_seen=first[(row.source, row.identity)], seen=now)
+        if (row.source, row.identity) in first
+        else None
+        for row in rows
+    ]
 
 
-def _limit(value: int) -> str:
-    return "unlimited" if value == UNLIMITED else str(value)
+def recorded() -> list[tuple[Drifted, str, datetime]]:
+    """Every row the last checks found drifted, oldest first: the row, its show's name and its
+    first sighting."""
+    records = DriftRecord.objects.order_by("first_seen", "show_name", "subject", "detail")
+    return [
+        (
+            Drifted(
+                source=r.source,
+                identity=r.identity,
+                show_id=r.show_id,
+                subject=r.subject,
+                detail=r.detail,
+                cores_difference=r.cores_difference,
+                gpus_difference=r.gpus_difference,
+                difference=r.difference,
+            ),
+            r.show_name,
+            r.first_seen,
+        )
+        for r in records
+    ]
 
 
 # What a later check may find changed of a row already recorded (first_seen never changes).
@@ -140,7 +174,7 @@ class _Plan:
     """What a check must write to make a source's records say what it found."""
 
     first_seen: dict[str, datetime]  # identity -> first sighting, of the rows recorded already
-    fresh: list[Seen]  # rows first seen
+    fresh: list[list]  # rows first seen: identity and _KEPT_FRESH's values
     changed: list[DriftRecord]  # records whose row says something else now (pk and the fields)
     gone: list[int]  # pks of records whose row is back at its sum
 
@@ -149,33 +183,45 @@ class _Plan:
         return bool(self.fresh or self.changed or self.gone)
 
 
-def _plan(*, source: str, found: dict[str, Seen]) -> _Plan:
+def _plan(*, source: str, found: dict[str, list]) -> _Plan:
     first_seen, changed, gone = {}, [], []
     for pk, identity, first, *kept in DriftRecord.objects.filter(source=source).values_list(
         "pk", "identity", "first_seen", *_KEPT_FRESH
     ):
-        row = found.get(identity)
-        if row is None:
+        current = found.get(identity)
+        if current is None:
             gone.append(pk)
             continue
         first_seen[identity] = first
-        current = [getattr(row, name) for name in _KEPT_FRESH]
         if kept != current:
             changed.append(DriftRecord(pk=pk, **dict(zip(_KEPT_FRESH, current, strict=True))))
-    fresh = [row for identity, row in found.items() if identity not in first_seen]
+    fresh = [[identity, *current] for identity, current in found.items() if identity not in first_seen]
     return _Plan(first_seen=first_seen, fresh=fresh, changed=changed, gone=gone)
 
 
-def record_drift(*, source: str, seen: Sequence[Seen], checked_at: datetime) -> dict[str, float]:
-    """What one check of `source` found: a record made for each row in `seen` not recorded yet
-    (first seen at `checked_at`), one already recorded kept (its first sighting with it) and
-    rewritten only if what it says changed, every other record of the source deleted. Returns,
-    per show with a drifted row, the age at `checked_at` of its oldest, in seconds.
+def record_drift(
+    *, source: str, rows: Sequence[Drifted], show_names: dict[str, str], checked_at: datetime
+) -> dict[str, float]:
+    """What one check of `source` found: a record made for each row not recorded yet (first seen
+    at `checked_at`), one already recorded kept (its first sighting with it) and rewritten only if
+    what it says changed, every other record of the source deleted. Returns, per show with a
+    drifted row, the age at `checked_at` of its oldest, in seconds.
 
     It reads the source's records and writes only the differences, so drift that stays put
     (or none) costs that one read per check. Writes happen under the source's lock, after
     reading again under it (another check may have written since)."""
-    found = {row.identity: row for row in seen}
+    found = {
+        row.identity: [
+            row.show_id,
+            show_names.get(row.show_id, row.show_id),
+            row.subject,
+            row.detail,
+            row.cores_difference,
+            row.gpus_difference,
+            row.difference,
+        ]
+        for row in rows
+    }
     plan = _plan(source=source, found=found)
     if plan.writes:
         with transaction.atomic():
@@ -188,8 +234,8 @@ def record_drift(*, source: str, seen: Sequence[Seen], checked_at: datetime) -> 
             if plan.gone:
                 DriftRecord.objects.filter(pk__in=plan.gone).delete()
     oldest: dict[str, datetime] = {}
-    for identity, row in found.items():
-        first = plan.first_seen.get(identity, checked_at)
+    for row in rows:
+        first = plan.first_seen.get(row.identity, checked_at)
         oldest[row.show_id] = min(first, oldest.get(row.show_id, first))
     return {show_id: (checked_at - first).total_seconds() for show_id, first in oldest.items()}
 
@@ -202,15 +248,14 @@ SELECT %s, %s, * FROM unnest(%s::text[], {arrays})"""
 _ARRAY_TYPES = {"cores_difference": "bigint[]", "gpus_difference": "bigint[]"}
 
 
-def _insert(*, source: str, rows: Sequence[Seen], first_seen: datetime) -> None:
+def _insert(*, source: str, rows: Sequence[list], first_seen: datetime) -> None:
     sql = _INSERT.format(
         table=connection.ops.quote_name(DriftRecord._meta.db_table),
         kept=", ".join(_KEPT_FRESH),
         arrays=", ".join(f"%s::{_ARRAY_TYPES.get(name, 'text[]')}" for name in _KEPT_FRESH),
     )
-    columns = [[row.identity for row in rows], *([getattr(row, name) for row in rows] for name in _KEPT_FRESH)]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [source, first_seen, *columns])
+        cursor.execute(sql, [source, first_seen, *map(list, zip(*rows, strict=True))])
 
 
 def forget_drift(*, source: str) -> int:
