@@ -19,6 +19,7 @@ from django.db import connection, models
 from django.db.migrations.recorder import MigrationRecorder
 
 from cuebot_acct.startup import CuebotSchemaIncomplete
+from cuebot_acct.writes import writes_on
 from shows.models import CuebotTable
 
 CUEBOT_TABLES_MIGRATION = ("shows", "0001_cuebot_tables")
@@ -148,7 +149,7 @@ def schema_problems() -> list[SchemaProblem]:
         found: dict[str, dict[str, str]] = {}
         for table, column, kind in cursor.fetchall():
             found.setdefault(table, {})[column] = kind
-        writes = settings.ACCOUNTING_WRITES
+        writes = writes_on()
         needed = [(table, privilege) for table in expected for privilege in privileges_on(table, writes=writes)]
         cursor.execute(
             "SELECT t.name, t.privilege FROM unnest(%s::text[], %s::text[]) AS t(name, privilege) "

@@ -10,13 +10,13 @@ to delete procs.
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from django.conf import settings
 from django.contrib import admin
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from accounting.limits.changes import (
+    LIMIT_CHANGES,
     InvalidLimit,
     check_limit,
     set_folder_limits,
@@ -45,9 +45,9 @@ from accounting.operators.display import (
     memory_column,
     tier_column,
 )
-from accounting.operators.farm_admin import CuebotWrittenAdmin
+from accounting.operators.farm_admin import CuebotWrittenAdmin, DeclaredAdmin
 from accounting.ownership.fleet import STALE_AFTER
-from accounting.release.unbook import unbook_proc, unbook_procs
+from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
 from cuebot_acct import permissions
 from cuebot_acct.schedulers import template_context as scheduler_context
 
@@ -69,7 +69,7 @@ def show_column(path: str):
     return column
 
 
-class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
+class LimitAdmin(CoresFormMixin, DeclaredAdmin):
     """Rows Cuebot's triggers (or Cuebot) create: never added or deleted here; only their
     limits change, through the service of `limit_service`, with CHANGE_LIMITS."""
 
@@ -78,20 +78,17 @@ class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
     # Model field -> keyword of limit_service; every other field is read-only.
     limit_keywords: dict[str, str]
 
+    def __init__(self, model, admin_site) -> None:
+        super().__init__(model, admin_site)
+        self.writes = {"change": LIMIT_CHANGES[model._meta.db_table]}
+
     def get_readonly_fields(self, request, obj=None) -> list[str]:
         # every LimitAdmin names its fields as a flat list of names (never None, never grouped)
         fields = cast(list[str], self.fields)
         return [name for name in fields if name not in self.limit_keywords]
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
     def has_change_permission(self, request, obj=None) -> bool:
-        # An observer (ACCOUNTING_WRITES=off) shows the limits read-only; its pages say why.
-        return settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.CHANGE_LIMITS)
+        return self.open_to("change") and request.user.has_perm(permissions.CHANGE_LIMITS)
 
     def has_view_permission(self, request, obj=None) -> bool:
         return super().has_view_permission(request, obj) or request.user.has_perm(permissions.CHANGE_LIMITS)
@@ -342,7 +339,7 @@ class PointAdmin(LimitAdmin):
 
 
 @admin.register(Proc)
-class ProcAdmin(admin.ModelAdmin):
+class ProcAdmin(DeclaredAdmin):
     """Bookings, read-only. Deleting one (or many, with the action) releases it as Cuebot's
     unbook does: host idle back, accounting decremented or Redis published after commit.
     Procs are never added here: only a dispatcher books."""
@@ -369,6 +366,7 @@ class ProcAdmin(admin.ModelAdmin):
         "ts_booked",
         "ts_ping",
     ]
+    writes = {"delete": RELEASE}  # deleting is the release
     cores = cores_column("int_cores_reserved", "cores reserved")
     gpus = gpus_column("int_gpus_reserved", "GPUs reserved")
     reserved = cores_and_gpus_column("int_cores_reserved", "int_gpus_reserved", "reserved")
@@ -383,15 +381,8 @@ class ProcAdmin(admin.ModelAdmin):
     def booked_at(self, obj) -> str:
         return timezone.localtime(obj.ts_booked).strftime("%Y-%m-%d %H:%M")
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
     def has_delete_permission(self, request, obj=None) -> bool:
-        # Deleting is the release: never on an observer (ACCOUNTING_WRITES=off).
-        return settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.RELEASE_PROCS)
+        return self.open_to("delete") and request.user.has_perm(permissions.RELEASE_PROCS)
 
     def has_view_permission(self, request, obj=None) -> bool:
         return super().has_view_permission(request, obj) or request.user.has_perm(permissions.RELEASE_PROCS)
@@ -404,7 +395,7 @@ class ProcAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(DeclaredAdmin):
     """A token acts with its user's permissions: its user is fixed when it is issued (a token
     moved to another user would carry that user's rights), so a change can rename or revoke
     it, never reassign it; revoke and issue a new one instead."""
@@ -415,9 +406,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["user", "prefix", "created_at", "last_used_at"]
     ordering = ["user__username", "-created_at"]
     actions = ["revoke"]
-
-    def has_add_permission(self, request) -> bool:
-        return False  # raw values are shown once, by `manage.py create_api_token`
+    # The service's own rows; never added here: raw values are shown once, by `manage.py create_api_token`.
+    writes = {"change": None, "delete": None, "revoke": None}
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request, queryset) -> None:
@@ -426,8 +416,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(Instance)
-class InstanceAdmin(admin.ModelAdmin):
-    """The fleet register, read-only: processes write their own rows."""
+class InstanceAdmin(DeclaredAdmin):
+    """The fleet register, read-only: processes write their own rows (an operator may delete one)."""
 
     list_display = [
         "host",
@@ -443,16 +433,11 @@ class InstanceAdmin(admin.ModelAdmin):
     list_filter = ["role", "publishes_to_redis", "publishes_notify"]
     search_fields = ["host"]
     ordering = ["role", "host", "pid"]
+    writes = {"delete": None}
 
     @admin.display(boolean=True, description="live")
     def live(self, obj) -> bool:
         return obj.last_seen >= timezone.now() - STALE_AFTER
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(HostLocal)

@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.utils import timezone
 
 from accounting.reconcile import cuebot_drift, drift
@@ -14,6 +13,7 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, TableDriftReport
 from accounting.reconcile.drift import REDIS_FIELDS, DriftReport, DriftRow
 from accounting.reconcile.drift_check import SOURCES, DriftSource, ShowCount, check_status, era_sources
 from accounting.reconcile.drift_history import DriftAge, Drifted, Named, ages, drift_sentence, recorded
+from accounting.reconcile.recompute import TABLE_REPAIR
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
@@ -147,4 +147,4 @@ def table_repair(*, show: str | None) -> str:
     else:
         # Outside the Maestro era acct_reseed alone rebuilds the scheduler-managed shows' Redis.
         command = "manage.py acct_reseed" if cuebot_owns_every_show() else "manage.py acct_reseed --cuebot-tables"
-    return command if settings.ACCOUNTING_WRITES else f"{command} (where ACCOUNTING_WRITES is on)"
+    return command if TABLE_REPAIR.allowed else f"{command} (where ACCOUNTING_WRITES is on)"

@@ -17,6 +17,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from accounting.limits.changes import (
+    LIMIT_CHANGES,
     UNLIMITED_ALLOWED,
     WHOLE_CORES_COLUMNS,
     InvalidLimit,
@@ -37,6 +38,7 @@ from cuebot_acct.api_types import (
     json_int,
 )
 from cuebot_acct.permissions import CHANGE_LIMITS
+from cuebot_acct.writes import writes
 
 router = Router(tags=["accounting"])
 
@@ -198,6 +200,7 @@ def _limited(change: Callable[[], T]) -> T:
     summary="Set size/burst (cores)",
     description=LIMITS_DESCRIPTION,
 )
+@writes(LIMIT_CHANGES["subscription"])
 def patch_subscription_limits(request, subscription_id: DbText, payload: SubscriptionLimitsIn):
     subscription = get_object_or_404(Subscription, pk=subscription_id)
     values = _centicores(payload, model=Subscription, cores=("size", "burst"))
@@ -212,6 +215,7 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
     summary="Set folder caps (cores, -1 unlimited)",
     description=LIMITS_DESCRIPTION,
 )
+@writes(LIMIT_CHANGES["folder_resource"])
 def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
     resource = get_object_or_404(FolderResource, folder_id=folder_id)
     values = _centicores(payload, model=FolderResource, cores=("min_cores", "max_cores"))
@@ -234,6 +238,7 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
     summary="Set job caps (cores)",
     description=LIMITS_DESCRIPTION,
 )
+@writes(LIMIT_CHANGES["job_resource"])
 def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     resource = get_object_or_404(JobResource, job_id=job_id)
     values = _centicores(payload, model=JobResource, cores=("max_cores",))
@@ -255,6 +260,7 @@ def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
     summary="Set point minimums (cores)",
     description=LIMITS_DESCRIPTION,
 )
+@writes(LIMIT_CHANGES["point"])
 def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
     point = get_object_or_404(Point, pk=point_id)
     values = _centicores(payload, model=Point, cores=("min_cores",))

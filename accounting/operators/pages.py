@@ -11,7 +11,6 @@ confirmation page, logged.
 """
 
 import logging
-from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib import admin, messages
@@ -29,11 +28,11 @@ from accounting.operators.overview import farm_overview
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_owned_show_ids, cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, REDIS_FIELDS, DriftReport, drift_report, subscription_bars
 from accounting.reconcile.drift_check import check_status
-from accounting.reconcile.recompute import repair_pg_accounting, require_table_writes
-from accounting.reconcile.reseed import redis_is_empty, require_redis_writes, reseed
+from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
+from accounting.reconcile.reseed import REDIS_RESEED, ReseedReport, redis_is_empty, reseed
 from cuebot_acct import permissions
 from cuebot_acct.schedulers import cuebot_owns_every_show
-from cuebot_acct.writes import WritesOff
+from cuebot_acct.writes import writing_page
 from shows.models import Show
 
 logger = logging.getLogger(__name__)
@@ -99,8 +98,8 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "rounding": redis_shown(report.rounding_only),
         "in_flight": redis_shown(report.explained_by(IN_FLIGHT)),
         "closed": report.explained_by(CLOSED),
-        "can_reseed": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.RESEED_REDIS),
-        "can_repair": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.REPAIR_TABLES),
+        "can_reseed": REDIS_RESEED.allowed and request.user.has_perm(permissions.RESEED_REDIS),
+        "can_repair": TABLE_REPAIR.allowed and request.user.has_perm(permissions.REPAIR_TABLES),
         "redis_compared": redis_compared,
         "tables_owned": bool(cuebot_owned_show_ids(show_ids=[show.id])),
         "tables": tables,
@@ -127,6 +126,7 @@ def _bars(show: Show) -> list[dict]:
     return bars
 
 
+@writing_page(REDIS_RESEED)
 @require_http_methods(["GET", "POST"])
 def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     """GET: what a reseed does, and a button; POST: reseed the show's keys (booked, then limits)."""
@@ -134,24 +134,8 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         raise PermissionDenied("reseeding Redis needs the permission accounting.reseed_redis")
     show = get_object_or_404(Show, pk=show_id)
     drift_page = reverse("acct-drift-show", args=[show.pk])
-    if not show.b_scheduler_managed:
-        messages.error(
-            request,
-            f"{show.str_name} is Cuebot-managed: Redis holds nothing for it; "
-            f"{table_repair(show=show.str_name)} repairs its tables.",
-        )
-        return HttpResponseRedirect(drift_page)
-    if cuebot_owns_every_show():
-        messages.error(
-            request, f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs Cuebot's tables."
-        )
-        return HttpResponseRedirect(drift_page)
-    if not settings.ACCOUNTING_REDIS_ENABLED:
-        messages.error(
-            request, "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
-        )
-        return HttpResponseRedirect(drift_page)
-    if _refused_while_observing(request, require=require_redis_writes):
+    if (refusal := _no_reseed(show, post=request.method == "POST")) is not None:
+        messages.error(request, refusal)
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(
@@ -159,32 +143,12 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
             "admin/accounting/reseed_confirm.html",
             {**admin.site.each_context(request), "title": f"Reseed {show.str_name}?", "show": show},
         )
-    if redis_is_empty():
-        messages.error(
-            request,
-            "The accounting Redis is empty (restarted): it needs the whole-farm bootstrap "
-            "(`manage.py acct_reseed`, or the empty-Redis watch), not a one-show reseed.",
-        )
-        return HttpResponseRedirect(drift_page)
     try:
         report = reseed(limits=True, booked=True, show_ids=[show.pk])
     except LockBusy:
         messages.error(request, "Another reseed holds the lock; nothing was written. Try again in a minute.")
         return HttpResponseRedirect(drift_page)
-    # booked=True: every path of reseed reports the booked cycle's outcome (never None here)
-    assert report.booked is not None
-    if report.bootstrapped:
-        outcome = "Redis was empty: the whole farm was rebuilt (bootstrap)"
-        level = messages.WARNING
-    elif not report.booked.written:
-        outcome = (
-            f"booked counters NOT written (refused on each of {report.booked.attempts} attempts: Redis "
-            f"restarted or failed over meanwhile); limits: {report.limit_fields} fields"
-        )
-        level = messages.ERROR
-    else:
-        outcome = f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
-        level = messages.SUCCESS
+    level, outcome = _reseeded(report)
     return _repaired(
         request,
         show=show,
@@ -196,6 +160,38 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     )
 
 
+def _no_reseed(show: Show, *, post: bool) -> str | None:
+    """Why this show's Redis is not reseeded from its page (None: it is): its counters are not in
+    Redis in this era, or (for the POST) Redis is empty and needs the whole farm's rebuild."""
+    if not show.b_scheduler_managed:
+        return f"{show.str_name} is Cuebot-managed: Redis holds nothing for it; {table_repair(show=show.str_name)} repairs its tables."
+    if cuebot_owns_every_show():
+        return f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs Cuebot's tables."
+    if not settings.ACCOUNTING_REDIS_ENABLED:
+        return "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
+    if post and redis_is_empty():
+        return (
+            "The accounting Redis is empty (restarted): it needs the whole-farm bootstrap "
+            "(`manage.py acct_reseed`, or the empty-Redis watch), not a one-show reseed."
+        )
+    return None
+
+
+def _reseeded(report: ReseedReport) -> tuple[int, str]:
+    """A one-show reseed's outcome, and the message level it deserves."""
+    # booked=True: every path of reseed reports the booked cycle's outcome (never None here)
+    assert report.booked is not None
+    if report.bootstrapped:
+        return messages.WARNING, "Redis was empty: the whole farm was rebuilt (bootstrap)"
+    if not report.booked.written:
+        return messages.ERROR, (
+            f"booked counters NOT written (refused on each of {report.booked.attempts} attempts: Redis "
+            f"restarted or failed over meanwhile); limits: {report.limit_fields} fields"
+        )
+    return messages.SUCCESS, f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
+
+
+@writing_page(TABLE_REPAIR)
 @require_http_methods(["GET", "POST"])
 def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
     """GET: what the recompute does, and a button; POST: Cuebot's five tables of the show from
@@ -209,8 +205,6 @@ def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
             request,
             f"{show.str_name} is scheduler-managed: its tables are its scheduler's record, not Cuebot's, in this era.",
         )
-        return HttpResponseRedirect(drift_page)
-    if _refused_while_observing(request, require=require_table_writes):
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(
@@ -229,16 +223,6 @@ def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
         history="Recomputed Cuebot's tables from SUM(proc)",
         told=f"Recomputed {show.str_name}'s tables: {outcome}.",
     )
-
-
-def _refused_while_observing(request: HttpRequest, *, require: Callable[[], None]) -> bool:
-    """True, with the service's refusal as the user's message, when ACCOUNTING_WRITES is off."""
-    try:
-        require()
-    except WritesOff as refused:
-        messages.error(request, str(refused))
-        return True
-    return False
 
 
 def _repaired(

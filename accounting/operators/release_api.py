@@ -20,7 +20,7 @@ from pydantic import (
 from accounting.operators.auth import BearerToken
 from accounting.operators.names import release_names
 from accounting.release.types import Release
-from accounting.release.unbook import unbook_proc, unbook_procs
+from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
 from cuebot_acct.api import answered
 from cuebot_acct.api_types import (
     LOOKUP_ERRORS,
@@ -34,6 +34,7 @@ from cuebot_acct.api_types import (
 )
 from cuebot_acct.outages import first_line, is_postgresql_outage
 from cuebot_acct.permissions import RELEASE_PROCS
+from cuebot_acct.writes import writes
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +186,7 @@ def released_many(*, proc_ids: list[str]) -> dict:
     summary="Release many procs in one transaction",
     description=f"Needs the permission {RELEASE_PROCS}.",
 )
+@writes(RELEASE)
 def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
     return answered(request, released_many(proc_ids=payload.proc_ids))
 
@@ -197,6 +199,7 @@ def unbook_many(request: HttpRequest, payload: UnbookBatchIn):
     summary="Release one proc",
     description=f"Needs the permission {RELEASE_PROCS}.",
 )
+@writes(RELEASE)
 def unbook_one(request: HttpRequest, proc_id: DbText):
     status, answer = released_one(proc_id=proc_id)
     return answered(request, answer, status=status)

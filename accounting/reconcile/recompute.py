@@ -32,7 +32,7 @@ from django.db import DatabaseError, connection, transaction
 from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows
 from cuebot_acct import metrics
 from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
-from cuebot_acct.writes import require_writes
+from cuebot_acct.writes import Write
 from shows.attach import ACCOUNTING_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
@@ -349,9 +349,7 @@ def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
     return repair_pg_accounting(show_ids=show_ids).failures
 
 
-def require_table_writes() -> None:
-    """WritesOff unless this instance may write Cuebot's five tables (ACCOUNTING_WRITES)."""
-    require_writes(action="the repair of Cuebot's tables", grant=writer_grant(*ACCOUNTING_TABLES))
+TABLE_REPAIR = Write(action="the repair of Cuebot's tables", grant=writer_grant(*ACCOUNTING_TABLES))
 
 
 def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
@@ -371,7 +369,7 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     drift anew each run), so as the outermost transaction a deadlock victim is simply run again
     (cuebot_acct.transactions); inside a caller's transaction that error propagates.
     """
-    require_table_writes()
+    TABLE_REPAIR.require()
     return retry_transient(lambda: _repair_once(show_ids=list(show_ids)), operation="recompute")
 
 

@@ -53,7 +53,7 @@ from cuebot_acct.metrics import (
     RESEED_WRITES_REFUSED,
 )
 from cuebot_acct.redis_factory import accounting_redis
-from cuebot_acct.writes import REDIS_ONLY, require_writes
+from cuebot_acct.writes import REDIS_ONLY, Write
 
 log = logging.getLogger(__name__)
 
@@ -287,9 +287,10 @@ class ReseedReport:
     bootstrapped: bool = False
 
 
-def require_redis_writes() -> None:
-    """WritesOff unless this instance may write the scheduler's Redis counters (ACCOUNTING_WRITES)."""
-    require_writes(action="the reseed of the scheduler's Redis counters", grant=REDIS_ONLY)
+# What writes the scheduler's Redis counters, as its faces declare it and its refusal names it.
+REDIS_RESEED = Write(action="the reseed of the scheduler's Redis counters", grant=REDIS_ONLY)
+REDIS_REBUILD = Write(action="the rebuild of an empty accounting Redis", grant=REDIS_ONLY)
+FAILOVER_REBUILD = Write(action="the rebuild of the accounting Redis after a failover", grant=REDIS_ONLY)
 
 
 def reseed(
@@ -305,7 +306,7 @@ def reseed(
     booked cycle is skipped, since they are configuration. With limits, on a Redis not
     seeded since its restart, this is the bootstrap (every managed show, after the
     in-flight wait): limits written straight away could open keys that read low."""
-    require_redis_writes()
+    REDIS_RESEED.require()
     with named_lock(name=FARM_LOCK):
         if limits and redis_is_empty():
             return _bootstrap(wait=None, progress=progress)
@@ -375,7 +376,7 @@ def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool
     finish (another rebuild took it over, or Redis restarted again during each of its
     MAX_ATTEMPTS rounds): no marker, so the next check starts over. `wait` replaces the
     in-flight wait (tests control time)."""
-    require_writes(action="the rebuild of an empty accounting Redis", grant=REDIS_ONLY)
+    REDIS_REBUILD.require()
     if not redis_is_empty():
         return False
     with named_lock(name=FARM_LOCK):
@@ -391,7 +392,7 @@ def bootstrap_if_owed(*, wait: Callable[[float], object] | None = None) -> bool:
     does not wait for ACCOUNTING_RECONCILE_ENABLED: the scheduler's own bootstrap runs only on
     an empty Redis, and a promoted replica is not empty. True when it did; LockBusy or
     ReseedSkipped as bootstrap_if_empty."""
-    require_writes(action="the rebuild of the accounting Redis after a failover", grant=REDIS_ONLY)
+    FAILOVER_REBUILD.require()
     if not accounting_redis().exists(keys.REBUILD_OWED):
         return False
     with named_lock(name=FARM_LOCK):

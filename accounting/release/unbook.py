@@ -27,7 +27,7 @@ from cuebot_acct import metrics
 from cuebot_acct.cursors import django_cursor
 from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS, RELEASES
 from cuebot_acct.transactions import retry_transient
-from cuebot_acct.writes import require_writes
+from cuebot_acct.writes import Write
 from shows.attach import RELEASE_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
@@ -777,13 +777,13 @@ def _release_in_transaction(
     return {r.proc_id: r for r in releases}
 
 
-# What a release would need, named by its refusal while ACCOUNTING_WRITES is off.
-RELEASE_GRANT = writer_grant(*RELEASE_TABLES)
+# A release, as its faces declare it and its refusal names it while ACCOUNTING_WRITES is off.
+RELEASE = Write(action="release", grant=writer_grant(*RELEASE_TABLES))
 
 
 def unbook_proc(*, proc_id: str) -> Release | None:
     """Release one proc; None if it does not exist (already released included)."""
-    require_writes(action="release", grant=RELEASE_GRANT)
+    RELEASE.require()
     RELEASE_BATCH_SIZE.observe(1)
     with RELEASE_SECONDS.time():
         return _release([proc_id]).get(proc_id)
@@ -791,7 +791,7 @@ def unbook_proc(*, proc_id: str) -> Release | None:
 
 def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
     """Release many procs in one transaction; one result per id, in order (None: not found)."""
-    require_writes(action="release", grant=RELEASE_GRANT)
+    RELEASE.require()
     ids = list(proc_ids)
     if len(set(ids)) != len(ids):
         raise ValueError("proc_ids must not repeat")

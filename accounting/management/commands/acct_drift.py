@@ -3,10 +3,10 @@
 import json
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from accounting.management.commands._show_arg import show_argument
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.operators.drift_views import live_json, redis_shown, table_repair, table_shown
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
@@ -18,7 +18,7 @@ EXPLANATIONS = {
 }
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Drift of the accounting, exit 1 if anything drifted. Always: Cuebot's five tables (subscription, "
         "layer_resource, job_resource, folder_resource, point) against SUM(proc), for the shows Cuebot owns "
@@ -35,6 +35,8 @@ class Command(BaseCommand):
         "are not drift are counted apart: the scheduler's own sum-then-convert rounding, operations in flight, "
         "and keys closed while Redis is not seeded, being rebuilt or owed a rebuild."
     )
+
+    writes = ()
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--show", metavar="NAME", help="one show")

@@ -1,19 +1,22 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.notify.listen import heard, open_listener
 from accounting.notify.payloads import CHANNELS
 from accounting.operators.notifications import Names, describe, named_fields
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Listen on acct_release and acct_limit_change, as the NOTIFY-era scheduler does, and print each "
         "notification as it arrives, decoded as the scheduler decodes it, with show, allocation, folder, "
         "job, layer and department names beside the ids; until stopped (Ctrl-C), --count notifications or "
         "--seconds. A payload the scheduler would drop is printed as such. Only what commits is heard."
     )
+
+    writes = ()
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(

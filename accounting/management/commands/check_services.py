@@ -1,13 +1,15 @@
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
+from accounting.management.commands._writes import DeclaredCommand
 from cuebot_acct.startup import check_services, redact, redis_urls
 from cuebot_acct.writes import mode_line
 from shows.attach import check_cuebot_schema
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = "Check that PostgreSQL and every configured Redis answer; one line and exit 1 if not."
+
+    writes = ()
 
     def handle(self, *args, **options) -> None:
         check_services()
