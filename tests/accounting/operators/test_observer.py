@@ -243,6 +243,7 @@ OUR_APPS = ("accounting", "shows")  # the simulator's commands play Cuebot again
 
 def api_operations() -> list[tuple[str, str, object]]:
     """(method, path, view) of every operation the API serves, from its routers."""
+    import cuebot_acct.urls  # noqa: F401 - the URLconf attaches the routers
     from cuebot_acct.api import api
 
     found = []
@@ -254,6 +255,7 @@ def api_operations() -> list[tuple[str, str, object]]:
 
 
 def test_every_api_operation_that_writes_declares_it_and_the_observer_tests_call_each():
+    assert len(api_operations()) >= len(ENDPOINTS)
     for method, path, view in api_operations():
         declared = getattr(view, "writes", None)
         if method == "GET":
