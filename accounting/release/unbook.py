@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 import psycopg
-from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.live.units import cores_from_centicores
@@ -504,23 +503,6 @@ def _report_jobs_gone(releases: Sequence[Release]) -> None:
             )
 
 
-def _publishable(releases: Sequence[Release]) -> tuple[list[Release], int]:
-    """The scheduler-managed releases whose decrement may reach Redis, and how many are withheld.
-
-    The Rust scheduler's own booked reseed (ACCOUNTING_SCHEDULER_RESEEDS) leaves out the procs
-    of FINISHED jobs while they still run: after such a reseed their counters no longer hold
-    them, and decrementing them again would read low. Their decrement is withheld, which
-    leaves Redis high by at most their amounts until the next reseed, which no longer sees
-    the deleted procs: safe. Where only this service reseeds, it counts them (a proc that
-    exists is booked until it is released) and every release is published exactly.
-    """
-    to_redis = [r for r in releases if r.branch is _SCHEDULER]
-    if not settings.ACCOUNTING_SCHEDULER_RESEEDS:
-        return to_redis, 0
-    publishable = [r for r in to_redis if not r.job_finished]
-    return publishable, len(to_redis) - len(publishable)
-
-
 def _count_at_commit(releases: Sequence[Release], *, withheld: int, changed: int = 0) -> None:
     for branch, n in Counter(r.branch for r in releases).items():
         RELEASES.labels(branch=branch.value).inc(n)
@@ -569,7 +551,7 @@ def _published_and_counted(
     held), the releases counted; each run by `at_commit`, the release's commit being where
     they may happen: _now where the statement committed on its own, transaction.on_commit in a
     transaction (publish iff commit)."""
-    to_redis, withheld = _publishable(releases)
+    to_redis, withheld = era.publishable(releases)
     changed = 0
     if registered is not None:
         covered, changed = registered.covering(to_redis)
@@ -693,7 +675,7 @@ def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
 
 def _register(pre: _PreRead, era: ReleaseEra) -> _Registered | None:
     """Register the scheduler-managed releases in flight; no PostgreSQL lock is held."""
-    candidates, _ = _publishable(pre.plan.releases)
+    candidates, _ = era.publishable(pre.plan.releases)
     if not candidates:
         return None
     prepared = era.publisher.prepare(releases=candidates)

@@ -105,6 +105,20 @@ def test_a_finished_jobs_release_is_withheld_so_the_store_stays_high(ear):
     assert metrics.NOTIFY_WITHHELD.labels(reason="job_finished")._value.get() == before + 1
 
 
+def test_the_redis_eras_rule_for_a_finished_job_has_no_part_in_this_era(ear, settings):
+    """Withholding a FINISHED job's decrement from Redis (where the scheduler's own reseed runs)
+    is the Redis era's rule: in the NOTIFY era, with no Redis, nothing is counted as left high there."""
+    settings.ACCOUNTING_SCHEDULER_RESEEDS, settings.ACCOUNTING_REDIS_ENABLED = True, False
+    farm = build_farm(managed=True)
+    proc = farm.add_proc(cores=200)
+    with as_cuebot():
+        farm.job.__class__.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
+    redis_left_high = metrics.RELEASE_WITHHELD.labels(reason="job_finished")._value.get()
+    unbook_proc(proc_id=proc.id)
+    assert ear.collect() == []
+    assert metrics.RELEASE_WITHHELD.labels(reason="job_finished")._value.get() == redis_left_high
+
+
 def test_a_release_whose_job_row_is_gone_is_withheld(ear):
     farm = build_farm(managed=True)
     proc = farm.add_proc(cores=200)
