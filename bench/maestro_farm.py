@@ -16,7 +16,7 @@ completed first, its build timed. Each figure is a ratio to a baseline run in th
   each with nothing drifted and with --drifted rows of each table a core low (the periodic check
   then records each as first seen, the most it writes; and again with the rows seen drifted by
   the check before, which writes nothing), and the repair with nothing drifted
-  (recompute_pg_accounting of every show): bench/cuebot_drift.py's BARE_SUMS, the five
+  (repair_pg_accounting of every show): bench/cuebot_drift.py's BARE_SUMS, the five
   aggregates of SUM(proc) by Cuebot's counting rules, fetched, nothing compared. A check or a
   repair must at least read those sums and compare them, so each is held to the same baseline;
 - the repair with --drifted rows of each table a core low: the bare sums, then a bare UPDATE of
@@ -36,7 +36,7 @@ completed first, its build timed. Each figure is a ratio to a baseline run in th
 Rounds are interleaved (the drift phase: each path once per pass, three passes a round, the order
 reversed every other pass; a round's time is its passes' median), a ratio is taken within a round
 and printed as the median with the spread (lowest-highest round). The repair is timed as
-recompute_pg_accounting of every show of the farm, which is what acct_reseed runs in this era.
+repair_pg_accounting of every show of the farm, which is what acct_reseed runs in this era.
 """
 
 import argparse
@@ -78,7 +78,7 @@ from release import (  # noqa: E402
 
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_table_drift  # noqa: E402
 from accounting.reconcile.drift_check import run_check  # noqa: E402
-from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
+from accounting.reconcile.recompute import repair_pg_accounting  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
 from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
 from simulator.farm_builder import MAESTRO_PROOF, build_demo_farm, demo_id  # noqa: E402
@@ -211,7 +211,7 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
             bare_sums(cursor=cursor)
 
     def repair() -> None:
-        recompute_pg_accounting(show_ids=SHOW_IDS)
+        repair_pg_accounting(show_ids=SHOW_IDS)
 
     def healed() -> None:
         """After a path that leaves the rows drifted: repaired, and the periodic check's records of
@@ -270,10 +270,10 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
         ("run_table_drift_check (periodic), nothing drifted", "periodic", "bare"),
         ("run_table_drift_check (periodic), rows first seen", "periodic_drifted", "bare"),
         ("run_table_drift_check (periodic), rows seen before", "periodic_kept", "bare"),
-        ("recompute_pg_accounting, nothing drifted", "repair", "bare"),
+        ("repair_pg_accounting, nothing drifted", "repair", "bare"),
         ("bare sums + bare UPDATE of the drifted rows (baseline)", "bare_fix", "bare_fix"),
-        ("recompute_pg_accounting, rows drifted", "repair_drifted", "bare_fix"),
-        ("recompute_pg_accounting, rows drifted, x the bare sums", "repair_drifted", "bare"),
+        ("repair_pg_accounting, rows drifted", "repair_drifted", "bare_fix"),
+        ("repair_pg_accounting, rows drifted, x the bare sums", "repair_drifted", "bare"),
     ):
         print(f"{label:58s} {ms(values=samples[path]):>28s}  {spread(samples=samples, path=path, base=base):>22s}")
 

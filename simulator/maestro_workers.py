@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from accounting.limits.changes import set_folder_limits, set_job_limits, set_subscription_limits
 from accounting.models import FolderResource, JobResource, Subscription
 from accounting.ownership.toggle import set_scheduler_managed
-from accounting.reconcile.recompute import recompute_pg_accounting
+from accounting.reconcile.recompute import repair_pg_accounting
 from accounting.release.unbook import unbook_proc, unbook_procs
 from shows.models import Show
 from simulator import pg_truth
@@ -342,7 +342,7 @@ def operator_loop(*, run: MaestroRun, index: int) -> None:
 def repair(*, run: MaestroRun) -> None:
     """The drift repair under load (accounting.reconcile.recompute, the service's own), over
     every show of the farm; it reruns itself after a deadlock (counted in its metric)."""
-    recompute_pg_accounting(show_ids=run.farm.show_ids)
+    repair_pg_accounting(show_ids=run.farm.show_ids)
     run.stats.add(repairs=1)
 
 

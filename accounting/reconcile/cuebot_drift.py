@@ -18,8 +18,9 @@ statement for all five, scanning proc once with grouping sets, was 2x the five b
 centicores here; `signed_cores` is the one conversion every face shows.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
@@ -126,8 +127,26 @@ SELECT pt.pk_point, pt.pk_show, {_names(show="pt.pk_show", dept="pt.pk_dept")},
 # GPUs, true GPUs): job_resource has both, the other tables the first.
 PAIRS = ("int_cores, int_gpus", "int_local_cores, int_local_gpus")
 
-# The five tables in the release path's lock order, for the faces that list rows by table.
-TABLE_ORDER = ("subscription", "layer_resource", "job_resource", "folder_resource", "point")
+# The lock order across the accounting tables, Cuebot's: every writer here (a release, its
+# settling recount, a repair) takes its tables' rows in this order, so they and Cuebot wait for
+# each other in one direction only (why, and how each statement keeps it within a table:
+# accounting.release.unbook). Stated here only, where the faces list rows by table in it too;
+# the release's ADJUSTMENTS and the recompute's TABLES are put in it (in_lock_order).
+# host_local is a release's alone (nothing recomputes it).
+LOCK_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
+
+
+class _OfTable(Protocol):
+    @property
+    def table(self) -> str: ...
+
+
+_Statement = TypeVar("_Statement", bound=_OfTable)
+
+
+def in_lock_order(statements: Iterable[_Statement]) -> tuple[_Statement, ...]:
+    """`statements`, each for one table, sorted by LOCK_ORDER."""
+    return tuple(sorted(statements, key=lambda statement: LOCK_ORDER.index(statement.table)))
 
 
 def signed_cores(centicores: int) -> int | float:
@@ -271,7 +290,7 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
             shows = cursor.fetchone()[0]
         else:
             shows = len(owned)
-    rows.sort(key=lambda row: (TABLE_ORDER.index(row.table), row.name, row.columns, row.pk))
+    rows.sort(key=lambda row: (LOCK_ORDER.index(row.table), row.name, row.columns, row.pk))
     return TableDriftReport(shows=shows, rows=rows)
 
 

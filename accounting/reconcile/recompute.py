@@ -23,13 +23,12 @@ anew for nothing.
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
-from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows
+from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows, in_lock_order
 from cuebot_acct import metrics
 from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
 from cuebot_acct.writes import Write
@@ -222,27 +221,6 @@ class TableRecompute:
         )
 
 
-# The lock order across the accounting tables, Cuebot's: every writer here (a release, its
-# settling recompute, a repair or recompute) takes its tables' rows in this order, so they and
-# Cuebot wait for each other in one direction only (why, and how each statement keeps it within a
-# table: accounting.release.unbook). Stated here only; the release's ADJUSTMENTS and TABLES below
-# are put in this order from it. host_local is a release's alone (nothing recomputes it).
-LOCK_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
-
-
-class _OfTable(Protocol):
-    @property
-    def table(self) -> str: ...
-
-
-_Statement = TypeVar("_Statement", bound=_OfTable)
-
-
-def in_lock_order(statements: Iterable[_Statement]) -> tuple[_Statement, ...]:
-    """`statements`, each for one table, sorted by LOCK_ORDER."""
-    return tuple(sorted(statements, key=lambda statement: LOCK_ORDER.index(statement.table)))
-
-
 TABLES = in_lock_order(
     (
         TableRecompute(
@@ -342,11 +320,6 @@ class RowFailure:
 class Repair:
     drifted: list[TableDrift]  # every row that differed from SUM(proc) when read, by name, in lock order
     failures: list[RowFailure]  # those it could not set (left as they were)
-
-
-def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
-    """repair_pg_accounting, for a caller that needs only the rows it could not set."""
-    return repair_pg_accounting(show_ids=show_ids).failures
 
 
 TABLE_REPAIR = Write(action="the repair of Cuebot's tables", grant=writer_grant(*ACCOUNTING_TABLES))
@@ -474,7 +447,10 @@ def _correct(
     return failed
 
 
-def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named: Collection[tuple]) -> list[RowFailure]:
+# --- A settling show's release: its rows recounted, not decremented --------------------------
+
+
+def recount_rows(*, cursor, table: TableRecompute, show_ids: list[str], named: Collection[tuple]) -> list[RowFailure]:
     """The rows named by these keys (tuples of table.keys' values) set to SUM(proc), locked
     first in primary-key order and summed once they are held: a release's rows, not its show's,
     so releases of one show wait for each other only where they share a row."""
@@ -492,12 +468,12 @@ def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named:
     return failed
 
 
-def recompute_named_rows(*, show_ids: list[str], named: Mapping[str, Collection[tuple]]) -> list[RowFailure]:
-    """recompute_rows for several tables at once, in two round trips: every named row locked,
+def recount_rows_at_once(*, show_ids: list[str], named: Mapping[str, Collection[tuple]]) -> list[RowFailure]:
+    """recount_rows for several tables at once, in two round trips: every named row locked,
     table after table in the lock order (one pipeline), then every table's UPDATE (a second one,
     whose statements each read a snapshot taken once all the locks are held). For a caller with
     nothing else to lock in these tables in between (a release whose rows all belong to settling
-    shows). A statement that fails for a row is redone table by table, row by row (recompute_rows)."""
+    shows). A statement that fails for a row is redone table by table, row by row (recount_rows)."""
     tables = [table for table in TABLES if named.get(table.table)]
     if not tables:
         return []
@@ -528,7 +504,7 @@ def recompute_named_rows(*, show_ids: list[str], named: Mapping[str, Collection[
         return [
             failure
             for table in tables
-            for failure in recompute_rows(cursor=cursor, table=table, show_ids=show_ids, named=named[table.table])
+            for failure in recount_rows(cursor=cursor, table=table, show_ids=show_ids, named=named[table.table])
         ]
 
 

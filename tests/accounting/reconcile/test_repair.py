@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from accounting.models import LayerResource
-from accounting.reconcile.recompute import Repair, recompute_pg_accounting, repair_pg_accounting
+from accounting.reconcile.recompute import Repair, repair_pg_accounting
 from simulator.pg_truth import mismatches
 from tests.cuebot_acct.test_transactions import behind_cuebot
 from tests.farms import Farm, build_farm
@@ -129,7 +129,7 @@ def test_the_repair_of_every_show_reads_without_a_list_of_them():
 
     def reads_naming(show_ids: list[str]) -> list[bool]:
         with CaptureQueriesContext(connection) as captured:
-            failures = recompute_pg_accounting(show_ids=show_ids)
+            failures = repair_pg_accounting(show_ids=show_ids).failures
         assert failures == []
         return [first.show.id in query["sql"] for query in captured.captured_queries if "FROM proc p" in query["sql"]]
 
