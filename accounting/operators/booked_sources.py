@@ -51,10 +51,6 @@ class BookedSources:
     proc_per_proc: int | None = None
 
     @property
-    def pg_row_source(self) -> str:
-        return f"{PG_ROW}, as of the last recompute" if self.managed else f"{PG_ROW} (Cuebot's count)"
-
-    @property
     def differ(self) -> bool:
         return self.managed and self.redis is not None and self.redis != self.pg_row
 

@@ -206,13 +206,6 @@ class TableDriftReport:
     def drifted(self) -> bool:
         return bool(self.rows)
 
-    def rows_by_show(self) -> dict[str, int]:
-        """show id -> rows drifted."""
-        counts: dict[str, int] = {}
-        for row in self.rows:
-            counts[row.show_id] = counts.get(row.show_id, 0) + 1
-        return counts
-
     def as_dict(self) -> dict:
         return {"shows": self.shows, "rows_drifted": len(self.rows), "rows": [row.as_dict() for row in self.rows]}
 

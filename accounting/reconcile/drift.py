@@ -116,19 +116,11 @@ class DriftReport:
 
 
 def live_inflight_amounts() -> dict[str, tuple[int, int]]:
-    """Per key, the (cores, gpus) of unexpired in-flight operations (the reseed adds these)."""
-    client = accounting_redis()
-    seconds, micros = client.time()
-    now_ms = seconds * 1000 + micros // 1000
-    amounts: dict[str, tuple[int, int]] = {}
-    for value in client.hvals(keys.INFLIGHT):
-        parts = cast(bytes, value).decode().split("|")  # the accounting client does not decode: bytes
-        if int(parts[0]) <= now_ms:
-            continue
-        for i in range(1, len(parts) - 2, 3):
-            cores, gpus = amounts.get(parts[i], (0, 0))
-            amounts[parts[i]] = (cores + int(parts[i + 1]), gpus + int(parts[i + 2]))
-    return amounts
+    """Per key, the (cores, gpus) of unexpired in-flight operations (the reseed adds these), summed
+    by inflight_read.lua, which reads the entries and Redis's clock as every script does."""
+    reply = cast(list, script("inflight_read").run(accounting_redis(), keys=[keys.INFLIGHT], args=[]))
+    # the accounting client does not decode: the keys are bytes
+    return {reply[i].decode(): (int(reply[i + 1]), int(reply[i + 2])) for i in range(0, len(reply), 3)}
 
 
 def _as_int(raw: bytes | str | None) -> int | None:
