@@ -2,18 +2,12 @@
 
 A site on current OpenCue wants to see drift, stranded shows and its counters in cores before it
 lets a new service write its farm's tables. With writes off the service runs under a role that
-may only SELECT Cuebot's tables (shows.attach lists both roles' grants).
-
-Every kind of write (a release, a limit change, a repair, a reseed of the scheduler's Redis
-counters in the main-branch eras, ...) is one `Write`, stated beside the service that makes it,
-which asks `require()` before its first statement: while observing that raises WritesOff, one
-sentence naming this setting and the grant the write would need, so PostgreSQL never has to deny
-the role anything and nothing is left half-done. Every face that writes declares its Write (an
-API operation and a page by `writes`/`writing_page`, an admin face in its `writes`, a command in
-its `writes`, a task by accounting.tasks.task) and is refused by the same Write before it runs,
-each kind answering in its one form: the JSON body (cuebot_acct.api.error_answer), the line of a
-403 page (refused_page), a command's CommandError, a task's warning. The tests enumerate the faces
-from their registries and hold each to its declaration.
+may only SELECT Cuebot's tables (shows.attach lists both roles' grants). Each kind of write is
+one `Write`, beside its service, which `require()`s it before its first statement: while
+observing that raises WritesOff, one sentence naming this setting and the grant the write needs.
+Every face that writes declares its Write (API operations and pages here, admin faces, commands
+and tasks in theirs) and each kind of face answers the refusal in its one form: the API's JSON
+body, a page's 403 line, a command's CommandError, a task's warning. Tests enumerate the faces.
 """
 
 import functools
@@ -54,8 +48,7 @@ def require_writes(*, action: str, grant: str) -> None:
 
 @dataclass(frozen=True)
 class Write:
-    """A kind of change of Cuebot's tables or the scheduler's counters: the action as its refusal
-    names it (`of`, the thing it changes, added where known) and the grant it needs."""
+    """A kind of change: the action as its refusal names it (`of` adds what it changes) and its grant."""
 
     action: str
     grant: str
@@ -72,8 +65,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def writes(write: Write) -> Callable[[F], F]:
-    """Declare that an API operation makes `write`: while observing it is refused (WritesOff, which
-    the API answers) before its body runs, before any lookup."""
+    """Declare that an API operation makes `write`: while observing, WritesOff before its body runs."""
 
     def declare(face: F) -> F:
         @functools.wraps(face)
@@ -94,8 +86,7 @@ def refused_page(write: Write) -> HttpResponse:
 
 
 def writing_page(write: Write) -> Callable[[F], F]:
-    """Declare that a page's view makes `write`: while observing, every request to it answers
-    refused_page."""
+    """Declare that a page's view makes `write`: while observing, refused_page answers it."""
 
     def declare(view: F) -> F:
         @functools.wraps(view)

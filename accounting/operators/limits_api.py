@@ -2,8 +2,9 @@
 limits set in cores and counts."""
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
+from django.db.models import Model
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema
 from ninja.errors import HttpError
@@ -183,14 +184,22 @@ def _centicores(payload: Schema, *, model: type, cores: tuple[str, ...]) -> dict
     return values
 
 
-T = TypeVar("T")
-
-
-def _limited(change: Callable[[], T]) -> T:
+def _changed(model: type[Model], key: dict, payload: Schema, change: Callable, *, cores: tuple[str, ...]):
+    """The row (404 if none) after `change` set its limits from the body in PG units (422 if refused)."""
+    row: Model = get_object_or_404(model, **key)
     try:
-        return change()
+        # Each service takes its row by its table's name (subscription=, folder_resource=, ...).
+        return change(**{model._meta.db_table: row}, **_centicores(payload, model=model, cores=cores))
     except InvalidLimit as error:
         raise HttpError(422, str(error)) from error
+
+
+def _limits(row, *, cores: tuple[str, ...], counts: tuple[str, ...] = ()) -> dict[str, int | float]:
+    """The row's limits as the answer gives them: option `x` is column `int_x`; cores in cores."""
+    return {
+        **{name: cores_number(getattr(row, f"int_{name}")) for name in cores},
+        **{n: getattr(row, f"int_{n}") for n in counts},
+    }
 
 
 @router.patch(
@@ -202,10 +211,9 @@ def _limited(change: Callable[[], T]) -> T:
 )
 @writes(LIMIT_CHANGES["subscription"])
 def patch_subscription_limits(request, subscription_id: DbText, payload: SubscriptionLimitsIn):
-    subscription = get_object_or_404(Subscription, pk=subscription_id)
-    values = _centicores(payload, model=Subscription, cores=("size", "burst"))
-    sub = _limited(lambda: set_subscription_limits(subscription=subscription, **values))
-    return {"id": sub.id, "limits": {"size": cores_number(sub.int_size), "burst": cores_number(sub.int_burst)}}
+    cores = ("size", "burst")
+    sub = _changed(Subscription, {"pk": subscription_id}, payload, set_subscription_limits, cores=cores)
+    return {"id": sub.id, "limits": _limits(sub, cores=cores)}
 
 
 @router.patch(
@@ -217,18 +225,9 @@ def patch_subscription_limits(request, subscription_id: DbText, payload: Subscri
 )
 @writes(LIMIT_CHANGES["folder_resource"])
 def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
-    resource = get_object_or_404(FolderResource, folder_id=folder_id)
-    values = _centicores(payload, model=FolderResource, cores=("min_cores", "max_cores"))
-    folder = _limited(lambda: set_folder_limits(folder_resource=resource, **values))
-    return {
-        "folder_id": folder.folder_id,
-        "limits": {
-            "min_cores": cores_number(folder.int_min_cores),
-            "max_cores": cores_number(folder.int_max_cores),
-            "min_gpus": folder.int_min_gpus,
-            "max_gpus": folder.int_max_gpus,
-        },
-    }
+    cores = ("min_cores", "max_cores")
+    folder = _changed(FolderResource, {"folder_id": folder_id}, payload, set_folder_limits, cores=cores)
+    return {"folder_id": folder.folder_id, "limits": _limits(folder, cores=cores, counts=("min_gpus", "max_gpus"))}
 
 
 @router.patch(
@@ -240,17 +239,9 @@ def patch_folder_limits(request, folder_id: DbText, payload: FolderLimitsIn):
 )
 @writes(LIMIT_CHANGES["job_resource"])
 def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
-    resource = get_object_or_404(JobResource, job_id=job_id)
-    values = _centicores(payload, model=JobResource, cores=("max_cores",))
-    job = _limited(lambda: set_job_limits(job_resource=resource, **values))
-    return {
-        "job_id": job.job_id,
-        "limits": {
-            "max_cores": cores_number(job.int_max_cores),
-            "max_gpus": job.int_max_gpus,
-            "priority": job.int_priority,
-        },
-    }
+    cores = ("max_cores",)
+    job = _changed(JobResource, {"job_id": job_id}, payload, set_job_limits, cores=cores)
+    return {"job_id": job.job_id, "limits": _limits(job, cores=cores, counts=("max_gpus", "priority"))}
 
 
 @router.patch(
@@ -262,7 +253,6 @@ def patch_job_limits(request, job_id: DbText, payload: JobLimitsIn):
 )
 @writes(LIMIT_CHANGES["point"])
 def patch_point_limits(request, point_id: DbText, payload: PointLimitsIn):
-    point = get_object_or_404(Point, pk=point_id)
-    values = _centicores(payload, model=Point, cores=("min_cores",))
-    point = _limited(lambda: set_point_limits(point=point, **values))
-    return {"id": point.id, "limits": {"min_cores": cores_number(point.int_min_cores), "min_gpus": point.int_min_gpus}}
+    cores = ("min_cores",)
+    point = _changed(Point, {"pk": point_id}, payload, set_point_limits, cores=cores)
+    return {"id": point.id, "limits": _limits(point, cores=cores, counts=("min_gpus",))}

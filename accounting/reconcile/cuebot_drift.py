@@ -15,7 +15,7 @@ of its key and compares it with the stored rows in the same snapshot, so a booki
 release, which writes proc and the five tables in one transaction, is never half seen. (One
 statement for all five, scanning proc once with grouping sets, was 2x the five bare sums at
 1M procs: grouping sets do not run in parallel workers, the bare sums do.) Cores stay
-centicores here; `signed_cores` is the one conversion every face shows.
+centicores here; accounting.live.units.signed_cores is the one conversion every face shows.
 """
 
 from collections.abc import Iterable, Sequence
@@ -24,7 +24,7 @@ from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
-from accounting.live.units import cores_number
+from accounting.live.units import signed_cores
 from accounting.models import DriftRecord
 from accounting.reconcile.drift_history import Drifted, Named, cores_words, gpus_words
 from cuebot_acct import metrics
@@ -147,14 +147,6 @@ _Statement = TypeVar("_Statement", bound=_OfTable)
 def in_lock_order(statements: Iterable[_Statement]) -> tuple[_Statement, ...]:
     """`statements`, each for one table, sorted by LOCK_ORDER."""
     return tuple(sorted(statements, key=lambda statement: LOCK_ORDER.index(statement.table)))
-
-
-def signed_cores(centicores: int) -> int | float:
-    """Centicores as a number of cores, for every face: exact (2.5, never 2), and signed. A
-    counter or a difference may be below zero, where units' -1 would read as unlimited, so
-    the magnitude is converted and the sign put back."""
-    magnitude = cores_number(abs(centicores))
-    return -magnitude if centicores < 0 else magnitude
 
 
 @dataclass(frozen=True)

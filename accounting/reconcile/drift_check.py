@@ -1,25 +1,17 @@
-"""The periodic drift check: every source of the site's era checked, recorded and gauged by one path.
+"""The periodic drift check: every source of the era checked, recorded and gauged by one path.
 
-The sources: Cuebot's own tables against SUM(proc) in every era, for the shows Cuebot owns
-(every show in the Maestro era; accounting.reconcile.cuebot_drift.CUEBOT_TABLES), and in the
-redis era the scheduler-managed shows' Redis fields against PostgreSQL
-(accounting.reconcile.drift.REDIS_FIELDS). A source says which shows it checks, reads their
-drifted rows (accounting.reconcile.drift_history.Drifted) and names them for the faces.
+The sources: Cuebot's tables against SUM(proc) in every era, for the shows Cuebot owns (CUEBOT_TABLES),
+and in the redis era the scheduler-managed shows' Redis fields (REDIS_FIELDS). It runs on its own
+schedule (`acct-drift-check`), whether or not this service reconciles: drift is worth an alert
+whoever heals it. Read-only on Cuebot's tables and on Redis (it writes its own record of drift
+only), so it takes no reseed lock.
 
-It runs on its own schedule (`acct-drift-check`, accounting.tasks), whether or not this
-service reconciles (ACCOUNTING_RECONCILE_ENABLED): drift is worth an alert whoever heals it,
-the scheduler's own reseed loops included. Read-only on Cuebot's tables and on Redis (it
-writes only its own record of drift), so it takes no reseed lock.
-
-Each run of a source sets its gauge per show (rows or fields drifted; 0 for a show it no longer
-checks, so its series does not keep a stale count) and its last-check timestamp, hands the rows
-to accounting.reconcile.drift_history (which keeps when each was first seen), sets per show the
-age of its oldest drifted row (cuebot_acct_drift_age_seconds{show,source}, for an alert on drift
-that outlives a repair rather than on first sight), and records the result in the shared cache
-(status_key), where every web process reads it. A source that cannot be read
-records the error and leaves its timestamp and its records as they were: a check that did not
-happen must not look recent. Drift in many shows is logged as the worst few and their count:
-`manage.py acct_drift` names every row.
+Each check of a source sets its gauge per show (0 for a show it no longer checks, so no series
+keeps a stale count), its last-check time and per show the age of its oldest drifted row (for an
+alert on drift that outlives a repair), records the rows (accounting.reconcile.drift_history) and
+the result in the shared cache, which every web process reads. A source that cannot be read
+records the error and leaves its time and its records as they were: a check that did not happen
+must not look recent. Drift in many shows is logged as the worst few and their count.
 """
 
 import logging

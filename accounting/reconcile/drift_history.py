@@ -1,28 +1,14 @@
-"""Drift as one idea: the row every source reports drifted, in words, and the periodic check's
-memory of when each was first seen, in the project's own table.
+"""Drift as one idea: the row every source (accounting.reconcile.cuebot_drift, .drift) reports drifted,
+which the check, the record, the gauges and every face take; and when each was first seen.
 
-A source (Cuebot's tables against SUM(proc), accounting.reconcile.cuebot_drift; the Redis era's
-fields against PostgreSQL, accounting.reconcile.drift) turns what it read into Drifted rows;
-the check (accounting.reconcile.drift_check), the record below, the gauges and every face take
-those rows and nothing else of the source but its names and numbers.
-
-Why a record: a check reads drift as it is at one instant, so a row 4 cores high reads the same
-whether it drifted a second ago (a release or a repair about to land) or three days ago (a leak
-nobody repaired). The periodic check hands every drifted row it found to record_drift, which
-keeps per row the time of the first check that saw it drifted (DriftRecord.first_seen) and its
-difference as the latest check read it, and deletes the record of every row of that source the
-check found back at its sum: such a row leaves every list.
-
-"First seen" is the first check that saw the row drifted, checks being minutes apart (the
-`acct-drift-check` schedule): a row drifted and repaired between two checks is never seen, and
-one repaired and drifted again between two checks reads as one drift.
-
-It writes acct_drift_record only, never a Cuebot table: the check stays read-only on Cuebot's
-schema, so a role that may only SELECT Cuebot's tables can run it (the record is the service's
-own, which its role owns). It writes only what changed (a row first seen, a difference that
-moved, a row healed), so a farm whose drift stays put costs one read per check. Writes are one
-transaction per check and source, under a transaction-level advisory lock, so two checks that
-overlap (a slow one and the next) do not interleave them.
+A check reads drift at one instant: a row 4 cores high reads the same whether it drifted a second
+ago (a release about to land) or three days ago (a leak nobody repaired). record_drift keeps per
+row the first check that saw it drifted (DriftRecord.first_seen; checks are minutes apart, so a
+row drifted and repaired between two is never seen) and its difference as the latest check read
+it, and deletes the record of a row back at its sum. It writes acct_drift_record only, the
+service's own table (the check stays read-only on Cuebot's schema), and only what changed, so
+drift that stays put costs one read per check; one transaction per check and source, under an
+advisory lock, so two checks that overlap do not interleave.
 """
 
 from collections.abc import Sequence
@@ -32,15 +18,14 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from accounting.live.units import hundredths_text
 from accounting.models import DriftRecord
 
 
 @dataclass(frozen=True)
 class Drifted:
-    """A row a source found drifted, in DriftRecord's terms: `subject` and `detail` as the record
-    keeps them (the source names them for people), stored minus true in centicores and in GPUs
-    (None where the row holds no such value) and in words; `raw`, the source's own row, which
-    gives its numbers (None for a row read back from the record)."""
+    """A row a source found drifted, in DriftRecord's terms (stored minus true; None where the row
+    holds no such value); `raw`, the source's own row (None for one read back from the record)."""
 
     source: str
     identity: str  # the row from check to check
@@ -55,9 +40,8 @@ class Drifted:
 
 @dataclass(frozen=True)
 class Named:
-    """A drifted row as the faces show it, from its source: its name and what of it drifted, the
-    source's numbers as JSON (`values`) and as a line's cells (`numbers`), and the raw id a script
-    looks the row up by (`ref`); a row read back from the record has no numbers."""
+    """A drifted row as its source names it for the faces: its numbers as JSON (`values`) and as a
+    line's cells (`numbers`), and the raw id a script looks it up by (`ref`); none for a record."""
 
     name: str
     what: str
@@ -68,8 +52,7 @@ class Named:
 
 def cores_words(centicores: int) -> str:
     """A difference in cores as the faces say it, two decimals as PostgreSQL keeps them: '4.00 cores high'."""
-    whole, hundredths = divmod(abs(centicores), 100)
-    return f"{whole}.{hundredths:02d} cores {direction(centicores)}"
+    return f"{hundredths_text(abs(centicores))} cores {direction(centicores)}"
 
 
 def gpus_words(gpus: int) -> str:
