@@ -3,7 +3,7 @@ their source, with how long each has drifted; a live report of a show, or of the
 checks' last results and the rows they recorded; and the command that repairs Cuebot's tables."""
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.utils import timezone
@@ -12,48 +12,20 @@ from accounting.reconcile import cuebot_drift, drift
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, TableDriftReport
 from accounting.reconcile.drift import REDIS_FIELDS, DriftReport, DriftRow
 from accounting.reconcile.drift_check import SOURCES, DriftSource, ShowCount, check_status, era_sources
-from accounting.reconcile.drift_history import DriftAge, Drifted, Named, ages, drift_sentence, recorded
+from accounting.reconcile.drift_history import DriftAge, Drifted, Shown, ages, recorded
 from accounting.reconcile.recompute import TABLE_REPAIR
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
 
-@dataclass(frozen=True)
-class Shown:
-    """A drifted row as a face shows it: named by its source, with its time drifted (None: no
-    periodic check has seen it drifted yet, or a row explained away, which is never aged)."""
-
-    row: Drifted
-    named: Named
-    age: DriftAge | None
-
-    @property
-    def since(self) -> str:
-        return drift_sentence(difference=self.row.difference, age=self.age)
-
-    def as_dict(self) -> dict:
-        """What the API and acct_drift --json give of a live row (nulls: no check has seen it yet)."""
-        return {
-            **self.named.values,
-            "first_seen": self.age.first_seen.isoformat() if self.age else None,
-            "age_seconds": self.age.seconds if self.age else None,
-            "since": self.since,
-        }
-
-    @property
-    def line(self) -> str:
-        """acct_drift's line: name, what, the source's numbers, since when, the raw id."""
-        return f"{self.named.name}\t{self.named.what}\t{self.named.numbers}\t{self.since}\t{self.named.ref}"
-
-
 def shown(rows: Sequence[Drifted], *, now: datetime | None = None) -> list[Shown]:
     """The rows named by their sources and, read drifted at `now`, aged."""
-    named: dict[int, Named] = {}
+    named: dict[int, Shown] = {}
     for source in {row.source for row in rows}:
         mine = [i for i, row in enumerate(rows) if row.source == source]
         named |= dict(zip(mine, SOURCES[source].named([rows[i] for i in mine]), strict=True))
     found = ages(rows, now=now) if now is not None else [None] * len(rows)
-    return [Shown(row=row, named=named[i], age=age) for i, (row, age) in enumerate(zip(rows, found, strict=True))]
+    return [replace(named[i], age=age) for i, age in enumerate(found)]
 
 
 def redis_shown(rows: Sequence[DriftRow], *, now: datetime | None = None) -> list[Shown]:
@@ -72,8 +44,8 @@ def live_json(*, tables: TableDriftReport, redis: DriftReport | None, now: datet
         found = {
             **redis.as_dict(),
             "rows": [entry.as_dict() for entry in redis_shown(redis.rows, now=now)],
-            "rounding_only": [entry.named.values for entry in redis_shown(redis.rounding_only)],
-            "explained": [entry.named.values for entry in redis_shown(redis.explained)],
+            "rounding_only": [entry.values for entry in redis_shown(redis.rounding_only)],
+            "explained": [entry.values for entry in redis_shown(redis.explained)],
         }
     rows = [entry.as_dict() for entry in table_shown(tables, now=now)]
     return {**found, "cuebot_tables": {**tables.as_dict(), "rows": rows, "repair": table_repair(show=show)}}
@@ -93,8 +65,8 @@ class RecordedDrift:
             "source": row.source,
             "show": self.show,
             "show_id": row.show_id,
-            "name": self.entry.named.name,
-            "what": self.entry.named.what,
+            "name": self.entry.name,
+            "what": self.entry.what,
             "difference": row.difference,
             **self.entry.as_dict(),
             "checked_at": age.seen.isoformat(),
@@ -109,7 +81,7 @@ def recorded_drift() -> list[RecordedDrift]:
     records = recorded()
     entries = shown([row for row, _, _ in records])
     return [
-        RecordedDrift(show=show, entry=Shown(row=row, named=entry.named, age=DriftAge(first, checked[row.source])))
+        RecordedDrift(show=show, entry=replace(entry, age=DriftAge(first, checked[row.source])))
         for (row, show, first), entry in zip(records, entries, strict=True)
     ]
 

@@ -16,6 +16,7 @@ from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 NAME_SECONDS = 60.0
 _names: dict[tuple[str, str], tuple[float, str]] = {}
 _NAMED = {"show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": Layer, "dept": Dept}
+NAMED_KINDS = tuple(_NAMED)
 
 
 def names_of(*, wanted: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str], str]:

@@ -26,7 +26,7 @@ from django.db import DatabaseError, connection, transaction
 
 from accounting.live.units import signed_cores
 from accounting.models import DriftRecord
-from accounting.reconcile.drift_history import Drifted, Named, cores_words, gpus_words
+from accounting.reconcile.drift_history import Drifted, Shown, cores_words, gpus_words
 from cuebot_acct import metrics
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
@@ -318,11 +318,12 @@ class CuebotTables:
         where Cuebot owns each); no count of rows compared."""
         return [drifted(row) for row in cuebot_table_drift().rows], {}
 
-    def named(self, rows: Sequence[Drifted]) -> list[Named]:
+    def named(self, rows: Sequence[Drifted]) -> list[Shown]:
         return [
-            Named(name=row.subject, what=row.detail)
+            Shown(row=row, name=row.subject, what=row.detail)
             if row.raw is None
-            else Named(
+            else Shown(
+                row=row,
                 name=row.subject,
                 what=row.detail,
                 values=row.raw.as_dict(),

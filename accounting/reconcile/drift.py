@@ -35,7 +35,7 @@ from accounting.live import keys
 from accounting.live.scripts import script
 from accounting.live.units import UNLIMITED, cores_from_centicores
 from accounting.models import DriftRecord, Subscription
-from accounting.reconcile.drift_history import Drifted, Named, cores_words, direction, gpus_words
+from accounting.reconcile.drift_history import Drifted, Shown, cores_words, direction, gpus_words
 from accounting.reconcile.snapshot import (
     booked_rows,
     chunked,
@@ -331,7 +331,7 @@ class RedisFields:
             checked[show_id] = report.fields_checked
         return rows, checked
 
-    def named(self, rows: Sequence[Drifted]) -> list[Named]:
+    def named(self, rows: Sequence[Drifted]) -> list[Shown]:
         """Each key named (show / allocation, job, ...) and each field labelled, the raw field kept
         beside its label for scripts and for HGET."""
         labels = key_labels(redis_keys={row.subject for row in rows})
@@ -340,11 +340,12 @@ class RedisFields:
             name, label = labels.get(row.subject, row.subject), field_label(key=row.subject, field=row.detail)
             what = f"{label} ({row.detail})"
             if row.raw is None:
-                found.append(Named(name=name, what=what))
+                found.append(Shown(row=row, name=name, what=what))
                 continue
             cause = f"\tcause: {row.raw.cause}" if row.raw.cause else ""
             found.append(
-                Named(
+                Shown(
+                    row=row,
                     name=name,
                     what=what,
                     values={**asdict(row.raw), "names": labels.get(row.subject), "label": label},

@@ -27,7 +27,7 @@ from django.core.cache import cache
 
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
-from accounting.reconcile.drift_history import Drifted, Named, forget_drift, record_drift
+from accounting.reconcile.drift_history import Drifted, Shown, forget_drift, record_drift
 from cuebot_acct import metrics
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class DriftSource(Protocol):
     def read(self, *, show_ids: list[str]) -> tuple[list[Drifted], dict[str, int]]:
         """Their drifted rows, and per show how many it compared where it counts them."""
 
-    def named(self, rows: Sequence[Drifted]) -> list[Named]: ...
+    def named(self, rows: Sequence[Drifted]) -> list[Shown]: ...
 
 
 def status_key(source: DriftSource) -> str:

@@ -38,18 +38,6 @@ class Drifted:
     raw: Any = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
-class Named:
-    """A drifted row as its source names it for the faces: its numbers as JSON (`values`) and as a
-    line's cells (`numbers`), and the raw id a script looks it up by (`ref`); none for a record."""
-
-    name: str
-    what: str
-    values: dict = field(default_factory=dict)
-    numbers: str = ""
-    ref: str = ""
-
-
 def cores_words(centicores: int) -> str:
     """A difference in cores as the faces say it, two decimals as PostgreSQL keeps them: '4.00 cores high'."""
     return f"{hundredths_text(abs(centicores))} cores {direction(centicores)}"
@@ -89,6 +77,42 @@ class DriftAge:
         return age_text(self.seconds)
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A drifted row as its source names it for the faces: its numbers as JSON (`values`) and as a
+    line's cells (`numbers`), the raw id a script looks it up by (`ref`), none for a record; and its
+    time drifted (None: no check has seen it drifted yet, or a row explained away, never aged)."""
+
+    row: Drifted
+    name: str
+    what: str
+    values: dict = field(default_factory=dict)
+    numbers: str = ""
+    ref: str = ""
+    age: DriftAge | None = None
+
+    @property
+    def since(self) -> str:
+        """'4.00 cores high since 03:12 UTC (2 h 5 min)', the words every face says of a drifted row."""
+        if self.age is None:
+            return f"{self.row.difference}, not seen drifted by the periodic check yet"
+        return f"{self.row.difference} since {self.age.since} ({self.age.age})"
+
+    def as_dict(self) -> dict:
+        """What the API and acct_drift --json give of a row (nulls: no check has seen it yet)."""
+        return {
+            **self.values,
+            "first_seen": self.age.first_seen.isoformat() if self.age else None,
+            "age_seconds": self.age.seconds if self.age else None,
+            "since": self.since,
+        }
+
+    @property
+    def line(self) -> str:
+        """acct_drift's line: name, what, the source's numbers, since when, the raw id."""
+        return f"{self.name}\t{self.what}\t{self.numbers}\t{self.since}\t{self.ref}"
+
+
 def age_text(seconds: int) -> str:
     """A duration as an operator reads it: '45 s', '12 min', '2 h 5 min', '3 d 4 h'."""
     minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
@@ -99,13 +123,6 @@ def age_text(seconds: int) -> str:
     if days == 0:
         return f"{hours} h {minutes % 60} min"
     return f"{days} d {hours % 24} h"
-
-
-def drift_sentence(*, difference: str, age: DriftAge | None) -> str:
-    """'4.00 cores high since 03:12 UTC (2 h 5 min)', the words every face says of a drifted row."""
-    if age is None:
-        return f"{difference}, not seen drifted by the periodic check yet"
-    return f"{difference} since {age.since} ({age.age})"
 
 
 def ages(rows: Sequence[Drifted], *, now: datetime) -> list[DriftAge | None]:

@@ -5,7 +5,7 @@ from django.core.management.base import CommandError
 from accounting.management.commands._writes import DeclaredCommand
 from accounting.notify.listen import heard, open_listener
 from accounting.notify.payloads import CHANNELS
-from accounting.operators.notifications import Names, describe, named_fields
+from accounting.operators.notifications import describe, named_fields
 
 
 class Command(DeclaredCommand):
@@ -34,7 +34,6 @@ class Command(DeclaredCommand):
         if seconds is not None and seconds <= 0:
             raise CommandError("--seconds must be more than 0", returncode=2)
         channels = tuple(channel or CHANNELS)
-        names = Names()
         with open_listener(channels=channels) as listener:
             self.stderr.write(f"listening on {', '.join(channels)}")
             self.stderr.flush()
@@ -46,11 +45,11 @@ class Command(DeclaredCommand):
                                 "channel": one.channel,
                                 "payload": one.payload,
                                 "problem": one.problem,
-                                "fields": named_fields(heard=one, names=names),
+                                "fields": named_fields(heard=one),
                             }
                         )
                     else:
-                        line = describe(heard=one, names=names)
+                        line = describe(heard=one)
                     self.stdout.write(line)
                     self.stdout.flush()
             except KeyboardInterrupt:
