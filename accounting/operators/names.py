@@ -1,7 +1,9 @@
 """The names beside the ids of a release answer (show, allocation, folder, job, layer, department),
 kept a while per worker so the release path seldom pays a query for them."""
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import cast
 
@@ -12,16 +14,22 @@ from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 
 # A release answer names what it released. Names change rarely and a release client releases
 # the procs of a few jobs over and over: each id's name is kept for a minute, so the release
-# path pays a query only for ids it has not seen lately.
+# path pays a query only for ids it has not seen lately. A worker runs for months and a farm runs
+# tens of thousands of jobs a day: at most NAMES_KEPT names are kept, and none past its minute,
+# the oldest dropped first at the next miss (kept in the order they were looked up, which with
+# one lifetime for all is the order they expire in).
 NAME_SECONDS = 60.0
-_names: dict[tuple[str, str], tuple[float, str]] = {}
+NAMES_KEPT = 10_000
+_names: OrderedDict[tuple[str, str], tuple[float, str]] = OrderedDict()
+_names_written = threading.Lock()  # a miss's writes; a hit only reads
+_clock = time.monotonic
 _NAMED = {"show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": Layer, "dept": Dept}
 NAMED_KINDS = tuple(_NAMED)
 
 
 def names_of(*, wanted: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str], str]:
     """(kind, id) -> name for kinds show, alloc, folder, job, layer, dept; "gone" where no row."""
-    now = time.monotonic()
+    now = _clock()
     found: dict[tuple[str, str], str] = {}
     missing: dict[str, set[str]] = {}
     for kind, id in wanted:
@@ -35,10 +43,14 @@ def names_of(*, wanted: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str
     if not missing:
         return found
     rows = _names_by_kind(missing=missing)
-    for kind, ids in missing.items():
-        for id in ids:
-            found[(kind, id)] = name = rows.get((kind, id), "gone")
-            _names[(kind, id)] = (now + NAME_SECONDS, name)
+    with _names_written:
+        for kind, ids in missing.items():
+            for id in ids:
+                found[(kind, id)] = name = rows.get((kind, id), "gone")
+                _names.pop((kind, id), None)
+                _names[(kind, id)] = (now + NAME_SECONDS, name)
+        while _names and (len(_names) > NAMES_KEPT or next(iter(_names.values()))[0] <= now):
+            _names.popitem(last=False)
     return found
 
 
