@@ -10,6 +10,7 @@ to delete procs.
 from collections.abc import Callable
 from typing import Protocol, cast
 
+from django.conf import settings
 from django.contrib import admin
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -152,6 +153,8 @@ class SubscriptionAdmin(LimitAdmin):
     ordering = ["show__str_name", "alloc__str_name"]
     fields = ["show", "alloc", "int_size", "int_burst", "booked_redis", "cores", "booked_why_in_full", "gpus", "tier"]
     booked_fields = ("booked_redis", "cores", "booked_why_in_full", "gpus", "tier")
+    # Redis live, and why it differs from the row: the redis era's only (no Redis counts a show in the others).
+    REDIS_ONLY = ("booked_redis", "booked_why", "booked_why_in_full")
     cores_fields = {"int_size": False, "int_burst": False}
     limit_service = set_subscription_limits
     service_argument = "subscription"
@@ -201,6 +204,15 @@ class SubscriptionAdmin(LimitAdmin):
         return format_html_join("", "<div><strong>{}:</strong> {}</div>", ((r.kind, r.text) for r in reasons))
 
     gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+
+    def get_list_display(self, request):
+        return self._of_the_era(super().get_list_display(request))
+
+    def get_fields(self, request, obj=None):
+        return self._of_the_era(super().get_fields(request, obj))
+
+    def _of_the_era(self, names) -> list[str]:
+        return [name for name in names if settings.ACCOUNTING_REDIS_ENABLED or name not in self.REDIS_ONLY]
 
     def changelist_view(self, request, extra_context=None):
         """Read every source once for the page's rows (one Redis pipeline, one aggregate), not per row."""
