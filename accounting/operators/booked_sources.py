@@ -59,45 +59,36 @@ class BookedSources:
     @property
     def reasons(self) -> list[BookedReason]:
         """Why Redis and the row differ, each part in cores; [] where they agree."""
-        if not self.differ or self.proc_exact is None or self.proc_per_proc is None:
+        if not self.differ or self.proc_exact is None or self.proc_per_proc is None or self.redis is None:
             return []
-        reasons = []
-        if self.proc_exact != self.proc_per_proc:
-            reasons.append(
-                BookedReason(
-                    ROUNDING,
-                    (
-                        f"Redis truncates each proc's cores to whole cores: the procs reserve {format_cores(self.proc_exact)}, "
-                        f"which Redis counts as {format_cores(self.proc_per_proc)}"
-                    ),
-                    f"{format_cores(self.proc_exact)} reserved, Redis counts {cores_text(self.proc_per_proc)}",
-                )
-            )
-        if self.pg_row != self.proc_exact:
-            reasons.append(
-                BookedReason(
-                    RECOMPUTE_LAG,
-                    (
-                        f"the PostgreSQL row ({format_cores(self.pg_row)}) is as of the last recompute; "
-                        f"{PROC_NOW} is {format_cores(self.proc_exact)}"
-                    ),
-                    f"row {format_cores(self.pg_row)}, {PROC_NOW} {cores_text(self.proc_exact)}",
-                )
-            )
-        if self.redis != self.proc_per_proc:
-            assert self.redis is not None  # differ (checked above) holds only where Redis has a value
-            off = self.redis - self.proc_per_proc
-            reasons.append(
-                BookedReason(
-                    DRIFT,
-                    (
-                        f"Redis is {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW} counted per proc: "
-                        f"an operation in flight, or drift (the drift page tells which)"
-                    ),
-                    f"Redis {format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW}",
-                )
-            )
-        return reasons
+        exact, per_proc, row = (
+            format_cores(self.proc_exact),
+            format_cores(self.proc_per_proc),
+            format_cores(self.pg_row),
+        )
+        off = self.redis - self.proc_per_proc
+        above = f"{format_cores(abs(off))} {'above' if off > 0 else 'below'} {PROC_NOW}"
+        candidates = [
+            (
+                self.proc_exact != self.proc_per_proc,
+                ROUNDING,
+                f"Redis truncates each proc's cores to whole cores: the procs reserve {exact}, which Redis counts as {per_proc}",
+                f"{exact} reserved, Redis counts {cores_text(self.proc_per_proc)}",
+            ),
+            (
+                self.pg_row != self.proc_exact,
+                RECOMPUTE_LAG,
+                f"the PostgreSQL row ({row}) is as of the last recompute; {PROC_NOW} is {exact}",
+                f"row {row}, {PROC_NOW} {cores_text(self.proc_exact)}",
+            ),
+            (
+                off != 0,
+                DRIFT,
+                f"Redis is {above} counted per proc: an operation in flight, or drift (the drift page tells which)",
+                f"Redis {above}",
+            ),
+        ]
+        return [BookedReason(kind, text, short) for applies, kind, text, short in candidates if applies]
 
 
 def _proc_sums(subscriptions: Sequence[Subscription]) -> dict[tuple[str, str], tuple[int, int]]:

@@ -403,16 +403,26 @@ def _repair_pass(*, show_ids: list[str], careful: bool) -> tuple[list[TableDrift
     return drifted, failures
 
 
+def _as_read(rows: list[TableDrift]) -> dict[str, list[int | None]]:
+    """pk -> _READ_COLUMNS as the read found them, None for a pair that did not drift."""
+    read: dict[str, list[int | None]] = {}
+    for row in rows:
+        at = 4 if row.columns.startswith("int_local") else 0
+        read.setdefault(row.pk, [None] * 8)[at : at + 4] = [
+            row.stored_cores,
+            row.stored_gpus,
+            row.true_cores,
+            row.true_gpus,
+        ]
+    return read
+
+
 def _correct(
     *, cursor, table: TableRecompute, rows: list[TableDrift], show_ids: list[str], careful: bool
 ) -> list[RowFailure]:
     """One table's drifted rows locked in primary-key order, then each set to the sums read if it
     still holds what was read, and recomputed from its sums otherwise."""
-    read: dict[str, list[int | None]] = {}  # pk -> _READ_COLUMNS, None for a pair that did not drift
-    for row in rows:
-        at = 4 if row.columns.startswith("int_local") else 0
-        values = read.setdefault(row.pk, [None] * 8)
-        values[at : at + 4] = [row.stored_cores, row.stored_gpus, row.true_cores, row.true_gpus]
+    read = _as_read(rows)
     pks = sorted(read)
 
     def params(these: list[str]) -> dict:

@@ -337,11 +337,10 @@ def _bootstrap(
     proc may commit after our SUM(proc): counted by neither, the key would read low. So the
     keys stay closed to booking (no limit field: booking.lua rejects without a burst) for
     one in-flight TTL, after which every such booking has committed its proc or expired;
-    then booked counters, then limits, then the marker. The token makes the booked write, the
-    limit writes and the marker refuse if Redis restarted again (or another bootstrap began)
-    meanwhile. A restart (or failover close) that dropped the token starts the rebuild over at
-    once, with a new token and a whole wait: that restart may have lost in-flight entries too,
-    and leaving it to the next caller's check kept the keys closed for as long as that takes."""
+    then booked counters, then limits, then the marker. The token makes those writes refuse if
+    Redis restarted again (or another bootstrap began) meanwhile. A restart (or failover close)
+    that dropped the token starts over at once, with a new token and a whole wait: it may have lost
+    in-flight entries too (left to the next caller's check, the keys stayed closed that long)."""
     client = accounting_redis()
     ttl = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
     for _ in range(MAX_ATTEMPTS):

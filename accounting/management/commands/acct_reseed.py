@@ -65,9 +65,12 @@ class Command(DeclaredCommand):
                 "Cuebot's tables; nothing changed",
                 returncode=2,
             )
-        if not limits and not booked:
-            limits = booked = True
-        show_ids = [found.id] if found is not None else None
+        self._reseed_redis(
+            limits=limits or not booked, booked=booked or not limits, show_ids=[found.id] if found else None
+        )
+
+    def _reseed_redis(self, *, limits: bool, booked: bool, show_ids: list[str] | None) -> None:
+        """The Redis era's rebuild of what the scheduler books against (both halves by default)."""
         REDIS_RESEED.require()  # before the master check, which closes a new master's keys
         try:
             # A new master not noticed yet (no task cluster running) is closed and rebuilt
@@ -78,14 +81,13 @@ class Command(DeclaredCommand):
                 report = reseed(limits=limits, booked=booked, show_ids=show_ids, progress=bar.update)
         except LockBusy as busy:
             raise CommandError(f"another reseed holds the lock {busy}; try again later", returncode=1) from busy
-        if report.booked is not None:
-            if report.booked.written:
-                self.stdout.write(f"booked: {report.booked.keys} keys written in {report.booked.attempts} attempt(s)")
-            else:
-                self.stdout.write(
-                    f"booked: SKIPPED, the write was refused on each of {report.booked.attempts} attempts "
-                    "(Redis restarted or failed over meanwhile; see the service log)"
-                )
+        if report.booked is not None and report.booked.written:
+            self.stdout.write(f"booked: {report.booked.keys} keys written in {report.booked.attempts} attempt(s)")
+        elif report.booked is not None:
+            self.stdout.write(
+                f"booked: SKIPPED, the write was refused on each of {report.booked.attempts} attempts "
+                "(Redis restarted or failed over meanwhile; see the service log)"
+            )
         if report.limit_fields is not None:
             self.stdout.write(f"limits: {report.limit_fields} fields written")
         self.stdout.write(f"shows: {report.shows}")
