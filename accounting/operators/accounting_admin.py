@@ -74,8 +74,7 @@ class LimitAdmin(CoresFormMixin, DeclaredAdmin):
     """Rows Cuebot's triggers (or Cuebot) create: never added or deleted here; only their
     limits change, through the service of `limit_service`, with CHANGE_LIMITS."""
 
-    limit_service: Callable
-    service_argument: str
+    limit_service: Callable  # takes its row by its table's name (subscription=, folder_resource=, ...)
     # Model field -> keyword of limit_service; every other field is read-only.
     limit_keywords: dict[str, str]
 
@@ -121,7 +120,7 @@ class LimitAdmin(CoresFormMixin, DeclaredAdmin):
             if name in form.changed_data
         }
         if changes:
-            type(self).limit_service(**{self.service_argument: obj}, **changes)
+            type(self).limit_service(**{self.model._meta.db_table: obj}, **changes)
 
 
 class _WithSources(Protocol):
@@ -157,7 +156,6 @@ class SubscriptionAdmin(LimitAdmin):
     REDIS_ONLY = ("booked_redis", "booked_why", "booked_why_in_full")
     cores_fields = {"int_size": False, "int_burst": False}
     limit_service = set_subscription_limits
-    service_argument = "subscription"
     limit_keywords = {"int_size": "size", "int_burst": "burst"}
     size = cores_column("int_size")
     burst = cores_column("int_burst")
@@ -262,7 +260,6 @@ class FolderResourceAdmin(LimitAdmin):
     cores_fields = {"int_min_cores": False, "int_max_cores": True}
     gpu_fields = {"int_min_gpus": False, "int_max_gpus": True}
     limit_service = set_folder_limits
-    service_argument = "folder_resource"
     limit_keywords = {
         "int_min_cores": "min_cores",
         "int_max_cores": "max_cores",
@@ -305,7 +302,6 @@ class JobResourceAdmin(LimitAdmin):
     cores_fields = {"int_max_cores": False}
     gpu_fields = {"int_max_gpus": False}
     limit_service = set_job_limits
-    service_argument = "job_resource"
     limit_keywords = {"int_max_cores": "max_cores", "int_max_gpus": "max_gpus", "int_priority": "priority"}
     show = show_column("job__show")
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
@@ -341,7 +337,6 @@ class PointAdmin(LimitAdmin):
     cores_fields = {"int_min_cores": False}
     gpu_fields = {"int_min_gpus": False}
     limit_service = set_point_limits
-    service_argument = "point"
     limit_keywords = {"int_min_cores": "min_cores", "int_min_gpus": "min_gpus"}
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")

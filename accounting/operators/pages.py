@@ -38,10 +38,6 @@ from shows.models import Show
 logger = logging.getLogger(__name__)
 
 
-def _percent(value: int | None, scale: int) -> float:
-    return round(100 * max(0, value or 0) / scale, 1) if scale else 0.0
-
-
 def overview(request: HttpRequest) -> HttpResponse:
     """The admin's index: the farm at a glance above the usual list of tables."""
     context = {
@@ -93,7 +89,7 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "title": f"Accounting drift: {show.str_name}",
         "show": show,
         "report": report,
-        "bars": _bars(show) if redis_compared else [],
+        "bars": subscription_bars(show=show) if redis_compared else [],
         "rows": redis_shown(report.rows, now=now),
         "rounding": redis_shown(report.rounding_only),
         "in_flight": redis_shown(report.explained_by(IN_FLIGHT)),
@@ -107,23 +103,6 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
         "repair": table_repair(show=show.str_name),
     }
     return render(request, "admin/accounting/drift_show.html", context)
-
-
-def _bars(show: Show) -> list[dict]:
-    """Per subscription, Redis live and SUM(proc) now against size and burst, as bar widths."""
-    bars = []
-    for bar in subscription_bars(show=show):
-        scale = max(bar.burst, bar.size, bar.booked_pg, bar.booked_redis or 0, 1)
-        bars.append(
-            {
-                "bar": bar,
-                "redis_pct": _percent(bar.booked_redis, scale),
-                "pg_pct": _percent(bar.booked_pg, scale),
-                "size_pct": _percent(bar.size, scale),
-                "burst_pct": _percent(bar.burst, scale),
-            }
-        )
-    return bars
 
 
 @writing_page(REDIS_RESEED)

@@ -242,11 +242,24 @@ def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
 
 @dataclass(frozen=True)
 class SubscriptionBar:
+    """A subscription's booked cores (Redis live, SUM(proc) as Redis counts it) against its size and
+    burst; each also as a percentage of the bar, which is as long as the largest of the four."""
+
     alloc: str
     booked_redis: int | None
     booked_pg: int
     size: int
     burst: int
+
+    def _percent(self, value: int | None) -> float:
+        return round(
+            100 * max(0, value or 0) / max(self.burst, self.size, self.booked_pg, self.booked_redis or 0, 1), 1
+        )
+
+    redis_pct = property(lambda self: self._percent(self.booked_redis))
+    pg_pct = property(lambda self: self._percent(self.booked_pg))
+    size_pct = property(lambda self: self._percent(self.size))
+    burst_pct = property(lambda self: self._percent(self.burst))
 
 
 def subscription_bars(*, show: Show) -> list[SubscriptionBar]:

@@ -17,17 +17,15 @@ must not look recent. Drift in many shows is logged as the worst few and their c
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.cache import cache
 
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
-from accounting.reconcile.drift import REDIS_FIELDS
-from accounting.reconcile.drift_history import Drifted, Shown, forget_drift, record_drift
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, CuebotTables
+from accounting.reconcile.drift import REDIS_FIELDS, RedisFields
+from accounting.reconcile.drift_history import forget_drift, record_drift
 from cuebot_acct import metrics
 
 logger = logging.getLogger(__name__)
@@ -36,21 +34,10 @@ logger = logging.getLogger(__name__)
 WORST_NAMED = 5
 
 
-class DriftSource(Protocol):
-    source: str  # DriftRecord.Source
-    differs: str  # what drifted means for it, for the log: "Redis differs from PostgreSQL"
-    unit: str  # what it counts per show: "rows", "fields"
-    gauge: Any  # per show, its rows drifted at the last check
-    last_check: Any
-    unreadable: tuple[type[Exception], ...]  # read errors recorded as the check's failure, not raised
-
-    def shows(self) -> dict[str, str]:
-        """The shows it checks, id -> name."""
-
-    def read(self, *, show_ids: list[str]) -> tuple[list[Drifted], dict[str, int]]:
-        """Their drifted rows, and per show how many it compared where it counts them."""
-
-    def named(self, rows: Sequence[Drifted]) -> list[Shown]: ...
+# A source: the DriftRecord.Source it is, what drift means for it and what it counts (for the log),
+# its gauges, the read errors it records as a failed check; the shows it checks (id -> name), their
+# drifted rows with per show how many it compared (where it counts them), and their names for faces.
+DriftSource = CuebotTables | RedisFields
 
 
 def status_key(source: DriftSource) -> str:
