@@ -64,14 +64,14 @@ class Write:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def writes(write: Write) -> Callable[[F], F]:
-    """Declare that an API operation makes `write`: while observing, WritesOff before its body runs."""
+def writes(write: Write, *, refused: Callable[[Write], Any] = Write.require) -> Callable[[F], F]:
+    """Declare that an API operation makes `write`: while observing, `refused(write)` answers in its
+    stead, by default WritesOff (which the API answers) before its body runs."""
 
     def declare(face: F) -> F:
         @functools.wraps(face)
         def declared(*args, **kwargs):
-            write.require()
-            return face(*args, **kwargs)
+            return face(*args, **kwargs) if write.allowed else refused(write)
 
         declared.writes = write  # type: ignore[attr-defined]
         return declared  # type: ignore[return-value]
@@ -87,16 +87,7 @@ def refused_page(write: Write) -> HttpResponse:
 
 def writing_page(write: Write) -> Callable[[F], F]:
     """Declare that a page's view makes `write`: while observing, refused_page answers it."""
-
-    def declare(view: F) -> F:
-        @functools.wraps(view)
-        def declared(request, *args, **kwargs):
-            return view(request, *args, **kwargs) if write.allowed else refused_page(write)
-
-        declared.writes = write  # type: ignore[attr-defined]
-        return declared  # type: ignore[return-value]
-
-    return declare
+    return writes(write, refused=refused_page)
 
 
 def mode_line() -> str:
