@@ -33,12 +33,7 @@ from accounting.live.scripts import script
 from accounting.live.units import UNLIMITED, WHOLE_CORES, format_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.notify import send as notify_send
-from accounting.notify.payloads import (
-    LIMIT_CHANGE,
-    max_cores_payload,
-    max_gpus_payload,
-    subscription_burst_payload,
-)
+from accounting.notify.payloads import LIMIT_CHANGE, max_cores_payload, max_gpus_payload, subscription_burst_payload
 from accounting.reconcile.snapshot import redis_limits
 from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
 from cuebot_acct.redis_factory import accounting_redis

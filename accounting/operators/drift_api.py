@@ -15,12 +15,7 @@ from accounting.operators.locks import named_locks
 from accounting.operators.shows_api import show_or_404
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import drift_report
-from cuebot_acct.api_types import (
-    AUTH_ERRORS,
-    LOOKUP_ERRORS,
-    DbText,
-    ErrorOut,
-)
+from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
 from cuebot_acct.permissions import VIEW_ACCOUNTING
 
 router = Router(tags=["accounting"])

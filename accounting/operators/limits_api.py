@@ -9,12 +9,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema
 from ninja.errors import HttpError
 from ninja.schema import DjangoGetter
-from pydantic import (
-    ConfigDict,
-    PlainValidator,
-    WithJsonSchema,
-    model_validator,
-)
+from pydantic import ConfigDict, PlainValidator, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from accounting.limits.changes import (
@@ -31,13 +26,7 @@ from accounting.limits.changes import (
 from accounting.live.units import CoresRefused, cores_number, cores_text, not_a_number, parse_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.operators.auth import BearerToken
-from cuebot_acct.api_types import (
-    LOOKUP_ERRORS,
-    WRITE_ERRORS,
-    DbText,
-    JsonNumber,
-    json_int,
-)
+from cuebot_acct.api_types import LOOKUP_ERRORS, WRITE_ERRORS, DbText, JsonNumber, json_int
 from cuebot_acct.permissions import CHANGE_LIMITS
 from cuebot_acct.writes import writes
 

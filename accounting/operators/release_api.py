@@ -9,13 +9,7 @@ from typing import Annotated, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Router
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    StrictStr,
-    field_validator,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, StrictStr, field_validator
 
 from accounting.operators.auth import BearerToken
 from accounting.operators.names import release_names
