@@ -1,7 +1,8 @@
 """Drift and lock endpoints under /api/v1/: Cuebot's tables and Redis against SUM(proc), and the
-named locks held."""
+named locks held (read here, for this one endpoint)."""
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -9,12 +10,13 @@ from django.utils import timezone
 from ninja import Router
 from ninja.errors import HttpError
 
+from accounting.live.leases import held_locks
 from accounting.operators.auth import BearerToken
 from accounting.operators.drift_views import last_checks_json, live_json
-from accounting.operators.locks import named_locks
 from accounting.operators.shows_api import show_or_404
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import drift_report
+from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK, advisory_lock_holder
 from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
 from cuebot_acct.permissions import VIEW_ACCOUNTING
 
@@ -61,6 +63,23 @@ def accounting_drift(request, show: DbText | None = None):
         return live_json(tables=tables, redis=redis, now=timezone.now(), show=found.str_name)
     finally:
         _live_drift.release()
+
+
+@dataclass(frozen=True)
+class NamedLock:
+    name: str
+    owner: str
+    ttl_ms: int | None  # None: no expiry, it ends with its holder's transaction
+
+
+def named_locks() -> list[NamedLock]:
+    """Every named lock held now: the Redis leases (where there is an accounting Redis) and
+    recalculate_subs's PostgreSQL lock (where there is none)."""
+    leases = held_locks() if settings.ACCOUNTING_REDIS_ENABLED else []
+    found = [NamedLock(name=lease.name, owner=lease.owner, ttl_ms=lease.ttl_ms) for lease in leases]
+    if (pid := advisory_lock_holder()) is not None:
+        found.append(NamedLock(name=RECALCULATE_SUBS_LOCK, owner=f"PostgreSQL backend {pid}", ttl_ms=None))
+    return sorted(found, key=lambda lock: lock.name)
 
 
 @router.get(

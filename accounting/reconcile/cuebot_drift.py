@@ -224,13 +224,6 @@ def _name(table: str, names: tuple) -> str:
     }[table]
 
 
-def without_jit(*, cursor) -> None:
-    """JIT off for the rest of the transaction: the planner's estimate of the name lookups passes
-    JIT's threshold, and compiling cost more than the whole read (as recalculate_subs found for
-    its aggregate)."""
-    cursor.execute("SET LOCAL jit = off")
-
-
 def drifted_rows(*, cursor, table: str, show_ids: Sequence[str] | None) -> list[TableDrift]:
     """One table's rows of these shows (None: every show) whose counters differ from SUM(proc),
     read in one statement, so in one snapshot: a booking or a release is seen whole or not at all.
@@ -267,7 +260,9 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
         return TableDriftReport(shows=0, rows=[])
     rows: list[TableDrift] = []
     with transaction.atomic(), connection.cursor() as cursor:
-        without_jit(cursor=cursor)
+        # JIT off for the transaction: the planner's estimate of the name lookups passes JIT's threshold, and
+        # compiling cost more than the whole read (as recalculate_subs found for its aggregate).
+        cursor.execute("SET LOCAL jit = off")
         for table in QUERIES:
             rows += drifted_rows(cursor=cursor, table=table, show_ids=owned)
         if owned is None:

@@ -145,24 +145,9 @@ def ages(rows: Sequence[Drifted], *, now: datetime) -> list[DriftAge | None]:
 def recorded() -> list[tuple[Drifted, str, datetime]]:
     """Every row the last checks found drifted, oldest first: the row, its show's name and its
     first sighting."""
+    columns = [name for name in Drifted.__dataclass_fields__ if name != "raw"]  # DriftRecord's too
     records = DriftRecord.objects.order_by("first_seen", "show_name", "subject", "detail")
-    return [
-        (
-            Drifted(
-                source=r.source,
-                identity=r.identity,
-                show_id=r.show_id,
-                subject=r.subject,
-                detail=r.detail,
-                cores_difference=r.cores_difference,
-                gpus_difference=r.gpus_difference,
-                difference=r.difference,
-            ),
-            r.show_name,
-            r.first_seen,
-        )
-        for r in records
-    ]
+    return [(Drifted(*(getattr(r, name) for name in columns)), r.show_name, r.first_seen) for r in records]
 
 
 # What a later check may find changed of a row already recorded (first_seen never changes).
@@ -212,13 +197,8 @@ def record_drift(
     reading again under it (another check may have written since)."""
     found = {
         row.identity: [
-            row.show_id,
-            show_names.get(row.show_id, row.show_id),
-            row.subject,
-            row.detail,
-            row.cores_difference,
-            row.gpus_difference,
-            row.difference,
+            show_names.get(row.show_id, row.show_id) if name == "show_name" else getattr(row, name)
+            for name in _KEPT_FRESH
         ]
         for row in rows
     }

@@ -349,7 +349,7 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
 TABLE_RECOMPUTES = {table.table: table for table in TABLES}
 
 
-# JIT off for the transaction (cuebot_drift.without_jit says why) and whether the shows named are
+# JIT off for the transaction (cuebot_table_drift says why) and whether the shows named are
 # every show, in one round trip. With every show named the reads name none: an array of every show,
 # tested against each proc, cost the farm-wide repair 1.3x the bare sums at Maestro's size where
 # reading every proc costs 1.0x (docs/benchmarks.md). A show made between this and the reads is
