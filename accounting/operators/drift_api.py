@@ -1,8 +1,7 @@
 """Drift and lock endpoints under /api/v1/: Cuebot's tables and Redis against SUM(proc), and the
-named locks held (read here, for this one endpoint)."""
+named locks held."""
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -65,23 +64,6 @@ def accounting_drift(request, show: DbText | None = None):
         _live_drift.release()
 
 
-@dataclass(frozen=True)
-class NamedLock:
-    name: str
-    owner: str
-    ttl_ms: int | None  # None: no expiry, it ends with its holder's transaction
-
-
-def named_locks() -> list[NamedLock]:
-    """Every named lock held now: the Redis leases (where there is an accounting Redis) and
-    recalculate_subs's PostgreSQL lock (where there is none)."""
-    leases = held_locks() if settings.ACCOUNTING_REDIS_ENABLED else []
-    found = [NamedLock(name=lease.name, owner=lease.owner, ttl_ms=lease.ttl_ms) for lease in leases]
-    if (pid := advisory_lock_holder()) is not None:
-        found.append(NamedLock(name=RECALCULATE_SUBS_LOCK, owner=f"PostgreSQL backend {pid}", ttl_ms=None))
-    return sorted(found, key=lambda lock: lock.name)
-
-
 @router.get(
     "/locks",
     auth=BearerToken(VIEW_ACCOUNTING),
@@ -92,4 +74,8 @@ def named_locks() -> list[NamedLock]:
     "ends with its holder's transaction; `owner` names the backend).",
 )
 def locks(request):
-    return [{"name": lock.name, "owner": lock.owner, "ttl_ms": lock.ttl_ms} for lock in named_locks()]
+    leases = held_locks() if settings.ACCOUNTING_REDIS_ENABLED else []
+    found = [{"name": lease.name, "owner": lease.owner, "ttl_ms": lease.ttl_ms} for lease in leases]
+    if (pid := advisory_lock_holder()) is not None:
+        found.append({"name": RECALCULATE_SUBS_LOCK, "owner": f"PostgreSQL backend {pid}", "ttl_ms": None})
+    return sorted(found, key=lambda lock: lock["name"])

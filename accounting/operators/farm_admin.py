@@ -31,11 +31,10 @@ from shows.models import (
 
 
 class DeclaredAdmin(admin.ModelAdmin):
-    """An admin offers only the faces it declares: `writes` maps each that changes rows ("add",
-    "change", "delete", an action's name) to the Write it makes, or to None where it changes only
-    the service's own rows. A face not declared is never offered; one that makes a Write is closed
-    while ACCOUNTING_WRITES is off: hidden from its pages, its URL answering the one-line refusal
-    (cuebot_acct.writes.refused_page). Every model admin of the project is one (tests hold it)."""
+    """An admin offers only the faces it declares: `writes` maps each ("add", "change", "delete", an
+    action's name) to the Write it makes, None for the service's own rows. One not declared is never
+    offered; one that makes a Write is closed while ACCOUNTING_WRITES is off: hidden from its pages,
+    its URL answering refused_page's one line. Every model admin of the project is one (tests hold it)."""
 
     writes: dict[str, Write | None] = {}
 
@@ -107,9 +106,8 @@ class ShowAdmin(CoresFormMixin, DeclaredAdmin):
     """Ownership changes only through the actions (accounting.ownership.toggle.set_scheduler_managed, with
     CHANGE_OWNERSHIP): the flag is read-only in the form, since a plain save would skip the
     seeding and settling a switch needs. Shows are created, renamed and deleted by Cuebot
-    (cueadmin), never here; a save goes through accounting.ownership.toggle.change_show, which
-    writes only the columns the operator changed, judged against the values the form was shown
-    with (each field carries its initial value as a hidden input)."""
+    (cueadmin), never here; a save (accounting.ownership.toggle.change_show) writes only the columns
+    changed against the values the form showed (each field carries its initial value, hidden)."""
 
     list_display = ["str_name", "b_scheduler_managed", "b_active", "b_paused", "default_min", "default_max", "drift"]
     list_filter = ["b_scheduler_managed", "b_active"]

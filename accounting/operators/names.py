@@ -13,11 +13,10 @@ from accounting.release.types import Release
 from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 
 # A release answer names what it released. Names change rarely and a release client releases
-# the procs of a few jobs over and over: each id's name is kept for a minute, so the release
-# path pays a query only for ids it has not seen lately. A worker runs for months and a farm runs
-# tens of thousands of jobs a day: at most NAMES_KEPT names are kept, and none past its minute,
-# the oldest dropped first at the next miss (kept in the order they were looked up, which with
-# one lifetime for all is the order they expire in).
+# the procs of a few jobs over and over: each id's name is kept for a minute, so the release path
+# pays a query only for ids it has not seen lately. A worker runs for months and a farm tens of
+# thousands of jobs a day: at most NAMES_KEPT are kept, the oldest (in lookup order, which with
+# one lifetime is expiry order) dropped at the next miss once over the bound or past their minute.
 NAME_SECONDS = 60.0
 NAMES_KEPT = 10_000
 _names: OrderedDict[tuple[str, str], tuple[float, str]] = OrderedDict()

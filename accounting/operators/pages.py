@@ -1,13 +1,8 @@
 """The operator's pages beside the model admin: the farm overview (the admin's front page),
-the drift index (every show at the last check, and every row it found drifted with the time it
-was first seen and for how long), the drift inspector per show (Cuebot's own tables against SUM(proc) for a show whose rows Cuebot
-owns, every show in the Maestro era; Redis for a scheduler-managed show in the redis era), and
-its two repairs: "reseed this show" (Redis) and "recompute Cuebot's tables" (PostgreSQL).
-
-Reads go through accounting.operators' selectors, accounting.reconcile.cuebot_drift and
-accounting.reconcile.drift; the reseed through accounting.reconcile.reseed, with RESEED_REDIS,
-and the recompute through accounting.reconcile.recompute, with REPAIR_TABLES, each after a
-confirmation page, logged.
+the drift index (every show at the last checks, and every row they found drifted, since when and
+for how long), a show's drift read now (Cuebot's tables where Cuebot owns its rows, every show in
+the Maestro era; its Redis fields in the redis era), and its two repairs, each after a confirmation
+page, logged: "reseed this show" (Redis, RESEED_REDIS) and "recompute Cuebot's tables" (REPAIR_TABLES).
 """
 
 import logging

@@ -127,12 +127,10 @@ SELECT pt.pk_point, pt.pk_show, {_names(show="pt.pk_show", dept="pt.pk_dept")},
 # GPUs, true GPUs): job_resource has both, the other tables the first.
 PAIRS = ("int_cores, int_gpus", "int_local_cores, int_local_gpus")
 
-# The lock order across the accounting tables, Cuebot's: every writer here (a release, its
-# settling recount, a repair) takes its tables' rows in this order, so they and Cuebot wait for
-# each other in one direction only (why, and how each statement keeps it within a table:
-# accounting.release.unbook). Stated here only, where the faces list rows by table in it too;
-# the release's ADJUSTMENTS and the recompute's TABLES are put in it (in_lock_order).
-# host_local is a release's alone (nothing recomputes it).
+# The lock order across the accounting tables, Cuebot's, stated here only: every writer here (a
+# release, its settling recount, a repair) takes its tables' rows in it (in_lock_order), so they and
+# Cuebot wait for each other one way only (accounting.release.unbook says how); the faces list rows
+# by table in it too. host_local is a release's alone (nothing recomputes it).
 LOCK_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
 
 
@@ -314,23 +312,16 @@ class CuebotTables:
         return [drifted(row) for row in cuebot_table_drift().rows], {}
 
     def named(self, rows: Sequence[Drifted]) -> list[Shown]:
+        """Each row as its name says it (show / allocation, job / layer, ...), its numbers in cores."""
         return [
-            Shown(row=row, name=row.subject, what=row.detail)
-            if row.raw is None
-            else Shown(
-                row=row,
-                name=row.subject,
-                what=row.detail,
-                values=row.raw.as_dict(),
-                numbers=(
-                    f"cores stored={signed_cores(row.raw.stored_cores)} true={signed_cores(row.raw.true_cores)} "
-                    f"diff={signed_cores(row.raw.cores_difference):+}\tgpus stored={row.raw.stored_gpus} "
-                    f"true={row.raw.true_gpus} diff={row.raw.gpus_difference:+d}"
-                ),
-                ref=row.raw.pk,
-            )
-            for row in rows
+            Shown(row=row, name=row.subject, what=row.detail, **(_numbers(row.raw) if row.raw else {})) for row in rows
         ]
+
+
+def _numbers(raw: TableDrift) -> dict:
+    cores = f"stored={signed_cores(raw.stored_cores)} true={signed_cores(raw.true_cores)} diff={signed_cores(raw.cores_difference):+}"
+    gpus = f"stored={raw.stored_gpus} true={raw.true_gpus} diff={raw.gpus_difference:+d}"
+    return {"values": raw.as_dict(), "numbers": f"cores {cores}\tgpus {gpus}", "ref": raw.pk}
 
 
 CUEBOT_TABLES = CuebotTables()

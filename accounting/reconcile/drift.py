@@ -26,7 +26,7 @@ Neither are two other states, each named as such and never counted as drift:
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import cast
+from typing import Any, cast
 
 import redis
 from django.db.models import Model
@@ -346,21 +346,15 @@ class RedisFields:
         found = []
         for row in rows:
             name, label = labels.get(row.subject, row.subject), field_label(key=row.subject, field=row.detail)
-            what = f"{label} ({row.detail})"
-            if row.raw is None:
-                found.append(Shown(row=row, name=name, what=what))
-                continue
-            cause = f"\tcause: {row.raw.cause}" if row.raw.cause else ""
-            found.append(
-                Shown(
-                    row=row,
-                    name=name,
-                    what=what,
-                    values={**asdict(row.raw), "names": labels.get(row.subject), "label": label},
-                    numbers=f"redis={row.raw.redis}\tpg={row.raw.pg}\tdiff={row.raw.difference:+d}{cause}",
-                    ref=row.subject,
-                )
-            )
+            numbers: dict[str, Any] = {}
+            if (raw := row.raw) is not None:
+                cause = f"\tcause: {raw.cause}" if raw.cause else ""
+                numbers = {
+                    "values": {**asdict(raw), "names": labels.get(row.subject), "label": label},
+                    "numbers": f"redis={raw.redis}\tpg={raw.pg}\tdiff={raw.difference:+d}{cause}",
+                    "ref": row.subject,
+                }
+            found.append(Shown(row=row, name=name, what=f"{label} ({row.detail})", **numbers))
         return found
 
 

@@ -24,10 +24,9 @@ def refused_while_observing(handle: Callable) -> Callable:
 
 
 class DeclaredCommand(BaseCommand):
-    """A command of the service: `writes`, the Writes it may make (none: it changes nothing of
-    Cuebot's, nor the scheduler's counters); their services refuse them while observing, before the
-    first statement, and the command ends in the refusal's one line. Every command of the service
-    is one (tests hold them to their declarations)."""
+    """A command of the service: `writes`, the Writes it may make (none: nothing of Cuebot's, nor the
+    scheduler's counters), which their services refuse while observing, the command ending in the
+    refusal's one line. Every command of the service is one (tests hold them to their declarations)."""
 
     writes: tuple[Write, ...]
     execute = refused_while_observing(BaseCommand.execute)

@@ -13,7 +13,6 @@ class Command(DeclaredCommand):
     )
 
     requires_system_checks = []  # accounting.W001 would say the same thing again, less precisely
-
     writes = ()
 
     def handle(self, *args, **options) -> None:

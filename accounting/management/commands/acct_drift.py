@@ -35,7 +35,6 @@ class Command(DeclaredCommand):
         "are not drift are counted apart: the scheduler's own sum-then-convert rounding, operations in flight, "
         "and keys closed while Redis is not seeded, being rebuilt or owed a rebuild."
     )
-
     writes = ()
 
     def add_arguments(self, parser) -> None:

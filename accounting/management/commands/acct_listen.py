@@ -15,7 +15,6 @@ class Command(DeclaredCommand):
         "job, layer and department names beside the ids; until stopped (Ctrl-C), --count notifications or "
         "--seconds. A payload the scheduler would drop is printed as such. Only what commits is heard."
     )
-
     writes = ()
 
     def add_arguments(self, parser) -> None:

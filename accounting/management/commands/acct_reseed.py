@@ -29,7 +29,6 @@ class Command(DeclaredCommand):
         "--cuebot-tables the Cuebot-managed shows' tables. The notify era keeps no Redis view: there only "
         "Cuebot's tables are rebuilt (exit 2 otherwise)."
     )
-
     writes = (TABLE_REPAIR, REDIS_RESEED)
 
     def add_arguments(self, parser) -> None:

@@ -8,7 +8,6 @@ from shows.attach import check_cuebot_schema
 
 class Command(DeclaredCommand):
     help = "Check that PostgreSQL and every configured Redis answer; one line and exit 1 if not."
-
     writes = ()
 
     def handle(self, *args, **options) -> None:

@@ -20,7 +20,6 @@ class Command(DeclaredCommand):
         "Create an API bearer token for USERNAME and print it once, alone on the last line. The token "
         "may do what its user's permissions allow (a superuser: everything); --grant adds some first."
     )
-
     writes = ()  # the service's own table
 
     def add_arguments(self, parser) -> None:

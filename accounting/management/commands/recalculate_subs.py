@@ -14,7 +14,6 @@ class Command(DeclaredCommand):
         "(scheduler-managed shows are never written). Above a lowered burst too; the bursts stay as "
         "they are. --dry-run prints what would change. Exit 1 if a row could not be set."
     )
-
     writes = (RECALCULATE_SUBS,)
 
     def add_arguments(self, parser) -> None:

@@ -17,7 +17,6 @@ class Command(DeclaredCommand):
         "Change a folder's min/max cores (in cores, -1 unlimited) and min/max GPUs. For a "
         "scheduler-managed show the new values reach Redis right after commit."
     )
-
     writes = (LIMIT_CHANGES["folder_resource"],)
 
     def add_arguments(self, parser) -> None:

@@ -17,7 +17,6 @@ class Command(DeclaredCommand):
         "(visible) name, or its id. -1 is refused: Cuebot compares a job's max as a number. For a "
         "scheduler-managed show the new values reach Redis right after commit."
     )
-
     writes = (LIMIT_CHANGES["job_resource"],)
 
     def add_arguments(self, parser) -> None:

@@ -14,7 +14,6 @@ class Command(DeclaredCommand):
         "Flag a show scheduler-managed (on or true) or clear its flag (off or false); "
         "like `cueadmin -scheduler-managed SHOW on|off`. One UPDATE, no drain."
     )
-
     writes = (OWNERSHIP_TOGGLE,)
 
     def add_arguments(self, parser) -> None:

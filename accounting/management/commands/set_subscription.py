@@ -17,7 +17,6 @@ class Command(DeclaredCommand):
         "Change a subscription's size and/or burst, in cores (like cueadmin). For a scheduler-managed "
         "show the new values reach Redis right after commit."
     )
-
     writes = (LIMIT_CHANGES["subscription"],)
 
     def add_arguments(self, parser) -> None:
