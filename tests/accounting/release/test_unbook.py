@@ -596,8 +596,9 @@ def test_the_single_release_gets_a_generic_plan(farm, django_capture_on_commit_c
     assert (generic, custom) == (3, 5)
 
 
-# Cuebot's order of a release's writes (docs/opencue-schema.md, "What Cuebot does on a release,
-# in its order"), written out here apart from the code: every writer of these tables keeps it.
+# Cuebot's order of a release's writes (its ProcDaoJdbc.unbookProc and procDestroyed, as
+# docs/architecture.md, "Lock order, deadlocks and the rerun", names it), written out here apart
+# from the code: every writer of these tables keeps it.
 CUEBOTS_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
 
 
