@@ -66,8 +66,7 @@ class DeclaredAdmin(admin.ModelAdmin):
         return self._refused(request, face) or super().changelist_view(request, extra_context)
 
     def _refused(self, request, face: str) -> HttpResponse | None:
-        """The refusal of a face that writes, while observing: every request to an add or a delete
-        page (their forms only write), a POST elsewhere (a change form and a list show rows too)."""
+        """While observing, a face that writes refuses any request to its add or delete page, a POST elsewhere."""
         write = self.writes.get(face)
         asked = request.method == "POST" or face in ("add", "delete")
         return refused_page(write) if asked and write is not None and not write.allowed else None
