@@ -196,8 +196,12 @@ class Proc(CuebotTable):
         db_table = "proc"
 
     def __str__(self) -> str:
-        # Cuebot gives proc no foreign key to job: the job row may be gone.
-        job = Job.objects.filter(pk=self.job_id).values_list("str_name", flat=True).first()
+        # Cuebot gives proc no foreign key to job: the job row may be gone. A list that joined
+        # the job has it (None where gone); alone, the name is looked up, never the row.
+        if Proc.job.is_cached(self):
+            job = self.job.str_name if self.job else None
+        else:
+            job = Job.objects.filter(pk=self.job_id).values_list("str_name", flat=True).first()
         return f"{self.host} / {job or 'job gone'}"
 
 

@@ -30,7 +30,7 @@ from accounting.ownership.fleet import delete_stale_instances
 from accounting.ownership.guardrail import run_guardrail
 from accounting.reconcile.drift_check import run_drift_checks
 from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS, recalculate_subs
-from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
+from accounting.reconcile.recompute import TABLE_REPAIR, recompute_pg_accounting
 from accounting.reconcile.reseed import REDIS_REBUILD, REDIS_RESEED, ReseedSkipped, bootstrap_if_empty, reseed
 from accounting.reconcile.snapshot import managed_show_ids
 from cuebot_acct.writes import Write
@@ -114,7 +114,7 @@ def reconcile_booked() -> None:
     except LockBusy:
         log.info("booked reconciliation skipped: another reseed holds the lock")
         return
-    repair_pg_accounting(show_ids=managed_show_ids())
+    recompute_pg_accounting(show_ids=managed_show_ids())
 
 
 @task(writes=(REDIS_RESEED,))

@@ -9,7 +9,7 @@ import argparse
 import statistics
 import time
 
-from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, build_demo_farm
+from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, DemoFarmSummary, build_demo_farm
 
 
 def demo_farm_parser(*, description: str) -> argparse.ArgumentParser:
@@ -32,15 +32,21 @@ def demo_farm_size(*, args: argparse.Namespace) -> DemoFarmSize:
     return DemoFarmSize(shows=args.shows, hosts=args.hosts, procs=args.procs, cores_per_host=args.cores_per_host)
 
 
-def build_sized(*, args: argparse.Namespace) -> DemoFarmSize:
-    """The demo farm completed to the size asked for; prints how long that took."""
-    size = demo_farm_size(args=args)
+def build_timed(*, size: DemoFarmSize, name: str = "demo farm") -> DemoFarmSummary:
+    """The demo farm completed to `size`; prints what it holds and how long that took."""
     started = time.perf_counter()
     summary = build_demo_farm(size=size)
     print(
-        f"demo farm: {summary.shows} shows, {summary.hosts} hosts ({summary.host_cores // 100:,} cores), "
+        f"{name}: {summary.shows} shows, {summary.hosts} hosts ({summary.host_cores // 100:,} cores), "
         f"{summary.procs} procs ({summary.procs_added} added) in {time.perf_counter() - started:.1f} s"
     )
+    return summary
+
+
+def build_sized(*, args: argparse.Namespace) -> DemoFarmSize:
+    """The demo farm completed to the size asked for; prints how long that took."""
+    size = demo_farm_size(args=args)
+    build_timed(size=size)
     return size
 
 

@@ -1,14 +1,18 @@
 #!/usr/bin/env python
-"""The drift check, the repair and the release path on a farm the size of OpenCue Maestro's proof.
+"""The drift check, the repair and the release path on a farm the size of OpenCue Maestro's proof, or a multiple.
 
     ACCOUNTING_SCHEDULER=maestro DJANGO_SETTINGS_MODULE=settings .venv/bin/python bench/maestro_farm.py \
-        [--rounds 7] [--releases 200] [--drifted 20] [--skip drift] [--skip release]
+        [--scale 1] [--scale 10] [--rounds 7] [--releases 200] [--drifted 20] [--skip drift] [--skip release]
 
 Why: in the Maestro era Cuebot writes the five tables of every show and Maestro plans each tick
 from them, so at a site's size the check that they equal SUM(proc), the repair that makes them so,
 and a release must each cost about what the bare SQL doing the same costs. The farm is
-simulator.farm_builder.MAESTRO_PROOF (1,553 hosts, 57,461 cores, 20,000 procs, 20 shows), built or
-completed first, its build timed. Each figure is a ratio to a baseline run in the same process:
+simulator.farm_builder.MAESTRO_PROOF (1,553 hosts, 57,461 cores, 20,000 procs, 20 shows) times
+--scale (10: a studio's farm, 200 shows, 15,530 hosts, 574,610 cores, 200,000 procs), built or
+completed first, its build timed. One --scale runs on DATABASE_URL's database; given more than
+once, each size runs in a process of its own on a database of its own (DATABASE_URL's name with
+`_x<scale>`, created and migrated if missing), and every ratio is printed again at the end with
+each size side by side. Each figure is a ratio to a baseline run in the same process:
 
 - the drift check (accounting.reconcile.cuebot_drift.cuebot_table_drift), the periodic check the
   task cluster runs (accounting.reconcile.drift_check.run_check of Cuebot's tables: the same read, then
@@ -16,7 +20,7 @@ completed first, its build timed. Each figure is a ratio to a baseline run in th
   each with nothing drifted and with --drifted rows of each table a core low (the periodic check
   then records each as first seen, the most it writes; and again with the rows seen drifted by
   the check before, which writes nothing), and the repair with nothing drifted
-  (repair_pg_accounting of every show): bench/cuebot_drift.py's BARE_SUMS, the five
+  (recompute_pg_accounting of every show): bench/cuebot_drift.py's BARE_SUMS, the five
   aggregates of SUM(proc) by Cuebot's counting rules, fetched, nothing compared. A check or a
   repair must at least read those sums and compare them, so each is held to the same baseline;
 - the repair with --drifted rows of each table a core low: the bare sums, then a bare UPDATE of
@@ -29,34 +33,40 @@ completed first, its build timed. Each figure is a ratio to a baseline run in th
   A batch of random procs of this farm spans about 100 jobs and layers, and the batch floor as
   bench/release.py writes it waits on one round trip per key; the same floor with its writes
   pipelined (as JDBC's batchUpdate sends them) is printed beside it, and the batches against it.
-  Before each round the farm is refilled to its size by `manage.py seed_demo_farm --maestro-size`
+  Before each round the farm is refilled to its size by `manage.py seed_demo_farm` (its size given)
   in a process of its own: on the service's connection the builder's DROP TABLE would make psycopg
   drop the release path's prepared statements.
 
 Rounds are interleaved (the drift phase: each path once per pass, three passes a round, the order
 reversed every other pass; a round's time is its passes' median), a ratio is taken within a round
 and printed as the median with the spread (lowest-highest round). The repair is timed as
-repair_pg_accounting of every show of the farm, which is what acct_reseed runs in this era.
+recompute_pg_accounting of every show of the farm, which is what acct_reseed runs in this era.
 """
 
 import argparse
+import json
 import logging
 import os
 import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
 
+import psycopg  # noqa: E402
 from cuebot_drift import BARE_SUMS  # noqa: E402  (sets Django up)
+from demo_sized import build_timed  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from release import (  # noqa: E402
     A_A_LABEL,
@@ -78,12 +88,11 @@ from release import (  # noqa: E402
 
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_table_drift  # noqa: E402
 from accounting.reconcile.drift_check import run_check  # noqa: E402
-from accounting.reconcile.recompute import repair_pg_accounting  # noqa: E402
+from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
 from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
-from simulator.farm_builder import MAESTRO_PROOF, build_demo_farm, demo_id  # noqa: E402
+from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, demo_id  # noqa: E402
 
-SHOW_IDS = [demo_id(f"show:{i}") for i in range(MAESTRO_PROOF.shows)]
 # The periodic check warns of the rows the bench drifts on purpose, at every pass.
 logging.getLogger("accounting.reconcile.drift_check").setLevel(logging.ERROR)
 
@@ -145,8 +154,8 @@ def bare_sums(*, cursor) -> list[list[tuple]]:
     return sums
 
 
-def drift_targets(*, per_table: int) -> list[Target]:
-    """`per_table` rows of each table of the farm's shows, spread over it: (table, key, keys, their sum keys)."""
+def drift_targets(*, per_table: int, show_ids: list[str]) -> list[Target]:
+    """`per_table` rows of each table of these shows, spread over them: (table, key, keys, their sum keys)."""
     targets = []
     with connection.cursor() as cursor:
         for table, pk, key_columns, _ in DRIFTED:
@@ -154,7 +163,7 @@ def drift_targets(*, per_table: int) -> list[Target]:
             cursor.execute(
                 f"SELECT t.{pk}, {', '.join(f't.{c}' for c in key_columns)} FROM {table} t {join} "
                 f"WHERE {'t' if not join else 's'}.pk_show = ANY(%s) ORDER BY md5(t.{pk}) LIMIT %s",
-                [SHOW_IDS, per_table],
+                [show_ids, per_table],
             )
             rows = cursor.fetchall()
             targets.append(Target(table, pk, [row[0] for row in rows], [tuple(row[1:]) for row in rows]))
@@ -203,15 +212,35 @@ def vacuum_accounting(*, full: bool = False) -> None:
         )
 
 
-def drift_phase(*, rounds: int, drifted: int) -> None:
-    targets = drift_targets(per_table=drifted)
+def scaled(*, scale: int) -> DemoFarmSize:
+    """Maestro's proof farm `scale` times over: shows, hosts and procs; hosts of the same 37 cores."""
+    proof = MAESTRO_PROOF
+    return DemoFarmSize(
+        shows=proof.shows * scale,
+        hosts=proof.hosts * scale,
+        procs=proof.procs * scale,
+        cores_per_host=proof.cores_per_host,
+    )
+
+
+def farm_show_ids(*, size: DemoFarmSize) -> list[str]:
+    return [demo_id(f"show:{i}") for i in range(size.shows)]
+
+
+# Each figure a size prints, as (label, ratio text), gathered for the side-by-side table.
+Figures = list[tuple[str, str]]
+
+
+def drift_phase(*, size: DemoFarmSize, rounds: int, drifted: int) -> Figures:
+    show_ids = farm_show_ids(size=size)
+    targets = drift_targets(per_table=drifted, show_ids=show_ids)
 
     def bare() -> None:
         with connection.cursor() as cursor:
             bare_sums(cursor=cursor)
 
     def repair() -> None:
-        repair_pg_accounting(show_ids=SHOW_IDS)
+        recompute_pg_accounting(show_ids=show_ids)
 
     def healed() -> None:
         """After a path that leaves the rows drifted: repaired, and the periodic check's records of
@@ -253,7 +282,7 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
                     after()
         for name, values in passes.items():
             samples[name].append(statistics.median(values))
-        left = cuebot_table_drift(show_ids=SHOW_IDS).rows
+        left = cuebot_table_drift(show_ids=show_ids).rows
         if left:
             raise SystemExit(f"round {i + 1}: {len(left)} row(s) still drifted after the repair, first {left[0]}")
     rows = sum(len(pks) for _, _, pks, _ in targets)
@@ -263,6 +292,7 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
         f"drifted: {rows} rows ({', '.join(f'{t} {len(p)}' for t, _, p, _ in targets)}), each a core low"
     )
     print(f"{'':58s} {'time':>28s}  {'x its baseline':>22s}")
+    figures = []
     for label, path, base in (
         ("five bare sums (baseline)", "bare", "bare"),
         ("cuebot_table_drift, nothing drifted", "check", "bare"),
@@ -270,18 +300,22 @@ def drift_phase(*, rounds: int, drifted: int) -> None:
         ("run_table_drift_check (periodic), nothing drifted", "periodic", "bare"),
         ("run_table_drift_check (periodic), rows first seen", "periodic_drifted", "bare"),
         ("run_table_drift_check (periodic), rows seen before", "periodic_kept", "bare"),
-        ("repair_pg_accounting, nothing drifted", "repair", "bare"),
+        ("recompute_pg_accounting, nothing drifted", "repair", "bare"),
         ("bare sums + bare UPDATE of the drifted rows (baseline)", "bare_fix", "bare_fix"),
-        ("repair_pg_accounting, rows drifted", "repair_drifted", "bare_fix"),
-        ("repair_pg_accounting, rows drifted, x the bare sums", "repair_drifted", "bare"),
+        ("recompute_pg_accounting, rows drifted", "repair_drifted", "bare_fix"),
+        ("recompute_pg_accounting, rows drifted, x the bare sums", "repair_drifted", "bare"),
     ):
-        print(f"{label:58s} {ms(values=samples[path]):>28s}  {spread(samples=samples, path=path, base=base):>22s}")
+        ratio = spread(samples=samples, path=path, base=base)
+        print(f"{label:58s} {ms(values=samples[path]):>28s}  {ratio:>22s}")
+        figures.append((label, ratio))
+    return figures
 
 
 class FarmProcs:
     """The farm's procs handed to the release paths at random, the farm refilled before each round."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, size: DemoFarmSize) -> None:
+        self.size = size
         self.pool: list[str] = []
         self.refills: list[float] = []
         self.random = random.Random(34)
@@ -290,7 +324,7 @@ class FarmProcs:
         self.refills.append(
             seconds(
                 fn=lambda: subprocess.run(
-                    [sys.executable, str(ROOT / "manage.py"), "seed_demo_farm", "--maestro-size"],
+                    [sys.executable, str(ROOT / "manage.py"), "seed_demo_farm", *size_arguments(size=self.size)],
                     check=True,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -299,7 +333,9 @@ class FarmProcs:
         )
         vacuum_churned()
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pk_proc FROM proc WHERE pk_show = ANY(%s) ORDER BY pk_proc", [SHOW_IDS])
+            cursor.execute(
+                "SELECT pk_proc FROM proc WHERE pk_show = ANY(%s) ORDER BY pk_proc", [farm_show_ids(size=self.size)]
+            )
             self.pool = [pk for (pk,) in cursor.fetchall()]
         self.random.shuffle(self.pool)
 
@@ -330,8 +366,16 @@ def pipelined_batches(*, floor: Floor) -> Callable[[list[str]], float]:
     return run
 
 
-def release_phase(*, rounds: int, releases: int) -> None:
-    procs, floor, again = FarmProcs(), Floor(), Floor()
+def size_arguments(*, size: DemoFarmSize) -> list[str]:
+    """seed_demo_farm's options for this size."""
+    return [
+        *("--shows", str(size.shows), "--hosts", str(size.hosts), "--procs", str(size.procs)),
+        *("--cores-per-host", str(size.cores_per_host)),
+    ]
+
+
+def release_phase(*, size: DemoFarmSize, rounds: int, releases: int) -> Figures:
+    procs, floor, again = FarmProcs(size=size), Floor(), Floor()
     try:
         procs.refill()
         for proc_id in procs.add_procs(20):  # connections, prepared statements
@@ -362,7 +406,7 @@ def release_phase(*, rounds: int, releases: int) -> None:
                 before_round=procs.refill,
             )
         one, hundred = counts_per_call(procs)
-        left = cuebot_table_drift(show_ids=SHOW_IDS).rows
+        left = cuebot_table_drift(show_ids=farm_show_ids(size=size)).rows
     finally:
         floor.close()
         again.close()
@@ -373,61 +417,116 @@ def release_phase(*, rounds: int, releases: int) -> None:
         f"{releases} per path and round ({BATCH_FACTOR * releases} for batches), {rounds} interleaved rounds; "
         f"{placement}; the farm refilled before each round in {ms(values=procs.refills).strip()}"
     )
-    print_rates(
-        rates,
-        [
-            ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
-            (A_A_LABEL, "floor_again", "floor", "1.00"),
-            ("batch floor: the same per 100, decrements summed per key", "batch_floor", "batch_floor", ""),
-            ("batch floor, its writes pipelined", "batch_floor_pipelined", "batch_floor", ""),
-            ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
-            ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
-            ("unbook_procs, x the pipelined batch floor", "unbook_procs", "batch_floor_pipelined", ""),
-        ],
-    )
+    rows = [
+        ("floor: DELETE, host UPDATE, 5 decrements, COMMIT", "floor", "floor", ""),
+        (A_A_LABEL, "floor_again", "floor", "1.00"),
+        ("batch floor: the same per 100, decrements summed per key", "batch_floor", "batch_floor", ""),
+        ("batch floor, its writes pipelined", "batch_floor_pipelined", "batch_floor", ""),
+        ("unbook_proc", "unbook_proc", "floor", ">= 0.90"),
+        ("unbook_procs, batches of 100", "unbook_procs", "batch_floor", ">= 0.90"),
+        ("unbook_procs, x the pipelined batch floor", "unbook_procs", "batch_floor_pipelined", ""),
+    ]
+    print_rates(rates, rows)
     print(count_line("per unbook_proc", one))
     print(count_line("per unbook_procs of 100", hundred))
     print(f"rows drifted after every release of the rounds, before the last refill: {len(left)}")
+    return [(label, ratio_text(rates, path, base)) for label, path, base, _ in rows[1:]]
 
 
 def _rate(*, ids: list[str], release: Callable[[], object]) -> float:
     return len(ids) / seconds(fn=release)
 
 
-def refuse_another_shape(*, host_cores: int) -> None:
+def refuse_another_shape(*, size: DemoFarmSize, host_cores: int) -> None:
     """Stop if the demo farm here was built to another size first (bench/recalculate_subs.py's, say):
-    completing it keeps its procs on their hosts, and the figures would not be of Maestro's farm."""
-    hosts = [demo_id(f"host:{h}") for h in range(MAESTRO_PROOF.hosts)]
+    completing it keeps its procs on their hosts, and the figures would not be of this farm."""
+    hosts = [demo_id(f"host:{h}") for h in range(size.hosts)]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM proc WHERE pk_show = ANY(%s) AND NOT pk_host = ANY(%s)", [SHOW_IDS, hosts])
+        cursor.execute(
+            "SELECT count(*) FROM proc WHERE pk_show = ANY(%s) AND NOT pk_host = ANY(%s)",
+            [farm_show_ids(size=size), hosts],
+        )
         (elsewhere,) = cursor.fetchone()
-    if elsewhere or host_cores != MAESTRO_PROOF.hosts * MAESTRO_PROOF.host_cores:
+    if elsewhere or host_cores != size.hosts * size.host_cores:
         raise SystemExit(
             "this database holds a demo farm of another size: run the bench on a database of its own "
-            "(DATABASE_URL), migrated, where it builds Maestro's"
+            "(DATABASE_URL), migrated, where it builds this one"
         )
+
+
+def one_size(*, scale: int, options: argparse.Namespace) -> dict[str, Figures]:
+    """The farm of this size built or completed here, then each phase asked for."""
+    size = scaled(scale=scale)
+    summary = build_timed(size=size, name=f"farm (x{scale} Maestro's proof)")
+    refuse_another_shape(size=size, host_cores=summary.host_cores)
+    figures = {}
+    if "drift" not in options.skip:
+        figures["drift"] = drift_phase(size=size, rounds=options.rounds, drifted=options.drifted)
+    if "release" not in options.skip:
+        figures["release"] = release_phase(size=size, rounds=options.rounds, releases=options.releases)
+    return figures
+
+
+def database_of_its_own(*, scale: int) -> str:
+    """DATABASE_URL with its database named `<name>_x<scale>`, created and migrated if missing."""
+    url = urlsplit(settings.DATABASE_URL)
+    name = f"{url.path.lstrip('/')}_x{scale}"
+    with psycopg.connect(urlunsplit(url._replace(path="/postgres")), autocommit=True) as server:
+        if server.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            server.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    own = urlunsplit(url._replace(path=f"/{name}"))
+    subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
+        env={**os.environ, "DATABASE_URL": own},
+        check=True,
+    )
+    return own
+
+
+def each_size(*, scales: list[int], options: argparse.Namespace) -> None:
+    """Every size in a process and a database of its own, one after the other; then each ratio
+    with the sizes side by side."""
+    passed = ["--rounds", str(options.rounds), "--releases", str(options.releases), "--drifted", str(options.drifted)]
+    passed += [argument for skipped in options.skip for argument in ("--skip", skipped)]
+    found: dict[int, dict[str, Figures]] = {}
+    for scale in scales:
+        with tempfile.NamedTemporaryFile(suffix=".json") as results:
+            print(f"\n=== x{scale} Maestro's proof ===", flush=True)
+            subprocess.run(
+                [sys.executable, __file__, "--scale", str(scale), "--results", results.name, *passed],
+                env={**os.environ, "DATABASE_URL": database_of_its_own(scale=scale)},
+                check=True,
+            )
+            found[scale] = json.loads(Path(results.name).read_text())
+    print(f"\n{'x its baseline, median (spread), each size':58s}" + "".join(f"{f'x{s}':>24s}" for s in scales))
+    for phase in ("drift", "release"):
+        for label, _ in found[scales[0]].get(phase, []):
+            print(f"{label:58s}" + "".join(f"{dict(found[s][phase])[label]:>24s}" for s in scales))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--scale",
+        type=int,
+        action="append",
+        help="the farm in Maestro proofs (default 1; 10 is a studio's); more than one: each on a database of its own",
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--releases", type=int, default=200, help="single releases per path and round (batches 5x)")
     parser.add_argument("--drifted", type=int, default=20, help="rows of each table drifted for the repair")
     parser.add_argument("--skip", choices=["drift", "release"], action="append", default=[])
+    parser.add_argument("--results", help=argparse.SUPPRESS)  # where a size's process leaves its figures
     options = parser.parse_args()
     if not cuebot_owns_every_show():
         raise SystemExit("run with ACCOUNTING_SCHEDULER=maestro: this bench is the Maestro era's")
-    started = time.perf_counter()
-    summary = build_demo_farm(size=MAESTRO_PROOF)
-    print(
-        f"farm: {summary.shows} shows, {summary.hosts} hosts, {summary.host_cores // 100:,} cores, "
-        f"{summary.procs} procs ({summary.procs_added} added, in {time.perf_counter() - started:.1f} s)"
-    )
-    refuse_another_shape(host_cores=summary.host_cores)
-    if "drift" not in options.skip:
-        drift_phase(rounds=options.rounds, drifted=options.drifted)
-    if "release" not in options.skip:
-        release_phase(rounds=options.rounds, releases=options.releases)
+    scales = options.scale or [1]
+    if len(scales) > 1:
+        each_size(scales=scales, options=options)
+        return
+    figures = one_size(scale=scales[0], options=options)
+    if options.results:
+        Path(options.results).write_text(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -554,8 +554,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def gunicorn_server():
-    """The web server exactly as scripts/server.py deploys it (workers, threads, metrics dir)."""
+def gunicorn_server(*, extra: tuple[str, ...] = ()):
+    """The web server exactly as scripts/server.py deploys it (workers, threads, metrics dir);
+    `extra` arguments after the deployed ones override them (bench/worker_memory.py: one worker)."""
     port = free_port()
     metrics_dir = tempfile.TemporaryDirectory()
     env = {
@@ -566,7 +567,7 @@ def gunicorn_server():
         "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or uuid.uuid4().hex * 2,
     }
     process = subprocess.Popen(
-        server.gunicorn_command(f"127.0.0.1:{port}") + ["--log-level", "warning"], cwd=ROOT, env=env
+        server.gunicorn_command(f"127.0.0.1:{port}") + ["--log-level", "warning", *extra], cwd=ROOT, env=env
     )
     try:
         deadline = time.monotonic() + 30

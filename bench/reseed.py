@@ -32,7 +32,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
 from accounting.reconcile.drift import drift_report  # noqa: E402
-from accounting.reconcile.recompute import repair_pg_accounting  # noqa: E402
+from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.reconcile.reseed import reseed_booked  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
 from shows.models import Job, Show  # noqa: E402
@@ -124,7 +124,7 @@ def build(*, procs: int) -> tuple[list[str], int]:
         )
         added = copy_rows(table="proc", columns=PROC_COLUMNS, rows=rows)
         if added:
-            repair_pg_accounting(show_ids=show_ids)
+            recompute_pg_accounting(show_ids=show_ids)
     if added:
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE proc")

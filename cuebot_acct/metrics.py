@@ -1,10 +1,13 @@
 """Prometheus metrics of this service, exposed at /metrics.
 
 When PROMETHEUS_MULTIPROC_DIR is set (make run sets it), gunicorn workers and the task
-cluster write to it and /metrics aggregates them all.
+cluster write to it and /metrics aggregates them all. What is read at scrape time (the
+subscription gauges, accounting.usage) is given to render() by the view that serves /metrics:
+those series come from the database at each scrape, never from a process's file.
 """
 
 import os
+from collections.abc import Callable, Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -23,12 +26,14 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 
-def render() -> tuple[bytes, str]:
+def render(*, at_scrape: Iterable[Callable[[], bytes]] = ()) -> tuple[bytes, str]:
+    """The exposition of every process's metrics, then what each of `at_scrape` reads now (in the
+    same text format)."""
+    registry = REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    return generate_latest(registry) + b"".join(read() for read in at_scrape), CONTENT_TYPE_LATEST
 
 
 # Release path (accounting.release.unbook.unbook_proc/unbook_procs, accounting.release.publish).
@@ -71,6 +76,16 @@ RECOMPUTE_ROW_FAILURES = Counter(
     "cuebot_acct_recompute_row_failures_total",
     "Accounting rows a recompute (or recalculate_subs) could not set to SUM(proc); the other rows were set.",
     ["table"],
+)
+# The tables a recompute sets (accounting.reconcile.recompute.TABLES): each series exists at 0 from
+# the start, so the alert on its increase sees a table's first failure.
+RECOMPUTED_TABLES = ("subscription", "layer_resource", "job_resource", "folder_resource", "point")
+for _table in RECOMPUTED_TABLES:
+    RECOMPUTE_ROW_FAILURES.labels(table=_table)
+TABLE_REPAIRS = Counter(
+    "cuebot_acct_table_repairs",
+    "Repairs of Cuebot's five tables run by an operator (acct_reseed, the admin's repair) that set at least one "
+    "row to SUM(proc); the dashboard marks each. A switch back and the Redis era's reconcile are not counted.",
 )
 RELEASE_SECONDS = Histogram(
     "cuebot_acct_release_seconds",

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import OperationalError, connection
 
 from cuebot_acct.bad_setting import BadSetting
+from cuebot_acct.outages import first_line, is_postgresql_outage
 from cuebot_acct.redis_factory import build_client, sentinel_target
 
 # The one URL redactor (PostgreSQL's URLs too), by the name the commands that print a server use.
@@ -30,10 +31,19 @@ class CuebotSchemaIncomplete(StartupRefused):
 
 
 def postgres_problem(error: Exception) -> ServiceUnreachable:
-    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return ServiceUnreachable(
-        f"cannot reach PostgreSQL at {redact(settings.DATABASE_URL)} ({first_line}); "
+        f"cannot reach PostgreSQL at {redact(settings.DATABASE_URL)} ({first_line(error)}); "
         "start it (`make services`) or set DATABASE_URL"
+    )
+
+
+def statement_refused(error: Exception) -> str:
+    """A statement the server ended, said as such: the server is up, so "start it" would mislead."""
+    state = next((cause.sqlstate for cause in (error.__cause__, error) if getattr(cause, "sqlstate", None)), None)
+    return (
+        f"PostgreSQL at {redact(settings.DATABASE_URL)} is up but ended a statement ({first_line(error)}"
+        f"{f'; SQLSTATE {state}' if state else ''}): a statement_timeout or lock_timeout on the role, "
+        "a deadlock or pg_cancel_backend does this; run it again, or raise the timeout"
     )
 
 
@@ -60,14 +70,36 @@ def check_postgres() -> None:
 
 
 def redis_urls() -> dict[str, str]:
-    """Every Redis the process talks to, by the setting that names it."""
-    urls = {"CACHE_REDIS_URL": settings.CACHE_REDIS_URL, "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL}
+    """Every Redis the process talks to, by the setting that names it: none in the Maestro era
+    where no URL is set."""
+    urls = {setting: getattr(settings, setting) for setting in ("CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")}
     if settings.ACCOUNTING_REDIS_ENABLED:
         urls["ACCOUNTING_REDIS_URL"] = settings.ACCOUNTING_REDIS_URL
-    return urls
+    return {setting: url for setting, url in urls.items() if url}
 
 
 REDIS_SETTINGS = ("ACCOUNTING_REDIS_URL", "CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")
+# What each Redis is for, by the setting that names it. Without a cache or a broker Redis (the
+# Maestro era with its URL unset, settings) PostgreSQL holds that role too.
+REDIS_ROLES = {
+    "ACCOUNTING_REDIS_URL": "the scheduler's counters",
+    "CACHE_REDIS_URL": "the cache",
+    "TASK_BROKER_REDIS_URL": "the task broker",
+}
+
+
+def servers_line() -> str:
+    """Which servers this process uses and what for, as it says at start (check_services, each
+    web worker, the task cluster)."""
+    redis = redis_urls()
+    held_by_postgres = [
+        REDIS_ROLES[setting] for setting in ("CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL") if setting not in redis
+    ]
+    in_postgres = ", ".join(["the database", *held_by_postgres])
+    uses = ", ".join(f"{redact(url)} ({REDIS_ROLES[setting]})" for setting, url in redis.items())
+    return f"servers: PostgreSQL {redact(settings.DATABASE_URL)} ({in_postgres}); " + (
+        f"Redis {uses}" if redis else "no Redis"
+    )
 
 
 def redis_addresses(url: str) -> list[str]:
@@ -89,7 +121,8 @@ def settings_of_failed_redis(error: Exception) -> list[str]:
     named = [
         setting
         for setting in REDIS_SETTINGS
-        if any(
+        if getattr(settings, setting)
+        and any(
             re.search(re.escape(address) + r"(?![0-9])", text)
             for address in redis_addresses(getattr(settings, setting))
         )
@@ -153,7 +186,10 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
         sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)
     except OperationalError as error:
-        sys.stderr.write(f"cuebot-acct: {postgres_problem(error)}\n")
+        # A statement the server cancelled (a statement or lock timeout on the role) is no outage:
+        # telling the operator to start PostgreSQL would send them the wrong way.
+        problem = postgres_problem(error) if is_postgresql_outage(error) else statement_refused(error)
+        sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)
     except (redis.ConnectionError, redis.TimeoutError) as error:
         sys.stderr.write(

@@ -17,7 +17,7 @@ Here the command's main process does three things besides starting the same clus
   whatever of it is still running then is killed, said in one line, exit status 1;
 - a sentinel (django-q2's supervising process) that dies is said in one line, exit status 1.
 
-The start-up checks (secret key, PostgreSQL and every Redis) run before this, in
+The start-up checks (secret key, PostgreSQL and every Redis it uses) run before this, in
 `cuebot_acct.startup.run_with_clear_service_errors`.
 """
 
@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
 from cuebot_acct.redis_factory import build_client
-from cuebot_acct.startup import ServiceUnreachable, postgres_problem, redis_problem
+from cuebot_acct.startup import ServiceUnreachable, postgres_problem, redis_problem, servers_line
 from cuebot_acct.writes import mode_line
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,8 @@ def say(message: str) -> None:
 
 class Watchdog(threading.Thread):
     """Probes PostgreSQL and the broker; sets `lost` (and `problem`) once one of them has stayed
-    unreachable for `outage_seconds`."""
+    unreachable for `outage_seconds`. Without a broker Redis the broker is PostgreSQL's table,
+    and the probe of PostgreSQL is the broker's."""
 
     def __init__(self, *, outage_seconds: float, lost: threading.Event):
         super().__init__(name="taskcluster-watchdog", daemon=True)
@@ -59,7 +60,8 @@ class Watchdog(threading.Thread):
         self.lost = lost
         self.problem: ServiceUnreachable | None = None
         self.stopping = threading.Event()
-        self.broker = build_client(url=settings.TASK_BROKER_REDIS_URL, timeout=2.0)
+        url = settings.TASK_BROKER_REDIS_URL
+        self.broker = build_client(url=url, timeout=2.0) if url else None
 
     def probe(self) -> dict[str, ServiceUnreachable]:
         problems = {}
@@ -73,12 +75,13 @@ class Watchdog(threading.Thread):
                 connection.close()  # the next probe connects afresh
             except DatabaseError:
                 pass
-        try:
-            self.broker.ping()
-        except (redis.ConnectionError, redis.TimeoutError) as error:
-            problems["the task broker"] = redis_problem(
-                setting="TASK_BROKER_REDIS_URL", url=settings.TASK_BROKER_REDIS_URL, error=error
-            )
+        if self.broker is not None:
+            try:
+                self.broker.ping()
+            except (redis.ConnectionError, redis.TimeoutError) as error:
+                problems["the task broker"] = redis_problem(
+                    setting="TASK_BROKER_REDIS_URL", url=settings.TASK_BROKER_REDIS_URL, error=error
+                )
         return problems
 
     def run(self) -> None:
@@ -181,7 +184,7 @@ def run_task_cluster(arguments: list[str]) -> int:
     except RuntimeError as error:
         say(f"the task cluster did not start ({error})")
         return 1
-    logger.info("task cluster started; %s", mode_line())
+    logger.info("task cluster started; %s; %s", mode_line(), servers_line())
     if options.run_once:
         return 0 if stop_cluster(cluster, seconds=settings.TASK_STOP_SECONDS) else 1
 

@@ -40,8 +40,8 @@ T = TypeVar("T")
 
 
 def sqlstate(error: BaseException) -> str | None:
-    """The SQLSTATE of a Django database error (Django keeps psycopg's error as the cause)."""
-    return getattr(error.__cause__, "sqlstate", None)
+    """The SQLSTATE of a Django database error (Django keeps psycopg's as the cause) or a psycopg one."""
+    return getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None)
 
 
 def retry_transient(fn: Callable[[], T], *, operation: str) -> T:

@@ -5,7 +5,8 @@ arbiter stops instead of booting workers forever, so systemd sees the failure.
 
 Once the services answer, the worker records itself in the fleet register (and keeps
 doing so every 30 s), runs the publish guardrail, which warns but never stops it, and says in
-one line whether it writes Cuebot's tables or only observes (ACCOUNTING_WRITES).
+one line whether it writes Cuebot's tables or only observes (ACCOUNTING_WRITES) and which servers
+it uses.
 """
 
 import logging
@@ -26,7 +27,7 @@ except BadSetting as problem:
     sys.stderr.write(f"cuebot-acct: {problem}\n")
     sys.exit(WORKER_BOOT_ERROR)
 
-from cuebot_acct.startup import StartupRefused, check_secret_key, check_services  # noqa: E402
+from cuebot_acct.startup import StartupRefused, check_secret_key, check_services, servers_line  # noqa: E402
 from shows.attach import check_cuebot_schema  # noqa: E402
 
 try:
@@ -48,4 +49,4 @@ application = ReleaseLane(get_wsgi_application())
 
 start_process_heartbeat(role="web")
 run_guardrail_at_start()
-logging.getLogger("cuebot_acct").info("web worker %d started; %s", os.getpid(), mode_line())
+logging.getLogger("cuebot_acct").info("web worker %d started; %s; %s", os.getpid(), mode_line(), servers_line())

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Bring PostgreSQL and Redis up for cuebot-acct, or take down what this script started.
 
-`up`: for every URL the settings name (DATABASE_URL and the Redis URLs), use the server
-if it answers; otherwise start a project-local one under .local/ (PostgreSQL from the
+`up`: for every URL the settings name (DATABASE_URL and the Redis URLs the era uses), use the
+server if it answers; otherwise start a project-local one under .local/ (PostgreSQL from the
 installed binaries, run as the postgres user when we are root; Redis without persistence).
 Then make sure the database exists. `up --tests`: the same servers, but no database is
 created (pytest-django creates and drops its own test_<name>), and promtool, Chromium and its
@@ -226,11 +226,12 @@ def redis_up(host: str, port: int) -> Path | None:
 
 
 def configured_urls() -> tuple[str, list[str]]:
+    """DATABASE_URL and the Redis URLs the settings set (none in the Maestro era without one)."""
     sys.path.insert(0, str(ROOT))
     module = os.environ.get("DJANGO_SETTINGS_MODULE", "settings")
     settings = __import__(module, fromlist=["*"])
     redis_urls = [settings.ACCOUNTING_REDIS_URL, settings.CACHE_REDIS_URL, settings.TASK_BROKER_REDIS_URL]
-    return settings.DATABASE_URL, redis_urls
+    return settings.DATABASE_URL, [url for url in redis_urls if url]
 
 
 def up(*, tests: bool = False) -> list[str]:

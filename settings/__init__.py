@@ -188,8 +188,22 @@ _writes = env.str("ACCOUNTING_WRITES", default="")
 if _writes.strip().lower() not in ("", *WRITES_WORDS):
     raise BadSetting(setting="ACCOUNTING_WRITES", problem=f"is {_writes!r}", accepted="on or off (true or false)")
 ACCOUNTING_WRITES = WRITES_WORDS.get(_writes.strip().lower(), OPENCUE_TABLES == "create")
+# Which Redis servers an instance uses follows its era. The Redis era's scheduler reads its
+# counters in the accounting Redis. The Redis and NOTIFY eras read each release's show flag
+# through the cache Redis, which pushes every change of it to every process
+# (shows.flag_tracking), and keep their task broker there too. In the Maestro era a release
+# reads no flag, so an instance needs no Redis at all: a URL left unset there means none, the
+# cache is a table of the project's own in PostgreSQL and the task cluster's broker is django-q2's
+# on the same database. A URL a site sets is used wherever its era has a use for it; an empty one
+# counts as unset.
+# The defaults: one local server, a database index for each role.
+_LOCAL_REDIS = "redis://127.0.0.1:6379/{db}"
+# No era named (refused at start-up, but for a command that only prints): every default stays.
+_FLAG_ON_RELEASE_PATH = ACCOUNTING_SCHEDULER != schedulers.MAESTRO
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
-ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="redis://127.0.0.1:6379/0")
+ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="") or (
+    _LOCAL_REDIS.format(db=0) if ACCOUNTING_REDIS_ENABLED or ACCOUNTING_SCHEDULER is None else ""
+)
 # Seconds before a Redis call from the release path gives up. It is never retried.
 ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
 # After a release's Redis call timed out or could not connect, seconds during which this
@@ -214,45 +228,76 @@ AUTH_TOKEN_CACHE_SECONDS = env.int("AUTH_TOKEN_CACHE_SECONDS", default=10)
 
 # Separate database indexes keep the roles apart: flushing the cache or the task
 # queue never touches the accounting keys.
-CACHE_REDIS_URL = env.str("CACHE_REDIS_URL", default="redis://127.0.0.1:6379/1")
-TASK_BROKER_REDIS_URL = env.str("TASK_BROKER_REDIS_URL", default="redis://127.0.0.1:6379/2")
+CACHE_REDIS_URL = env.str("CACHE_REDIS_URL", default="") or (_LOCAL_REDIS.format(db=1) if _FLAG_ON_RELEASE_PATH else "")
+TASK_BROKER_REDIS_URL = env.str("TASK_BROKER_REDIS_URL", default="") or (
+    _LOCAL_REDIS.format(db=2) if _FLAG_ON_RELEASE_PATH else ""
+)
 # A malformed URL stops the process here, in one line naming the variable (cuebot_acct.bad_setting).
 for _name, _url in (
     ("ACCOUNTING_REDIS_URL", ACCOUNTING_REDIS_URL),
     ("CACHE_REDIS_URL", CACHE_REDIS_URL),
     ("TASK_BROKER_REDIS_URL", TASK_BROKER_REDIS_URL),
 ):
-    check_redis_url(setting=_name, url=_url)
+    if _url:
+        check_redis_url(setting=_name, url=_url)
 
 # Every Redis client (accounting, cache, broker) is built by cuebot_acct.redis_factory.
 DJANGO_REDIS_CONNECTION_FACTORY = "cuebot_acct.redis_factory.DjangoRedisConnectionFactory"
-# Each URL may be plain or redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>.
-CACHES = {
-    "default": {
-        **django_cache(
-            url=CACHE_REDIS_URL,
-            # An unreachable cache is a miss: the show flag is then read from PostgreSQL, so a
-            # cache outage slows releases down instead of failing them.
-            options={"CLIENT_CLASS": "django_redis.client.DefaultClient", "IGNORE_EXCEPTIONS": True},
-        ),
-        "KEY_PREFIX": "cuebot-acct",
-    },
-    "broker": django_cache(url=TASK_BROKER_REDIS_URL, options={"CLIENT_CLASS": "django_redis.client.DefaultClient"}),
-}
-
 DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = True
 
-Q_CLUSTER = {
-    "name": "cuebot-acct",
-    "workers": env.int("TASK_WORKERS", default=2),
-    "timeout": 600,
-    "retry": 900,
-    "max_attempts": 3,
-    "catch_up": False,
-    "django_redis": "broker",
-    # django-q2's Redis broker, quiet and prompt to stop while Redis is down (its module says why).
-    "broker_class": "cuebot_acct.taskbroker.OutageTolerantRedis",
-}
+
+def caches_for(*, cache_url: str, broker_url: str) -> dict[str, dict]:
+    """CACHES for these two URLs (each plain, redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>,
+    or empty for none)."""
+    if cache_url:
+        # An unreachable cache Redis is a miss: the show flag is then read from PostgreSQL, so a
+        # cache outage slows releases down instead of failing them.
+        options = {"CLIENT_CLASS": "django_redis.client.DefaultClient", "IGNORE_EXCEPTIONS": True}
+        found = {"default": {**django_cache(url=cache_url, options=options), "KEY_PREFIX": "cuebot-acct"}}
+    else:
+        found = {
+            # PostgreSQL's acct_cache (accounting 0008), which every process of every instance shares
+            # as they share the cache Redis: the drift check's results for the admin's pages, the
+            # guardrail's stranded shows, a toggled show's flag. Room far beyond those few keys, so
+            # that Django's culling, which drops a third of the keys whatever their age, never runs.
+            "default": {
+                "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+                "LOCATION": "acct_cache",
+                "KEY_PREFIX": "cuebot-acct",
+                "OPTIONS": {"MAX_ENTRIES": 1_000_000},
+            },
+            # django-q2 writes its cluster's status to a cache twice a second, for qmonitor and qinfo
+            # alone: kept in the process rather than written into the site's database.
+            "task_status": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "task-status"},
+        }
+    if broker_url:
+        found["broker"] = django_cache(url=broker_url, options={"CLIENT_CLASS": "django_redis.client.DefaultClient"})
+    return found
+
+
+def q_cluster_for(*, cache_url: str, broker_url: str) -> dict:
+    """django-q2's Q_CLUSTER, its broker on the Redis `broker_url` names, or on PostgreSQL without one."""
+    return {
+        "name": "cuebot-acct",
+        "workers": env.int("TASK_WORKERS", default=2),
+        "timeout": 600,
+        "retry": 900,
+        "max_attempts": 3,
+        "catch_up": False,
+        # Either broker is made quiet and prompt to stop while its server is down (cuebot_acct.taskbroker).
+        **(
+            {"django_redis": "broker", "broker_class": "cuebot_acct.taskbroker.OutageTolerantRedis"}
+            if broker_url
+            # django-q2's broker on the Django ORM (its django_q_ormq table): an idle pusher asks
+            # PostgreSQL once a second, as often as the Redis broker's blocking pop returns.
+            else {"orm": "default", "poll": 1.0, "broker_class": "cuebot_acct.taskbroker.OutageTolerantORM"}
+        ),
+        **({} if cache_url else {"cache": "task_status"}),
+    }
+
+
+CACHES = caches_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL)
+Q_CLUSTER = q_cluster_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL)
 # The task cluster (manage.py qcluster, cuebot_acct.taskcluster) stops with status 1 and one
 # line when PostgreSQL or its broker has not answered for this long, so that its supervisor
 # sees the outage; shorter ones (a restart, a failover) it rides out.

@@ -7,9 +7,8 @@ between tests, so they must not be ones a running service uses.
 
 import os
 
-from cuebot_acct.redis_factory import django_cache
 from settings import *  # noqa: F403
-from settings import CACHES, Q_CLUSTER, env
+from settings import caches_for, env, q_cluster_for
 
 TEST_REDIS_HOST = env.str("TEST_REDIS_HOST", default="127.0.0.1:6379")
 TEST_REDIS_DB = env.int("TEST_REDIS_DB", default=15)
@@ -18,11 +17,8 @@ ACCOUNTING_REDIS_URL = f"redis://{TEST_REDIS_HOST}/{TEST_REDIS_DB}"
 CACHE_REDIS_URL = f"redis://{TEST_REDIS_HOST}/{TEST_REDIS_DB - 1}"
 TASK_BROKER_REDIS_URL = f"redis://{TEST_REDIS_HOST}/{TEST_REDIS_DB - 2}"
 # Built as the service builds them (a list LOCATION, the factory's options), so the suite
-# runs the shape production runs.
-CACHES = {
-    "default": {**CACHES["default"], **django_cache(url=CACHE_REDIS_URL, options=CACHES["default"]["OPTIONS"])},
-    "broker": django_cache(url=TASK_BROKER_REDIS_URL, options=CACHES["broker"]["OPTIONS"]),
-}
+# runs the shape production runs, whatever era the shell names.
+CACHES = caches_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL)
 # The suite runs the design's Redis era unless a test names another: the NOTIFY era's tests turn
 # NOTIFY on (tests/accounting/notify/), alone or beside Redis; the Maestro era's turn both off
 # (cuebot_acct.schedulers). Set in the environment too, so that the processes the suite starts
@@ -31,7 +27,7 @@ ACCOUNTING_SCHEDULER = os.environ["ACCOUNTING_SCHEDULER"] = "redis"
 ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = True, False
 ACCOUNTING_REDIS_TIMEOUT = 1.0
 
-Q_CLUSTER = {**Q_CLUSTER, "sync": True}
+Q_CLUSTER = {**q_cluster_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL), "sync": True}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The suite never runs collectstatic; without a root, whitenoise has nothing to scan.
 STATIC_ROOT = None  # type: ignore[assignment]  # settings' is a Path; None here on purpose

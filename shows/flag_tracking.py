@@ -112,6 +112,8 @@ class TrackedKeys:
         return cache.make_key("")
 
     def _connect(self) -> bool:
+        if not self.url:  # no cache Redis (the Maestro era without one): every read asks the cache
+            return False
         if time.monotonic() < self._next_attempt:  # a down Redis is not asked again on every read
             return False
         try:

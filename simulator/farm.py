@@ -19,7 +19,7 @@ from django.db import connection, transaction
 
 from accounting.live import keys
 from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
-from accounting.reconcile.recompute import repair_pg_accounting
+from accounting.reconcile.recompute import recompute_pg_accounting
 from cuebot_acct.redis_factory import accounting_redis
 from shows.models import (
     Alloc,
@@ -280,7 +280,7 @@ def build_sim_farm(*, shows: int, hosts: int, jobs: int, rng: random.Random) -> 
         )
         with connection.cursor() as cursor:
             cursor.execute(HOST_IDLE, {"hosts": [h.id for h in host_rows]})
-        repair_pg_accounting(show_ids=[s.id for s in show_rows])
+        recompute_pg_accounting(show_ids=[s.id for s in show_rows])
     return SimFarm(
         show_ids=[s.id for s in show_rows],
         layers_by_show=dict(layers_by_show),

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.models import Point, Subscription
-from accounting.reconcile.recompute import repair_pg_accounting
+from accounting.reconcile.recompute import recompute_pg_accounting
 from shows.models import Alloc, Dept, Facility, Folder, Job, Layer, Show
 
 DEMO_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "cuebot-acct/demo-farm")
@@ -472,7 +472,7 @@ def build_demo_farm(*, size: DemoFarmSize, progress: Callable[[int], None] = lam
             )
         with connection.cursor() as cursor:
             cursor.execute(HOST_IDLE, {"hosts": host_ids})
-        repair_pg_accounting(show_ids=[s.id for s in shows])
+        recompute_pg_accounting(show_ids=[s.id for s in shows])
     managed = list(
         Show.objects.filter(pk__in=[s.id for s in shows], b_scheduler_managed=True).values_list("pk", flat=True)
     )

@@ -42,6 +42,7 @@ from simulator.maestro_workers import (
     service_releaser_loop,
 )
 from simulator.processes import ProcessRefused, WebServer
+from simulator.stopping import Threads
 
 SAMPLE_SECONDS = 0.5
 
@@ -211,18 +212,12 @@ def _run(*, run: MaestroRun, seconds: float, bookers: int, releasers: int, role:
         + [(f"{SERVICE_THREAD}-releaser", service_releaser_loop, i) for i in range(releasers)]
         + [("cuebot-releaser", cuebot_releaser_loop, 0), (f"{SERVICE_THREAD}-operator", operator_loop, 0)]
     )
-    threads = [
-        threading.Thread(
-            target=worker(name=name, body=body), kwargs={"run": run, "index": i}, name=f"{name}-{i}", daemon=True
-        )
-        for name, body, i in roles
-    ]
     started = time.monotonic()
     run.faults.start()
-    for thread in threads:
-        thread.start()
-    next_sample = started + SAMPLE_SECONDS
-    try:
+    with Threads(stop=run.stop) as workers:
+        for name, body, i in roles:
+            workers.start(worker(name=name, body=body), run=run, index=i, name=f"{name}-{i}")
+        next_sample = started + SAMPLE_SECONDS
         while time.monotonic() - started < seconds:
             if run.faults.take("pg-restart"):
                 pg_restart(run=run)
@@ -232,10 +227,6 @@ def _run(*, run: MaestroRun, seconds: float, bookers: int, releasers: int, role:
                 sample(run=run, moment=f"{time.monotonic() - started:.1f}s")  # pg-restart spares this session
                 next_sample = time.monotonic() + SAMPLE_SECONDS
             run.stop.wait(0.02)
-    finally:
-        run.stop.set()
-        for thread in threads:
-            thread.join()
     elapsed = time.monotonic() - started
     connections.close_all()
     sample(run=run, moment="end")

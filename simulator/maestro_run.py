@@ -19,6 +19,7 @@ from django.db import InterfaceError as DjangoInterfaceError
 from django.db import OperationalError as DjangoOperationalError
 from django.db import connections
 
+from cuebot_acct.transactions import sqlstate
 from simulator.farm import LayerRef, SimFarm
 from simulator.faults import FaultPlan
 from simulator.processes import WebServer
@@ -139,16 +140,12 @@ class Lost(Exception):
     so nothing is retried blindly; the caller looks up what committed, where it can."""
 
 
-def sqlstate(*, error: BaseException) -> str | None:
-    return getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None)
-
-
 def lost(*, error: BaseException) -> bool:
     """A terminated session (57P01 and kin), a closed socket, a connection Django already gave up."""
     if isinstance(error, DjangoInterfaceError | psycopg.InterfaceError):
         return True
     if isinstance(error, DjangoOperationalError | psycopg.OperationalError):
-        state = sqlstate(error=error)
+        state = sqlstate(error)
         return state is None or state.startswith(("57P", "08"))
     return False
 
@@ -161,7 +158,7 @@ def attempt(*, run: MaestroRun, where: str, body: Callable[[], T]) -> T:
         try:
             return body()
         except (DjangoOperationalError, psycopg.OperationalError) as error:
-            if sqlstate(error=error) != "40P01":
+            if sqlstate(error) != "40P01":
                 if lost(error=error):
                     raise Lost(where) from error
                 raise

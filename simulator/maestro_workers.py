@@ -20,14 +20,16 @@ from django.db import connection, transaction
 from accounting.limits.changes import set_folder_limits, set_job_limits, set_subscription_limits
 from accounting.models import FolderResource, JobResource, Subscription
 from accounting.ownership.toggle import set_scheduler_managed
-from accounting.reconcile.recompute import repair_pg_accounting
+from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.release.unbook import unbook_proc, unbook_procs
+from cuebot_acct.transactions import sqlstate
 from shows.models import Show
 from simulator import pg_truth
 from simulator.farm import PROC_MEM_KB, LayerRef, finish_a_job
 from simulator.farm_builder import PROC_CORES
 from simulator.maestro_cuebot import Planned, book_chunk, cuebot_release
-from simulator.maestro_run import SERVICE_THREAD, Lost, MaestroRun, attempt, lost, reconnect, sqlstate, worker
+from simulator.maestro_run import SERVICE_THREAD, Lost, MaestroRun, attempt, lost, reconnect, worker
+from simulator.stopping import Threads
 
 TICK_HOSTS = 6  # hosts a tick plans on
 CHUNK_HOSTS = 2  # hosts per chunk (its own transaction)
@@ -232,7 +234,7 @@ def release_rolled_back(*, run: MaestroRun, proc_ids: list[str]) -> None:
         run.stats.answer(request, outcome="rolled back")
         run.stats.count("faults", "release-rollback")
     except (DjangoOperationalError, DjangoInterfaceError) as error:
-        if not lost(error=error) and sqlstate(error=error) != "40P01":
+        if not lost(error=error) and sqlstate(error) != "40P01":
             raise
         run.stats.answer(request, outcome="rolled back")  # by PostgreSQL instead: nothing changed either way
         if lost(error=error):
@@ -342,7 +344,7 @@ def operator_loop(*, run: MaestroRun, index: int) -> None:
 def repair(*, run: MaestroRun) -> None:
     """The drift repair under load (accounting.reconcile.recompute, the service's own), over
     every show of the farm; it reruns itself after a deadlock (counted in its metric)."""
-    repair_pg_accounting(show_ids=run.farm.show_ids)
+    recompute_pg_accounting(show_ids=run.farm.show_ids)
     run.stats.add(repairs=1)
 
 
@@ -512,28 +514,23 @@ def deadlock_order(*, run: MaestroRun) -> None:
         pids["service"] = _backend_pid()
         release_through_service(run=run, proc_ids=[pair[1]], kind="service single")
 
-    first = threading.Thread(
-        target=worker(name="deadlock-order cuebot", body=lambda **_: cuebot()), kwargs={"run": run, "index": 0}
-    )
-    first.start()
-    holding.wait(LOCK_WAIT_SECONDS)
-    # Not held: a releaser took the proc between the pick and Cuebot's release (one run in about
-    # six on a loaded machine), so nothing orders the others. The repair still runs, to put the
-    # drift back, and the fault fires again rather than count a firing that staged nothing.
-    held = held_once.is_set()
-    threads = [first]
-    for name, body in (("repair", repairing), ("service", service)) if held else (("repair", repairing),):
-        thread = threading.Thread(
-            target=worker(name=name, body=lambda body=body, **_: body()),
-            kwargs={"run": run, "index": 0},
-            name=f"{SERVICE_THREAD}-{name}",
-        )
-        thread.start()
-        threads.append(thread)
-        _await_blocked_by(pids, waiter=name, holder="cuebot", thread=thread, still_holding=first)
-    go.set()
-    for thread in threads:
-        thread.join()
+    # The block's end lets Cuebot's release go on and joins the three against its deadline: each
+    # ends on its own then (PostgreSQL breaks a deadlock within a second).
+    with Threads(stop=go) as staged:
+        cuebot_body = worker(name="deadlock-order cuebot", body=lambda **_: cuebot())
+        staged.start(cuebot_body, run=run, index=0, name="deadlock-order-cuebot")
+        holding.wait(LOCK_WAIT_SECONDS)
+        # Not held: a releaser took the proc between the pick and Cuebot's release (one run in about
+        # six on a loaded machine), so nothing orders the others. The repair still runs, to put the
+        # drift back, and the fault fires again rather than count a firing that staged nothing.
+        held = held_once.is_set()
+        for name, body in (("repair", repairing), ("service", service)) if held else (("repair", repairing),):
+            staged.start(
+                worker(name=name, body=lambda body=body, **_: body()), run=run, index=0, name=f"{SERVICE_THREAD}-{name}"
+            )
+            _await_blocked_by(
+                pids, waiter=name, holder="cuebot", thread=staged.threads[-1], still_holding=staged.threads[0]
+            )
     if not held:
         run.faults.rearm("deadlock-order")
         return

@@ -20,6 +20,7 @@ well as cores; with no connection lost, every committed release heard exactly on
 nothing from a rolled-back one (cores heard == cores committed), and every cap change heard.
 """
 
+import logging
 import random
 import threading
 import time
@@ -43,6 +44,7 @@ from shows.models import Show
 from simulator.farm import LayerRef, SimFarm, finish_a_job
 from simulator.invariants import over_cap_after_booking
 from simulator.report import CAP_KINDS, OverCap
+from simulator.stopping import RunFailed, Threads
 from simulator.workers import (
     FRAME_SECONDS,
     PICK_PROCS,
@@ -54,12 +56,20 @@ from simulator.workers import (
     layer_refusal,
 )
 
+logger = logging.getLogger(__name__)
+
 NOTIFY_FAULTS = ("listener-drop", "pg-restart", "release-rollback", "job-kill")
 # A kill's marker, sent on acct_release in the transaction that marks the job FINISHED: every
 # release heard after it was committed after the kill (PostgreSQL delivers in commit order).
 KILL_MARKER = "sim-kill-"
 RECOMPUTE_SECONDS = 1.0
 SAMPLE_SECONDS = 1.5
+# How long another thread waits on the scheduler model: its first LISTEN, a marker heard (one
+# sent while no listener was connected is sent again), a recompute begun after the call. Past
+# these it has stopped answering: RunFailed.
+LISTEN_SECONDS = 10.0
+SYNC_SECONDS = 15.0
+RECOMPUTE_WAIT_SECONDS = 30.0
 
 # The scheduler's recompute: per key, procs of managed shows that are not local, whose job is
 # not FINISHED (the upstream query's rule), each proc's cores truncated as a release sends them.
@@ -91,6 +101,7 @@ class NotifyStats:
     heard_cores: int = 0  # released cores heard on acct_release, applied or dropped by a recompute
     heard_gpus: int = 0
     dropped_by_recompute: int = 0
+    markers_sent_again: int = 0  # sync markers sent while no listener was there, sent again
     cap_changes: int = 0
     recomputes: int = 0
     samples: int = 0
@@ -107,6 +118,7 @@ class NotifyStats:
     # Releases heard for a job after its kill's marker: (job, cores, gpus). The NOTIFY era sends
     # none for a FINISHED job (docs/notify.md): its procs are out of the recompute already.
     killed_job_releases: list[tuple] = field(default_factory=list)
+    worker_errors: list[str] = field(default_factory=list)  # an unexpected error ended a worker
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **amounts: int) -> None:
@@ -234,27 +246,50 @@ def _snapshot(cursor, show_ids: list[str]) -> dict[tuple[str, str], tuple[int, i
 
 
 class Scheduler:
-    """The LISTEN side and the recompute, on one thread, as the scheduler's event loop runs them."""
+    """The LISTEN side and the recompute, on one thread, as the scheduler's event loop runs them.
+    The other threads' waits on it (sync, recompute_now, listening) end at once if it dies, and
+    at a deadline if it stops answering: RunFailed either way."""
 
     def __init__(self, *, farm: SimFarm, store: Store, stats: NotifyStats, stop: threading.Event) -> None:
         self.farm, self.store, self.stats, self.stop = farm, store, stats, stop
         self.listener = None
         self.synced = threading.Condition()
         self.sync_markers: dict[str, bool] = {}
+        # How many times a listener has connected; moves only once its LISTEN is done (under synced).
+        self.listens = 0
         self.lost_connection = False  # a notification may have been lost: exactness is not judged
         self.killed_heard: set[str] = set()  # jobs whose kill marker was heard
-        self.connected = threading.Event()
         self.recomputed = threading.Condition()
         self.next_recompute = time.monotonic() + RECOMPUTE_SECONDS
+        # The store's epoch of the last recompute done, and of the one a recompute_now waits for,
+        # which begins at once, not at the next interval (under recomputed).
+        self.done_epoch = self.wanted_epoch = 0
+        self.died: str | None = None  # why this thread ended before it was told to stop
 
     def _connect(self) -> None:
         while not self.stop.is_set():
             try:
                 self.listener = open_listener()
-                self.connected.set()
-                return
             except psycopg.OperationalError:
                 self.stop.wait(0.2)  # PostgreSQL restarting: reconnect, as the scheduler's listener does
+                continue
+            with self.synced:
+                self.listens += 1
+                self.synced.notify_all()
+            return
+
+    def listening(self, *, seconds: float = LISTEN_SECONDS) -> None:
+        """From another thread: return once the first listener has connected."""
+        with self.synced:
+            self.synced.wait_for(lambda: self.listens > 0 or self.died is not None, timeout=seconds)
+            listens = self.listens
+        self.raise_if_died()
+        if not listens:
+            raise RunFailed(f"the scheduler model could not LISTEN within {seconds:g} s")
+
+    def raise_if_died(self) -> None:
+        if self.died is not None:
+            raise RunFailed(f"the scheduler model's thread died: {self.died}")
 
     def _marker(self, marker: str | None = None) -> str:
         marker = marker or f"sim-marker-{uuid.uuid4().hex}"
@@ -294,8 +329,8 @@ class Scheduler:
         and loses the rest of them if its generator is left mid-packet, so it is never left:
         stop_after ends it at a packet's end."""
         found, deadline = False, time.monotonic() + 10
-        while not found and (remaining := deadline - time.monotonic()) > 0:
-            for n in self.listener.notifies(timeout=remaining, stop_after=1):
+        while not found and (remaining := deadline - time.monotonic()) > 0 and not self.stop.is_set():
+            for n in self.listener.notifies(timeout=min(remaining, 0.2), stop_after=1):
                 if n.payload == marker:
                     found = True
                 else:
@@ -313,27 +348,50 @@ class Scheduler:
             self.store.overwrite(snapshot=snapshot, epoch=epoch)
             with self.recomputed:
                 self.stats.recomputes += 1
+                self.done_epoch = epoch
                 self.recomputed.notify_all()
 
-    def recompute_now(self) -> None:
-        """From another thread: return once a recompute that began after this call is done."""
+    def recompute_now(self, *, seconds: float = RECOMPUTE_WAIT_SECONDS) -> None:
+        """From another thread: return once a recompute that began after this call is done (one
+        under way may have taken its snapshot before it)."""
         with self.recomputed:
-            target = self.stats.recomputes + 2  # one may be under way with an older snapshot
-            self.next_recompute = 0
-            if not self.recomputed.wait_for(lambda: self.stats.recomputes >= target or self.stop.is_set(), timeout=30):
-                raise TimeoutError("the scheduler model did not recompute within 30 s")
+            wanted = self.store.epoch + 1
+            self.wanted_epoch = max(self.wanted_epoch, wanted)
+            done = self.recomputed.wait_for(lambda: self.done_epoch >= wanted or self.died is not None, timeout=seconds)
+        self.raise_if_died()
+        if not done:
+            raise RunFailed(f"the scheduler model did not recompute within {seconds:g} s")
 
-    def sync(self) -> None:
-        """From another thread: return once everything committed so far has been heard."""
+    def sync(self, *, seconds: float = SYNC_SECONDS) -> None:
+        """From another thread: return once everything committed so far has been heard.
+
+        A notification reaches only the sessions listening when it commits: one sent while the
+        listener was away (dropped, or ended by a restart) is lost, not late. So the marker is
+        sent again each time a listener has connected since it was last sent (counted in
+        markers_sent_again), and waited for only while the same listener stays."""
         marker = f"sim-marker-{uuid.uuid4().hex}"
+        deadline = time.monotonic() + seconds
         with self.synced:
             self.sync_markers[marker] = False  # registered before it is sent, so it cannot be missed
-        self._marker(marker)
-        with self.synced:
-            heard = self.synced.wait_for(lambda: self.sync_markers[marker] or self.stop.is_set(), timeout=15)
-            del self.sync_markers[marker]
-        if not heard:
-            raise TimeoutError("the scheduler model did not hear its marker within 15 s")
+        try:
+            while True:
+                with self.synced:
+                    listens = self.listens  # read before sending: a listener connected after it resends
+                self._marker(marker)
+                with self.synced:
+                    self.synced.wait_for(
+                        lambda: self.sync_markers[marker] or self.listens != listens or self.died is not None,
+                        timeout=max(0.0, deadline - time.monotonic()),
+                    )
+                    if self.sync_markers[marker]:
+                        return
+                    self.raise_if_died()
+                    if self.listens == listens:
+                        raise RunFailed(f"the scheduler model did not hear its marker within {seconds:g} s")
+                self.stats.add(markers_sent_again=1)
+        finally:
+            with self.synced:
+                del self.sync_markers[marker]
 
     def disconnect(self) -> None:
         self.lost_connection = True
@@ -343,12 +401,25 @@ class Scheduler:
             pass
 
     def run(self) -> None:
+        """The thread's body: on an unexpected error it records why it died and wakes every wait on it."""
+        try:
+            self._listen()
+        except Exception as error:  # noqa: BLE001 - the run fails on it, saying why (RunFailed)
+            logger.exception("the simulator's scheduler model died")
+            self.died = f"{type(error).__name__}: {error}"
+            for condition in (self.synced, self.recomputed):
+                with condition:
+                    condition.notify_all()
+        finally:
+            connections.close_all()
+
+    def _listen(self) -> None:
         self._connect()
         while not self.stop.is_set():
             try:
                 for n in self.listener.notifies(timeout=0.05):
                     self._handle(n.channel, n.payload, drop_releases=False)
-                if time.monotonic() >= self.next_recompute:
+                if time.monotonic() >= self.next_recompute or self.wanted_epoch > self.store.epoch:
                     self._recompute()
                     self.next_recompute = time.monotonic() + RECOMPUTE_SECONDS
             except (psycopg.OperationalError, psycopg.InterfaceError, DjangoOperationalError, DjangoInterfaceError):
@@ -358,7 +429,6 @@ class Scheduler:
                 connections.close_all()
                 if self.listener is None or self.listener.closed or self.listener.broken:
                     self._connect()
-        connections.close_all()
 
 
 def _params() -> dict:
@@ -405,21 +475,24 @@ class NotifyRun:
         return [layer for show in managed for layer in self.farm.layers_by_show.get(show, [])]
 
 
-def _transient(run: NotifyRun, where: str, error: Exception) -> None:
-    run.stats.count("transient_errors", where)
-    connections.close_all()  # a terminated connection is replaced on the next query
-
-
 def _work(run: NotifyRun, *, where: str, step: Callable[[], None], pause: float = 0.0) -> None:
-    """Repeat `step` until the run stops, never inside a quiet sample; an error (a restart
-    ended the connection mid-step) is counted and the connection replaced."""
-    while not run.stop.wait(pause):
-        with run.gate.operation():
-            try:
-                step()
-            except Exception as error:  # noqa: BLE001 - counted; the worker carries on
-                _transient(run, where, error)
-    connections.close_all()
+    """Repeat `step` until the run stops, never inside a quiet sample. A lost connection (a
+    restart ended it mid-step) is counted and replaced; any other error ends the worker and
+    is a failed invariant (worker_errors), never silent."""
+    try:
+        while not run.stop.wait(pause):
+            with run.gate.operation():
+                try:
+                    step()
+                except (DjangoOperationalError, DjangoInterfaceError):
+                    run.stats.count("transient_errors", where)
+                    connections.close_all()  # a terminated connection is replaced on the next query
+    except Exception as error:  # noqa: BLE001 - reported as worker_errors
+        logger.exception("simulator %s died", where)
+        with run.stats.lock:
+            run.stats.worker_errors.append(f"{where}: {type(error).__name__}: {error}")
+    finally:
+        connections.close_all()
 
 
 def booker(run: NotifyRun, seed: int) -> None:
@@ -638,7 +711,7 @@ def run_notify_simulation(
 ) -> dict:
     """Run the workers for `seconds` on `farm` (built by the caller) and return the report.
     The caller holds ACCOUNTING_NOTIFY_ENABLED on and ACCOUNTING_REDIS_ENABLED off."""
-    stats, store, stop, scheduler_stop = NotifyStats(), Store(), threading.Event(), threading.Event()
+    stats, store, scheduler_stop = NotifyStats(), Store(), threading.Event()
     scheduler = Scheduler(farm=farm, store=store, stats=stats, stop=scheduler_stop)
     run = NotifyRun(
         farm=farm,
@@ -646,56 +719,67 @@ def run_notify_simulation(
         stats=stats,
         scheduler=scheduler,
         gate=Gate(),
-        stop=stop,
+        stop=threading.Event(),
         faults=faults,
         rng=random.Random(seed),
     )
     load_caps(store, farm)
-    listening = threading.Thread(target=scheduler.run, name="sim-scheduler")
-    listening.start()
-    scheduler.connected.wait(10)  # listening before anything is released
-    scheduler.recompute_now()  # the first recompute seeds the counters
-    workers = (
-        [threading.Thread(target=booker, args=(run, seed * 100 + i)) for i in range(bookers)]
-        + [threading.Thread(target=releaser, args=(run, seed * 200 + i)) for i in range(releasers)]
-        + [threading.Thread(target=operator, args=(run, seed * 300))]
-    )
-    for worker in workers:
-        worker.start()
+    # The model listens until the final checks are done; the workers stop before them.
+    with Threads(stop=scheduler_stop) as model:
+        model.start(scheduler.run, name="sim-scheduler")
+        scheduler.listening()  # listening before anything is released
+        scheduler.recompute_now()  # the first recompute seeds the counters
+        with Threads(stop=run.stop) as workers:
+            for i in range(bookers):
+                workers.start(booker, run, seed * 100 + i, name=f"sim-booker-{i}")
+            for i in range(releasers):
+                workers.start(releaser, run, seed * 200 + i, name=f"sim-releaser-{i}")
+            workers.start(operator, run, seed * 300, name="sim-operator")
+            _play(run, seconds=seconds)
+        # The kills whose procs were still to go: released now, before the final checks.
+        run.kill_releases = [(0.0, job_id) for _, job_id in run.kill_releases]
+        release_killed_jobs(run)
+        quiet_sample(run)
+        scheduler.recompute_now()
+        final_store = store.counters()
+        with connection.cursor() as cursor:
+            truth = _snapshot(cursor, farm.show_ids)
+    return _report(run, seconds=seconds, final_store=final_store, truth=truth)
+
+
+def _play(run: NotifyRun, *, seconds: float) -> None:
+    """The main thread's part while the workers run: the faults when due, the killed jobs'
+    releases, the quiet samples; a scheduler model that died ends it at once."""
     started = time.monotonic()
     # Each selected kind fires at least once, in the first half of the run.
     due = {
         kind: started + run.rng.uniform(0.2, min(FAULT_PERIOD_SECONDS[kind], seconds / 2))
-        for kind in faults
+        for kind in run.faults
         if kind in FAULT_PERIOD_SECONDS
     }
     next_sample = started + SAMPLE_SECONDS
-    try:
-        while time.monotonic() - started < seconds:
-            now = time.monotonic()
-            for kind, when in due.items():
-                if now >= when:
-                    inject(run, kind)
-                    due[kind] = now + FAULT_PERIOD_SECONDS[kind]
-            release_killed_jobs(run)
-            if now >= next_sample:
-                quiet_sample(run)
-                next_sample = time.monotonic() + SAMPLE_SECONDS
-            stop.wait(0.05)
-    finally:
-        stop.set()
-        for worker in workers:
-            worker.join()
-    # The kills whose procs were still to go: released now, before the final checks.
-    run.kill_releases = [(0.0, job_id) for _, job_id in run.kill_releases]
-    release_killed_jobs(run)
-    quiet_sample(run)  # the scheduler keeps listening for the final checks
-    scheduler.recompute_now()
-    final_store = store.counters()
-    with connection.cursor() as cursor:
-        truth = _snapshot(cursor, farm.show_ids)
-    scheduler_stop.set()
-    listening.join()
+    while time.monotonic() - started < seconds:
+        run.scheduler.raise_if_died()
+        now = time.monotonic()
+        for kind, when in due.items():
+            if now >= when:
+                inject(run, kind)
+                due[kind] = now + FAULT_PERIOD_SECONDS[kind]
+        release_killed_jobs(run)
+        if now >= next_sample:
+            quiet_sample(run)
+            next_sample = time.monotonic() + SAMPLE_SECONDS
+        run.stop.wait(0.05)
+
+
+def _report(
+    run: NotifyRun,
+    *,
+    seconds: float,
+    final_store: dict[tuple[str, str], tuple[int, int]],
+    truth: dict[tuple[str, str], tuple[int, int]],
+) -> dict:
+    stats, store, scheduler = run.stats, run.store, run.scheduler
     exact = scheduler.lost_connection is False
     caps_missing = (
         []
@@ -719,6 +803,7 @@ def run_notify_simulation(
         "unparsable_payloads": stats.unparsable,
         "killed_job_releases_heard": len(stats.killed_job_releases),
         "over_cap": len(stats.over_cap),
+        "worker_errors": len(stats.worker_errors),
     }
     return {
         "era": "notify",
@@ -734,6 +819,7 @@ def run_notify_simulation(
         "released_cores": {"committed": stats.committed_cores, "heard": stats.heard_cores},
         "released_gpus": {"committed": stats.committed_gpus, "heard": stats.heard_gpus},
         "releases_dropped_by_recompute": stats.dropped_by_recompute,
+        "markers_sent_again": stats.markers_sent_again,
         "exactness_judged": exact,
         "transient_errors": dict(stats.transient_errors),
         "low_samples": [list(map(str, low)) for low in stats.low[:10]],
@@ -742,6 +828,7 @@ def run_notify_simulation(
         "over_cap_excused": stats.over_cap_excused,
         "over_cap_by_killed_jobs_procs": stats.over_cap_by_killed_jobs_procs,
         "over_cap_examples": [vars(v) for v in stats.over_cap[:10]],
+        "worker_error_messages": stats.worker_errors[:10],
         "invariants": invariants,
         "ok": not any(invariants.values()),
     }

@@ -194,7 +194,11 @@ def web_server(*, token: str, database_url: str | None = None) -> Iterator[WebSe
             yield WebServer(port=port, metrics_dir=metrics_dir, token=token)
         finally:
             process.terminate()
-            process.wait(30)
+            try:
+                process.wait(30)  # gunicorn's graceful timeout
+            except subprocess.TimeoutExpired:
+                process.kill()  # a server that does not stop is not left behind
+                process.wait(10)
 
 
 def _healthy(port: int) -> bool:

@@ -3,7 +3,6 @@ time under the fault plan, stop them, reconcile once more and check the invarian
 """
 
 import random
-import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -27,6 +26,7 @@ from simulator.faults import FaultPlan
 from simulator.invariants import against_truth, farm_keys, negative_counters
 from simulator.processes import PrivateRedis, WebServer, private_redis, web_server
 from simulator.report import Report, Stats
+from simulator.stopping import Threads
 from simulator.workers import (
     FRAME_SECONDS,
     PublishDrop,
@@ -205,30 +205,21 @@ def _run(
     if wraps:
         seams.enter_context(publishers_wrapped(wrap_redis_publishers(wraps=wraps)))
     roles = [(booker, config.bookers), (releaser, config.releasers), (reconciler, 1), (operator, 1)]
-    threads = [
-        threading.Thread(target=body, args=(ctx, i), name=f"sim-{body.__name__}-{i}", daemon=True)
-        for body, count in roles
-        for i in range(count)
-    ]
     started = time.monotonic()
     # The last fifth of the run has no fault and no reseed: it ends on the exact count.
     tail = 0.2 * config.seconds
     ctx.last_reseed_at = started + config.seconds - tail
-    try:
+    with seams, Threads(stop=ctx.stop) as workers:  # the workers stopped before the seams close
         plan.start()
-        for thread in threads:
-            thread.start()
+        for body, count in roles:
+            for i in range(count):
+                workers.start(body, ctx, i, name=f"sim-{body.__name__}-{i}")
         while (remaining := workers_stop_at(ctx, started=started, config=config, tail=tail) - time.monotonic()) > 0:
             elapsed = time.monotonic() - started
             progress(elapsed, stats)
             # Past the run's seconds the end moves with what the workers do: looked at often.
             if ctx.stop.wait(min(1.0 if elapsed < config.seconds else 0.05, remaining)):
                 break
-    finally:
-        ctx.stop.set()
-        for thread in threads:
-            thread.join()
-        seams.close()
     seconds = time.monotonic() - started
     progress(seconds, stats)
     settle_inflight(ttl_seconds=config.inflight_ttl_seconds)

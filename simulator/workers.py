@@ -36,6 +36,7 @@ from cuebot_acct.redis_factory import (
     replication_state,
     sentinel_target,
 )
+from cuebot_acct.transactions import TRANSIENT_SQLSTATES, sqlstate
 from shows.models import Show
 from simulator import pg_truth as pg_accounting
 from simulator import reconcile
@@ -45,6 +46,7 @@ from simulator.faults import FaultPlan
 from simulator.invariants import AgainstTruth, SchedulerBound, against_truth, over_cap_after_booking
 from simulator.processes import PrivateRedis, WebServer
 from simulator.report import OverCap, Stats
+from simulator.stopping import RunFailed
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +62,18 @@ class HostFull(Exception):
     """The chosen host lost its idle capacity to another booker: the INSERT is abandoned."""
 
 
+# How long a worker may wait for a quiet sample to end, and a quiet sample for the operations
+# under way to end: far past the longest of either (a last reseed waits out an in-flight TTL or
+# two), so only a stuck thread reaches it.
+GATE_SECONDS = 30.0
+
+
 class Gate:
     """Lets the reconciler take a quiet sample: while it holds `quiet()`, no booking, release,
     flip or limit change is under way, so every operation that started has both halves
     done (or its holder crashed, which leaves Redis high), and Redis must read at least
-    SUM(proc) for every managed key. Anything lower is really low."""
+    SUM(proc) for every managed key. Anything lower is really low. Neither side waits past
+    GATE_SECONDS: RunFailed."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
@@ -74,7 +83,8 @@ class Gate:
     @contextmanager
     def operation(self):
         with self._changed:
-            self._changed.wait_for(lambda: not self._quiet)
+            if not self._changed.wait_for(lambda: not self._quiet, timeout=GATE_SECONDS):
+                raise RunFailed(f"a quiet sample held the workers for more than {GATE_SECONDS:g} s")
             self._active += 1
         try:
             yield
@@ -87,7 +97,10 @@ class Gate:
     def quiet(self):
         with self._changed:
             self._quiet = True
-            self._changed.wait_for(lambda: self._active == 0)
+            if not self._changed.wait_for(lambda: self._active == 0, timeout=GATE_SECONDS):
+                self._quiet = False
+                self._changed.notify_all()
+                raise RunFailed(f"an operation of the workers did not end within {GATE_SECONDS:g} s")
         try:
             yield
         finally:
@@ -457,21 +470,19 @@ def redis_errors_counted(ctx: SimContext, label: str):
         ctx.stats.count("redis_errors", f"{label}: {type(error).__name__}")
 
 
-TRANSIENT_SQLSTATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
-
-
 @contextmanager
 def transient(ctx: SimContext, label: str):
-    """Count a transaction PostgreSQL rolled back whole (deadlock, serialization failure)
-    instead of ending the worker: the caller (Cuebot, the operator) sees the error and
-    does it again later, as these loops will. Anything else still ends the worker."""
+    """Count a transaction PostgreSQL rolled back whole (the service's transient errors:
+    deadlock, serialization failure) instead of ending the worker: the caller (Cuebot, the
+    operator) sees the error and does it again later, as these loops will. Anything else
+    still ends the worker."""
     try:
         yield
     except OperationalError as error:
-        sqlstate = getattr(error.__cause__, "sqlstate", None)
-        if sqlstate not in TRANSIENT_SQLSTATES:
+        state = sqlstate(error)
+        if state not in TRANSIENT_SQLSTATES:
             raise
-        ctx.stats.count("transient_errors", f"{label} {sqlstate}")
+        ctx.stats.count("transient_errors", f"{label} {state}")
 
 
 def release(proc_ids: list[str]) -> list:

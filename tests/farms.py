@@ -22,7 +22,7 @@ from accounting.models import (
     Proc,
     Subscription,
 )
-from accounting.reconcile.recompute import repair_pg_accounting
+from accounting.reconcile.recompute import recompute_pg_accounting
 from shows.models import (
     Alloc,
     Dept,
@@ -150,7 +150,7 @@ class Farm:
                     int_gpus_idle=reservation.int_gpus_idle - gpus,
                 )
         host.refresh_from_db()
-        repair_pg_accounting(show_ids=[self.show.id])
+        recompute_pg_accounting(show_ids=[self.show.id])
         self.procs.append(proc)
         return proc
 

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+from tests.pages import DOCUMENTS, FENCE, ROOT
+
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def prose(path: Path, *, blank_code: bool = True) -> list[str]:
@@ -71,7 +70,7 @@ def test_the_documents_have_relative_links_to_check():
 
 def test_the_anchor_rules_match_githubs():
     sample = ROOT / "docs" / "runbook.md"
-    assert "cuebotacctdriftpersists" in anchors(sample)
+    assert "cuebotacctcuebottablesdrift" in anchors(sample)
     assert {"runbook-the-alerts"} <= anchors(sample)
 
 

@@ -3,6 +3,7 @@ model admin of the project, which offers only the faces it declares."""
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.db.models import Q
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -10,6 +11,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 
 from accounting.operators.display import CoresFormMixin, cores_column, gpu_cap_label, whole_gpus_field
+from accounting.operators.estimated_count import EstimatedCountChangeList, EstimatedCountPaginator
+from accounting.operators.name_search import named_like, words
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import OWNERSHIP_TOGGLE, SHOW_CHANGE, change_show, set_scheduler_managed
 from accounting.reconcile.drift import REDIS_FIELDS
@@ -275,14 +278,47 @@ class HostAdmin(CoresFormMixin, CuebotWrittenAdmin):
     cores_idle = cores_column("int_cores_idle", "idle cores")
 
 
+class FrameStateFilter(admin.SimpleListFilter):
+    """A frame's state among Cuebot's own (its FrameState enum): the admin's own filter asked the
+    frame table for its distinct states at every page, a read of every frame of the farm."""
+
+    title = "state"
+    parameter_name = "str_state"
+    STATES = ("WAITING", "SETUP", "RUNNING", "SUCCEEDED", "DEPEND", "DEAD", "EATEN", "CHECKPOINT")
+
+    def lookups(self, request, model_admin):
+        return [(state, state.lower()) for state in self.STATES]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(str_state=self.value()) if self.value() else queryset
+
+
 @admin.register(Frame)
 class FrameAdmin(CuebotWrittenAdmin):
     list_display = ["str_name", "job", "layer", "str_state", "str_host", "cores"]
-    list_filter = ["job__show", "str_state"]
+    list_filter = ["job__show", FrameStateFilter]
     search_fields = ["str_name", "job__str_name", "str_host"]
     list_select_related = ["job", "layer"]
+    # Orders an index of Cuebot's serves a page at a time: the jobs by name (their name's
+    # index, then each job's frames by frame's job index), or the frames by name (frame's
+    # unique name and job). The other columns have no index under them.
     ordering = ["job__str_name", "int_layer_order", "int_number"]
+    sortable_by = ["str_name"]
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False  # not the whole table counted beside a filtered list ("Show all")
     cores = cores_column("int_cores", "cores")
+
+    def get_changelist(self, request, **kwargs):
+        return EstimatedCountChangeList
+
+    def get_search_results(self, request, queryset, search_term):
+        """Each word is part of a frame's name, its host's or its job's name; a frame matches
+        every word (accounting.operators.name_search: the job's name first, then frame's index)."""
+        for word in words(search_term):
+            queryset = queryset.filter(
+                Q(str_name__icontains=word) | Q(str_host__icontains=word) | Q(job__in=named_like(model=Job, word=word))
+            )
+        return queryset, False
 
 
 @admin.register(HostStat)

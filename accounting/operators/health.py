@@ -6,13 +6,14 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from django_redis import get_redis_connection
 
+from accounting.usage import gauges
 from cuebot_acct.metrics import counter_total, note_redis_master, render
 from cuebot_acct.redis_factory import accounting_redis, master_address
 
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    body, content_type = render()
+    body, content_type = render(at_scrape=[gauges.scraped])
     return HttpResponse(body, content_type=content_type)
 
 
@@ -31,8 +32,11 @@ def _postgres() -> None:
 
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    """200 when PostgreSQL and every Redis the release path uses answer, else 503."""
-    checks = {"postgres": _check(_postgres), "cache_redis": _check(lambda: get_redis_connection("default").ping())}
+    """200 when PostgreSQL and every Redis the release path uses answer, else 503 (the cache is
+    PostgreSQL's own table where no CACHE_REDIS_URL is set, in the Maestro era)."""
+    checks = {"postgres": _check(_postgres)}
+    if settings.CACHE_REDIS_URL:
+        checks["cache_redis"] = _check(lambda: get_redis_connection("default").ping())
     body = {}
     if settings.ACCOUNTING_REDIS_ENABLED:
         checks["accounting_redis"] = _check(lambda: accounting_redis().ping())

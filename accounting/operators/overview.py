@@ -87,6 +87,25 @@ class ShowOverview:
     def counted_by_cuebot(self) -> bool:
         return self.source != REDIS_LIVE
 
+    @property
+    def attention(self) -> tuple[int, int, int, int, float]:
+        """How much the show wants an operator's eye, compared as a tuple (the overview lists the
+        most first): rows or fields drifted at the last check, allocations missing in Redis,
+        beyond their burst, beyond their size; then its fullest allocation's share of its bar."""
+        uses = self.allocations
+        return (
+            (self.table_drift or 0) + (self.drift.drifted if self.drift else 0),
+            sum(a.booked is None for a in uses),
+            sum(a.over == "burst" for a in uses),
+            sum(a.over == "size" for a in uses),
+            max((a.booked_pct for a in uses), default=0.0),
+        )
+
+    @property
+    def needs_attention(self) -> bool:
+        """Drifted, missing in Redis, or beyond a size or a burst."""
+        return any(self.attention[:4])
+
 
 @dataclass(frozen=True)
 class FarmOverview:
@@ -102,7 +121,8 @@ class FarmOverview:
 def farm_overview() -> FarmOverview:
     """Per show: owner, booked against size and burst per allocation (Redis live for
     scheduler-managed shows, the PostgreSQL row for Cuebot's; both, and why they differ, for
-    the former), drift; the guardrail and the fleet."""
+    the former), drift; the guardrail and the fleet. The shows that need attention come first,
+    then the fullest (ShowOverview.attention), by name within a tie."""
     subscriptions = list(
         Subscription.objects.select_related("show", "alloc").order_by("show__str_name", "alloc__str_name")
     )
@@ -138,6 +158,7 @@ def farm_overview() -> FarmOverview:
                 table_drift=None if by_scheduler else tables.drifted(show.pk),
             )
         )
+    shows.sort(key=lambda entry: entry.attention, reverse=True)  # stable: by name within a tie
     return FarmOverview(
         shows=shows,
         drift=status,

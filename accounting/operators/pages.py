@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -33,15 +34,28 @@ from shows.models import Show
 logger = logging.getLogger(__name__)
 
 
+# Shows on a page of the overview: a studio's 200 would make one page a few screens long, and
+# most of its drawing time; the worst come first (farm_overview), the rest a page away.
+SHOWS_PER_PAGE = 25
+
+
 def overview(request: HttpRequest) -> HttpResponse:
     """The admin's index: the farm at a glance above the usual list of tables."""
+    found = farm_overview()
     context = {
         **admin.site.each_context(request),
         "title": "Farm overview",
         "app_list": admin.site.get_app_list(request),
-        "overview": farm_overview(),
+        "overview": found,
+        "shows_page": Paginator(found.shows, SHOWS_PER_PAGE).get_page(request.GET.get("page")),
+        "needing_attention": sum(show.needs_attention for show in found.shows),
     }
     return render(request, "admin/accounting/overview.html", context)
+
+
+# Drifted rows on a page of the drift index: drift across a studio's farm can name hundreds of
+# rows, most of the page's drawing time; the oldest come first, the rest a page away.
+DRIFTED_PER_PAGE = 100
 
 
 def drift_index(request: HttpRequest) -> HttpResponse:
@@ -66,7 +80,7 @@ def drift_index(request: HttpRequest) -> HttpResponse:
             "status": status,
             "tables": tables,
             "redis_era": redis_era,
-            "drifted": recorded_drift(),
+            "drifted": Paginator(recorded_drift(), DRIFTED_PER_PAGE).get_page(request.GET.get("page")),
         },
     )
 

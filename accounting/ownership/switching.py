@@ -36,7 +36,7 @@ from django_q.models import Schedule
 from django_q.tasks import async_task
 
 from accounting.live.leases import LockBusy, named_lock
-from accounting.reconcile.recompute import repair_pg_accounting, xid_horizon
+from accounting.reconcile.recompute import recompute_pg_accounting, xid_horizon
 from accounting.reconcile.reseed import FARM_LOCK, close_show, open_to_booking, reseed_booked, seed_show
 from cuebot_acct import metrics
 from shows.selectors import is_scheduler_managed, settling_cache_key, settling_mark
@@ -219,7 +219,7 @@ COUNTED_WAIT_SECONDS = 5.0
 def recompute_after_switch_back(*, show_id: str, when: str) -> None:
     try:
         horizon = xid_horizon(wait_seconds=COUNTED_WAIT_SECONDS) if when == AT_THE_SWITCH else None
-        failures = repair_pg_accounting(show_ids=[show_id]).failures
+        failures = recompute_pg_accounting(show_ids=[show_id])
         if horizon is not None and not failures:
             # The settling releases of procs inserted below it decrement (this recompute counted
             # them) instead of recomputing: the show's releases no longer queue on its rows.

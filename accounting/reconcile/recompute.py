@@ -325,6 +325,12 @@ class Repair:
 TABLE_REPAIR = Write(action="the repair of Cuebot's tables", grant=writer_grant(*ACCOUNTING_TABLES))
 
 
+def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
+    """The service's own repair (a switch back, the Redis era's reconcile), for a caller that needs
+    only the rows it could not set: no operator's, so not counted as one (repair_pg_accounting)."""
+    return _repaired(show_ids=show_ids).failures
+
+
 def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     """Make the five accounting tables of these shows equal SUM(proc), in one transaction.
 
@@ -342,6 +348,13 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     drift anew each run), so as the outermost transaction a deadlock victim is simply run again
     (cuebot_acct.transactions); inside a caller's transaction that error propagates.
     """
+    repair = _repaired(show_ids=show_ids)
+    if repair.drifted:
+        metrics.TABLE_REPAIRS.inc()  # the dashboard marks it
+    return repair
+
+
+def _repaired(*, show_ids: Sequence[str]) -> Repair:
     TABLE_REPAIR.require()
     return retry_transient(lambda: _repair_once(show_ids=list(show_ids)), operation="recompute")
 

@@ -2,6 +2,7 @@
 
 import pytest
 from django.conf import settings
+from django.db import connection, transaction
 
 from tests.processes import closed_port, manage
 from tests.service_role import service_database
@@ -61,3 +62,22 @@ def test_reachable_services_pass(test_services):
     result = manage("check_services", **test_services)
     assert result.returncode == 0, result.stderr
     assert "PostgreSQL ok" in result.stdout
+    # The Redis era: PostgreSQL for the database alone, a Redis for each other role.
+    assert (
+        f"(the database); Redis {settings.CACHE_REDIS_URL} (the cache), {settings.TASK_BROKER_REDIS_URL} "
+        f"(the task broker), {settings.ACCOUNTING_REDIS_URL} (the scheduler's counters)\n" in result.stdout
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_the_server_ends_is_said_as_such_not_as_an_outage(test_services):
+    """A lock timeout (as a role's statement_timeout would) ends acct_drift in one line that says
+    the server is up and which statement error it was, never "cannot reach PostgreSQL"."""
+    with connection.cursor() as cursor, transaction.atomic():
+        cursor.execute("LOCK TABLE proc IN ACCESS EXCLUSIVE MODE")
+        result = manage("acct_drift", **test_services, PGOPTIONS="-c lock_timeout=200")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "is up but ended a statement (canceling statement due to lock timeout; SQLSTATE 55P03)" in lines[0]
+    assert "cannot reach" not in lines[0] and "Traceback" not in result.stderr

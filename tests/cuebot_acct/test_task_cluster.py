@@ -49,6 +49,12 @@ def cluster_env(transactional_db) -> dict[str, str]:
     }
 
 
+def on_postgresql_alone(env: dict[str, str]) -> dict[str, str]:
+    """The Maestro era with no Redis URL: the broker is django-q2's on PostgreSQL (settings)."""
+    alone = {k: v for k, v in env.items() if not k.endswith("_REDIS_URL")}
+    return {**alone, "ACCOUNTING_SCHEDULER": "maestro"}
+
+
 def start_cluster(env: dict[str, str]) -> Running:
     cluster = Running(["manage.py", "qcluster"], env=env)
     cluster.await_line("running.")  # django-q2: "Q Cluster <name> [<queue>] running."
@@ -86,8 +92,10 @@ def test_sigterm_stops_a_running_cluster_promptly_and_cleanly(cluster_env):
     assert group_members(cluster.process.pid) == []
 
 
-def test_losing_postgresql_stops_the_cluster_in_one_line_and_status_1(cluster_env, postgres_relay):
-    cluster = start_cluster({**cluster_env, "DATABASE_URL": database_url(port=postgres_relay.port)})
+@pytest.mark.parametrize("broker", ["redis", "postgresql"])
+def test_losing_postgresql_stops_the_cluster_in_one_line_and_status_1(cluster_env, postgres_relay, broker):
+    env = cluster_env if broker == "redis" else on_postgresql_alone(cluster_env)
+    cluster = start_cluster({**env, "DATABASE_URL": database_url(port=postgres_relay.port)})
     try:
         cut_at = time.monotonic()
         postgres_relay.cut()
@@ -101,6 +109,8 @@ def test_losing_postgresql_stops_the_cluster_in_one_line_and_status_1(cluster_en
     assert line.startswith(f"cuebot-acct: cannot reach PostgreSQL at {url} (")
     assert line.endswith(f"the task cluster stopped after {OUTAGE_SECONDS} s without it")
     assert not any("Traceback" in line for line in cluster.lines), "\n".join(cluster.lines)
+    # The pusher waited for its broker (cuebot_acct.taskbroker) rather than died and was reincarnated.
+    assert not any("Failed to pull" in line or "reincarnated" in line for line in cluster.lines), cluster.lines
     # The outage, the probe interval (1 s) and the orderly stop.
     assert OUTAGE_SECONDS <= seconds < OUTAGE_SECONDS + 1 + PROMPT_STOP_SECONDS
 
@@ -120,7 +130,7 @@ def test_losing_the_broker_stops_the_cluster_in_one_line_and_status_1(cluster_en
     assert not any("Traceback" in line or "reincarnated" in line for line in cluster.lines), "\n".join(cluster.lines)
 
 
-@pytest.mark.parametrize("lost", ["postgresql", "broker"])
+@pytest.mark.parametrize("lost", ["postgresql", "broker", "postgresql, the broker"])
 def test_sigterm_stops_the_cluster_promptly_while_a_service_is_down(cluster_env, postgres_relay, lost):
     with redis_server() as broker:
         env = {
@@ -129,9 +139,9 @@ def test_sigterm_stops_the_cluster_promptly_while_a_service_is_down(cluster_env,
             "TASK_BROKER_REDIS_URL": broker.url(2),
             "DATABASE_URL": database_url(port=postgres_relay.port),
         }
-        cluster = start_cluster(env)
+        cluster = start_cluster(on_postgresql_alone(env) if lost == "postgresql, the broker" else env)
         try:
-            postgres_relay.cut() if lost == "postgresql" else broker.kill()
+            broker.kill() if lost == "broker" else postgres_relay.cut()
             cluster.await_line(WATCHDOG_WARNING)  # the cluster has seen the outage
             status, seconds = stop_timed(cluster)
         finally:

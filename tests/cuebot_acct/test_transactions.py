@@ -424,7 +424,7 @@ def test_a_switch_back_whose_recompute_still_fails_stands_logged_and_counted(mon
     def deadlocked(*, show_ids):
         raise OperationalError("deadlock detected")
 
-    monkeypatch.setattr(switching, "repair_pg_accounting", deadlocked)
+    monkeypatch.setattr(switching, "recompute_pg_accounting", deadlocked)
     before = recompute_failures()
     with caplog.at_level(logging.WARNING, logger="accounting.ownership.switching"):
         assert set_scheduler_managed(show=farm.show, managed=False) == (True, False)

@@ -14,7 +14,7 @@ from accounting.models import (
     Proc,
     Subscription,
 )
-from accounting.reconcile.recompute import repair_pg_accounting
+from accounting.reconcile.recompute import recompute_pg_accounting
 from shows.models import Folder, Host, HostStat, new_pk
 from tests.farms import build_farm, unique
 
@@ -128,7 +128,7 @@ def test_recompute_writes_the_true_sum_above_a_lowered_cap_and_keeps_the_caps():
     Subscription.objects.filter(pk=farm.subscription.pk).update(int_cores=0, int_burst=200)
     JobResource.objects.filter(job=farm.job).update(int_cores=0, int_max_cores=100)
 
-    repair_pg_accounting(show_ids=[farm.show.id])
+    recompute_pg_accounting(show_ids=[farm.show.id])
 
     subscription = Subscription.objects.get(pk=farm.subscription.pk)
     job = JobResource.objects.get(job=farm.job)

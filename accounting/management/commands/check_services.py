@@ -1,13 +1,16 @@
 from django.conf import settings
 
 from accounting.management.commands._writes import DeclaredCommand
-from cuebot_acct.startup import check_services, redact, redis_urls
+from cuebot_acct.startup import check_services, redact, redis_urls, servers_line
 from cuebot_acct.writes import mode_line
 from shows.attach import check_cuebot_schema
 
 
 class Command(DeclaredCommand):
-    help = "Check that PostgreSQL and every configured Redis answer; one line and exit 1 if not."
+    help = (
+        "Check that PostgreSQL and every Redis this instance uses answer (none in the Maestro era without a "
+        "Redis URL), then say which servers it uses for what; one line and exit 1 if one does not answer."
+    )
     writes = ()
 
     def handle(self, *args, **options) -> None:
@@ -16,4 +19,5 @@ class Command(DeclaredCommand):
         self.stdout.write(f"PostgreSQL ok: {redact(settings.DATABASE_URL)}")
         for setting, url in redis_urls().items():
             self.stdout.write(f"Redis ok ({setting}): {redact(url)}")
+        self.stdout.write(servers_line())
         self.stdout.write(mode_line())

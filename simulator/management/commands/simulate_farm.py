@@ -24,6 +24,7 @@ from simulator.maestro_run import MAESTRO_FAULTS, parse_maestro_faults
 from simulator.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
 from simulator.processes import ProcessRefused, web_server
 from simulator.runner import SimConfig, run_simulation
+from simulator.stopping import RunFailed
 from simulator.workers import RESEEDERS
 
 
@@ -63,6 +64,13 @@ class Command(BaseCommand):
         "(FLUSHDB): without redis-kill, while that Redis holds keys of shows the simulator did not create "
         "it is refused, unless --allow-flush-foreign-keys."
     )
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except RunFailed as failed:
+            # A run that could not go on, in one line (--traceback shows where); exit 1, as a failed invariant.
+            raise CommandError(f"the simulation stopped: {failed}", returncode=1) from failed
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--shows", type=at_least(2), default=4, help="shows to build (default: %(default)s)")

@@ -13,6 +13,7 @@ from django.utils import timezone
 from accounting.live import keys
 from accounting.live.leases import named_lock
 from accounting.models import FolderResource, Instance, Subscription
+from accounting.operators import pages
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS, drift_report
 from accounting.reconcile.drift_check import run_check
@@ -274,6 +275,27 @@ def test_an_allocation_beyond_its_size_or_burst_is_marked(admin_client):
     assert f"{beyond_size.alloc.str_name}: 1.5 / 1 (2) cores beyond size" in text
     assert f"{beyond_burst.alloc.str_name}: 2.5 / 1 (2) cores beyond burst" in text
     assert "acct-over-size" in page and "acct-over-burst" in page
+
+
+def test_the_shows_that_need_attention_come_first_and_the_rest_a_page_away(admin_client, monkeypatch):
+    monkeypatch.setattr(pages, "SHOWS_PER_PAGE", 2)
+    quiet, full, beyond_size, beyond_burst = (build_farm(managed=False, size=1000, burst=2000) for _ in range(4))
+    full.add_proc(cores=900)
+    beyond_size.add_proc(cores=1500)
+    beyond_burst.add_proc(cores=2500)
+
+    def shows_listed(page: str) -> list[str]:
+        return re.findall(r'<a href="/admin/shows/show/[^/]+/change/"><strong>([^<]+)</strong>', page)
+
+    first = admin_client.get(reverse("admin:index")).content.decode()
+    second = admin_client.get(reverse("admin:index"), {"page": 2}).content.decode()
+    assert shows_listed(first) + shows_listed(second) == [
+        s.show.str_name for s in (beyond_burst, beyond_size, full, quiet)
+    ]
+    text = visible_text(first)
+    assert "2 of 4 shows need attention (drifted, missing in Redis, beyond burst or beyond size)" in text
+    assert "Shows 1–2 of 4 here." in text and "Pages of shows: 1 2 next ›" in text
+    assert 'href="?page=2"' in first
 
 
 def test_the_sidebar_offers_the_operator_pages_on_every_admin_page(admin_client):

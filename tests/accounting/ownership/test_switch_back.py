@@ -83,7 +83,7 @@ def test_the_settling_recompute_of_a_show_gone_back_to_the_scheduler_writes_noth
     set_scheduler_managed(show=farm.show, managed=False)
     set_scheduler_managed(show=farm.show, managed=True)
     recomputed = []
-    monkeypatch.setattr(switching, "repair_pg_accounting", lambda *, show_ids: recomputed.append(show_ids))
+    monkeypatch.setattr(switching, "recompute_pg_accounting", lambda *, show_ids: recomputed.append(show_ids))
 
     settle_recompute(show_id=farm.show.id)
 

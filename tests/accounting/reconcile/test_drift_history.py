@@ -16,6 +16,8 @@ from prometheus_client import REGISTRY
 
 from accounting.live import keys
 from accounting.models import DriftRecord
+from accounting.operators import pages
+from accounting.operators.drift_views import recorded_drift
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import DriftRow, drifted
 from accounting.reconcile.drift_check import run_check
@@ -142,6 +144,22 @@ def test_a_row_repaired_leaves_every_list_at_the_next_check(maestro_era, drifted
     assert reader_client.get("/api/v1/accounting/drift").json()["drifted_rows"] == []
     index = admin_client.get(reverse("acct-drift")).content.decode()
     assert "drift-since" not in index and "The last checks found no row drifted." in index
+
+
+def test_the_drift_index_lists_the_oldest_drifted_rows_first_and_the_rest_a_page_away(
+    maestro_era,
+    drifted_farms,  # noqa: F811
+    admin_client,
+    monkeypatch,
+):
+    monkeypatch.setattr(pages, "DRIFTED_PER_PAGE", 2)
+    run_check(CUEBOT_TABLES)
+    first = visible_text(admin_client.get(reverse("acct-drift")).content.decode())
+    second = admin_client.get(reverse("acct-drift"), {"page": 2}).content.decode()
+    assert "Drifted rows at the last check: 3 (here 1–2)" in first and "Pages of drifted rows: 1 2 next ›" in first
+    rows = [r.entry.name for r in recorded_drift()]
+    assert [subject in first for subject in rows] == [True, True, False]
+    assert rows[2] in visible_text(second) and "(here 3–3)" in visible_text(second)
 
 
 def test_a_row_that_drifts_further_keeps_its_first_sighting_and_says_its_difference_now(maestro_era, drifted_farms):  # noqa: F811

@@ -8,9 +8,11 @@ from typing import Any, cast
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from prometheus_client import REGISTRY
 
 from accounting.models import LayerResource
-from accounting.reconcile.recompute import Repair, repair_pg_accounting
+from accounting.reconcile.recompute import TABLES, Repair, recompute_pg_accounting, repair_pg_accounting
+from cuebot_acct.metrics import RECOMPUTED_TABLES
 from simulator.pg_truth import mismatches
 from tests.cuebot_acct.test_transactions import behind_cuebot
 from tests.farms import Farm, build_farm
@@ -129,7 +131,7 @@ def test_the_repair_of_every_show_reads_without_a_list_of_them():
 
     def reads_naming(show_ids: list[str]) -> list[bool]:
         with CaptureQueriesContext(connection) as captured:
-            failures = repair_pg_accounting(show_ids=show_ids).failures
+            failures = recompute_pg_accounting(show_ids=show_ids)
         assert failures == []
         return [first.show.id in query["sql"] for query in captured.captured_queries if "FROM proc p" in query["sql"]]
 
@@ -177,3 +179,31 @@ def test_a_repair_sends_a_read_per_table_and_a_lock_and_a_correction_per_drifted
     ]
     assert [row.table for row in repair.drifted] == ["layer_resource", "point"]
     assert mismatches(show_id=farm.show.id) == []
+
+
+def repairs_counted() -> float:
+    return REGISTRY.get_sample_value("cuebot_acct_table_repairs_total") or 0.0
+
+
+@pytest.mark.django_db
+def test_an_operator_s_repair_that_sets_a_row_is_counted_and_no_other_recompute_is():
+    """cuebot_acct_table_repairs_total marks repairs on the dashboard: acct_reseed's and the admin's
+    (repair_pg_accounting), once each when a row was set; not one that found nothing, nor the
+    recompute of a switch back or of the Redis era's reconcile (recompute_pg_accounting)."""
+    farm = build_farm(managed=False)
+    farm.add_proc(cores=300)
+    before = repairs_counted()
+    set_as_cuebot("UPDATE layer_resource SET int_cores = 7 WHERE pk_layer = %s", farm.layer.id)
+    assert recompute_pg_accounting(show_ids=[farm.show.id]) == []
+    assert repair_pg_accounting(show_ids=[farm.show.id]).drifted == []
+    assert repairs_counted() == before
+    set_as_cuebot("UPDATE layer_resource SET int_cores = 7 WHERE pk_layer = %s", farm.layer.id)
+    assert repair_pg_accounting(show_ids=[farm.show.id]).drifted
+    assert repairs_counted() == before + 1
+
+
+def test_every_table_a_recompute_sets_has_its_failure_series_from_the_start():
+    """The alert on their increase (CuebotAcctRecomputeRowsFailing) sees a table's first failure."""
+    assert set(RECOMPUTED_TABLES) == {table.table for table in TABLES}
+    for table in TABLES:
+        assert REGISTRY.get_sample_value("cuebot_acct_recompute_row_failures_total", {"table": table.table}) is not None

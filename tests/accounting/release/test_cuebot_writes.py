@@ -237,7 +237,7 @@ def test_a_batch_waiting_on_procs_cuebot_is_updating_releases_them_at_their_newe
 
 def test_a_recompute_sets_every_row_it_can_and_reports_the_rest(cuebot_farm):
     """A sum beyond an integer column's range fails for that row only."""
-    from accounting.reconcile.recompute import repair_pg_accounting
+    from accounting.reconcile.recompute import recompute_pg_accounting
 
     with as_cuebot():
         alloc2 = Alloc.objects.create(str_name=unique("alloc"), facility=cuebot_farm.alloc.facility, str_tag="big")
@@ -265,7 +265,7 @@ def test_a_recompute_sets_every_row_it_can_and_reports_the_rest(cuebot_farm):
         cuebot_farm.add_proc(cores=200)  # its recompute already reports the rows it could not set
         Subscription.objects.filter(pk=cuebot_farm.subscription.pk).update(int_cores=0)
 
-    failures = repair_pg_accounting(show_ids=[cuebot_farm.show.id]).failures
+    failures = recompute_pg_accounting(show_ids=[cuebot_farm.show.id])
 
     assert sorted((f.table, f.pk) for f in failures) == sorted(
         [
