@@ -65,8 +65,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def writes(write: Write, *, refused: Callable[[Write], Any] = Write.require) -> Callable[[F], F]:
-    """Declare that an API operation makes `write`: while observing, `refused(write)` answers in its
-    stead, by default WritesOff (which the API answers) before its body runs."""
+    """Declare that a face makes `write`: while observing, `refused(write)` answers in its stead, by
+    default WritesOff before its body runs (an API operation's, which the API answers); a page's
+    view is declared with refused=refused_page."""
 
     def declare(face: F) -> F:
         @functools.wraps(face)
@@ -83,11 +84,6 @@ def refused_page(write: Write) -> HttpResponse:
     """A page's refusal: 403 and the one line, no traceback anywhere (nothing raised)."""
     refusal = WritesOff(action=write.action, grant=write.grant)
     return HttpResponseForbidden(str(refusal), content_type="text/plain; charset=utf-8")
-
-
-def writing_page(write: Write) -> Callable[[F], F]:
-    """Declare that a page's view makes `write`: while observing, refused_page answers it."""
-    return writes(write, refused=refused_page)
 
 
 def mode_line() -> str:

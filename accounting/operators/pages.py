@@ -28,7 +28,7 @@ from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
 from accounting.reconcile.reseed import REDIS_RESEED, ReseedReport, redis_is_empty, reseed
 from cuebot_acct import permissions
 from cuebot_acct.schedulers import cuebot_owns_every_show
-from cuebot_acct.writes import writing_page
+from cuebot_acct.writes import refused_page, writes
 from shows.models import Show
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     return render(request, "admin/accounting/drift_show.html", context)
 
 
-@writing_page(REDIS_RESEED)
+@writes(REDIS_RESEED, refused=refused_page)
 @require_http_methods(["GET", "POST"])
 def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     """GET: what a reseed does, and a button; POST: reseed the show's keys (booked, then limits)."""
@@ -179,7 +179,7 @@ def _reseeded(report: ReseedReport) -> tuple[int, str]:
     return messages.SUCCESS, f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
 
 
-@writing_page(TABLE_REPAIR)
+@writes(TABLE_REPAIR, refused=refused_page)
 @require_http_methods(["GET", "POST"])
 def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
     """GET: what the recompute does, and a button; POST: Cuebot's five tables of the show from

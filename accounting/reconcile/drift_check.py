@@ -138,15 +138,12 @@ class CheckStatus:
         return None if found is None else found.drifted
 
 
-def _time(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
-
-
 def check_status(source: DriftSource) -> CheckStatus:
     stored = cache.get(status_key(source)) or {}
+    at = {name: datetime.fromtimestamp(stored[name], tz=UTC) for name in ("checked_at", "failed_at") if name in stored}
     return CheckStatus(
-        checked_at=_time(stored.get("checked_at")),
+        checked_at=at.get("checked_at"),
         shows={pk: ShowCount(drifted=e["drifted"], checked=e["checked"]) for pk, e in stored.get("shows", {}).items()},
         error=stored.get("error"),
-        failed_at=_time(stored.get("failed_at")),
+        failed_at=at.get("failed_at"),
     )
