@@ -289,7 +289,7 @@ class DriftRecord(models.Model):
     show_id = models.TextField()
     show_name = models.TextField(help_text="The show's name at the last check.")
     # Cuebot's tables: the row as every face names it (show / allocation, job / layer, ...); Redis:
-    # the key, which the faces name (accounting.operators.selectors.key_labels).
+    # the key, which the faces name (accounting.operators.names.key_labels).
     subject = models.TextField()
     detail = models.TextField(help_text="The table and its columns compared, or the Redis field.")
     # Stored minus true (Redis minus PostgreSQL) as the last check read it; NULL where the row holds no such value.

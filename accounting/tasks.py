@@ -8,9 +8,10 @@ The reconciliation tasks are for a deployment that runs without the Rust schedul
 reseed loops: ACCOUNTING_RECONCILE_ENABLED turns them on. A run that finds the reseed
 lock taken skips.
 
-On an observer (ACCOUNTING_WRITES=off) the schedules that write are not made, and a writing task
+Every function the cluster runs is declared a task (`task`), with the Writes it makes: on an
+observer (ACCOUNTING_WRITES=off) the schedules of a writing task are not made, and a writing task
 that reaches its cluster all the same (queued by a writer sharing the task broker and database)
-skips with a warning instead of writing: `writing_task`.
+skips with a warning instead of writing.
 """
 
 import functools
@@ -24,44 +25,50 @@ from django.conf import settings
 from django_q.models import Schedule
 
 from accounting.live.leases import LockBusy
-from accounting.models import DriftRecord
 from accounting.ownership import switching
 from accounting.ownership.fleet import delete_stale_instances
 from accounting.ownership.guardrail import run_guardrail
-from accounting.reconcile.drift_check import run_drift_check, run_table_drift_check
-from accounting.reconcile.drift_history import forget_drift
-from accounting.reconcile.recalculate_subs import recalculate_subs
-from accounting.reconcile.recompute import recompute_pg_accounting
-from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
+from accounting.reconcile.drift_check import run_drift_checks
+from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS, recalculate_subs
+from accounting.reconcile.recompute import TABLE_REPAIR, recompute_pg_accounting
+from accounting.reconcile.reseed import REDIS_REBUILD, REDIS_RESEED, ReseedSkipped, bootstrap_if_empty, reseed
 from accounting.reconcile.snapshot import managed_show_ids
+from cuebot_acct.writes import Write
 
 log = logging.getLogger(__name__)
 
 
-def writing_task(*, skipped: Any = None) -> Callable[[Callable], Callable]:
-    """A task that writes Cuebot's tables or the scheduler's Redis: on an observer it returns
-    `skipped` and says so, rather than failing in WritesOff and being retried."""
+# The functions the cluster runs, by the dotted path it names them by: only these are scheduled.
+TASKS: dict[str, Callable] = {}
 
-    def wrap(task: Callable) -> Callable:
-        @functools.wraps(task)
+
+def task(*, writes: tuple[Write, ...] = (), skipped: Any = None) -> Callable[[Callable], Callable]:
+    """Declare a function the task cluster runs and the Writes it makes: on an observer a writing
+    task returns `skipped` and says so in one line, rather than failing in WritesOff and being retried."""
+
+    def declare(fn: Callable) -> Callable:
+        @functools.wraps(fn)
         def run(*args, **kwargs):
-            if not settings.ACCOUNTING_WRITES:
-                log.warning("%s skipped: ACCOUNTING_WRITES is off in this instance, which only observes", task.__name__)
+            if not all(write.allowed for write in writes):
+                log.warning("%s skipped: ACCOUNTING_WRITES is off in this instance, which only observes", fn.__name__)
                 return skipped
-            return task(*args, **kwargs)
+            return fn(*args, **kwargs)
 
+        run.writes = writes  # type: ignore[attr-defined]
+        TASKS[f"{fn.__module__}.{fn.__name__}"] = run
         return run
 
-    return wrap
+    return declare
 
 
-@writing_task(skipped=-1)
+@task(writes=(RECALCULATE_SUBS,), skipped=-1)
 def recalculate_subs_task() -> int:
     """Rows corrected, or -1 when another instance held the lock (or writes are off here)."""
     result = recalculate_subs()
     return len(result.changes) if result.ran else -1
 
 
+@task()  # the fleet register's rows, the service's own
 def accounting_guardrail_task() -> bool:
     """Drops records of vanished processes, then checks the live fleet and the flagged shows;
     True when an instance does not publish or a show is stranded."""
@@ -69,29 +76,24 @@ def accounting_guardrail_task() -> bool:
     return run_guardrail().failing
 
 
+@task()  # its record of drift, the service's own
 def drift_check_task() -> int:
     """Shows with drift at this check, in Cuebot's tables or (redis era) in Redis; the gauges and
     the admin's pages get the detail."""
-    drifted = {name for name, rows in run_table_drift_check().rows_drifted.items() if rows}
-    if settings.ACCOUNTING_REDIS_ENABLED:
-        drifted |= {name for name, fields in run_drift_check().fields_drifted.items() if fields}
-    else:
-        # No check reads Redis outside its era: what an earlier era's checks recorded would stay listed for good.
-        forget_drift(source=DriftRecord.Source.REDIS)
-    return len(drifted)
+    return run_drift_checks()
 
 
-@writing_task()
+@task(writes=(REDIS_RESEED,))
 def retry_seed_show(*, show_id: str, attempt: int) -> None:
     switching.retry_seed_show(show_id=show_id, attempt=attempt)
 
 
-@writing_task()
+@task(writes=(TABLE_REPAIR,))
 def settle_recompute(*, show_id: str) -> None:
     switching.settle_recompute(show_id=show_id)
 
 
-@writing_task()
+@task(writes=(REDIS_RESEED,))
 def settle_reseed(*, show_id: str) -> None:
     switching.settle_reseed(show_id=show_id)
 
@@ -100,7 +102,7 @@ EMPTY_CHECKS_PER_RUN = 6
 EMPTY_CHECK_INTERVAL_SECONDS = 10
 
 
-@writing_task()
+@task(writes=(REDIS_RESEED, TABLE_REPAIR))
 def reconcile_booked() -> None:
     """The reference's 2-minute recompute, both halves: Redis booked counters and, so that
     CueGUI's view of scheduler-managed shows stays fresh, their PG accounting tables (which
@@ -115,7 +117,7 @@ def reconcile_booked() -> None:
     recompute_pg_accounting(show_ids=managed_show_ids())
 
 
-@writing_task()
+@task(writes=(REDIS_RESEED,))
 def reconcile_limits() -> None:
     if not settings.ACCOUNTING_RECONCILE_ENABLED:
         return
@@ -125,7 +127,7 @@ def reconcile_limits() -> None:
         log.info("limit reconciliation skipped: another reseed holds the lock")
 
 
-@writing_task(skipped=False)
+@task(writes=(REDIS_REBUILD,), skipped=False)
 def check_empty_redis() -> bool:
     """One check; True when Redis was empty and has been rebuilt."""
     if not settings.ACCOUNTING_RECONCILE_ENABLED:
@@ -137,6 +139,7 @@ def check_empty_redis() -> bool:
         return False
 
 
+@task(writes=(REDIS_REBUILD,))
 def watch_empty_redis(
     *, checks: int = EMPTY_CHECKS_PER_RUN, interval_seconds: float = EMPTY_CHECK_INTERVAL_SECONDS
 ) -> None:
@@ -154,10 +157,15 @@ class ScheduleSpec:
     minutes: int
     reconcile: bool = False  # only when ACCOUNTING_RECONCILE_ENABLED
     redis_era: bool = False  # only when ACCOUNTING_REDIS_ENABLED: it reads or writes the acct:* keys
-    writes: bool = False  # only when ACCOUNTING_WRITES: it writes Cuebot's tables or the acct:* keys
+
+    @property
+    def writes(self) -> tuple[Write, ...]:
+        """What its task declares it writes (made only when ACCOUNTING_WRITES is on); KeyError for a
+        function that is no declared task."""
+        return TASKS[self.func].writes  # type: ignore[attr-defined]
 
     def unwanted_because(self) -> str | None:
-        if self.writes and not settings.ACCOUNTING_WRITES:
+        if not all(write.allowed for write in self.writes):
             return "ACCOUNTING_WRITES is off"
         if self.redis_era and not settings.ACCOUNTING_REDIS_ENABLED:
             return "ACCOUNTING_REDIS_ENABLED is false"
@@ -167,7 +175,7 @@ class ScheduleSpec:
 
 
 SCHEDULES = (
-    ScheduleSpec(name="recalculate_subs", func="accounting.tasks.recalculate_subs_task", minutes=120, writes=True),
+    ScheduleSpec(name="recalculate_subs", func="accounting.tasks.recalculate_subs_task", minutes=120),
     ScheduleSpec(name="accounting_guardrail", func="accounting.tasks.accounting_guardrail_task", minutes=1),
     # Not gated on reconciling: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check);
     # nor on Redis: Cuebot's own tables are checked in every era.
@@ -178,7 +186,6 @@ SCHEDULES = (
         minutes=2,
         reconcile=True,
         redis_era=True,
-        writes=True,
     ),
     ScheduleSpec(
         name="acct-reconcile-limits",
@@ -186,7 +193,6 @@ SCHEDULES = (
         minutes=5,
         reconcile=True,
         redis_era=True,
-        writes=True,
     ),
     # django-q2 schedules are minute-granular; the task checks six times, 10 s apart.
     ScheduleSpec(
@@ -195,7 +201,6 @@ SCHEDULES = (
         minutes=1,
         reconcile=True,
         redis_era=True,
-        writes=True,
     ),
 )
 

@@ -51,7 +51,8 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
 from maestro_farm import drift_targets, make_drift  # noqa: E402
 
-from accounting.reconcile.drift_check import run_table_drift_check  # noqa: E402
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES  # noqa: E402
+from accounting.reconcile.drift_check import run_check  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from shows.models import Host, Job, Show  # noqa: E402
 
@@ -182,7 +183,7 @@ def main() -> None:
     client.force_login(user)
     show_ids = list(Show.objects.values_list("pk", flat=True))
     try:
-        run_table_drift_check()
+        run_check(CUEBOT_TABLES)
         pages = admin_urls() + looking_for() + operator_urls(drift_show=most_drifted_show())
         pages = [bare_list(), *((label, url) for label, url in pages if options.only in label)]
         report(
@@ -192,7 +193,7 @@ def main() -> None:
         )
         targets = drift_targets(per_table=options.drifted, show_ids=show_ids)
         make_drift(targets=targets)
-        run_table_drift_check()
+        run_check(CUEBOT_TABLES)
         drifted = sum(len(target.pks) for target in targets)
         operator = operator_urls(drift_show=most_drifted_show())
         pages = [bare_list(), *((label, url) for label, url in operator if options.only in label)]
@@ -203,7 +204,7 @@ def main() -> None:
         )
     finally:
         recompute_pg_accounting(show_ids=show_ids)
-        run_table_drift_check()
+        run_check(CUEBOT_TABLES)
         user.delete()
 
 

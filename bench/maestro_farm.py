@@ -15,7 +15,7 @@ once, each size runs in a process of its own on a database of its own (DATABASE_
 each size side by side. Each figure is a ratio to a baseline run in the same process:
 
 - the drift check (accounting.reconcile.cuebot_drift.cuebot_table_drift), the periodic check the
-  task cluster runs (accounting.reconcile.drift_check.run_table_drift_check: the same read, then
+  task cluster runs (accounting.reconcile.drift_check.run_check of Cuebot's tables: the same read, then
   its gauges, its status in the cache and its record of when each drifted row was first seen),
   each with nothing drifted and with --drifted rows of each table a core low (the periodic check
   then records each as first seen, the most it writes; and again with the rows seen drifted by
@@ -86,8 +86,8 @@ from release import (  # noqa: E402
     vacuum_churned,
 )
 
-from accounting.reconcile.cuebot_drift import cuebot_table_drift  # noqa: E402
-from accounting.reconcile.drift_check import run_table_drift_check  # noqa: E402
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_table_drift  # noqa: E402
+from accounting.reconcile.drift_check import run_check  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
 from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
@@ -95,6 +95,12 @@ from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, demo_id  # noqa:
 
 # The periodic check warns of the rows the bench drifts on purpose, at every pass.
 logging.getLogger("accounting.reconcile.drift_check").setLevel(logging.ERROR)
+
+
+def run_table_drift_check() -> None:
+    """The periodic check of Cuebot's tables, as the task cluster runs it."""
+    run_check(CUEBOT_TABLES)
+
 
 # The rows the bench drifts, per table in the lock order: its key, the columns its sum is keyed by,
 # and which of BARE_SUMS holds that sum (whose rows are the key, then cores and GPUs).

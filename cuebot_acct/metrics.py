@@ -266,7 +266,7 @@ STRANDED_SHOW = Gauge(
 )
 
 
-# The periodic check of Cuebot's own tables (accounting.reconcile.drift_check.run_table_drift_check),
+# The periodic check of Cuebot's own tables (accounting.reconcile.drift_check.run_check),
 # in every era: rows of the five tables that differ from SUM(proc), for the shows Cuebot owns.
 
 CUEBOT_TABLE_DRIFT_ROWS = Gauge(

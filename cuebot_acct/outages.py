@@ -53,7 +53,7 @@ def is_outage(error: BaseException) -> bool:
 
 def is_postgresql_outage(error: BaseException) -> bool:
     """Whether `error` says PostgreSQL could not be reached or the connection to it was lost (a
-    restart, a terminated backend, a failover): the release's 503 (accounting.operators.api)."""
+    restart, a terminated backend, a failover): the release's 503 (accounting.operators.release_api)."""
     return _server_gone(error) == "postgresql"
 
 

@@ -5,12 +5,16 @@ from django.contrib import admin
 from django.urls import path
 
 from accounting.operators import health
-from accounting.operators.api import router as accounting_router
+from accounting.operators.drift_api import router as drift_router
+from accounting.operators.limits_api import router as limits_router
 from accounting.operators.pages import drift_index, drift_show, overview, repair_tables, reseed_show
+from accounting.operators.release_api import router as release_router
 from accounting.operators.shows_api import router as shows_router
 from cuebot_acct.api import api
 
-api.add_router("/", accounting_router)
+api.add_router("/", release_router)
+api.add_router("/", drift_router)
+api.add_router("/", limits_router)
 api.add_router("/shows", shows_router)
 
 # JSON under /api/, Django's pages elsewhere.

@@ -2,14 +2,21 @@
 
 A site on current OpenCue wants to see drift, stranded shows and its counters in cores before it
 lets a new service write its farm's tables. With writes off the service runs under a role that
-may only SELECT Cuebot's tables (shows.attach lists both roles' grants), and every face that
-would write, whether a table of Cuebot's or, in the main-branch eras, the scheduler's Redis
-counters, asks `require_writes` before it changes anything. The refusal is one sentence naming
-this setting and the grant the write would need; it is raised before the first statement, so
-PostgreSQL never has to deny the role anything and nothing is left half-done.
+may only SELECT Cuebot's tables (shows.attach lists both roles' grants). Each kind of write is
+one `Write`, beside its service, which `require()`s it before its first statement: while
+observing that raises WritesOff, one sentence naming this setting and the grant the write needs.
+Every face that writes declares its Write (API operations and pages here, admin faces, commands
+and tasks in theirs) and each kind of face answers the refusal in its one form: the API's JSON
+body, a page's 403 line, a command's CommandError, a task's warning. Tests enumerate the faces.
 """
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
 from django.conf import settings
+from django.http import HttpResponse, HttpResponseForbidden
 
 # How the setting is spelt; unset, it follows OPENCUE_TABLES (settings).
 WRITES_WORDS = {"on": True, "true": True, "off": False, "false": False}
@@ -28,15 +35,60 @@ class WritesOff(Exception):
         )
 
 
+def writes_on() -> bool:
+    """The one reading of the setting."""
+    return settings.ACCOUNTING_WRITES
+
+
 def require_writes(*, action: str, grant: str) -> None:
     """Raise WritesOff, naming the action and what it would need, unless writes are on."""
-    if not settings.ACCOUNTING_WRITES:
+    if not writes_on():
         raise WritesOff(action=action, grant=grant)
+
+
+@dataclass(frozen=True)
+class Write:
+    """A kind of change: the action as its refusal names it (`of` adds what it changes) and its grant."""
+
+    action: str
+    grant: str
+
+    @property
+    def allowed(self) -> bool:
+        return writes_on()
+
+    def require(self, *, of: str = "") -> None:
+        require_writes(action=f"{self.action} of {of}" if of else self.action, grant=self.grant)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def writes(write: Write, *, refused: Callable[[Write], Any] = Write.require) -> Callable[[F], F]:
+    """Declare that a face makes `write`: while observing, `refused(write)` answers in its stead, by
+    default WritesOff before its body runs (an API operation's, which the API answers); a page's
+    view is declared with refused=refused_page."""
+
+    def declare(face: F) -> F:
+        @functools.wraps(face)
+        def declared(*args, **kwargs):
+            return face(*args, **kwargs) if write.allowed else refused(write)
+
+        declared.writes = write  # type: ignore[attr-defined]
+        return declared  # type: ignore[return-value]
+
+    return declare
+
+
+def refused_page(write: Write) -> HttpResponse:
+    """A page's refusal: 403 and the one line, no traceback anywhere (nothing raised)."""
+    refusal = WritesOff(action=write.action, grant=write.grant)
+    return HttpResponseForbidden(str(refusal), content_type="text/plain; charset=utf-8")
 
 
 def mode_line() -> str:
     """What a process says at start about what it may change."""
-    if settings.ACCOUNTING_WRITES:
+    if writes_on():
         redis = " and the scheduler's Redis counters" if settings.ACCOUNTING_REDIS_ENABLED else ""
         return f"ACCOUNTING_WRITES=on: this instance writes Cuebot's tables{redis} when its faces are asked to"
     redis = " (nor the scheduler's Redis counters)" if settings.ACCOUNTING_REDIS_ENABLED else ""
@@ -45,4 +97,4 @@ def mode_line() -> str:
 
 def template_context(request) -> dict:
     """For every page: whether writes are on, and an observer's reason for the faces it leaves out."""
-    return {"accounting_writes": settings.ACCOUNTING_WRITES, "observing": mode_line()}
+    return {"accounting_writes": writes_on(), "observing": mode_line()}

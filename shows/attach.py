@@ -19,6 +19,7 @@ from django.db import connection, models
 from django.db.migrations.recorder import MigrationRecorder
 
 from cuebot_acct.startup import CuebotSchemaIncomplete
+from cuebot_acct.writes import writes_on
 from shows.models import CuebotTable
 
 CUEBOT_TABLES_MIGRATION = ("shows", "0001_cuebot_tables")
@@ -138,7 +139,7 @@ def expected_columns() -> dict[str, dict[str, str]]:
 
 def schema_problems() -> list[SchemaProblem]:
     """What a site's database lacks for this project, read from the catalogue (read-only)."""
-    expected = expected_columns()
+    expected, writes = expected_columns(), writes_on()
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT t.name, a.attname, format_type(a.atttypid, NULL) FROM unnest(%s::text[]) AS t(name) "
@@ -148,25 +149,16 @@ def schema_problems() -> list[SchemaProblem]:
         found: dict[str, dict[str, str]] = {}
         for table, column, kind in cursor.fetchall():
             found.setdefault(table, {})[column] = kind
-        writes = settings.ACCOUNTING_WRITES
-        needed = [(table, privilege) for table in expected for privilege in privileges_on(table, writes=writes)]
-        cursor.execute(
-            "SELECT t.name, t.privilege FROM unnest(%s::text[], %s::text[]) AS t(name, privilege) "
-            "WHERE to_regclass(t.name) IS NOT NULL AND NOT has_table_privilege(t.name, t.privilege)",
-            [[table for table, _ in needed], [privilege for _, privilege in needed]],
-        )
-        denied = set(cursor.fetchall())
-        cannot_lock: list[str] = []
-        if writes:  # an observer locks no row
-            cursor.execute(
-                "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL "
-                "AND NOT has_any_column_privilege(t, 'UPDATE')",
-                [list(ROW_LOCKS)],
-            )
-            cannot_lock = [table for (table,) in cursor.fetchall()]
+        problems = _column_problems(expected=expected, found=found)
         cursor.execute("SELECT f FROM unnest(%s::text[]) AS f WHERE to_regprocedure(f) IS NULL", [list(FUNCTIONS)])
-        missing_functions = [f for (f,) in cursor.fetchall()]
+        problems += [
+            SchemaProblem("accounting.E005", f"Cuebot's function {f} is missing: {FUNCTIONS[f]}", UNKNOWN_ORIGIN)
+            for (f,) in cursor.fetchall()
+        ]
+        return problems + _grant_problems(cursor=cursor, tables=list(expected), writes=writes)
 
+
+def _column_problems(*, expected: dict[str, dict[str, str]], found: dict[str, dict[str, str]]) -> list[SchemaProblem]:
     problems = []
     for table, columns in sorted(expected.items()):
         if table not in found:
@@ -190,41 +182,50 @@ def schema_problems() -> list[SchemaProblem]:
                     )
                 )
             elif actual not in TYPE_FAMILIES[kind]:
+                families = ", ".join(sorted(TYPE_FAMILIES[kind]))
                 problems.append(
                     SchemaProblem(
                         "accounting.E003",
-                        f"column {table}.{column} is {actual}; the project reads and writes it as one of "
-                        f"{', '.join(sorted(TYPE_FAMILIES[kind]))}",
+                        f"column {table}.{column} is {actual}; the project reads and writes it as one of {families}",
                         UNKNOWN_ORIGIN,
                     )
                 )
-    for function in missing_functions:
-        problems.append(
-            SchemaProblem(
-                "accounting.E005",
-                f"Cuebot's function {function} is missing: {FUNCTIONS[function]}",
-                UNKNOWN_ORIGIN,
-            )
-        )
-    for table, privilege in sorted(denied):
-        problems.append(
-            SchemaProblem(
-                "accounting.E004",
-                f"the database role may not {privilege} on {table}",
-                f"GRANT {', '.join(privileges_on(table, writes=writes))} ON {table} TO the service's role "
-                f"(see docs/attaching.md{'' if writes else ': the observer, ACCOUNTING_WRITES=off'}).",
-            )
-        )
-    for table in cannot_lock:
-        problems.append(
-            SchemaProblem(
-                "accounting.E004",
-                f"the database role may not lock rows of {table} (a batch release locks them in key order, "
-                "and a row lock needs UPDATE on one of its columns)",
-                f"GRANT UPDATE ({ROW_LOCKS[table]}) ON {table} TO the service's role (see docs/attaching.md).",
-            )
-        )
     return problems
+
+
+def _grant_problems(*, cursor, tables: list[str], writes: bool) -> list[SchemaProblem]:
+    """The privileges the role lacks on these tables, and the row locks a writer cannot take."""
+    needed = [(table, privilege) for table in tables for privilege in privileges_on(table, writes=writes)]
+    cursor.execute(
+        "SELECT t.name, t.privilege FROM unnest(%s::text[], %s::text[]) AS t(name, privilege) "
+        "WHERE to_regclass(t.name) IS NOT NULL AND NOT has_table_privilege(t.name, t.privilege)",
+        [[table for table, _ in needed], [privilege for _, privilege in needed]],
+    )
+    problems = [
+        SchemaProblem(
+            "accounting.E004",
+            f"the database role may not {privilege} on {table}",
+            f"GRANT {', '.join(privileges_on(table, writes=writes))} ON {table} TO the service's role "
+            f"(see docs/attaching.md{'' if writes else ': the observer, ACCOUNTING_WRITES=off'}).",
+        )
+        for table, privilege in sorted(set(cursor.fetchall()))
+    ]
+    if not writes:  # an observer locks no row
+        return problems
+    cursor.execute(
+        "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL "
+        "AND NOT has_any_column_privilege(t, 'UPDATE')",
+        [list(ROW_LOCKS)],
+    )
+    return problems + [
+        SchemaProblem(
+            "accounting.E004",
+            f"the database role may not lock rows of {table} (a batch release locks them in key order, "
+            "and a row lock needs UPDATE on one of its columns)",
+            f"GRANT UPDATE ({ROW_LOCKS[table]}) ON {table} TO the service's role (see docs/attaching.md).",
+        )
+        for (table,) in cursor.fetchall()
+    ]
 
 
 def search_path() -> str:

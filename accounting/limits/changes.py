@@ -33,16 +33,11 @@ from accounting.live.scripts import script
 from accounting.live.units import UNLIMITED, WHOLE_CORES, format_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.notify import send as notify_send
-from accounting.notify.payloads import (
-    LIMIT_CHANGE,
-    max_cores_payload,
-    max_gpus_payload,
-    subscription_burst_payload,
-)
+from accounting.notify.payloads import LIMIT_CHANGE, max_cores_payload, max_gpus_payload, subscription_burst_payload
 from accounting.reconcile.snapshot import redis_limits
 from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
 from cuebot_acct.redis_factory import accounting_redis
-from cuebot_acct.writes import require_writes
+from cuebot_acct.writes import Write
 from shows.attach import writer_grant
 from shows.models import Show
 
@@ -56,6 +51,12 @@ L = TypeVar("L", Subscription, FolderResource, JobResource, Point)
 class InvalidLimit(ValueError):
     pass
 
+
+# A limit change of each table, as its faces declare it and its refusal names it.
+LIMIT_CHANGES = {
+    table: Write(action=f"a limit change of {table}", grant=writer_grant(table))
+    for table in (model._meta.db_table for model in (Subscription, FolderResource, JobResource, Point))
+}
 
 # The only limits where Cuebot reads -1 as "unlimited". Elsewhere its checks compare the
 # value as a number: a subscription's burst or a job's max of -1 stops every later booking.
@@ -211,8 +212,7 @@ def notify_limit_changes(*, instance: LimitInstance, changed: list[str]) -> None
 
 
 def _apply(instance: L, changes: dict[str, int | None]) -> L:
-    table = type(instance)._meta.db_table
-    require_writes(action=f"a limit change of {table}", grant=writer_grant(table))
+    LIMIT_CHANGES[type(instance)._meta.db_table].require()
     for name, value in changes.items():
         check_limit(model=type(instance), name=name, value=value)
     with transaction.atomic():

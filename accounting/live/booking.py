@@ -39,46 +39,16 @@ def _delta_cores(centicores: int) -> int:
     return -converted if centicores < 0 else converted
 
 
-def _run(
-    *,
-    show_id: str,
-    alloc_id: str,
-    folder_id: str,
-    job_id: str,
-    layer_id: str,
-    dept_id: str,
-    cores: int,
-    gpus: int,
-    force: bool,
-    op_id: str | None,
-    op_mode: str,
-) -> BookingResult:
+def _run(*, ids: dict[str, str], cores: int, gpus: int, force: bool, op_id: str | None, op_mode: str) -> BookingResult:
+    """booking.lua on the proc's five keys (`ids`: show_id to dept_id, as keys.of_proc takes them)."""
+    ttl_ms = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000
     # booking.lua returns a table on every path ({ok, seq} or {0, table, current, limit}): a list reply.
     reply = cast(
         list,
         script("booking").run(
             accounting_redis(),
-            keys=[
-                *keys.of_proc(
-                    show_id=show_id,
-                    alloc_id=alloc_id,
-                    folder_id=folder_id,
-                    job_id=job_id,
-                    layer_id=layer_id,
-                    dept_id=dept_id,
-                ),
-                keys.SEQ,
-                keys.INFLIGHT,
-                keys.MASTER,
-            ],
-            args=[
-                cores,
-                gpus,
-                "1" if force else "0",
-                op_id or "",
-                op_mode,
-                settings.ACCOUNTING_INFLIGHT_TTL_SECONDS * 1000,
-            ],
+            keys=[*keys.of_proc(**ids), keys.SEQ, keys.INFLIGHT, keys.MASTER],
+            args=[cores, gpus, "1" if force else "0", op_id or "", op_mode, ttl_ms],
         ),
     )
     if int(reply[0]) == 1:
@@ -110,13 +80,11 @@ def book(
     """
     if op_id is not None and (cores < 0 or gpus < 0):
         raise ValueError("an in-flight booking registers positive amounts; use rollback to undo one")
+    ids = dict(
+        show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id, layer_id=layer_id, dept_id=dept_id
+    )
     return _run(
-        show_id=show_id,
-        alloc_id=alloc_id,
-        folder_id=folder_id,
-        job_id=job_id,
-        layer_id=layer_id,
-        dept_id=dept_id,
+        ids=ids,
         cores=_delta_cores(cores),
         gpus=gpus,
         force=force,
@@ -151,13 +119,11 @@ def rollback(
     `op_id`, the undo applies only while the booking's in-flight entry is live, and removes
     it; otherwise the result is not ok and nothing changed (Redis left high, which is safe).
     """
+    ids = dict(
+        show_id=show_id, alloc_id=alloc_id, folder_id=folder_id, job_id=job_id, layer_id=layer_id, dept_id=dept_id
+    )
     return _run(
-        show_id=show_id,
-        alloc_id=alloc_id,
-        folder_id=folder_id,
-        job_id=job_id,
-        layer_id=layer_id,
-        dept_id=dept_id,
+        ids=ids,
         cores=-_delta_cores(cores),
         gpus=-gpus,
         force=True,

@@ -57,12 +57,25 @@ def cores_text(centicores: int) -> str:
     """A stored centicore value as an operator types it: '2.5', '200', 'unlimited' (-1)."""
     if centicores == UNLIMITED:
         return UNLIMITED_WORD
-    # Integer arithmetic, not float: exact at any size (a float prints 10**14 as 1e+14). A
-    # PostgreSQL SUM arrives as a whole Decimal: int() of it is exact.
+    text = hundredths_text(centicores)
+    return text.rstrip("0") if not text.endswith(".00") else text[:-3]
+
+
+def hundredths_text(centicores: int) -> str:
+    """Centicores as cores with both decimals, as PostgreSQL keeps them: '4.00', '-2.50'. Integer
+    arithmetic, not float: exact at any size (a float prints 10**14 as 1e+14); a PostgreSQL SUM
+    arrives as a whole Decimal, and int() of it is exact."""
     centicores = int(centicores)
-    sign = "-" if centicores < 0 else ""
     whole, hundredths = divmod(abs(centicores), 100)
-    return f"{sign}{whole}.{hundredths:02d}".rstrip("0") if hundredths else f"{sign}{whole}"
+    return f"{'-' if centicores < 0 else ''}{whole}.{hundredths:02d}"
+
+
+def signed_cores(centicores: int) -> int | float:
+    """A count or a difference of centicores as a number of cores, exact (2.5, never 2) and signed:
+    below zero, where cores_number's -1 would read as unlimited, the magnitude is converted and
+    the sign put back."""
+    magnitude = cores_number(abs(centicores))
+    return -magnitude if centicores < 0 else magnitude
 
 
 def cores_number(centicores: int) -> int | float:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from accounting.limits.changes import (
+    LIMIT_CHANGES,
     InvalidLimit,
     check_limit,
     set_folder_limits,
@@ -37,6 +38,7 @@ from accounting.models import (
     Proc,
     Subscription,
 )
+from accounting.operators.booked_sources import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.operators.display import (
     CoresFormMixin,
     cores_and_gpus_column,
@@ -46,11 +48,10 @@ from accounting.operators.display import (
     tier_column,
 )
 from accounting.operators.estimated_count import EstimatedCountChangeList, EstimatedCountPaginator
-from accounting.operators.farm_admin import CuebotWrittenAdmin
+from accounting.operators.farm_admin import CuebotWrittenAdmin, DeclaredAdmin
 from accounting.operators.name_search import named_like, words
-from accounting.operators.selectors import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import STALE_AFTER
-from accounting.release.unbook import unbook_proc, unbook_procs
+from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
 from cuebot_acct import permissions
 from cuebot_acct.schedulers import template_context as scheduler_context
 from shows.models import Host, Job, Show
@@ -73,29 +74,25 @@ def show_column(path: str):
     return column
 
 
-class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
+class LimitAdmin(CoresFormMixin, DeclaredAdmin):
     """Rows Cuebot's triggers (or Cuebot) create: never added or deleted here; only their
     limits change, through the service of `limit_service`, with CHANGE_LIMITS."""
 
-    limit_service: Callable
-    service_argument: str
+    limit_service: Callable  # takes its row by its table's name (subscription=, folder_resource=, ...)
     # Model field -> keyword of limit_service; every other field is read-only.
     limit_keywords: dict[str, str]
+
+    def __init__(self, model, admin_site) -> None:
+        super().__init__(model, admin_site)
+        self.writes = {"change": LIMIT_CHANGES[model._meta.db_table]}
 
     def get_readonly_fields(self, request, obj=None) -> list[str]:
         # every LimitAdmin names its fields as a flat list of names (never None, never grouped)
         fields = cast(list[str], self.fields)
         return [name for name in fields if name not in self.limit_keywords]
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
     def has_change_permission(self, request, obj=None) -> bool:
-        # An observer (ACCOUNTING_WRITES=off) shows the limits read-only; its pages say why.
-        return settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.CHANGE_LIMITS)
+        return self.open_to("change") and request.user.has_perm(permissions.CHANGE_LIMITS)
 
     def has_view_permission(self, request, obj=None) -> bool:
         return super().has_view_permission(request, obj) or request.user.has_perm(permissions.CHANGE_LIMITS)
@@ -127,7 +124,7 @@ class LimitAdmin(CoresFormMixin, admin.ModelAdmin):
             if name in form.changed_data
         }
         if changes:
-            type(self).limit_service(**{self.service_argument: obj}, **changes)
+            type(self).limit_service(**{self.model._meta.db_table: obj}, **changes)
 
 
 class _WithSources(Protocol):
@@ -148,7 +145,7 @@ def _sources(obj: Subscription) -> BookedSources:
 @admin.register(Subscription)
 class SubscriptionAdmin(LimitAdmin):
     """Booked cores show with their source: the PostgreSQL row, and for a scheduler-managed
-    show Redis live beside it, with why the two differ (accounting.operators.selectors.BookedSources)."""
+    show Redis live beside it, with why the two differ (accounting.operators.booked_sources.BookedSources)."""
 
     # Size and burst share a cell, and the cells speak in few words, so that the eight numbers
     # fit beside the sidebar and the filter without the list scrolling sideways.
@@ -159,9 +156,10 @@ class SubscriptionAdmin(LimitAdmin):
     ordering = ["show__str_name", "alloc__str_name"]
     fields = ["show", "alloc", "int_size", "int_burst", "booked_redis", "cores", "booked_why_in_full", "gpus", "tier"]
     booked_fields = ("booked_redis", "cores", "booked_why_in_full", "gpus", "tier")
+    # Redis live, and why it differs from the row: the redis era's only (no Redis counts a show in the others).
+    REDIS_ONLY = ("booked_redis", "booked_why", "booked_why_in_full")
     cores_fields = {"int_size": False, "int_burst": False}
     limit_service = set_subscription_limits
-    service_argument = "subscription"
     limit_keywords = {"int_size": "size", "int_burst": "burst"}
     size = cores_column("int_size")
     burst = cores_column("int_burst")
@@ -208,6 +206,15 @@ class SubscriptionAdmin(LimitAdmin):
         return format_html_join("", "<div><strong>{}:</strong> {}</div>", ((r.kind, r.text) for r in reasons))
 
     gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
+
+    def get_list_display(self, request):
+        return self._of_the_era(super().get_list_display(request))
+
+    def get_fields(self, request, obj=None):
+        return self._of_the_era(super().get_fields(request, obj))
+
+    def _of_the_era(self, names) -> list[str]:
+        return [name for name in names if settings.ACCOUNTING_REDIS_ENABLED or name not in self.REDIS_ONLY]
 
     def changelist_view(self, request, extra_context=None):
         """Read every source once for the page's rows (one Redis pipeline, one aggregate), not per row."""
@@ -257,7 +264,6 @@ class FolderResourceAdmin(LimitAdmin):
     cores_fields = {"int_min_cores": False, "int_max_cores": True}
     gpu_fields = {"int_min_gpus": False, "int_max_gpus": True}
     limit_service = set_folder_limits
-    service_argument = "folder_resource"
     limit_keywords = {
         "int_min_cores": "min_cores",
         "int_max_cores": "max_cores",
@@ -300,7 +306,6 @@ class JobResourceAdmin(LimitAdmin):
     cores_fields = {"int_max_cores": False}
     gpu_fields = {"int_max_gpus": False}
     limit_service = set_job_limits
-    service_argument = "job_resource"
     limit_keywords = {"int_max_cores": "max_cores", "int_max_gpus": "max_gpus", "int_priority": "priority"}
     show = show_column("job__show")
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
@@ -336,7 +341,6 @@ class PointAdmin(LimitAdmin):
     cores_fields = {"int_min_cores": False}
     gpu_fields = {"int_min_gpus": False}
     limit_service = set_point_limits
-    service_argument = "point"
     limit_keywords = {"int_min_cores": "min_cores", "int_min_gpus": "min_gpus"}
     cores = cores_column("int_cores", f"booked: {PG_ROW}")
     gpus = gpus_column("int_gpus", f"booked GPUs: {PG_ROW}")
@@ -346,7 +350,7 @@ class PointAdmin(LimitAdmin):
 
 
 @admin.register(Proc)
-class ProcAdmin(admin.ModelAdmin):
+class ProcAdmin(DeclaredAdmin):
     """Bookings, read-only. Deleting one (or many, with the action) releases it as Cuebot's
     unbook does: host idle back, accounting decremented or Redis published after commit.
     Procs are never added here: only a dispatcher books."""
@@ -380,6 +384,7 @@ class ProcAdmin(admin.ModelAdmin):
         "ts_booked",
         "ts_ping",
     ]
+    writes = {"delete": RELEASE}  # deleting is the release
     cores = cores_column("int_cores_reserved", "cores reserved")
     gpus = gpus_column("int_gpus_reserved", "GPUs reserved")
     reserved = cores_and_gpus_column("int_cores_reserved", "int_gpus_reserved", "reserved")
@@ -413,15 +418,8 @@ class ProcAdmin(admin.ModelAdmin):
             )
         return queryset, False
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
     def has_delete_permission(self, request, obj=None) -> bool:
-        # Deleting is the release: never on an observer (ACCOUNTING_WRITES=off).
-        return settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.RELEASE_PROCS)
+        return self.open_to("delete") and request.user.has_perm(permissions.RELEASE_PROCS)
 
     def has_view_permission(self, request, obj=None) -> bool:
         return super().has_view_permission(request, obj) or request.user.has_perm(permissions.RELEASE_PROCS)
@@ -434,7 +432,7 @@ class ProcAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(DeclaredAdmin):
     """A token acts with its user's permissions: its user is fixed when it is issued (a token
     moved to another user would carry that user's rights), so a change can rename or revoke
     it, never reassign it; revoke and issue a new one instead."""
@@ -445,9 +443,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["user", "prefix", "created_at", "last_used_at"]
     ordering = ["user__username", "-created_at"]
     actions = ["revoke"]
-
-    def has_add_permission(self, request) -> bool:
-        return False  # raw values are shown once, by `manage.py create_api_token`
+    # The service's own rows; never added here: raw values are shown once, by `manage.py create_api_token`.
+    writes = {"change": None, "delete": None, "revoke": None}
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request, queryset) -> None:
@@ -456,8 +453,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(Instance)
-class InstanceAdmin(admin.ModelAdmin):
-    """The fleet register, read-only: processes write their own rows."""
+class InstanceAdmin(DeclaredAdmin):
+    """The fleet register, read-only: processes write their own rows (an operator may delete one)."""
 
     list_display = [
         "host",
@@ -473,16 +470,11 @@ class InstanceAdmin(admin.ModelAdmin):
     list_filter = ["role", "publishes_to_redis", "publishes_notify"]
     search_fields = ["host"]
     ordering = ["role", "host", "pid"]
+    writes = {"delete": None}
 
     @admin.display(boolean=True, description="live")
     def live(self, obj) -> bool:
         return obj.last_seen >= timezone.now() - STALE_AFTER
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(HostLocal)

@@ -95,13 +95,6 @@ def _trusted(*, raw: str) -> _Trusted | None:
     return trusted
 
 
-def user_for_token(*, raw: str):
-    """The token's user, its own object (the permission sets are shared, never mutated); None for a
-    token unknown, revoked or of an inactive user."""
-    trusted = _trusted(raw=raw)
-    return None if trusted is None else copy.copy(trusted.user)
-
-
 def token_allows(*, raw: str, permission: str) -> bool:
     """Whether the token is valid and its user holds `permission`: the check of BearerToken, without
     its answers (accounting.operators.release_lane hands anything else to the API, which gives them)."""

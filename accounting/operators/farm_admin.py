@@ -1,7 +1,10 @@
-from django.conf import settings
+"""The admin over Cuebot's farm tables (shows, hosts, jobs, ...), and DeclaredAdmin, the base of every
+model admin of the project, which offers only the faces it declares."""
+
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import Q
+from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -10,10 +13,12 @@ from django.utils.text import capfirst
 from accounting.operators.display import CoresFormMixin, cores_column, gpu_cap_label, whole_gpus_field
 from accounting.operators.estimated_count import EstimatedCountChangeList, EstimatedCountPaginator
 from accounting.operators.name_search import named_like, words
-from accounting.operators.selectors import drift_status
 from accounting.ownership.switching import SwitchRefused
-from accounting.ownership.toggle import set_scheduler_managed
+from accounting.ownership.toggle import OWNERSHIP_TOGGLE, SHOW_CHANGE, change_show, set_scheduler_managed
+from accounting.reconcile.drift import REDIS_FIELDS
+from accounting.reconcile.drift_check import check_status
 from cuebot_acct import permissions
+from cuebot_acct.writes import Write, refused_page
 from shows.models import (
     Alloc,
     Dept,
@@ -28,40 +33,56 @@ from shows.models import (
 )
 
 
-class CuebotWrittenAdmin(admin.ModelAdmin):
-    """Rows Cuebot writes and the accounting only reads or adjusts through its services:
-    viewable, never added, edited or deleted here."""
+class DeclaredAdmin(admin.ModelAdmin):
+    """An admin offers only the faces it declares: `writes` maps each ("add", "change", "delete", an
+    action's name) to the Write it makes, None for the service's own rows. One not declared is never
+    offered; one that makes a Write is closed while ACCOUNTING_WRITES is off: hidden from its pages,
+    its URL answering refused_page's one line. Every model admin of the project is one (tests hold it)."""
+
+    writes: dict[str, Write | None] = {}
+
+    def open_to(self, face: str) -> bool:
+        write = self.writes.get(face)
+        return face in self.writes and (write is None or write.allowed)
 
     def has_add_permission(self, request) -> bool:
-        return False
+        return self.open_to("add") and super().has_add_permission(request)
 
     def has_change_permission(self, request, obj=None) -> bool:
-        return False
+        return self.open_to("change") and super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+        return self.open_to("delete") and super().has_delete_permission(request, obj)
+
+    def get_actions(self, request):
+        return {name: action for name, action in super().get_actions(request).items() if self.open_to(_face(name))}
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        face = "change" if object_id else "add"
+        return self._refused(request, face) or super().changeform_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        return self._refused(request, "delete") or super().delete_view(request, object_id, extra_context)
+
+    def changelist_view(self, request, extra_context=None):
+        face = _face(request.POST.get("action", "change"))  # a list's own save changes rows
+        return self._refused(request, face) or super().changelist_view(request, extra_context)
+
+    def _refused(self, request, face: str) -> HttpResponse | None:
+        """While observing, a face that writes refuses any request to its add or delete page, a POST elsewhere."""
+        write = self.writes.get(face)
+        asked = request.method == "POST" or face in ("add", "delete")
+        return refused_page(write) if asked and write is not None and not write.allowed else None
 
 
-class ChangedColumnsAdmin(admin.ModelAdmin):
-    """Cuebot's own edits change one column each. A save here writes only the columns the
-    operator changed, judged against the values the form was shown with (each field carries
-    its initial value as a hidden input), so a column another writer changed after the form
-    was read is never put back; nothing changed, nothing written."""
+def _face(action: str) -> str:
+    """The face an action is: Django's delete_selected deletes."""
+    return "delete" if action == "delete_selected" else action
 
-    def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change=change, **kwargs)
-        for field in form.base_fields.values():
-            field.show_hidden_initial = True
-        return form
 
-    def save_model(self, request, obj, form, change) -> None:
-        if not change:
-            return super().save_model(request, obj, form, change)
-        columns = {f.name for f in obj._meta.concrete_fields}
-        changed = [name for name in form.changed_data if name in columns]
-        if changed:
-            obj.save(update_fields=changed)
-        return None
+class CuebotWrittenAdmin(DeclaredAdmin):
+    """Rows Cuebot writes and the accounting only reads or adjusts through its services: declared
+    to write nothing here, so viewable, never added, edited or deleted."""
 
 
 # The documented role may only read facilities, allocations, departments, folders, jobs,
@@ -86,11 +107,12 @@ class AllocAdmin(CuebotWrittenAdmin):
 
 
 @admin.register(Show)
-class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
+class ShowAdmin(CoresFormMixin, DeclaredAdmin):
     """Ownership changes only through the actions (accounting.ownership.toggle.set_scheduler_managed, with
     CHANGE_OWNERSHIP): the flag is read-only in the form, since a plain save would skip the
     seeding and settling a switch needs. Shows are created, renamed and deleted by Cuebot
-    (cueadmin), never here; a save writes only the columns changed."""
+    (cueadmin), never here; a save (accounting.ownership.toggle.change_show) writes only the columns
+    changed against the values the form showed (each field carries its initial value, hidden)."""
 
     list_display = ["str_name", "b_scheduler_managed", "b_active", "b_paused", "default_min", "default_max", "drift"]
     list_filter = ["b_scheduler_managed", "b_active"]
@@ -105,6 +127,17 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
     default_min = cores_column("int_default_min_cores", "default min")
     default_max = cores_column("int_default_max_cores", "default max")
     actions = ["move_to_scheduler", "move_back_to_cuebot"]
+    writes = {"change": SHOW_CHANGE, "move_to_scheduler": OWNERSHIP_TOGGLE, "move_back_to_cuebot": OWNERSHIP_TOGGLE}
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        for field in form.base_fields.values():
+            field.show_hidden_initial = True
+        return form
+
+    def save_model(self, request, obj, form, change) -> None:
+        columns = {f.name for f in obj._meta.concrete_fields}
+        change_show(show=obj, columns=[name for name in form.changed_data if name in columns])
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         if db_field.name not in self.gpu_fields:
@@ -118,8 +151,8 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
         """Scheduler-managed shows: the last drift check's count, linked to the live drift page."""
         if not show.b_scheduler_managed:
             return "-"
-        found = drift_status().shows.get(show.pk)
-        text = "not checked yet" if found is None else f"{found.fields} field(s) differ" if found.fields else "none"
+        found = check_status(REDIS_FIELDS).shows.get(show.pk)
+        text = "not checked yet" if found is None else f"{found.drifted} field(s) differ" if found.drifted else "none"
         return format_html('<a href="{}">{}</a>', reverse("acct-drift-show", args=[show.id]), text)
 
     @admin.display(description="See also")
@@ -134,18 +167,8 @@ class ShowAdmin(CoresFormMixin, ChangedColumnsAdmin):
             links.append(("Redis drift", reverse("acct-drift-show", args=[show.id])))
         return format_html_join(" · ", '<a href="{}">{}</a>', ((url, text) for text, url in links))
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # An observer (ACCOUNTING_WRITES=off) shows shows read-only and offers no move; its pages say why.
-        return settings.ACCOUNTING_WRITES and super().has_change_permission(request, obj)
-
     def has_change_ownership_permission(self, request) -> bool:
-        return settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.CHANGE_OWNERSHIP)
+        return request.user.has_perm(permissions.CHANGE_OWNERSHIP)
 
     @admin.action(description="Move to scheduler", permissions=["change_ownership"])
     def move_to_scheduler(self, request, queryset):

@@ -1,54 +1,34 @@
 """What the scheduler hears, in the names an operator knows (the `acct_listen` command).
 
-Ids in a payload are looked up once each; a name that cannot be found (a job deleted since)
-reads "gone" beside its id, which is kept for scripts.
+Ids are named as the release answers name them (accounting.operators.names: kept a minute); a name
+that cannot be found (a job deleted since) reads "gone" beside its id, which is kept for scripts.
 """
-
-from dataclasses import dataclass, field
 
 from accounting.notify.listen import Heard
 from accounting.notify.payloads import RELEASE
-from shows.models import Alloc, Dept, Folder, Job, Layer, Show
+from accounting.operators.names import NAMED_KINDS, names_of
 
-# the tables a payload's ids name
-Named = type[Show | Alloc | Folder | Job | Layer | Dept]
-
-# payload field -> the table its id names
-_NAMED: dict[str, Named] = {"show": Show, "alloc": Alloc, "folder": Folder, "job": Job, "layer": Layer, "dept": Dept}
-# keyed by whatever the payload's "vertex" holds (a decoded JSON value, or None when it is absent)
-_VERTEX: dict[object, Named | None] = {"sub": None, "folder": Folder, "job": Job}
+# The vertices of a limit change whose "id" names a row (a subscription's carries its show and allocation).
+_VERTICES = ("folder", "job")
 
 
-@dataclass
-class Names:
-    """A cache of id -> name for the life of one listening command."""
-
-    known: dict[tuple[Named, str], str] = field(default_factory=dict)
-
-    def of(self, *, model: Named, id: str) -> str:
-        if (model, id) not in self.known:
-            name = model.objects.filter(pk=id).values_list("str_name", flat=True).first()
-            self.known[(model, id)] = name if name is not None else "gone"
-        return self.known[(model, id)]
-
-
-def named_fields(*, heard: Heard, names: Names) -> dict[str, object]:
-    """The payload's fields with `<field>_name` beside each id."""
-    out = dict(heard.fields)
-    for name, value in heard.fields.items():
-        model = _NAMED.get(name)
-        if name == "id":
-            model = _VERTEX.get(heard.fields.get("vertex"))
-        if model is not None and isinstance(value, str):
-            out[f"{name}_name"] = names.of(model=model, id=value)
-    return out
+def named_fields(*, heard: Heard) -> dict[str, object]:
+    """The payload's fields with `<field>_name` beside each id, named as a release answer names them."""
+    vertex = str(heard.fields.get("vertex"))
+    ids: dict[str, tuple[str, str]] = {
+        name: (name if name in NAMED_KINDS else vertex, value)
+        for name, value in heard.fields.items()
+        if isinstance(value, str) and (name in NAMED_KINDS or (name == "id" and vertex in _VERTICES))
+    }
+    names = names_of(wanted=ids.values())
+    return {**heard.fields, **{f"{name}_name": names[wanted] for name, wanted in ids.items()}}
 
 
-def describe(*, heard: Heard, names: Names) -> str:
+def describe(*, heard: Heard) -> str:
     """One line for a person."""
     if heard.problem:
         return f"{heard.channel}: the scheduler would drop this ({heard.problem}): {heard.payload}"
-    f = named_fields(heard=heard, names=names)
+    f = named_fields(heard=heard)
     if heard.channel == RELEASE:
         return (
             f"release {f['show_name']} / {f['alloc_name']}, folder {f['folder_name']}, job {f['job_name']}, "

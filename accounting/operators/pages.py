@@ -1,17 +1,11 @@
 """The operator's pages beside the model admin: the farm overview (the admin's front page),
-the drift index (every show at the last check, and every row it found drifted with the time it
-was first seen and for how long), the drift inspector per show (Cuebot's own tables against SUM(proc) for a show whose rows Cuebot
-owns, every show in the Maestro era; Redis for a scheduler-managed show in the redis era), and
-its two repairs: "reseed this show" (Redis) and "recompute Cuebot's tables" (PostgreSQL).
-
-Reads go through accounting.operators.selectors, accounting.reconcile.cuebot_drift and
-accounting.reconcile.drift; the reseed through accounting.reconcile.reseed, with RESEED_REDIS,
-and the recompute through accounting.reconcile.recompute, with REPAIR_TABLES, each after a
-confirmation page, logged.
+the drift index (every show at the last checks, and every row they found drifted, since when and
+for how long), a show's drift read now (Cuebot's tables where Cuebot owns its rows, every show in
+the Maestro era; its Redis fields in the redis era), and its two repairs, each after a confirmation
+page, logged: "reseed this show" (Redis, RESEED_REDIS) and "recompute Cuebot's tables" (REPAIR_TABLES).
 """
 
 import logging
-from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib import admin, messages
@@ -25,33 +19,19 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from accounting.live.leases import LockBusy
-from accounting.operators.selectors import (
-    DriftAge,
-    drift_status,
-    farm_overview,
-    field_label,
-    key_labels,
-    recorded_drift,
-    redis_row_ages,
-    table_drift_status,
-    table_repair,
-    table_row_ages,
-)
-from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
-from accounting.reconcile.drift import CLOSED, IN_FLIGHT, DriftReport, DriftRow, drift_report, subscription_bars
-from accounting.reconcile.drift_history import redis_difference, table_difference
-from accounting.reconcile.recompute import repair_pg_accounting, require_table_writes
-from accounting.reconcile.reseed import redis_is_empty, require_redis_writes, reseed
+from accounting.operators.drift_views import recorded_drift, redis_shown, table_repair, table_shown
+from accounting.operators.overview import farm_overview
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_owned_show_ids, cuebot_table_drift
+from accounting.reconcile.drift import CLOSED, IN_FLIGHT, REDIS_FIELDS, DriftReport, drift_report, subscription_bars
+from accounting.reconcile.drift_check import check_status
+from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
+from accounting.reconcile.reseed import REDIS_RESEED, ReseedReport, redis_is_empty, reseed
 from cuebot_acct import permissions
 from cuebot_acct.schedulers import cuebot_owns_every_show
-from cuebot_acct.writes import WritesOff
+from cuebot_acct.writes import refused_page, writes
 from shows.models import Show
 
 logger = logging.getLogger(__name__)
-
-
-def _percent(value: int | None, scale: int) -> float:
-    return round(100 * max(0, value or 0) / scale, 1) if scale else 0.0
 
 
 # Shows on a page of the overview: a studio's 200 would make one page a few screens long, and
@@ -79,14 +59,14 @@ DRIFTED_PER_PAGE = 100
 
 
 def drift_index(request: HttpRequest) -> HttpResponse:
-    status, tables = drift_status(), table_drift_status()
+    status, tables = check_status(REDIS_FIELDS), check_status(CUEBOT_TABLES)
     redis_era, owned = settings.ACCOUNTING_REDIS_ENABLED, cuebot_owned_show_ids()
     shows = [
         {
             "show": show,
             "drift": status.shows.get(show.pk) if redis_era else None,
             "cuebots": owned is None or show.pk in owned,
-            "tables": tables.shows.get(show.pk),
+            "tables": tables.drifted(show.pk),
         }
         for show in Show.objects.order_by("str_name")
     ]
@@ -105,18 +85,6 @@ def drift_index(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _entry(row: DriftRow, labels: dict[str, str], age: DriftAge | None = None) -> dict:
-    """A drift row as the page lists it: its key and its field named; a drifted one with its
-    difference in words and how long it has drifted."""
-    return {
-        "label": labels.get(row.key, row.key),
-        "field": field_label(key=row.key, field=row.field),
-        "row": row,
-        "difference": redis_difference(row)[2],
-        "age": age,
-    }
-
-
 def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     show = get_object_or_404(Show, pk=show_id)
     # Redis holds nothing for a Cuebot-managed show (every limit would read as missing), and
@@ -125,46 +93,28 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     now = timezone.now()
     report = drift_report(show_ids=[show.id]) if redis_compared else DriftReport(shows=[], fields_checked=0, rows=[])
     tables = cuebot_table_drift(show_ids=[show.id])
-    labels = key_labels(redis_keys={row.key for row in report.rows + report.explained})
-    bars = []
-    for bar in subscription_bars(show=show) if redis_compared else []:
-        scale = max(bar.burst, bar.size, bar.booked_pg, bar.booked_redis or 0, 1)
-        bars.append(
-            {
-                "bar": bar,
-                "redis_pct": _percent(bar.booked_redis, scale),
-                "pg_pct": _percent(bar.booked_pg, scale),
-                "size_pct": _percent(bar.size, scale),
-                "burst_pct": _percent(bar.burst, scale),
-            }
-        )
     context = {
         **admin.site.each_context(request),
         "title": f"Accounting drift: {show.str_name}",
         "show": show,
         "report": report,
-        "bars": bars,
-        "rows": [
-            _entry(row, labels, age)
-            for row, age in zip(report.rows, redis_row_ages(rows=report.rows, now=now), strict=True)
-        ],
-        "rounding": [_entry(row, labels) for row in report.rounding_only],
-        "in_flight": [_entry(row, labels) for row in report.explained_by(IN_FLIGHT)],
+        "bars": subscription_bars(show=show) if redis_compared else [],
+        "rows": redis_shown(report.rows, now=now),
+        "rounding": redis_shown(report.rounding_only),
+        "in_flight": redis_shown(report.explained_by(IN_FLIGHT)),
         "closed": report.explained_by(CLOSED),
-        "can_reseed": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.RESEED_REDIS),
-        "can_repair": settings.ACCOUNTING_WRITES and request.user.has_perm(permissions.REPAIR_TABLES),
+        "can_reseed": REDIS_RESEED.allowed and request.user.has_perm(permissions.RESEED_REDIS),
+        "can_repair": TABLE_REPAIR.allowed and request.user.has_perm(permissions.REPAIR_TABLES),
         "redis_compared": redis_compared,
         "tables_owned": bool(cuebot_owned_show_ids(show_ids=[show.id])),
         "tables": tables,
-        "table_rows": [
-            {"row": row.as_dict(), "difference": table_difference(row), "age": age}
-            for row, age in zip(tables.rows, table_row_ages(rows=tables.rows, now=now), strict=True)
-        ],
+        "table_rows": table_shown(tables, now=now),
         "repair": table_repair(show=show.str_name),
     }
     return render(request, "admin/accounting/drift_show.html", context)
 
 
+@writes(REDIS_RESEED, refused=refused_page)
 @require_http_methods(["GET", "POST"])
 def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     """GET: what a reseed does, and a button; POST: reseed the show's keys (booked, then limits)."""
@@ -172,24 +122,8 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
         raise PermissionDenied("reseeding Redis needs the permission accounting.reseed_redis")
     show = get_object_or_404(Show, pk=show_id)
     drift_page = reverse("acct-drift-show", args=[show.pk])
-    if not show.b_scheduler_managed:
-        messages.error(
-            request,
-            f"{show.str_name} is Cuebot-managed: Redis holds nothing for it; "
-            f"{table_repair(show=show.str_name)} repairs its tables.",
-        )
-        return HttpResponseRedirect(drift_page)
-    if cuebot_owns_every_show():
-        messages.error(
-            request, f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs Cuebot's tables."
-        )
-        return HttpResponseRedirect(drift_page)
-    if not settings.ACCOUNTING_REDIS_ENABLED:
-        messages.error(
-            request, "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
-        )
-        return HttpResponseRedirect(drift_page)
-    if _refused_while_observing(request, require=require_redis_writes):
+    if (refusal := _no_reseed(show, post=request.method == "POST")) is not None:
+        messages.error(request, refusal)
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(
@@ -197,32 +131,12 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
             "admin/accounting/reseed_confirm.html",
             {**admin.site.each_context(request), "title": f"Reseed {show.str_name}?", "show": show},
         )
-    if redis_is_empty():
-        messages.error(
-            request,
-            "The accounting Redis is empty (restarted): it needs the whole-farm bootstrap "
-            "(`manage.py acct_reseed`, or the empty-Redis watch), not a one-show reseed.",
-        )
-        return HttpResponseRedirect(drift_page)
     try:
         report = reseed(limits=True, booked=True, show_ids=[show.pk])
     except LockBusy:
         messages.error(request, "Another reseed holds the lock; nothing was written. Try again in a minute.")
         return HttpResponseRedirect(drift_page)
-    # booked=True: every path of reseed reports the booked cycle's outcome (never None here)
-    assert report.booked is not None
-    if report.bootstrapped:
-        outcome = "Redis was empty: the whole farm was rebuilt (bootstrap)"
-        level = messages.WARNING
-    elif not report.booked.written:
-        outcome = (
-            f"booked counters NOT written (refused on each of {report.booked.attempts} attempts: Redis "
-            f"restarted or failed over meanwhile); limits: {report.limit_fields} fields"
-        )
-        level = messages.ERROR
-    else:
-        outcome = f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
-        level = messages.SUCCESS
+    level, outcome = _reseeded(report)
     return _repaired(
         request,
         show=show,
@@ -234,6 +148,38 @@ def reseed_show(request: HttpRequest, show_id: str) -> HttpResponse:
     )
 
 
+def _no_reseed(show: Show, *, post: bool) -> str | None:
+    """Why this show's Redis is not reseeded from its page (None: it is): its counters are not in
+    Redis in this era, or (for the POST) Redis is empty and needs the whole farm's rebuild."""
+    if not show.b_scheduler_managed:
+        return f"{show.str_name} is Cuebot-managed: Redis holds nothing for it; {table_repair(show=show.str_name)} repairs its tables."
+    if cuebot_owns_every_show():
+        return f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs Cuebot's tables."
+    if not settings.ACCOUNTING_REDIS_ENABLED:
+        return "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
+    if post and redis_is_empty():
+        return (
+            "The accounting Redis is empty (restarted): it needs the whole-farm bootstrap "
+            "(`manage.py acct_reseed`, or the empty-Redis watch), not a one-show reseed."
+        )
+    return None
+
+
+def _reseeded(report: ReseedReport) -> tuple[int, str]:
+    """A one-show reseed's outcome, and the message level it deserves."""
+    # booked=True: every path of reseed reports the booked cycle's outcome (never None here)
+    assert report.booked is not None
+    if report.bootstrapped:
+        return messages.WARNING, "Redis was empty: the whole farm was rebuilt (bootstrap)"
+    if not report.booked.written:
+        return messages.ERROR, (
+            f"booked counters NOT written (refused on each of {report.booked.attempts} attempts: Redis "
+            f"restarted or failed over meanwhile); limits: {report.limit_fields} fields"
+        )
+    return messages.SUCCESS, f"booked: {report.booked.keys} keys, limits: {report.limit_fields} fields written"
+
+
+@writes(TABLE_REPAIR, refused=refused_page)
 @require_http_methods(["GET", "POST"])
 def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
     """GET: what the recompute does, and a button; POST: Cuebot's five tables of the show from
@@ -247,8 +193,6 @@ def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
             request,
             f"{show.str_name} is scheduler-managed: its tables are its scheduler's record, not Cuebot's, in this era.",
         )
-        return HttpResponseRedirect(drift_page)
-    if _refused_while_observing(request, require=require_table_writes):
         return HttpResponseRedirect(drift_page)
     if request.method == "GET":
         return render(
@@ -267,16 +211,6 @@ def repair_tables(request: HttpRequest, show_id: str) -> HttpResponse:
         history="Recomputed Cuebot's tables from SUM(proc)",
         told=f"Recomputed {show.str_name}'s tables: {outcome}.",
     )
-
-
-def _refused_while_observing(request: HttpRequest, *, require: Callable[[], None]) -> bool:
-    """True, with the service's refusal as the user's message, when ACCOUNTING_WRITES is off."""
-    try:
-        require()
-    except WritesOff as refused:
-        messages.error(request, str(refused))
-        return True
-    return False
 
 
 def _repaired(

@@ -28,12 +28,12 @@ the first five without a database read:
   accepts; a body read and then refused is handed to Django to read again;
 - the token is valid and holds accounting.release_proc (the API's check and its cache:
   no round trip while cached).
-The release is then the endpoint's own (accounting.operators.api released_one and
+The release is then the endpoint's own (accounting.operators.release_api released_one and
 released_many), rendered as the API renders its answers, between Django's request_started and
 request_finished signals, so the database connection is checked and closed as for any request
 (close_old_connections). An observer's refusal (ACCOUNTING_WRITES off: 403, raised by the
 release before its first statement), a release cut off from PostgreSQL (503 with Retry-After,
-accounting.operators.api) and an unexpected error (logged, 500) are answered as the API's
+accounting.operators.release_api) and an unexpected error (logged, 500) are answered as the API's
 handlers answer them (cuebot_acct.api.error_answer). Like Django's SecurityMiddleware, the lane
 reads its settings once, when it is built.
 
@@ -58,8 +58,8 @@ from django.urls import reverse
 from django.utils.http import parse_header_parameters
 from ninja.errors import HttpError
 
-from accounting.operators.api import UnbookBatchIn, released_many, released_one
 from accounting.operators.auth import token_allows
+from accounting.operators.release_api import UnbookBatchIn, released_many, released_one
 from cuebot_acct.api import INTERNAL_ERROR, api, error_answer, log_unexpected, parsed_json, rendered
 from cuebot_acct.api_types import bearer_token
 from cuebot_acct.permissions import RELEASE_PROCS

@@ -7,9 +7,10 @@ from pydantic import ConfigDict, StrictBool
 
 from accounting.operators.auth import BearerToken
 from accounting.ownership.switching import SwitchRefused
-from accounting.ownership.toggle import set_scheduler_managed
+from accounting.ownership.toggle import OWNERSHIP_TOGGLE, set_scheduler_managed
 from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, WRITE_ERRORS, DbText, ErrorOut
 from cuebot_acct.permissions import CHANGE_OWNERSHIP, VIEW_ACCOUNTING
+from cuebot_acct.writes import writes
 from shows.models import Show
 from shows.selectors import ShowNameUnusable, list_shows, show_named
 
@@ -74,6 +75,7 @@ def show(request: HttpRequest, name: DbText):
     summary="Move a show to the scheduler (true) or back to Cuebot (false)",
     description=f"Needs the permission {CHANGE_OWNERSHIP}.",
 )
+@writes(OWNERSHIP_TOGGLE)
 def put_scheduler_managed(request: HttpRequest, name: DbText, payload: ManagedIn):
     try:
         old, new = set_scheduler_managed(show=show_or_404(name), managed=payload.managed)

@@ -1,13 +1,30 @@
-"""Writes to shows. The ownership toggle is the operator's one step between Cuebot and the scheduler."""
+"""Writes to shows: the ownership toggle, the operator's one step between Cuebot and the scheduler,
+and a show's other columns changed from the admin."""
+
+from collections.abc import Sequence
 
 from django.db import transaction
 
 from accounting.ownership import switching
 from cuebot_acct.schedulers import cuebot_owns_every_show
-from cuebot_acct.writes import require_writes
+from cuebot_acct.writes import Write
 from shows.attach import writer_grant
 from shows.models import Show
 from shows.selectors import refresh_flag_cache
+
+OWNERSHIP_TOGGLE = Write(action="the ownership toggle", grant=writer_grant("show"))
+SHOW_CHANGE = Write(action="a change", grant=writer_grant("show"))
+
+
+def change_show(*, show: Show, columns: Sequence[str]) -> None:
+    """Save these of `show`'s columns, set on it already (as the admin's form sets them), and only
+    these: Cuebot's own edits change one column each, and a column another writer changed since
+    is not put back. The flag is not one of them: set_scheduler_managed hands a show over."""
+    SHOW_CHANGE.require(of=f"show {show.str_name}")
+    if "b_scheduler_managed" in columns:
+        raise ValueError("the scheduler-managed flag moves with set_scheduler_managed, not as a column")
+    if columns:
+        show.save(update_fields=list(columns))
 
 
 def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
@@ -26,7 +43,7 @@ def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     seeds its Redis keys (counters, then the limits that open them), a switch back recomputes
     its PG accounting tables from `proc`.
     """
-    require_writes(action=f"the ownership toggle of {show.str_name}", grant=writer_grant("show"))
+    OWNERSHIP_TOGGLE.require(of=show.str_name)
     with transaction.atomic():
         old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
         changed = old != managed

@@ -15,15 +15,19 @@ of its key and compares it with the stored rows in the same snapshot, so a booki
 release, which writes proc and the five tables in one transaction, is never half seen. (One
 statement for all five, scanning proc once with grouping sets, was 2x the five bare sums at
 1M procs: grouping sets do not run in parallel workers, the bare sums do.) Cores stay
-centicores here; `signed_cores` is the one conversion every face shows.
+centicores here; accounting.live.units.signed_cores is the one conversion every face shows.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
-from accounting.live.units import cores_number
+from accounting.live.units import signed_cores
+from accounting.models import DriftRecord
+from accounting.reconcile.drift_history import Drifted, Shown, cores_words, gpus_words
+from cuebot_acct import metrics
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
@@ -123,16 +127,24 @@ SELECT pt.pk_point, pt.pk_show, {_names(show="pt.pk_show", dept="pt.pk_dept")},
 # GPUs, true GPUs): job_resource has both, the other tables the first.
 PAIRS = ("int_cores, int_gpus", "int_local_cores, int_local_gpus")
 
-# The five tables in the release path's lock order, for the faces that list rows by table.
-TABLE_ORDER = ("subscription", "layer_resource", "job_resource", "folder_resource", "point")
+# The lock order across the accounting tables, Cuebot's, stated here only: every writer here (a
+# release, its settling recount, a repair) takes its tables' rows in it (in_lock_order), so they and
+# Cuebot wait for each other one way only (accounting.release.unbook says how); the faces list rows
+# by table in it too. host_local is a release's alone (nothing recomputes it).
+LOCK_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
 
 
-def signed_cores(centicores: int) -> int | float:
-    """Centicores as a number of cores, for every face: exact (2.5, never 2), and signed. A
-    counter or a difference may be below zero, where units' -1 would read as unlimited, so
-    the magnitude is converted and the sign put back."""
-    magnitude = cores_number(abs(centicores))
-    return -magnitude if centicores < 0 else magnitude
+class _OfTable(Protocol):
+    @property
+    def table(self) -> str: ...
+
+
+_Statement = TypeVar("_Statement", bound=_OfTable)
+
+
+def in_lock_order(statements: Iterable[_Statement]) -> tuple[_Statement, ...]:
+    """`statements`, each for one table, sorted by LOCK_ORDER."""
+    return tuple(sorted(statements, key=lambda statement: LOCK_ORDER.index(statement.table)))
 
 
 @dataclass(frozen=True)
@@ -184,13 +196,6 @@ class TableDriftReport:
     def drifted(self) -> bool:
         return bool(self.rows)
 
-    def rows_by_show(self) -> dict[str, int]:
-        """show id -> rows drifted."""
-        counts: dict[str, int] = {}
-        for row in self.rows:
-            counts[row.show_id] = counts.get(row.show_id, 0) + 1
-        return counts
-
     def as_dict(self) -> dict:
         return {"shows": self.shows, "rows_drifted": len(self.rows), "rows": [row.as_dict() for row in self.rows]}
 
@@ -215,13 +220,6 @@ def _name(table: str, names: tuple) -> str:
         "layer_resource": f"{job} / {layer}",
         "point": f"{show} / {dept}",
     }[table]
-
-
-def without_jit(*, cursor) -> None:
-    """JIT off for the rest of the transaction: the planner's estimate of the name lookups passes
-    JIT's threshold, and compiling cost more than the whole read (as recalculate_subs found for
-    its aggregate)."""
-    cursor.execute("SET LOCAL jit = off")
 
 
 def drifted_rows(*, cursor, table: str, show_ids: Sequence[str] | None) -> list[TableDrift]:
@@ -260,7 +258,9 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
         return TableDriftReport(shows=0, rows=[])
     rows: list[TableDrift] = []
     with transaction.atomic(), connection.cursor() as cursor:
-        without_jit(cursor=cursor)
+        # JIT off for the transaction: the planner's estimate of the name lookups passes JIT's threshold, and
+        # compiling cost more than the whole read (as recalculate_subs found for its aggregate).
+        cursor.execute("SET LOCAL jit = off")
         for table in QUERIES:
             rows += drifted_rows(cursor=cursor, table=table, show_ids=owned)
         if owned is None:
@@ -268,5 +268,60 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
             shows = cursor.fetchone()[0]
         else:
             shows = len(owned)
-    rows.sort(key=lambda row: (TABLE_ORDER.index(row.table), row.name, row.columns, row.pk))
+    rows.sort(key=lambda row: (LOCK_ORDER.index(row.table), row.name, row.columns, row.pk))
     return TableDriftReport(shows=shows, rows=rows)
+
+
+def drifted(row: TableDrift) -> Drifted:
+    """A drifted row of Cuebot's tables as every face and the record take it: job_resource's two
+    column pairs are two rows; its difference in words ('2.50 cores low, 2 GPUs high')."""
+    words = [cores_words(row.cores_difference)] if row.cores_difference else []
+    words += [gpus_words(row.gpus_difference)] if row.gpus_difference else []
+    return Drifted(
+        source=DriftRecord.Source.CUEBOT_TABLES,
+        identity=f"{row.table} {row.pk} ({row.columns})",
+        show_id=row.show_id,
+        subject=row.name,
+        detail=f"{row.table} ({row.columns})",
+        cores_difference=row.cores_difference,
+        gpus_difference=row.gpus_difference,
+        difference=", ".join(words),
+        raw=row,
+    )
+
+
+class CuebotTables:
+    """The drift source of every era (accounting.reconcile.drift_check): Cuebot's five tables
+    against SUM(proc), for the shows Cuebot owns, read in one statement per table."""
+
+    source: str = DriftRecord.Source.CUEBOT_TABLES
+    differs = "Cuebot's tables differ from SUM(proc)"
+    unit = "rows"
+    gauge = metrics.CUEBOT_TABLE_DRIFT_ROWS
+    last_check = metrics.CUEBOT_TABLE_DRIFT_LAST_CHECK
+    unreadable: tuple[type[Exception], ...] = (DatabaseError,)
+
+    def shows(self) -> dict[str, str]:
+        owned = cuebot_owned_show_ids()
+        shows = Show.objects.all() if owned is None else Show.objects.filter(pk__in=owned)
+        return dict(shows.values_list("pk", "str_name"))
+
+    def read(self, *, show_ids: list[str]) -> tuple[list[Drifted], dict[str, int]]:
+        """Every owned show's drifted rows (`show_ids` are the owned shows: read as every show
+        where Cuebot owns each); no count of rows compared."""
+        return [drifted(row) for row in cuebot_table_drift().rows], {}
+
+    def named(self, rows: Sequence[Drifted]) -> list[Shown]:
+        """Each row as its name says it (show / allocation, job / layer, ...), its numbers in cores."""
+        return [
+            Shown(row=row, name=row.subject, what=row.detail, **(_numbers(row.raw) if row.raw else {})) for row in rows
+        ]
+
+
+def _numbers(raw: TableDrift) -> dict:
+    cores = f"stored={signed_cores(raw.stored_cores)} true={signed_cores(raw.true_cores)} diff={signed_cores(raw.cores_difference):+}"
+    gpus = f"stored={raw.stored_gpus} true={raw.true_gpus} diff={raw.gpus_difference:+d}"
+    return {"values": raw.as_dict(), "numbers": f"cores {cores}\tgpus {gpus}", "ref": raw.pk}
+
+
+CUEBOT_TABLES = CuebotTables()

@@ -1,160 +1,149 @@
-"""The periodic drift checks: Cuebot's own tables in every era, Redis in the redis era; counted and exported.
+"""The periodic drift check: every source of the era checked, recorded and gauged by one path.
 
-run_table_drift_check: the rows of Cuebot's five tables that differ from SUM(proc), for the
-shows Cuebot owns (every show in the Maestro era), in one read-only statement; it sets
-cuebot_acct_cuebot_table_drift_rows{show} and its timestamp and records the result under
-TABLES_STATUS_KEY. A show Cuebot no longer owns is set to 0, as below. It needs no Redis but
-the cache.
+The sources: Cuebot's tables against SUM(proc) in every era, for the shows Cuebot owns (CUEBOT_TABLES),
+and in the redis era the scheduler-managed shows' Redis fields (REDIS_FIELDS). It runs on its own
+schedule (`acct-drift-check`), whether or not this service reconciles: drift is worth an alert
+whoever heals it. Read-only on Cuebot's tables and on Redis (it writes its own record of drift
+only), so it takes no reseed lock.
 
-run_drift_check: every scheduler-managed show's Redis drift.
-
-It runs on its own schedule (`acct-drift-check`, accounting.tasks), whether or not this
-service reconciles (ACCOUNTING_RECONCILE_ENABLED): drift is worth an alert whoever heals it,
-the scheduler's own reseed loops included. Read-only on Cuebot's tables and on Redis (it
-writes only its own record of drift), so it takes no reseed lock.
-
-Each run sets cuebot_acct_drift_fields{show} and cuebot_acct_drift_last_check_timestamp_seconds
-and records the result in the cache (STATUS_KEY), where every web process reads it for the
-admin's overview. A show that is no longer scheduler-managed is set to 0, so its series
-does not keep a stale count. When Redis cannot be read the run records the error and
-leaves the timestamp as it was: a check that did not happen must not look recent.
-
-Each check also hands the rows it found drifted to accounting.reconcile.drift_history, which
-keeps when each was first seen (the service's own table, never Cuebot's: the check writes no
-Cuebot table) and deletes the record of a row back at its sum; per show, the age of its oldest
-drifted row at the check is cuebot_acct_drift_age_seconds{show,source} (0: none), for an alert
-on drift that outlives a repair rather than on first sight. A check that failed leaves the
-records as they were.
+Each check of a source sets its gauge per show (0 for a show it no longer checks, so no series
+keeps a stale count), its last-check time and per show the age of its oldest drifted row (for an
+alert on drift that outlives a repair), records the rows (accounting.reconcile.drift_history) and
+the result in the shared cache, which every web process reads. A source that cannot be read
+records the error and leaves its time and its records as they were: a check that did not happen
+must not look recent. Drift in many shows is logged as the worst few and their count.
 """
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import redis
+from django.conf import settings
 from django.core.cache import cache
 
-from accounting.models import DriftRecord
-from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids, cuebot_table_drift
-from accounting.reconcile.drift import drift_report
-from accounting.reconcile.drift_history import Seen, record_drift, seen_in_redis, seen_in_tables
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, CuebotTables
+from accounting.reconcile.drift import REDIS_FIELDS, RedisFields
+from accounting.reconcile.drift_history import forget_drift, record_drift
 from cuebot_acct import metrics
-from shows.models import Show
 
 logger = logging.getLogger(__name__)
 
-STATUS_KEY = "acct-drift-status"
-TABLES_STATUS_KEY = "acct-table-drift-status"
+# The shows a check's log line names; `manage.py acct_drift` names the rest.
+WORST_NAMED = 5
+
+
+# A source: the DriftRecord.Source it is, what drift means for it and what it counts (for the log),
+# its gauges, the read errors it records as a failed check; the shows it checks (id -> name), their
+# drifted rows with per show how many it compared (where it counts them), and their names for faces.
+DriftSource = CuebotTables | RedisFields
+
+
+def status_key(source: DriftSource) -> str:
+    return f"acct-drift-status:{source.source}"
+
+
+SOURCES: dict[str, DriftSource] = {source.source: source for source in (CUEBOT_TABLES, REDIS_FIELDS)}
+
+
+def era_sources() -> list[DriftSource]:
+    """What the checks read in the site's era: Cuebot's tables always, Redis in the redis era."""
+    return [CUEBOT_TABLES, REDIS_FIELDS] if settings.ACCOUNTING_REDIS_ENABLED else [CUEBOT_TABLES]
 
 
 @dataclass(frozen=True)
 class DriftCheck:
     checked_at: float
-    fields_drifted: dict[str, int]  # show name -> fields
+    drifted: dict[str, int]  # show name -> rows drifted, every show the source checks
     error: str | None = None
 
 
-def run_drift_check() -> DriftCheck:
+def run_check(source: DriftSource) -> DriftCheck:
+    """One check of `source`: read, recorded, gauged, kept for the faces, logged."""
     started = time.time()
-    previous = cache.get(STATUS_KEY) or {}
-    status: dict[str, dict] = {}
-    seen: list[Seen] = []
+    previous = cache.get(status_key(source)) or {}
     try:
-        for show_id, name in (
-            Show.objects.filter(b_scheduler_managed=True).order_by("str_name").values_list("pk", "str_name")
-        ):
-            report = drift_report(show_ids=[show_id])
-            status[show_id] = {"name": name, "fields": len(report.rows), "checked": report.fields_checked}
-            seen += [seen_in_redis(row, show_id=show_id, show_name=name) for row in report.rows]
-    except (redis.RedisError, OSError) as error:
-        logger.warning("drift check could not read the accounting Redis: %s", error)
-        cache.set(
-            STATUS_KEY, {**previous, "error": f"{type(error).__name__}: {error}", "failed_at": started}, timeout=None
-        )
-        return DriftCheck(checked_at=started, fields_drifted={}, error=str(error))
-    ages = record_drift(source=DriftRecord.Source.REDIS, seen=seen, checked_at=datetime.fromtimestamp(started, UTC))
-    _record(
-        key=STATUS_KEY,
-        status=status,
-        previous=previous.get("shows", {}),
-        count="fields",
-        gauge=metrics.DRIFT_FIELDS,
-        last_check=metrics.DRIFT_LAST_CHECK,
-        started=started,
-        ages=ages,
-        source=DriftRecord.Source.REDIS,
+        shows = source.shows()
+        rows, checked = source.read(show_ids=list(shows))
+    except source.unreadable as error:
+        logger.warning("drift check: %s could not be read: %s: %s", source.source, type(error).__name__, error)
+        failed = {**previous, "error": f"{type(error).__name__}: {error}", "failed_at": started}
+        cache.set(status_key(source), failed, timeout=None)
+        return DriftCheck(checked_at=started, drifted={}, error=str(error))
+    at = datetime.fromtimestamp(started, UTC)
+    ages = record_drift(source=source.source, rows=rows, show_names=shows, checked_at=at)
+    drifted = Counter(row.show_id for row in rows)
+    status = {pk: {"name": name, "drifted": drifted[pk], "checked": checked.get(pk)} for pk, name in shows.items()}
+    for entry in (entry for pk, entry in previous.get("shows", {}).items() if pk not in status):
+        source.gauge.labels(show=entry["name"]).set(0)
+        metrics.DRIFT_AGE.labels(show=entry["name"], source=source.source).set(0)
+    for pk, name in shows.items():
+        source.gauge.labels(show=name).set(drifted[pk])
+        metrics.DRIFT_AGE.labels(show=name, source=source.source).set(ages.get(pk, 0))
+    source.last_check.set(started)
+    cache.set(status_key(source), {"checked_at": started, "shows": status}, timeout=None)
+    counts = {name: drifted[pk] for pk, name in shows.items()}
+    _log(source, counts=counts)
+    return DriftCheck(checked_at=started, drifted=counts)
+
+
+def _log(source: DriftSource, *, counts: dict[str, int]) -> None:
+    """One line whatever the number of shows drifted: the worst few, and how many there are."""
+    worst = sorted(((n, name) for name, n in counts.items() if n), key=lambda entry: (-entry[0], entry[1]))
+    if not worst:
+        return
+    named = ", ".join(f"{name} ({n} {source.unit})" for n, name in worst[:WORST_NAMED])
+    more = f" and {len(worst) - WORST_NAMED} more" if len(worst) > WORST_NAMED else ""
+    logger.warning(
+        "drift check: %s in %d show(s): %s%s (manage.py acct_drift names the rows)",
+        source.differs,
+        len(worst),
+        named,
+        more,
     )
-    drifted = {entry["name"]: entry["fields"] for entry in status.values() if entry["fields"]}
-    if drifted:
-        logger.warning(
-            "drift check: Redis differs from PostgreSQL in %s",
-            ", ".join(f"{n} ({f} fields)" for n, f in drifted.items()),
-        )
-    return DriftCheck(checked_at=started, fields_drifted={entry["name"]: entry["fields"] for entry in status.values()})
 
 
-def _record(
-    *,
-    key: str,
-    status: dict[str, dict],
-    previous: dict[str, dict],
-    count: str,
-    gauge,
-    last_check,
-    started: float,
-    ages: dict[str, float],
-    source: str,
-) -> None:
-    """A check's result for the faces that read it later: per show its `count` on the gauge and
-    the age of its oldest drifted row on the age gauge (0 for a show the last check had and this
-    one has not, so its series do not stay up), the time of the check, and the status in the
-    shared cache (every process's admin reads it)."""
-    for show_id, entry in previous.items():
-        if show_id not in status:
-            gauge.labels(show=entry["name"]).set(0)
-            metrics.DRIFT_AGE.labels(show=entry["name"], source=source).set(0)
-    for show_id, entry in status.items():
-        gauge.labels(show=entry["name"]).set(entry[count])
-        metrics.DRIFT_AGE.labels(show=entry["name"], source=source).set(ages.get(show_id, 0))
-    last_check.set(started)
-    cache.set(key, {"checked_at": started, "shows": status}, timeout=None)
+def run_drift_checks() -> int:
+    """Every source of the era checked; the records of a source no check reads any more (Redis's,
+    out of the redis era) forgotten, or they would stay listed for good. Shows with drift found."""
+    shows: set[str] = set()
+    checked = era_sources()
+    for source in SOURCES.values():
+        if source in checked:
+            shows |= {name for name, n in run_check(source).drifted.items() if n}
+        else:
+            forget_drift(source=source.source)
+    return len(shows)
 
 
 @dataclass(frozen=True)
-class TableDriftCheck:
-    checked_at: float
-    rows_drifted: dict[str, int]  # show name -> rows, every show Cuebot owns
+class ShowCount:
+    drifted: int  # rows (fields, in Redis) drifted at the last check
+    checked: int | None  # how many it compared, where the source counts them
 
 
-def run_table_drift_check() -> TableDriftCheck:
-    started = time.time()
-    owned = cuebot_owned_show_ids()
-    shows = Show.objects.all() if owned is None else Show.objects.filter(pk__in=owned)
-    names = dict(shows.values_list("pk", "str_name"))
-    report = cuebot_table_drift()
-    drifted = report.rows_by_show()
-    status = {pk: {"name": name, "rows": drifted.get(pk, 0)} for pk, name in names.items()}
-    ages = record_drift(
-        source=DriftRecord.Source.CUEBOT_TABLES,
-        seen=[seen_in_tables(row, show_name=names.get(row.show_id, row.show_id)) for row in report.rows],
-        checked_at=datetime.fromtimestamp(started, UTC),
+@dataclass(frozen=True)
+class CheckStatus:
+    """A source's last check as the faces read it."""
+
+    checked_at: datetime | None
+    shows: dict[str, ShowCount]  # by show id, every show the check read
+    error: str | None = None
+    failed_at: datetime | None = None
+
+    def drifted(self, show_id: str) -> int | None:
+        """The show's rows drifted at the last check; None: not checked."""
+        found = self.shows.get(show_id)
+        return None if found is None else found.drifted
+
+
+def check_status(source: DriftSource) -> CheckStatus:
+    stored = cache.get(status_key(source)) or {}
+    at = {name: datetime.fromtimestamp(stored[name], tz=UTC) for name in ("checked_at", "failed_at") if name in stored}
+    return CheckStatus(
+        checked_at=at.get("checked_at"),
+        shows={pk: ShowCount(drifted=e["drifted"], checked=e["checked"]) for pk, e in stored.get("shows", {}).items()},
+        error=stored.get("error"),
+        failed_at=at.get("failed_at"),
     )
-    _record(
-        key=TABLES_STATUS_KEY,
-        status=status,
-        previous=(cache.get(TABLES_STATUS_KEY) or {}).get("shows", {}),
-        count="rows",
-        gauge=metrics.CUEBOT_TABLE_DRIFT_ROWS,
-        last_check=metrics.CUEBOT_TABLE_DRIFT_LAST_CHECK,
-        started=started,
-        ages=ages,
-        source=DriftRecord.Source.CUEBOT_TABLES,
-    )
-    found = {entry["name"]: entry["rows"] for entry in status.values() if entry["rows"]}
-    if found:
-        logger.warning(
-            "drift check: Cuebot's tables differ from SUM(proc) in %s (manage.py acct_drift names the rows)",
-            ", ".join(f"{name} ({rows} rows)" for name, rows in sorted(found.items())),
-        )
-    return TableDriftCheck(checked_at=started, rows_drifted={entry["name"]: entry["rows"] for entry in status.values()})

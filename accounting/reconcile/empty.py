@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from accounting.live.leases import LockBusy, lock_key
-from accounting.reconcile.reseed import FARM_LOCK, ReseedSkipped, bootstrap_if_empty
+from accounting.reconcile.reseed import FARM_LOCK, REDIS_REBUILD, ReseedSkipped, bootstrap_if_empty
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,7 @@ _running = threading.Lock()
 def rebuild_at_once() -> threading.Thread | None:
     """Start the rebuild of an empty Redis in a thread of this process; the thread, or None
     where this service does not reconcile or this process already runs one."""
-    if not (settings.ACCOUNTING_RECONCILE_ENABLED and settings.ACCOUNTING_WRITES) or not _running.acquire(
-        blocking=False
-    ):
+    if not (settings.ACCOUNTING_RECONCILE_ENABLED and REDIS_REBUILD.allowed) or not _running.acquire(blocking=False):
         return None
     try:
         thread = threading.Thread(target=_rebuild, name="acct-empty-redis-rebuild", daemon=True)

@@ -34,14 +34,10 @@ from accounting.live import keys
 from accounting.live.leases import LockBusy
 from accounting.live.scripts import script
 from accounting.reconcile.empty import rebuild_at_once
-from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_owed
+from accounting.reconcile.reseed import FAILOVER_REBUILD, ReseedSkipped, bootstrap_if_owed
 from accounting.reconcile.snapshot import chunked, limit_rows, managed_show_ids
 from cuebot_acct.metrics import REDIS_FAILOVERS, note_redis_master
-from cuebot_acct.redis_factory import (
-    accounting_redis,
-    master_address,
-    replication_state,
-)
+from cuebot_acct.redis_factory import accounting_redis, master_address, replication_state
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +141,7 @@ _watching: list[threading.Thread] = []
 def start_master_watch() -> None:
     """Start this process's watch thread, once (a task worker calls it when it starts). Not on an
     observer (ACCOUNTING_WRITES=off): closing and rebuilding the keys writes the scheduler's Redis."""
-    if not settings.ACCOUNTING_REDIS_ENABLED or not settings.ACCOUNTING_WRITES:
+    if not settings.ACCOUNTING_REDIS_ENABLED or not FAILOVER_REBUILD.allowed:
         return
     with _watch_started:
         if _watching:

@@ -17,12 +17,13 @@ from accounting.reconcile.recompute import (
 )
 from cuebot_acct import metrics
 from cuebot_acct.schedulers import cuebot_owns_every_show
-from cuebot_acct.writes import require_writes
+from cuebot_acct.writes import Write
 from shows.attach import writer_grant
 
 logger = logging.getLogger(__name__)
 
 RECALCULATE_SUBS_LOCK = "recalculate_subs"
+RECALCULATE_SUBS = Write(action="recalculate_subs", grant=writer_grant("subscription"))
 
 # Subscriptions of the shows Cuebot owns whose int_cores/int_gpus differ from SUM(proc) of
 # their non-local procs (allocation through the proc's host). Outside the Maestro era
@@ -185,7 +186,7 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     A dry run reads the same drift and writes nothing.
     """
     if not dry_run:
-        require_writes(action="recalculate_subs", grant=writer_grant("subscription"))
+        RECALCULATE_SUBS.require()
     pg_lock = not settings.ACCOUNTING_REDIS_ENABLED
     try:
         with nullcontext() if pg_lock else named_lock(name=RECALCULATE_SUBS_LOCK):

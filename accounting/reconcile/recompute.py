@@ -23,16 +23,15 @@ anew for nothing.
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
-from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows
+from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows, in_lock_order
 from cuebot_acct import metrics
 from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
-from cuebot_acct.writes import require_writes
+from cuebot_acct.writes import Write
 from shows.attach import ACCOUNTING_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
@@ -222,27 +221,6 @@ class TableRecompute:
         )
 
 
-# The lock order across the accounting tables, Cuebot's: every writer here (a release, its
-# settling recompute, a repair or recompute) takes its tables' rows in this order, so they and
-# Cuebot wait for each other in one direction only (why, and how each statement keeps it within a
-# table: accounting.release.unbook). Stated here only; the release's ADJUSTMENTS and TABLES below
-# are put in this order from it. host_local is a release's alone (nothing recomputes it).
-LOCK_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
-
-
-class _OfTable(Protocol):
-    @property
-    def table(self) -> str: ...
-
-
-_Statement = TypeVar("_Statement", bound=_OfTable)
-
-
-def in_lock_order(statements: Iterable[_Statement]) -> tuple[_Statement, ...]:
-    """`statements`, each for one table, sorted by LOCK_ORDER."""
-    return tuple(sorted(statements, key=lambda statement: LOCK_ORDER.index(statement.table)))
-
-
 TABLES = in_lock_order(
     (
         TableRecompute(
@@ -344,15 +322,13 @@ class Repair:
     failures: list[RowFailure]  # those it could not set (left as they were)
 
 
+TABLE_REPAIR = Write(action="the repair of Cuebot's tables", grant=writer_grant(*ACCOUNTING_TABLES))
+
+
 def recompute_pg_accounting(*, show_ids: Sequence[str]) -> list[RowFailure]:
-    """repair_pg_accounting's work, for a caller that needs only the rows it could not set (a switch
-    back, the Redis era's reconcile): no operator's repair, so not counted as one."""
+    """The service's own repair (a switch back, the Redis era's reconcile), for a caller that needs
+    only the rows it could not set: no operator's, so not counted as one (repair_pg_accounting)."""
     return _repaired(show_ids=show_ids).failures
-
-
-def require_table_writes() -> None:
-    """WritesOff unless this instance may write Cuebot's five tables (ACCOUNTING_WRITES)."""
-    require_writes(action="the repair of Cuebot's tables", grant=writer_grant(*ACCOUNTING_TABLES))
 
 
 def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
@@ -379,14 +355,14 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
 
 
 def _repaired(*, show_ids: Sequence[str]) -> Repair:
-    require_table_writes()
+    TABLE_REPAIR.require()
     return retry_transient(lambda: _repair_once(show_ids=list(show_ids)), operation="recompute")
 
 
 TABLE_RECOMPUTES = {table.table: table for table in TABLES}
 
 
-# JIT off for the transaction (cuebot_drift.without_jit says why) and whether the shows named are
+# JIT off for the transaction (cuebot_table_drift says why) and whether the shows named are
 # every show, in one round trip. With every show named the reads name none: an array of every show,
 # tested against each proc, cost the farm-wide repair 1.3x the bare sums at Maestro's size where
 # reading every proc costs 1.0x (docs/benchmarks.md). A show made between this and the reads is
@@ -440,16 +416,26 @@ def _repair_pass(*, show_ids: list[str], careful: bool) -> tuple[list[TableDrift
     return drifted, failures
 
 
+def _as_read(rows: list[TableDrift]) -> dict[str, list[int | None]]:
+    """pk -> _READ_COLUMNS as the read found them, None for a pair that did not drift."""
+    read: dict[str, list[int | None]] = {}
+    for row in rows:
+        at = 4 if row.columns.startswith("int_local") else 0
+        read.setdefault(row.pk, [None] * 8)[at : at + 4] = [
+            row.stored_cores,
+            row.stored_gpus,
+            row.true_cores,
+            row.true_gpus,
+        ]
+    return read
+
+
 def _correct(
     *, cursor, table: TableRecompute, rows: list[TableDrift], show_ids: list[str], careful: bool
 ) -> list[RowFailure]:
     """One table's drifted rows locked in primary-key order, then each set to the sums read if it
     still holds what was read, and recomputed from its sums otherwise."""
-    read: dict[str, list[int | None]] = {}  # pk -> _READ_COLUMNS, None for a pair that did not drift
-    for row in rows:
-        at = 4 if row.columns.startswith("int_local") else 0
-        values = read.setdefault(row.pk, [None] * 8)
-        values[at : at + 4] = [row.stored_cores, row.stored_gpus, row.true_cores, row.true_gpus]
+    read = _as_read(rows)
     pks = sorted(read)
 
     def params(these: list[str]) -> dict:
@@ -484,7 +470,10 @@ def _correct(
     return failed
 
 
-def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named: Collection[tuple]) -> list[RowFailure]:
+# --- A settling show's release: its rows recounted, not decremented --------------------------
+
+
+def recount_rows(*, cursor, table: TableRecompute, show_ids: list[str], named: Collection[tuple]) -> list[RowFailure]:
     """The rows named by these keys (tuples of table.keys' values) set to SUM(proc), locked
     first in primary-key order and summed once they are held: a release's rows, not its show's,
     so releases of one show wait for each other only where they share a row."""
@@ -502,12 +491,12 @@ def recompute_rows(*, cursor, table: TableRecompute, show_ids: list[str], named:
     return failed
 
 
-def recompute_named_rows(*, show_ids: list[str], named: Mapping[str, Collection[tuple]]) -> list[RowFailure]:
-    """recompute_rows for several tables at once, in two round trips: every named row locked,
+def recount_rows_at_once(*, show_ids: list[str], named: Mapping[str, Collection[tuple]]) -> list[RowFailure]:
+    """recount_rows for several tables at once, in two round trips: every named row locked,
     table after table in the lock order (one pipeline), then every table's UPDATE (a second one,
     whose statements each read a snapshot taken once all the locks are held). For a caller with
     nothing else to lock in these tables in between (a release whose rows all belong to settling
-    shows). A statement that fails for a row is redone table by table, row by row (recompute_rows)."""
+    shows). A statement that fails for a row is redone table by table, row by row (recount_rows)."""
     tables = [table for table in TABLES if named.get(table.table)]
     if not tables:
         return []
@@ -538,7 +527,7 @@ def recompute_named_rows(*, show_ids: list[str], named: Mapping[str, Collection[
         return [
             failure
             for table in tables
-            for failure in recompute_rows(cursor=cursor, table=table, show_ids=show_ids, named=named[table.table])
+            for failure in recount_rows(cursor=cursor, table=table, show_ids=show_ids, named=named[table.table])
         ]
 
 

@@ -39,21 +39,10 @@ from accounting.live import keys
 from accounting.live.leases import named_lock
 from accounting.live.scripts import script
 from accounting.models import Subscription
-from accounting.reconcile.snapshot import (
-    booked_rows,
-    chunked,
-    limit_rows,
-    managed_show_ids,
-)
-from cuebot_acct.metrics import (
-    BOOTSTRAPS,
-    REBUILDS,
-    RESEED_SECONDS,
-    RESEED_SKIPPED,
-    RESEED_WRITES_REFUSED,
-)
+from accounting.reconcile.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
+from cuebot_acct.metrics import BOOTSTRAPS, REBUILDS, RESEED_SECONDS, RESEED_SKIPPED, RESEED_WRITES_REFUSED
 from cuebot_acct.redis_factory import accounting_redis
-from cuebot_acct.writes import REDIS_ONLY, require_writes
+from cuebot_acct.writes import REDIS_ONLY, Write
 
 log = logging.getLogger(__name__)
 
@@ -287,9 +276,10 @@ class ReseedReport:
     bootstrapped: bool = False
 
 
-def require_redis_writes() -> None:
-    """WritesOff unless this instance may write the scheduler's Redis counters (ACCOUNTING_WRITES)."""
-    require_writes(action="the reseed of the scheduler's Redis counters", grant=REDIS_ONLY)
+# What writes the scheduler's Redis counters, as its faces declare it and its refusal names it.
+REDIS_RESEED = Write(action="the reseed of the scheduler's Redis counters", grant=REDIS_ONLY)
+REDIS_REBUILD = Write(action="the rebuild of an empty accounting Redis", grant=REDIS_ONLY)
+FAILOVER_REBUILD = Write(action="the rebuild of the accounting Redis after a failover", grant=REDIS_ONLY)
 
 
 def reseed(
@@ -305,7 +295,7 @@ def reseed(
     booked cycle is skipped, since they are configuration. With limits, on a Redis not
     seeded since its restart, this is the bootstrap (every managed show, after the
     in-flight wait): limits written straight away could open keys that read low."""
-    require_redis_writes()
+    REDIS_RESEED.require()
     with named_lock(name=FARM_LOCK):
         if limits and redis_is_empty():
             return _bootstrap(wait=None, progress=progress)
@@ -336,11 +326,10 @@ def _bootstrap(
     proc may commit after our SUM(proc): counted by neither, the key would read low. So the
     keys stay closed to booking (no limit field: booking.lua rejects without a burst) for
     one in-flight TTL, after which every such booking has committed its proc or expired;
-    then booked counters, then limits, then the marker. The token makes the booked write, the
-    limit writes and the marker refuse if Redis restarted again (or another bootstrap began)
-    meanwhile. A restart (or failover close) that dropped the token starts the rebuild over at
-    once, with a new token and a whole wait: that restart may have lost in-flight entries too,
-    and leaving it to the next caller's check kept the keys closed for as long as that takes."""
+    then booked counters, then limits, then the marker. The token makes those writes refuse if
+    Redis restarted again (or another bootstrap began) meanwhile. A restart (or failover close)
+    that dropped the token starts over at once, with a new token and a whole wait: it may have lost
+    in-flight entries too (left to the next caller's check, the keys stayed closed that long)."""
     client = accounting_redis()
     ttl = settings.ACCOUNTING_INFLIGHT_TTL_SECONDS
     for _ in range(MAX_ATTEMPTS):
@@ -375,7 +364,7 @@ def bootstrap_if_empty(*, wait: Callable[[float], object] | None = None) -> bool
     finish (another rebuild took it over, or Redis restarted again during each of its
     MAX_ATTEMPTS rounds): no marker, so the next check starts over. `wait` replaces the
     in-flight wait (tests control time)."""
-    require_writes(action="the rebuild of an empty accounting Redis", grant=REDIS_ONLY)
+    REDIS_REBUILD.require()
     if not redis_is_empty():
         return False
     with named_lock(name=FARM_LOCK):
@@ -391,7 +380,7 @@ def bootstrap_if_owed(*, wait: Callable[[float], object] | None = None) -> bool:
     does not wait for ACCOUNTING_RECONCILE_ENABLED: the scheduler's own bootstrap runs only on
     an empty Redis, and a promoted replica is not empty. True when it did; LockBusy or
     ReseedSkipped as bootstrap_if_empty."""
-    require_writes(action="the rebuild of the accounting Redis after a failover", grant=REDIS_ONLY)
+    FAILOVER_REBUILD.require()
     if not accounting_redis().exists(keys.REBUILD_OWED):
         return False
     with named_lock(name=FARM_LOCK):

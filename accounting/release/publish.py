@@ -241,8 +241,3 @@ def made(*, prepared: PreparedRelease, releases: Sequence[Release]) -> PreparedR
         proc_ids=tuple(r.proc_id for r in releases),
         show_ids=tuple(sorted({r.show_id for r in releases})),
     )
-
-
-def release_publisher() -> ReleasePublisher:
-    """Chosen per call, so a settings change (tests, reload) takes effect at once."""
-    return RedisReleasePublisher() if settings.ACCOUNTING_REDIS_ENABLED else NoopReleasePublisher()

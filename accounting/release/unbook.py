@@ -8,16 +8,15 @@ from dataclasses import dataclass
 from enum import Enum
 
 import psycopg
-from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.live.units import cores_from_centicores
+from accounting.reconcile.cuebot_drift import in_lock_order
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
-    in_lock_order,
     inserted_below,
-    recompute_named_rows,
-    recompute_rows,
+    recount_rows,
+    recount_rows_at_once,
     report_row_failures,
 )
 from accounting.release.eras import Counting, ReleaseEra, release_era, show_ids_of
@@ -27,7 +26,7 @@ from cuebot_acct import metrics
 from cuebot_acct.cursors import django_cursor
 from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS, RELEASES
 from cuebot_acct.transactions import retry_transient
-from cuebot_acct.writes import require_writes
+from cuebot_acct.writes import Write
 from shows.attach import RELEASE_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
@@ -67,7 +66,7 @@ logger = logging.getLogger(__name__)
 # PostgreSQL aborts one (40P01). Cuebot's release locks the proc, its host, then
 # subscription, layer_resource, job_resource, folder_resource, point (a local one: host,
 # layer_resource, job_resource, host_local). Every release here takes the same table order:
-# proc rows, host rows, then the accounting tables in accounting.reconcile.recompute.LOCK_ORDER,
+# proc rows, host rows, then the accounting tables in accounting.reconcile.cuebot_drift.LOCK_ORDER,
 # the one statement of that order (one statement per table; the recompute takes the same),
 # so it waits for Cuebot, or Cuebot for it, and neither deadlocks. Within a table, rows
 # are locked in primary-key order: a MATERIALIZED CTE with ORDER BY ... FOR [NO KEY]
@@ -257,7 +256,7 @@ UPDATE {self.table} t SET {", ".join(f"{a} = t.{a} {self.sign} l.{a}" for a in s
 
 
 _CORES_GPUS = ("int_cores", "int_gpus")
-# In the lock order across the accounting tables (accounting.reconcile.recompute.LOCK_ORDER).
+# In the lock order across the accounting tables (accounting.reconcile.cuebot_drift.LOCK_ORDER).
 ADJUSTMENTS = in_lock_order(
     (
         _Adjustment(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
@@ -397,79 +396,86 @@ def _releases_from_rows(
 
 def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
     """Local and Cuebot-managed procs: one ordered statement per table with rows to change
-    (a plain one-row UPDATE where a single row changes).
+    (a plain one-row UPDATE where a single row changes), in the lock order.
 
     A show settling after its switch back to Cuebot (accounting.ownership.switching) may hold procs
     its rows never counted (bookings made on the old flag): decrementing would take them
-    below the truth. The rows its releases touch are recomputed from SUM(proc) instead, table
+    below the truth. The rows its releases touch are recounted from SUM(proc) instead, table
     by table in the same lock order; only those rows, so that the show's other releases, and
     the releases of other shows waiting on the same hosts, do not queue behind a lock on all
     of the show's rows. A proc the switch-back recompute counted (`plan.counted`) is
     decremented as usual: its rows hold it, whatever else they miss.
     """
+    decrements, recounted = _decrements(plan)
+    if recounted and not any(decrements.values()):
+        # Only settling rows to write: all of them locked, then all of them set, in two round trips.
+        failures = recount_rows_at_once(show_ids=plan.settling, named=recounted)
+    else:
+        failures = []
+        for a in ADJUSTMENTS:
+            _decrement(cursor, a, decrements[a.table])
+            if recounted.get(a.table):
+                table = TABLE_RECOMPUTES[a.table]
+                failures += recount_rows(
+                    cursor=cursor, table=table, show_ids=plan.settling, named=sorted(recounted[a.table])
+                )
+        _remove_finished_local_reservations(cursor, plan.in_pg)
+    report_row_failures(failures, operation="release of a settling show")
+
+
+# Two amounts at a time, positionally: a batch of 100 adds 500 times, and a call taking its
+# amounts as *args with a keyword offset cost it 280 µs a batch against 150 µs (issue 43).
+def _add(totals: list[int], first: int, second: int, at: int = 0) -> None:
+    totals[at] += first
+    totals[at + 1] += second
+
+
+def _decrements(plan: "_WritePlan") -> tuple[dict[str, dict[tuple, list[int]]], dict[str, set[tuple]]]:
+    """Per table, the amounts to take off (give back, for host_local) per row's key, summed over
+    the releases; and per table the keys of the rows recounted instead (a settling show's)."""
     sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
-    recomputed: dict[str, set[tuple]] = defaultdict(set)
+    recounted: dict[str, set[tuple]] = defaultdict(set)
     layer, job, subscription = sums["layer_resource"], sums["job_resource"], sums["subscription"]
     folder, point, host_local = sums["folder_resource"], sums["point"], sums["host_local"]
-
-    # Two amounts at a time, positionally: a batch of 100 adds 500 times, and a call taking its
-    # amounts as *args with a keyword offset cost it 280 µs a batch against 150 µs (issue 43).
-    def add(totals: list[int], first: int, second: int, at: int = 0) -> None:
-        totals[at] += first
-        totals[at + 1] += second
-
     for r in plan.in_pg:
         cores, gpus = r.cores_centicores, r.gpus
         if r.branch is _LOCAL:
-            add(layer[(r.layer_id,)], cores, gpus)
+            _add(layer[(r.layer_id,)], cores, gpus)
             # Counting rules of accounting.reconcile.recompute: local procs only in their layer and in
             # the job's int_local_*; their amounts go back to the job's reservation too.
-            add(job[(r.job_id,)], cores, gpus, 2)
+            _add(job[(r.job_id,)], cores, gpus, 2)
             totals = host_local[(r.host_id, r.job_id)]
-            add(totals, cores, r.memory)
-            add(totals, gpus, r.gpu_memory, 2)
+            _add(totals, cores, r.memory)
+            _add(totals, gpus, r.gpu_memory, 2)
             continue
-        if plan.settling and plan.recomputes(r):
-            recomputed["subscription"].add((r.show_id, r.alloc_id))
-            recomputed["layer_resource"].add((r.layer_id,))
-            recomputed["job_resource"].add((r.job_id,))
+        if plan.settling and plan.recounts(r):
+            recounted["subscription"].add((r.show_id, r.alloc_id))
+            recounted["layer_resource"].add((r.layer_id,))
+            recounted["job_resource"].add((r.job_id,))
             if not r.job_gone:
-                recomputed["folder_resource"].add((r.folder_id,))
-                recomputed["point"].add((r.dept_id, r.point_show_id))
+                recounted["folder_resource"].add((r.folder_id,))
+                recounted["point"].add((r.dept_id, r.point_show_id))
             continue
-        add(layer[(r.layer_id,)], cores, gpus)
-        add(job[(r.job_id,)], cores, gpus)
-        add(subscription[(r.show_id, r.alloc_id)], cores, gpus)
+        _add(layer[(r.layer_id,)], cores, gpus)
+        _add(job[(r.job_id,)], cores, gpus)
+        _add(subscription[(r.show_id, r.alloc_id)], cores, gpus)
         if not r.job_gone:
-            add(folder[(r.folder_id,)], cores, gpus)
-            add(point[(r.dept_id, r.point_show_id)], cores, gpus)
-    failures = []
-    if recomputed and not any(sums.values()):
-        # Only settling rows to write: all of them locked, then all of them set, in two round trips.
-        report_row_failures(
-            recompute_named_rows(show_ids=plan.settling, named=recomputed), operation="release of a settling show"
-        )
-        return
-    for a in ADJUSTMENTS:
-        rows = sums[a.table]
-        if len(rows) == 1:
-            ((key, totals),) = rows.items()
-            params = dict(zip(a.keys, key)) | dict(zip(a.amounts, totals))
-            cursor.execute(ONE_ROW_ADJUSTMENT_SQL[a.table], params)
-        elif rows:
-            row_keys = sorted(rows)
-            params = {k: [key[i] for key in row_keys] for i, k in enumerate(a.keys)}
-            params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(a.amounts)}
-            cursor.execute(ADJUSTMENT_SQL[a.table], params)
-        if recomputed.get(a.table):
-            failures += recompute_rows(
-                cursor=cursor,
-                table=TABLE_RECOMPUTES[a.table],
-                show_ids=plan.settling,
-                named=sorted(recomputed[a.table]),
-            )
-    report_row_failures(failures, operation="release of a settling show")
-    _remove_finished_local_reservations(cursor, plan.in_pg)
+            _add(folder[(r.folder_id,)], cores, gpus)
+            _add(point[(r.dept_id, r.point_show_id)], cores, gpus)
+    return sums, recounted
+
+
+def _decrement(cursor, adjustment: _Adjustment, rows: dict[tuple, list[int]]) -> None:
+    """One table's rows adjusted: by the one-row UPDATE, or by the ordered statement for several."""
+    if len(rows) == 1:
+        ((key, totals),) = rows.items()
+        params = dict(zip(adjustment.keys, key)) | dict(zip(adjustment.amounts, totals))
+        cursor.execute(ONE_ROW_ADJUSTMENT_SQL[adjustment.table], params)
+    elif rows:
+        row_keys = sorted(rows)
+        params = {k: [key[i] for key in row_keys] for i, k in enumerate(adjustment.keys)}
+        params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(adjustment.amounts)}
+        cursor.execute(ADJUSTMENT_SQL[adjustment.table], params)
 
 
 # Cuebot's DispatchSupportService.unbookProc, after a local proc goes: the job's local
@@ -502,23 +508,6 @@ def _report_jobs_gone(releases: Sequence[Release]) -> None:
                 r.proc_id,
                 r.job_id,
             )
-
-
-def _publishable(releases: Sequence[Release]) -> tuple[list[Release], int]:
-    """The scheduler-managed releases whose decrement may reach Redis, and how many are withheld.
-
-    The Rust scheduler's own booked reseed (ACCOUNTING_SCHEDULER_RESEEDS) leaves out the procs
-    of FINISHED jobs while they still run: after such a reseed their counters no longer hold
-    them, and decrementing them again would read low. Their decrement is withheld, which
-    leaves Redis high by at most their amounts until the next reseed, which no longer sees
-    the deleted procs: safe. Where only this service reseeds, it counts them (a proc that
-    exists is booked until it is released) and every release is published exactly.
-    """
-    to_redis = [r for r in releases if r.branch is _SCHEDULER]
-    if not settings.ACCOUNTING_SCHEDULER_RESEEDS:
-        return to_redis, 0
-    publishable = [r for r in to_redis if not r.job_finished]
-    return publishable, len(to_redis) - len(publishable)
 
 
 def _count_at_commit(releases: Sequence[Release], *, withheld: int, changed: int = 0) -> None:
@@ -569,7 +558,7 @@ def _published_and_counted(
     held), the releases counted; each run by `at_commit`, the release's commit being where
     they may happen: _now where the statement committed on its own, transaction.on_commit in a
     transaction (publish iff commit)."""
-    to_redis, withheld = _publishable(releases)
+    to_redis, withheld = era.publishable(releases)
     changed = 0
     if registered is not None:
         covered, changed = registered.covering(to_redis)
@@ -586,7 +575,7 @@ def _published_and_counted(
 class _WritePlan:
     """What a release writes in PostgreSQL after its releasing statement, from the rows that
     statement returned (before any lock: from the read): the accounting-table rows of its local
-    and Cuebot-counted procs, decremented, or recomputed from SUM(proc) where recomputes() says
+    and Cuebot-counted procs, decremented, or recounted from SUM(proc) where recounts() says
     so; and whatever its era sends in the transaction (of `releases`)."""
 
     releases: list[Release]
@@ -594,9 +583,10 @@ class _WritePlan:
     settling: list[str]  # the shows of its Cuebot-counted procs settling after a switch back, sorted
     counted: frozenset[str]  # the procs of those shows their switch-back recompute counted
 
-    def recomputes(self, r: Release) -> bool:
-        """Whether a release's rows are recomputed rather than decremented: a Cuebot-counted proc of
-        a settling show that its switch-back recompute did not count (_adjust_pg_accounting)."""
+    def recounts(self, r: Release) -> bool:
+        """Whether a release's rows are recounted from SUM(proc) rather than decremented: a
+        Cuebot-counted proc of a settling show that its switch-back recompute did not count
+        (_adjust_pg_accounting)."""
         return r.branch is _CUEBOT and r.show_id in self.settling and r.proc_id not in self.counted
 
 
@@ -634,7 +624,7 @@ def _write_mode(plan: _WritePlan, *, era: ReleaseEra, outermost: bool, begun: bo
     statement is a transaction on its own, with no BEGIN and COMMIT round trips (ONE_STATEMENT).
     """
     if plan.in_pg:
-        if plan.settling and any(map(plan.recomputes, plan.in_pg)):
+        if plan.settling and any(map(plan.recounts, plan.in_pg)):
             return _Mode.STATEMENT_BY_STATEMENT
         return _Mode.PIPELINE_AND_COMMIT if outermost else _Mode.PIPELINE
     if era.sends_in_transaction:
@@ -693,7 +683,7 @@ def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
 
 def _register(pre: _PreRead, era: ReleaseEra) -> _Registered | None:
     """Register the scheduler-managed releases in flight; no PostgreSQL lock is held."""
-    candidates, _ = _publishable(pre.plan.releases)
+    candidates, _ = era.publishable(pre.plan.releases)
     if not candidates:
         return None
     prepared = era.publisher.prepare(releases=candidates)
@@ -777,13 +767,13 @@ def _release_in_transaction(
     return {r.proc_id: r for r in releases}
 
 
-# What a release would need, named by its refusal while ACCOUNTING_WRITES is off.
-RELEASE_GRANT = writer_grant(*RELEASE_TABLES)
+# A release, as its faces declare it and its refusal names it while ACCOUNTING_WRITES is off.
+RELEASE = Write(action="release", grant=writer_grant(*RELEASE_TABLES))
 
 
 def unbook_proc(*, proc_id: str) -> Release | None:
     """Release one proc; None if it does not exist (already released included)."""
-    require_writes(action="release", grant=RELEASE_GRANT)
+    RELEASE.require()
     RELEASE_BATCH_SIZE.observe(1)
     with RELEASE_SECONDS.time():
         return _release([proc_id]).get(proc_id)
@@ -791,7 +781,7 @@ def unbook_proc(*, proc_id: str) -> Release | None:
 
 def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
     """Release many procs in one transaction; one result per id, in order (None: not found)."""
-    require_writes(action="release", grant=RELEASE_GRANT)
+    RELEASE.require()
     ids = list(proc_ids)
     if len(set(ids)) != len(ids):
         raise ValueError("proc_ids must not repeat")

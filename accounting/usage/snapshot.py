@@ -5,7 +5,7 @@ its hosts and how many of them are idle; per show its owner flag. For the subscr
 facility and host, each in `shows.attach.grant_statements(writes=False)`.
 
 Booked is what the scheduler of the site's era books against, as the admin's overview says
-(accounting.operators.selectors.farm_overview): the subscription row (Cuebot's count) for every
+(accounting.operators.overview.farm_overview): the subscription row (Cuebot's count) for every
 show in the Maestro era, and for the shows Cuebot counts in the others; for a scheduler-managed
 show in the Redis and NOTIFY eras the accounting Redis's `acct:sub` hash, in the whole cores the
 scheduler counts, and nothing where Redis holds no value or cannot be read (the overview shows

@@ -85,7 +85,7 @@ def expired_inflight_entry_applied(monkeypatch):
         monkeypatch,
         module=publish,
         name="release",
-        check="if tonumber(string.match(entry, '^(%d+)')) <= now then",
+        check="if entry_expiry(entry) <= now_ms() then",
         instead="if false then",
     )
 

@@ -18,6 +18,7 @@
 -- writes and read low; nothing changed); {0, "acct:inflight", 0, 0} when a rollback finds
 -- its entry gone or expired (nothing changed: the booking may already have been erased by a reseed, so undoing it
 -- again could push the counters low; left high, the next reseed heals it).
+-- shared: inflight
 local cores = tonumber(ARGV[1])
 local gpus = tonumber(ARGV[2])
 local force = ARGV[3] == '1'
@@ -26,11 +27,6 @@ local op_mode = ARGV[5]
 
 local function field(key, name)
   return tonumber(redis.call('HGET', key, name) or '0') or 0
-end
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 if not force then
@@ -66,8 +62,7 @@ if op_id ~= '' and op_mode == 'remove' then
     return {0, 'acct:inflight', 0, 0}
   end
   redis.call('HDEL', KEYS[7], op_id)
-  local expiry = tonumber(string.match(entry, '^(%d+)'))
-  if expiry <= now_ms() then
+  if entry_expiry(entry) <= now_ms() then
     redis.call('INCR', KEYS[6])
     return {0, 'acct:inflight', 0, 0}
   end

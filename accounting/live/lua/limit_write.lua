@@ -21,6 +21,7 @@
 -- Returns the new acct:seq, or 0 when refused (nothing written).
 -- Whether a key is already open: is_open(), shared with reseed_write.lua (lua/shared/open_key.lua).
 -- shared: open_key
+-- shared: inflight
 local publish = ARGV[2] == '1'
 local opens = ARGV[2] == 'open'
 -- The show of a subscription key, when that show is closed by its switch; nil otherwise.
@@ -33,8 +34,7 @@ local function closed_show(key)
 end
 
 local function refused()
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   for i = 3, #ARGV, 3 do
     redis.call('HSET', KEYS[3], ARGV[i], now)
   end

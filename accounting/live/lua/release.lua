@@ -8,6 +8,7 @@
 -- Returns {applied, seq, clamped}: applied is 1 when the decrements were applied, 0 when the
 -- entry was gone or expired; seq is acct:seq (bumped or not: 0 when it does not exist);
 -- clamped is how many counters read below the amount taken off (see the last rule below).
+-- shared: inflight
 --
 -- The decrements apply only while the release's in-flight entry is live. Once it is gone
 -- (a Redis restart flushed it) or expired, a reseed may already have written SUM(proc)
@@ -32,9 +33,7 @@ if not entry then
   return {0, seq(), 0}
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if tonumber(string.match(entry, '^(%d+)')) <= now then
+if entry_expiry(entry) <= now_ms() then
   return {0, seq(), 0}
 end
 

@@ -16,9 +16,8 @@
 -- its window. This project's reseeds add the in-flight entries, for which a release never
 -- takes a write low: without such a reseeder, releases leave acct:seq alone, so a reseed
 -- finishes however fast procs are released.
-local now = redis.call('TIME')
-local expiry_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', expiry_ms) .. '|' .. ARGV[3])
+-- shared: inflight
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now_ms() + tonumber(ARGV[2])) .. '|' .. ARGV[3])
 local empty = 0
 if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
   empty = 1

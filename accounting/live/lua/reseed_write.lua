@@ -23,23 +23,9 @@
 -- switched meanwhile, seeded by its own journal write) and is skipped.
 -- Whether a key carries a limit field: is_open(), shared with limit_write.lua (lua/shared/open_key.lua).
 -- shared: open_key
+-- shared: inflight
 local mode = ARGV[1]
 local extra = {}
-local function add(parts, from)
-  for j = from, #parts - 2, 3 do
-    local amounts = extra[parts[j]] or {0, 0}
-    amounts[1] = amounts[1] + tonumber(parts[j + 1])
-    amounts[2] = amounts[2] + tonumber(parts[j + 2])
-    extra[parts[j]] = amounts
-  end
-end
-local function split(text)
-  local parts = {}
-  for part in string.gmatch(text, '[^|]+') do
-    parts[#parts + 1] = part
-  end
-  return parts
-end
 
 if mode == 'journal' then
   local since, replid = string.match(ARGV[2], '^(%d+)|(%w+)$')
@@ -51,21 +37,19 @@ if mode == 'journal' then
     return {0, 'journal'}
   end
   for _, settled in ipairs(redis.call('LRANGE', KEYS[5], tonumber(since) - first, -1)) do
-    add(split(settled), 1)
+    add_amounts(extra, settled, 1)
   end
 elseif redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return {0, 'closed'}
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local entries = redis.call('HGETALL', KEYS[2])
 for i = 1, #entries, 2 do
-  local parts = split(entries[i + 1])
-  if tonumber(parts[1]) <= now then
+  if entry_expiry(entries[i + 1]) <= now then
     redis.call('HDEL', KEYS[2], entries[i])
   else
-    add(parts, 2)
+    add_amounts(extra, entries[i + 1], 2)
   end
 end
 

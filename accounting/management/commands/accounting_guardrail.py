@@ -1,11 +1,10 @@
 import sys
 
-from django.core.management.base import BaseCommand
-
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.ownership.guardrail import MESSAGE, era_names, run_guardrail
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Check the guardrail across the live fleet: exit 1 naming, with its fix, every scheduler-managed show "
         "that nothing books (waiting frames, no proc booked for ACCOUNTING_STRANDED_MINUTES) and, in the Redis "
@@ -14,6 +13,7 @@ class Command(BaseCommand):
     )
 
     requires_system_checks = []  # accounting.W001 would say the same thing again, less precisely
+    writes = ()
 
     def handle(self, *args, **options) -> None:
         report = run_guardrail()

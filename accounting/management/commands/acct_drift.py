@@ -3,23 +3,13 @@
 import json
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from accounting.management.commands._show_arg import show_argument
-from accounting.operators.selectors import (
-    aged_redis_drift,
-    aged_table_drift,
-    drift_sentence,
-    field_label,
-    key_labels,
-    redis_row_ages,
-    table_repair,
-    table_row_ages,
-)
-from accounting.reconcile.cuebot_drift import TableDriftReport, cuebot_table_drift, signed_cores
+from accounting.management.commands._writes import DeclaredCommand
+from accounting.operators.drift_views import live_json, redis_shown, table_repair, table_shown
+from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
-from accounting.reconcile.drift_history import redis_difference, table_difference
 
 EXPLANATIONS = {
     ROUNDING: "differ only by the scheduler's sum-then-convert rounding",
@@ -28,7 +18,7 @@ EXPLANATIONS = {
 }
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Drift of the accounting, exit 1 if anything drifted. Always: Cuebot's five tables (subscription, "
         "layer_resource, job_resource, folder_resource, point) against SUM(proc), for the shows Cuebot owns "
@@ -45,61 +35,34 @@ class Command(BaseCommand):
         "are not drift are counted apart: the scheduler's own sum-then-convert rounding, operations in flight, "
         "and keys closed while Redis is not seeded, being rebuilt or owed a rebuild."
     )
+    writes = ()
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--show", metavar="NAME", help="one show")
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     def handle(self, *args, show: str | None, **options) -> None:
-        show_ids = None
-        if show is not None:
-            found = show_argument(name=show)
-            show_ids = [found.id]
+        show_ids = None if show is None else [show_argument(name=show).id]
         now = timezone.now()
         tables = cuebot_table_drift(show_ids=show_ids)
         report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
-        repair = table_repair(show=show)
         if options["json"]:
-            self.stdout.write(
-                json.dumps(
-                    {
-                        **(aged_redis_drift(report=report, now=now) if report else {}),
-                        "cuebot_tables": {**aged_table_drift(report=tables, now=now), "repair": repair},
-                    },
-                    indent=2,
-                )
-            )
+            self.stdout.write(json.dumps(live_json(tables=tables, redis=report, now=now, show=show), indent=2))
         else:
             if report is not None:
                 self._write_redis(report, now=now)
-            self._write_tables(tables, repair=repair, now=now)
+            for entry in table_shown(tables, now=now):
+                self.stdout.write(entry.line)
+            advice = f"; repair: {table_repair(show=show)}" if tables.drifted else ""
+            self.stdout.write(
+                f"Cuebot's tables against SUM(proc): {tables.shows} show(s), {len(tables.rows)} row(s) drifted{advice}"
+            )
         if tables.drifted or (report is not None and report.drifted):
             raise SystemExit(1)
 
-    def _write_tables(self, tables: TableDriftReport, *, repair: str, now) -> None:
-        for row, age in zip(tables.rows, table_row_ages(rows=tables.rows, now=now), strict=True):
-            cores = (
-                f"cores stored={signed_cores(row.stored_cores)} true={signed_cores(row.true_cores)} "
-                f"diff={signed_cores(row.cores_difference):+}"
-            )
-            gpus = f"gpus stored={row.stored_gpus} true={row.true_gpus} diff={row.gpus_difference:+d}"
-            since = drift_sentence(difference=table_difference(row), age=age)
-            self.stdout.write(f"{row.name}\t{row.table} ({row.columns})\t{cores}\t{gpus}\t{since}\t{row.pk}")
-        advice = f"; repair: {repair}" if tables.drifted else ""
-        self.stdout.write(
-            f"Cuebot's tables against SUM(proc): {tables.shows} show(s), {len(tables.rows)} row(s) drifted{advice}"
-        )
-
     def _write_redis(self, report: DriftReport, *, now) -> None:
-        labels = key_labels(redis_keys={row.key for row in report.rows})
-        for row, age in zip(report.rows, redis_row_ages(rows=report.rows, now=now), strict=True):
-            cause = f"\tcause: {row.cause}" if row.cause else ""
-            field = f"{field_label(key=row.key, field=row.field)} ({row.field})"
-            since = drift_sentence(difference=redis_difference(row)[2], age=age)
-            self.stdout.write(
-                f"{labels.get(row.key, row.key)}\t{field}\tredis={row.redis}\tpg={row.pg}"
-                f"\tdiff={row.difference:+d}{cause}\t{since}\t{row.key}"
-            )
+        for entry in redis_shown(report.rows, now=now):
+            self.stdout.write(entry.line)
         if report.redis_state != SEEDED:
             self.stdout.write(f"the accounting Redis is {report.redis_state}: its keys are closed, nothing is drift")
         explained = "".join(

@@ -1,19 +1,21 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.notify.listen import heard, open_listener
 from accounting.notify.payloads import CHANNELS
-from accounting.operators.notifications import Names, describe, named_fields
+from accounting.operators.notifications import describe, named_fields
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Listen on acct_release and acct_limit_change, as the NOTIFY-era scheduler does, and print each "
         "notification as it arrives, decoded as the scheduler decodes it, with show, allocation, folder, "
         "job, layer and department names beside the ids; until stopped (Ctrl-C), --count notifications or "
         "--seconds. A payload the scheduler would drop is printed as such. Only what commits is heard."
     )
+    writes = ()
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(
@@ -31,7 +33,6 @@ class Command(BaseCommand):
         if seconds is not None and seconds <= 0:
             raise CommandError("--seconds must be more than 0", returncode=2)
         channels = tuple(channel or CHANNELS)
-        names = Names()
         with open_listener(channels=channels) as listener:
             self.stderr.write(f"listening on {', '.join(channels)}")
             self.stderr.flush()
@@ -43,11 +44,11 @@ class Command(BaseCommand):
                                 "channel": one.channel,
                                 "payload": one.payload,
                                 "problem": one.problem,
-                                "fields": named_fields(heard=one, names=names),
+                                "fields": named_fields(heard=one),
                             }
                         )
                     else:
-                        line = describe(heard=one, names=names)
+                        line = describe(heard=one)
                     self.stdout.write(line)
                     self.stdout.flush()
             except KeyboardInterrupt:

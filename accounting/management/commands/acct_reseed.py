@@ -1,21 +1,21 @@
 """acct_reseed: rebuild what the scheduler books against from PostgreSQL's record, in the era the site runs."""
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from tqdm import tqdm
 
 from accounting.live.leases import LockBusy
 from accounting.management.commands._show_arg import show_argument
-from accounting.management.commands._writes import refused_while_observing
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids
 from accounting.reconcile.failover import check_master
-from accounting.reconcile.recompute import repair_pg_accounting
-from accounting.reconcile.reseed import require_redis_writes, reseed
+from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
+from accounting.reconcile.reseed import REDIS_RESEED, reseed
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Rebuild what each show is booked against from PostgreSQL's record, by who books it. A show Cuebot books "
         "(every show in the Maestro era, ACCOUNTING_SCHEDULER=maestro; a Cuebot-managed one in the other eras): "
@@ -29,6 +29,7 @@ class Command(BaseCommand):
         "--cuebot-tables the Cuebot-managed shows' tables. The notify era keeps no Redis view: there only "
         "Cuebot's tables are rebuilt (exit 2 otherwise)."
     )
+    writes = (TABLE_REPAIR, REDIS_RESEED)
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--limits", action="store_true", help="write limit fields")
@@ -40,7 +41,6 @@ class Command(BaseCommand):
             help="outside the Maestro era: the five tables of every Cuebot-managed show (or --show's), no Redis",
         )
 
-    @refused_while_observing
     def handle(self, *args, limits: bool, booked: bool, show: str | None, cuebot_tables: bool, **options) -> None:
         found = show_argument(name=show) if show is not None else None
         maestro = cuebot_owns_every_show()
@@ -64,10 +64,13 @@ class Command(BaseCommand):
                 "Cuebot's tables; nothing changed",
                 returncode=2,
             )
-        if not limits and not booked:
-            limits = booked = True
-        show_ids = [found.id] if found is not None else None
-        require_redis_writes()  # before the master check, which closes a new master's keys
+        self._reseed_redis(
+            limits=limits or not booked, booked=booked or not limits, show_ids=[found.id] if found else None
+        )
+
+    def _reseed_redis(self, *, limits: bool, booked: bool, show_ids: list[str] | None) -> None:
+        """The Redis era's rebuild of what the scheduler books against (both halves by default)."""
+        REDIS_RESEED.require()  # before the master check, which closes a new master's keys
         try:
             # A new master not noticed yet (no task cluster running) is closed and rebuilt
             # first, as the task workers' watch would; its bookings stay refused until then.
@@ -77,14 +80,13 @@ class Command(BaseCommand):
                 report = reseed(limits=limits, booked=booked, show_ids=show_ids, progress=bar.update)
         except LockBusy as busy:
             raise CommandError(f"another reseed holds the lock {busy}; try again later", returncode=1) from busy
-        if report.booked is not None:
-            if report.booked.written:
-                self.stdout.write(f"booked: {report.booked.keys} keys written in {report.booked.attempts} attempt(s)")
-            else:
-                self.stdout.write(
-                    f"booked: SKIPPED, the write was refused on each of {report.booked.attempts} attempts "
-                    "(Redis restarted or failed over meanwhile; see the service log)"
-                )
+        if report.booked is not None and report.booked.written:
+            self.stdout.write(f"booked: {report.booked.keys} keys written in {report.booked.attempts} attempt(s)")
+        elif report.booked is not None:
+            self.stdout.write(
+                f"booked: SKIPPED, the write was refused on each of {report.booked.attempts} attempts "
+                "(Redis restarted or failed over meanwhile; see the service log)"
+            )
         if report.limit_fields is not None:
             self.stdout.write(f"limits: {report.limit_fields} fields written")
         self.stdout.write(f"shows: {report.shows}")

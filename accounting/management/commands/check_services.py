@@ -1,16 +1,17 @@
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
+from accounting.management.commands._writes import DeclaredCommand
 from cuebot_acct.startup import check_services, redact, redis_urls, servers_line
 from cuebot_acct.writes import mode_line
 from shows.attach import check_cuebot_schema
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Check that PostgreSQL and every Redis this instance uses answer (none in the Maestro era without a "
         "Redis URL), then say which servers it uses for what; one line and exit 1 if one does not answer."
     )
+    writes = ()
 
     def handle(self, *args, **options) -> None:
         check_services()

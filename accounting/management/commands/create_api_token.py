@@ -1,8 +1,9 @@
 import argparse
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.operators.auth import grant_permissions, issue_token
 from cuebot_acct.permissions import DECLARED
 
@@ -14,11 +15,12 @@ def _permission(text: str) -> str:
     return f"accounting.{codename}"
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Create an API bearer token for USERNAME and print it once, alone on the last line. The token "
         "may do what its user's permissions allow (a superuser: everything); --grant adds some first."
     )
+    writes = ()  # the service's own table
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("username")

@@ -1,24 +1,24 @@
 """recalculate_subs: Cuebot's subscription recompute from a shell, for the shows Cuebot owns in this era."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from accounting.live.units import format_cores
-from accounting.management.commands._writes import refused_while_observing
-from accounting.reconcile.recalculate_subs import recalculate_subs
+from accounting.management.commands._writes import DeclaredCommand
+from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS, recalculate_subs
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Recompute subscription int_cores/int_gpus from SUM(proc) for the shows Cuebot owns: every show in "
         "the Maestro era (ACCOUNTING_SCHEDULER=maestro), flagged or not; otherwise the Cuebot-managed ones "
         "(scheduler-managed shows are never written). Above a lowered burst too; the bursts stay as "
         "they are. --dry-run prints what would change. Exit 1 if a row could not be set."
     )
+    writes = (RECALCULATE_SUBS,)
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="print the rows that would change, write nothing")
 
-    @refused_while_observing
     def handle(self, *args, dry_run: bool, **options) -> None:
         result = recalculate_subs(dry_run=dry_run)
         if not result.ran:

@@ -2,21 +2,22 @@
 face shares (accounting.live.units.parse_cores), -1 for unlimited where Cuebot reads it so, saved through
 accounting.limits.changes."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from accounting.limits.changes import InvalidLimit, set_folder_limits
+from accounting.limits.changes import LIMIT_CHANGES, InvalidLimit, set_folder_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
-from accounting.management.commands._writes import refused_while_observing
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.models import FolderResource
 from shows.selectors import AmbiguousName, ShowNameUnusable, only_one, show_named
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Change a folder's min/max cores (in cores, -1 unlimited) and min/max GPUs. For a "
         "scheduler-managed show the new values reach Redis right after commit."
     )
+    writes = (LIMIT_CHANGES["folder_resource"],)
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("show", help="show name")
@@ -26,7 +27,6 @@ class Command(BaseCommand):
         parser.add_argument("--min-gpus")
         parser.add_argument("--max-gpus", help="-1 for unlimited")
 
-    @refused_while_observing
     def handle(self, *args, show: str, folder: str, **options) -> None:
         values = parse_limits(
             options,

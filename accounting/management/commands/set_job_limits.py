@@ -1,22 +1,23 @@
 """`manage.py set_job_limits JOB ...`: a live job's max cores (the policy every face shares,
 accounting.live.units.parse_cores), GPUs and priority from a shell, saved through accounting.limits.changes."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from accounting.limits.changes import InvalidLimit, set_job_limits
+from accounting.limits.changes import LIMIT_CHANGES, InvalidLimit, set_job_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
-from accounting.management.commands._writes import refused_while_observing
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.models import JobResource
 from shows.selectors import AmbiguousName, get_live_job
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Change a job's max cores (in cores), max GPUs and/or priority; the job is named by its live "
         "(visible) name, or its id. -1 is refused: Cuebot compares a job's max as a number. For a "
         "scheduler-managed show the new values reach Redis right after commit."
     )
+    writes = (LIMIT_CHANGES["job_resource"],)
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("job", help="the job's live (visible) name, or its id")
@@ -24,7 +25,6 @@ class Command(BaseCommand):
         parser.add_argument("--max-gpus", help="GPUs")
         parser.add_argument("--priority")
 
-    @refused_while_observing
     def handle(self, *args, job: str, **options) -> None:
         values = parse_limits(options, model=JobResource, cores=["max_cores"], counts=["max_gpus", "priority"])
         try:

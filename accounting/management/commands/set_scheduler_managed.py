@@ -1,25 +1,25 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from accounting.management.commands._show_arg import show_argument
-from accounting.management.commands._writes import refused_while_observing
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.ownership.switching import SwitchRefused
-from accounting.ownership.toggle import set_scheduler_managed
+from accounting.ownership.toggle import OWNERSHIP_TOGGLE, set_scheduler_managed
 
 # cueadmin -scheduler-managed SHOW on|off takes on/off; the earlier -setSchedulerManaged took true/false.
 VALUES = {"true": True, "on": True, "false": False, "off": False}
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Flag a show scheduler-managed (on or true) or clear its flag (off or false); "
         "like `cueadmin -scheduler-managed SHOW on|off`. One UPDATE, no drain."
     )
+    writes = (OWNERSHIP_TOGGLE,)
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("show", help="show name")
         parser.add_argument("value", help="on or off (true or false)")
 
-    @refused_while_observing
     def handle(self, *args, show: str, value: str, **options) -> None:
         managed = VALUES.get(value.lower())
         if managed is None:

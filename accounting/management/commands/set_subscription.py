@@ -2,21 +2,22 @@
 shell, in cores (accounting.live.units.parse_cores, the policy the admin and the API share), saved through
 accounting.limits.changes like every other face."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from accounting.limits.changes import InvalidLimit, set_subscription_limits
+from accounting.limits.changes import LIMIT_CHANGES, InvalidLimit, set_subscription_limits
 from accounting.live.units import format_cores
 from accounting.management.commands._limit_args import parse_limits
 from accounting.management.commands._show_arg import show_argument
-from accounting.management.commands._writes import refused_while_observing
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.models import Subscription
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = (
         "Change a subscription's size and/or burst, in cores (like cueadmin). For a scheduler-managed "
         "show the new values reach Redis right after commit."
     )
+    writes = (LIMIT_CHANGES["subscription"],)
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("show", help="show name")
@@ -24,7 +25,6 @@ class Command(BaseCommand):
         parser.add_argument("--size", help="cores, up to two decimals (2.5)")
         parser.add_argument("--burst", help="cores, up to two decimals (2.5)")
 
-    @refused_while_observing
     def handle(self, *args, show: str, alloc: str, **options) -> None:
         values = parse_limits(options, model=Subscription, cores=["size", "burst"], counts=[])
         found = show_argument(name=show)

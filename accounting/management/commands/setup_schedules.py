@@ -1,10 +1,10 @@
-from django.core.management.base import BaseCommand
-
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.tasks import apply_schedules
 
 
-class Command(BaseCommand):
+class Command(DeclaredCommand):
     help = "Create or update the django-q2 schedules (recalculate_subs, accounting_guardrail, ...) by name."
+    writes = ()  # django-q's schedules, the service's own table
 
     def handle(self, *args, **options) -> None:
         for name, outcome in apply_schedules():

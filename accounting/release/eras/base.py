@@ -30,6 +30,9 @@ class ReleaseEra(Protocol):
 
     def counting(self, *, show_ids: Collection[str]) -> Counting: ...
 
+    def publishable(self, releases: Sequence[Release]) -> tuple[list[Release], int]:
+        """The releases `publisher` takes off the scheduler's counters, and how many it withholds."""
+
     def send(self, *, cursor, releases: Sequence[Release], commit: bool) -> None:
         """Inside the release transaction, last; commit: the outermost transaction's COMMIT may go with it."""
 
@@ -68,3 +71,6 @@ class PublishesNothing:
 
     publisher: ReleasePublisher = NoopReleasePublisher()
     reads_before_lock = False
+
+    def publishable(self, releases: Sequence[Release]) -> tuple[list[Release], int]:
+        return [], 0

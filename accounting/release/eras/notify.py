@@ -27,6 +27,23 @@ def send_releases(*, cursor, releases: Sequence[Release], commit: bool) -> None:
     commit: the notifications are the last thing the outermost transaction sends, and take
     its COMMIT with them (accounting.notify.send.notify_and_commit).
     """
+    heard, withheld = _heard(releases)
+    payloads = release_payloads(released=heard)
+    if commit:
+        notify_send.notify_and_commit(channel=RELEASE, payloads=payloads)
+    else:
+        notify_send.notify(cursor=cursor, channel=RELEASE, payloads=payloads)
+    if withheld:
+
+        def count_withheld() -> None:
+            for reason, n in withheld.items():
+                metrics.NOTIFY_WITHHELD.labels(reason=reason).inc(n)
+
+        transaction.on_commit(count_withheld)
+
+
+def _heard(releases: Sequence[Release]) -> tuple[list[ReleasedAmount], Counter[str]]:
+    """The scheduler-managed releases sent, and those withheld, counted by why (send_releases)."""
     heard: list[ReleasedAmount] = []
     withheld: Counter[str] = Counter()
     for r in releases:
@@ -49,18 +66,7 @@ def send_releases(*, cursor, releases: Sequence[Release], commit: bool) -> None:
                 gpus=r.gpus,
             )
         )
-    payloads = release_payloads(released=heard)
-    if commit:
-        notify_send.notify_and_commit(channel=RELEASE, payloads=payloads)
-    else:
-        notify_send.notify(cursor=cursor, channel=RELEASE, payloads=payloads)
-    if withheld:
-
-        def count_withheld() -> None:
-            for reason, n in withheld.items():
-                metrics.NOTIFY_WITHHELD.labels(reason=reason).inc(n)
-
-        transaction.on_commit(count_withheld)
+    return heard, withheld
 
 
 class NotifyEra(FlagOwned, PublishesNothing):

@@ -92,17 +92,34 @@ def test_nothing_is_heard_from_a_savepoint_that_rolls_back(ear):
     assert ear.collect() == [(RELEASE, cuebot_payload(farm, cores=-3, gpus=0))]
 
 
-def test_a_finished_jobs_release_is_withheld_so_the_store_stays_high(ear):
-    """The scheduler's recompute leaves FINISHED jobs' procs out: once it has run, a decrement
-    would take its store below SUM(proc). Withheld, the store stays high until the next one."""
+def finished_jobs_proc():
+    """A proc of a flagged show whose job is FINISHED (killed: Cuebot marks the job before its procs go)."""
     farm = build_farm(managed=True)
     proc = farm.add_proc(cores=200)
     with as_cuebot():
         farm.job.__class__.objects.filter(pk=farm.job.pk).update(str_state="FINISHED")
+    return proc
+
+
+def test_a_finished_jobs_release_is_withheld_so_the_store_stays_high(ear):
+    """The scheduler's recompute leaves FINISHED jobs' procs out: once it has run, a decrement
+    would take its store below SUM(proc). Withheld, the store stays high until the next one."""
+    proc = finished_jobs_proc()
     before = metrics.NOTIFY_WITHHELD.labels(reason="job_finished")._value.get()
     unbook_proc(proc_id=proc.id)
     assert ear.collect() == []
     assert metrics.NOTIFY_WITHHELD.labels(reason="job_finished")._value.get() == before + 1
+
+
+def test_the_redis_eras_rule_for_a_finished_job_has_no_part_in_this_era(ear, settings):
+    """Withholding a FINISHED job's decrement from Redis (where the scheduler's own reseed runs)
+    is the Redis era's rule: in the NOTIFY era, with no Redis, nothing is counted as left high there."""
+    settings.ACCOUNTING_SCHEDULER_RESEEDS, settings.ACCOUNTING_REDIS_ENABLED = True, False
+    proc = finished_jobs_proc()
+    redis_left_high = metrics.RELEASE_WITHHELD.labels(reason="job_finished")._value.get()
+    unbook_proc(proc_id=proc.id)
+    assert ear.collect() == []
+    assert metrics.RELEASE_WITHHELD.labels(reason="job_finished")._value.get() == redis_left_high
 
 
 def test_a_release_whose_job_row_is_gone_is_withheld(ear):

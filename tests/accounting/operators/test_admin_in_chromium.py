@@ -25,7 +25,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.selenium_manager import SeleniumManager
 
 from accounting.models import DriftRecord, Subscription
-from accounting.reconcile.drift_check import run_drift_check
+from accounting.reconcile.drift import REDIS_FIELDS
+from accounting.reconcile.drift_check import run_check
 from accounting.reconcile.reseed import seed_show
 from tests.farms import build_farm
 from tests.processes import ROOT
@@ -172,7 +173,7 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
         # Redis drifts (a lost decrement, by hand): the drift page names the key by its show and allocation,
         # and, once the periodic check has seen it (here two hours ago), since when and for how long.
         seeded_redis.hset(sub_key, "int_cores", 9)
-        run_drift_check()
+        run_check(REDIS_FIELDS)
         DriftRecord.objects.update(first_seen=F("first_seen") - timedelta(hours=2, minutes=5))
         chromium.get(f"{base}/admin/accounting/drift/{farm.show.pk}/")
         drift = text_of(chromium, "#content")
@@ -191,6 +192,6 @@ def test_an_operator_types_a_burst_in_cores_finds_a_drifted_show_and_reseeds_it(
         assert f"Reseeded {farm.show.str_name}: booked:" in text_of(chromium, "body")
         assert seeded_redis.hget(sub_key, "int_cores") == "3"
         # Back at its sum, the row leaves the list at the next check.
-        run_drift_check()
+        run_check(REDIS_FIELDS)
         chromium.get(f"{base}/admin/accounting/drift/{farm.show.pk}/")
         assert cells(chromium, "td.drift-age") == []

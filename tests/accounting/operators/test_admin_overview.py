@@ -14,8 +14,9 @@ from accounting.live import keys
 from accounting.live.leases import named_lock
 from accounting.models import FolderResource, Instance, Subscription
 from accounting.operators import pages
-from accounting.reconcile.drift import drift_report
-from accounting.reconcile.drift_check import run_drift_check, run_table_drift_check
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
+from accounting.reconcile.drift import REDIS_FIELDS, drift_report
+from accounting.reconcile.drift_check import run_check
 from accounting.reconcile.reseed import FARM_LOCK, seed_show
 from cuebot_acct.redis_factory import accounting_redis
 from tests.farms import build_farm
@@ -42,7 +43,7 @@ def test_the_admin_index_is_the_overview(admin_client, acct_redis):
     cuebot.add_proc(cores=250)
     seed_show(show_id=managed.show.id)
     acct_redis.hset(keys.sub(show_id=managed.show.id, alloc_id=managed.alloc.id), "int_cores", 75)  # live, and drifted
-    run_drift_check()
+    run_check(REDIS_FIELDS)
     Instance.objects.create(
         host="render-web-1",
         pid=42,
@@ -121,11 +122,11 @@ def test_maestro_era_every_show_is_counted_in_cuebots_tables_and_a_flagged_one_i
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"  # no Redis is read
     flagged = build_farm(managed=True)
     flagged.add_proc(cores=250)
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     with as_cuebot():
         Subscription.objects.filter(pk=flagged.subscription.pk).update(int_cores=900)
         FolderResource.objects.filter(folder=flagged.folder).update(int_cores=900)
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
 
     page = admin_client.get(reverse("admin:index")).content.decode()
     row = visible_text(page.split(flagged.show.str_name, 1)[1].split("</tr>", 1)[0])
@@ -153,7 +154,7 @@ def test_the_drift_page_names_keys_and_the_index_says_which_show_drifts(admin_cl
     acct_redis.hset(keys.job(job_id=farm.job.id), "int_max_cores", 3)
     acct_redis.hset(keys.layer(layer_id=farm.layer.id), "int_cores", 9)
     acct_redis.hset(keys.point(dept_id=farm.dept.id, show_id=farm.show.id), "int_min_cores", 4)
-    run_drift_check()
+    run_check(REDIS_FIELDS)
 
     text = visible_text(admin_client.get(reverse("acct-drift-show", args=[farm.show.pk])).content.decode())
     show, job = farm.show.str_name, farm.job.str_name

@@ -304,7 +304,7 @@ def test_every_kind_of_release_answer_is_what_the_openapi_schema_declares(farm, 
     # The endpoints return their answers rendered, not validated per request (cuebot_acct.api.answered):
     # this holds a single answer and a batch's released, not-found and job-gone results to the models
     # the OpenAPI schema is built from, strictly (no coercion, nothing extra).
-    from accounting.operators.api import ReleaseOut, UnbookBatchOut
+    from accounting.operators.release_api import ReleaseOut, UnbookBatchOut
 
     single = post(f"/api/v1/procs/{farm.add_proc(cores=250, gpus=1).id}/unbook")
     kept_job, kept_layer = farm.add_job()
@@ -323,7 +323,7 @@ def test_every_kind_of_release_answer_is_what_the_openapi_schema_declares(farm, 
 def test_a_batchs_releases_of_one_layer_are_named_once(farm):
     # Named per distinct set of ids, that dict shared (a batch named proc by proc spent a quarter
     # of its request's CPU naming: issue 35); another job's release is named on its own.
-    from accounting.operators.selectors import release_names
+    from accounting.operators.names import release_names
     from accounting.release.unbook import unbook_procs
 
     other_job, other_layer = farm.add_job()

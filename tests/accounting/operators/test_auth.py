@@ -1,5 +1,6 @@
 """Token authentication without a database read or write per request (accounting.operators.auth)."""
 
+import copy
 from datetime import timedelta
 
 import pytest
@@ -14,9 +15,15 @@ from accounting.operators.auth import (
     LAST_USED_RESOLUTION,
     grant_permissions,
     issue_token,
-    user_for_token,
 )
 from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS
+
+
+def user_for_token(*, raw: str):
+    """The token's user as BearerToken gives each request one: its own copy (the permission sets
+    are shared, never mutated); None for a token unknown, revoked or of an inactive user."""
+    trusted = accounting.operators.auth._trusted(raw=raw)
+    return None if trusted is None else copy.copy(trusted.user)
 
 
 @pytest.fixture

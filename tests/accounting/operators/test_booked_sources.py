@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from accounting.live import keys
 from accounting.models import Subscription
-from accounting.operators.selectors import DRIFT, RECOMPUTE_LAG, ROUNDING, booked_sources
+from accounting.operators.booked_sources import DRIFT, RECOMPUTE_LAG, ROUNDING, booked_sources
 from accounting.reconcile.reseed import seed_show
 from tests.farms import build_farm
 
@@ -78,7 +78,7 @@ def test_the_subscription_list_labels_both_numbers_and_says_why(admin_client, la
 
 
 def test_the_list_reads_redis_once_for_the_page(admin_client, lagging, monkeypatch):
-    from accounting.operators import selectors
+    from accounting.operators import booked_sources as selectors
 
     build_farm(managed=True)
     calls = []

@@ -7,7 +7,8 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from accounting.reconcile.drift_check import run_table_drift_check
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
+from accounting.reconcile.drift_check import run_check
 from tests.accounting.operators.test_admin_overview import staff, visible_text
 from tests.accounting.reconcile.test_cuebot_drift import drifted_farms, pg_mismatches  # noqa: F401 - the fixture
 
@@ -37,7 +38,7 @@ def test_api_names_the_rows_of_one_show_and_the_last_check_counts_every_show(mae
     layer = reader_client.get("/api/v1/accounting/drift", {"show": unflagged.show.str_name}).json()["cuebot_tables"]
     assert [r["name"] for r in layer["rows"]] == [f"{unflagged.job.str_name} / {unflagged.layer.str_name}"]
 
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     every = reader_client.get("/api/v1/accounting/drift").json()["cuebot_tables"]
     assert every["checked_at"] is not None
     assert sorted((s["show"], s["rows_drifted"]) for s in every["shows"]) == sorted(
@@ -58,7 +59,7 @@ def test_admin_pages_list_the_same_rows(maestro_era, drifted_farms, admin_client
     )
     assert f"manage.py acct_reseed --show {flagged.show.str_name}" in text
     assert "Redis" not in text
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     index = visible_text(admin_client.get(reverse("acct-drift")).content.decode())
     assert f"{flagged.show.str_name} 2 rows drifted" in index and f"{unflagged.show.str_name} 1 row drifted" in index
 

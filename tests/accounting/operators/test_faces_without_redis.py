@@ -85,3 +85,21 @@ def test_the_locks_endpoint_names_recalculate_subs_postgresql_lock(era_without_r
         finally:
             cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [RECALCULATE_SUBS_LOCK])
     assert held == [{"name": "recalculate_subs", "owner": f"PostgreSQL backend {pid}", "ttl_ms": None}]
+
+
+def test_the_subscription_pages_and_the_drift_api_speak_of_the_maestro_era(
+    maestro_era, farms, admin_client, reader_client
+):
+    """On current OpenCue Cuebot counts every show, flagged or not, in its row, and no Redis counts
+    any: the subscription admin names no Redis count and no recompute lag, and the drift API's
+    farm-wide answer carries no part for the Redis check (no `"checked_at": null` of a check that
+    never runs in this era)."""
+    from tests.accounting.operators.test_admin_overview import visible_text
+
+    flagged, _ = farms
+    listing = visible_text(admin_client.get(reverse("admin:accounting_subscription_changelist")).content.decode())
+    form = admin_client.get(reverse("admin:accounting_subscription_change", args=[flagged.subscription.pk]))
+    for text in (listing, visible_text(form.content.decode())):
+        assert "Redis" not in text and "last recompute" not in text and "Cuebot's count" in text
+    body = reader_client.get("/api/v1/accounting/drift").json()
+    assert list(body) == ["source", "cuebot_tables", "drifted_rows"]

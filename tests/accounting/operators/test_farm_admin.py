@@ -7,7 +7,8 @@ from django.urls import reverse
 
 from accounting.live import keys
 from accounting.ownership import switching
-from accounting.reconcile.drift_check import run_drift_check
+from accounting.reconcile.drift import REDIS_FIELDS
+from accounting.reconcile.drift_check import run_check
 from accounting.reconcile.reseed import seed_show
 from shows.models import Show
 from tests.processes import closed_port
@@ -135,7 +136,7 @@ def test_the_drift_column_says_what_the_last_check_found(admin_client, farm, see
     assert "not checked yet" in admin_client.get(CHANGELIST).content.decode()
     seed_show(show_id=farm.show.id)
     seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 9)
-    run_drift_check()
+    run_check(REDIS_FIELDS)
     assert "1 field(s) differ" in admin_client.get(CHANGELIST).content.decode()
 
 

@@ -4,18 +4,26 @@ and the grant, before its first statement, so PostgreSQL denies the role nothing
 through would fail these tests with "permission denied"), and no row of Cuebot's changes."""
 
 import json
+import logging
+import re
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.contrib import admin
+from django.core.management import CommandError, call_command, get_commands, load_command_class
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django_q.models import Schedule
 
+import accounting
+from accounting.management.commands._writes import DeclaredCommand
 from accounting.models import Point
 from accounting.operators.auth import issue_token
-from accounting.tasks import drift_check_task, recalculate_subs_task
+from accounting.operators.farm_admin import DeclaredAdmin
+from accounting.tasks import SCHEDULES, TASKS, drift_check_task, recalculate_subs_task
+from cuebot_acct.writes import Write
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from tests.accounting.operators.test_api_permissions import ENDPOINTS, call
 from tests.accounting.reconcile.test_cuebot_drift import acct_drift
@@ -120,12 +128,13 @@ def test_every_read_face_answers_and_names_the_drift(
 @pytest.mark.parametrize("lane", [False, True], ids=["django", "lane"])
 @pytest.mark.parametrize(("method", "url", "body", "needed"), WRITES)
 def test_every_write_endpoint_refuses_with_the_setting_and_the_grant(
-    settings, drifted, superuser_token, lane, method, url, body, needed
+    settings, drifted, superuser_token, lane, method, url, body, needed, caplog
 ):
     flagged, _ = drifted
-    with observing(settings):
+    with caplog.at_level(logging.DEBUG), observing(settings):
         client = LaneClient() if lane else Client()
         answer = call(client, flagged, method, url, body, superuser_token)
+    assert not [r for r in caplog.records if r.exc_info], "a refusal logged a traceback"
     assert answer.status_code == 403
     refusal = answer.json()
     assert refusal["setting"] == "ACCOUNTING_WRITES"
@@ -133,19 +142,19 @@ def test_every_write_endpoint_refuses_with_the_setting_and_the_grant(
     assert ("DELETE on proc" if "unbook" in url else "UPDATE on ") in refusal["grant"]
 
 
-@pytest.mark.parametrize(
-    ("command", "grant"),
-    [
-        (["acct_reseed", "--show", "{cuebot}"], "UPDATE on subscription, folder_resource"),
-        (["acct_reseed", "--show", "{flagged}"], "no grant in PostgreSQL"),
-        (["acct_reseed", "--cuebot-tables"], "UPDATE on subscription, folder_resource"),
-        (["recalculate_subs"], "UPDATE on subscription"),
-        (["set_scheduler_managed", "{flagged}", "off"], "UPDATE on show"),
-        (["set_subscription", "{flagged}", "{alloc}", "--burst", "30"], "UPDATE on subscription"),
-        (["set_folder_limits", "{flagged}", "{folder}", "--max-cores", "-1"], "UPDATE on folder_resource"),
-        (["set_job_limits", "{job}", "--max-cores", "50"], "UPDATE on job_resource"),
-    ],
-)
+WRITE_COMMANDS = [
+    (["acct_reseed", "--show", "{cuebot}"], "UPDATE on subscription, folder_resource"),
+    (["acct_reseed", "--show", "{flagged}"], "no grant in PostgreSQL"),
+    (["acct_reseed", "--cuebot-tables"], "UPDATE on subscription, folder_resource"),
+    (["recalculate_subs"], "UPDATE on subscription"),
+    (["set_scheduler_managed", "{flagged}", "off"], "UPDATE on show"),
+    (["set_subscription", "{flagged}", "{alloc}", "--burst", "30"], "UPDATE on subscription"),
+    (["set_folder_limits", "{flagged}", "{folder}", "--max-cores", "-1"], "UPDATE on folder_resource"),
+    (["set_job_limits", "{job}", "--max-cores", "50"], "UPDATE on job_resource"),
+]
+
+
+@pytest.mark.parametrize(("command", "grant"), WRITE_COMMANDS)
 def test_every_write_command_refuses_in_one_line(settings, drifted, acct_redis, command, grant):
     flagged, unflagged = drifted
     names = {
@@ -226,3 +235,143 @@ def test_a_point_limit_refusal_names_the_point_table(settings, drifted, superuse
             HTTP_AUTHORIZATION=f"Bearer {superuser_token}",
         )
     assert answer.status_code == 403 and answer.json()["grant"] == "UPDATE on point"
+
+
+# --- Every face that writes declares it: enumerated from the registries themselves -------------
+
+OUR_APPS = ("accounting", "shows")  # the simulator's commands play Cuebot against a farm of their own
+
+
+def api_operations() -> list[tuple[str, str, object]]:
+    """(method, path, view) of every operation the API serves, from its routers."""
+    import cuebot_acct.urls  # noqa: F401 - the URLconf attaches the routers
+    from cuebot_acct.api import api
+
+    found = []
+    for prefix, router in api._routers:
+        for path, path_view in router.path_operations.items():
+            for operation in path_view.operations:
+                found += [(method, f"/api/v1/{prefix}/{path}", operation.view_func) for method in operation.methods]
+    return [(method, re.sub(r"/+", "/", path).rstrip("/"), view) for method, path, view in found]
+
+
+def test_every_api_operation_that_writes_declares_it_and_the_observer_tests_call_each():
+    assert len(api_operations()) >= len(ENDPOINTS)
+    for method, path, view in api_operations():
+        declared = getattr(view, "writes", None)
+        if method == "GET":
+            assert declared is None, f"GET {path} declares a write: a GET must write nothing"
+        else:
+            assert isinstance(declared, Write), (
+                f"{method} {path} ({view.__name__}) writes without declaring it (cuebot_acct.writes.writes)"
+            )
+    called = {(method.upper(), re.sub(r"\{\w+\}", "{}", url)) for method, url, _, _ in ENDPOINTS}
+    served = {(method, re.sub(r"\{\w+\}", "{}", path)) for method, path, _ in api_operations()}
+    assert served == called, f"operations the observer tests do not call: {sorted(served - called)}"
+
+
+def our_admins() -> list:
+    return [model_admin for model, model_admin in admin.site._registry.items() if model._meta.app_label in OUR_APPS]
+
+
+def faces(model_admin, request) -> list[str]:
+    """The faces a superuser is offered: add, change, delete where permitted, and every action."""
+    offered = [face for face in ("add", "change", "delete") if getattr(model_admin, f"has_{face}_permission")(request)]
+    actions = {"delete" if name == "delete_selected" else name for name in model_admin.get_actions(request)}
+    return offered + sorted(actions | {name for name in model_admin.actions if isinstance(name, str)})
+
+
+def test_every_admin_face_that_writes_declares_it_and_is_closed_to_an_observer(settings, operator, rf):
+    request = rf.get("/admin/")
+    request.user = operator
+    for model_admin in our_admins():
+        name = type(model_admin).__name__
+        assert isinstance(model_admin, DeclaredAdmin), f"{name} is no DeclaredAdmin: what it writes is undeclared"
+        for face in faces(model_admin, request):
+            assert face in model_admin.writes, f"{name} offers {face!r}, which writes without declaring it"
+    settings.ACCOUNTING_WRITES = False
+    for model_admin in our_admins():
+        closed = {face for face, write in model_admin.writes.items() if write is not None}
+        assert not closed & set(faces(model_admin, request)) - set(model_admin.actions), type(model_admin).__name__
+        assert not closed & set(model_admin.get_actions(request)), type(model_admin).__name__
+
+
+def test_every_command_declares_what_it_writes_and_the_observer_tests_run_each_that_does():
+    writing = set()
+    for name, app in get_commands().items():
+        if app not in OUR_APPS:
+            continue
+        command = load_command_class(app, name)
+        assert isinstance(command, DeclaredCommand) and "writes" in vars(type(command)), (
+            f"manage.py {name} does not declare what it writes (accounting.management.commands._writes)"
+        )
+        assert all(isinstance(write, Write) for write in command.writes), name
+        if command.writes:
+            writing.add(name)
+    assert writing == {command[0] for command, _ in WRITE_COMMANDS}
+
+
+def test_every_task_and_schedule_declares_what_it_writes():
+    for spec in SCHEDULES:
+        assert spec.func in TASKS, (
+            f"schedule {spec.name} runs {spec.func}, which declares nothing (accounting.tasks.task)"
+        )
+    named = set()
+    for path in Path(accounting.__file__).parent.rglob("*.py"):
+        named |= set(re.findall(r"[\"'](accounting\.tasks\.\w+)[\"']", path.read_text()))
+    assert named <= set(TASKS), f"queued but not declared tasks: {sorted(named - set(TASKS))}"
+
+
+def test_every_writing_task_skips_on_an_observer_in_one_line(settings, caplog):
+    settings.ACCOUNTING_WRITES = False
+    with caplog.at_level(logging.WARNING, logger="accounting.tasks"):
+        for run in TASKS.values():
+            if run.writes:
+                run()  # refused before the task's body runs, whatever it would be given
+    skipped = [r for r in caplog.records if "skipped: ACCOUNTING_WRITES is off" in r.getMessage()]
+    assert len(skipped) == sum(1 for run in TASKS.values() if run.writes) and not any(r.exc_info for r in skipped)
+
+
+def admin_urls(model_admin, farm) -> dict[str, tuple[str, dict]]:
+    """Per face an admin declares with a Write, the URL a browser posts it to, and the form."""
+    meta = model_admin.model._meta
+    row = model_admin.model._default_manager.filter(**_of(meta.model_name, farm)).first()
+    urls = {}
+    for face, write in model_admin.writes.items():
+        if write is None:
+            continue
+        if face in ("add", "change", "delete"):
+            args = [] if face == "add" else [row.pk]
+            urls[face] = (reverse(f"admin:{meta.app_label}_{meta.model_name}_{face}", args=args), {"post": "yes"})
+        else:
+            urls[face] = (
+                reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"),
+                {"action": face, "_selected_action": [row.pk], "confirmed": "yes"},
+            )
+    return urls
+
+
+def _of(model_name: str, farm) -> dict:
+    return {"proc": {"show": farm.show}, "show": {"pk": farm.show.pk}}.get(model_name, {})
+
+
+def test_every_admin_write_url_answers_the_refusal_in_one_line_and_no_traceback(settings, drifted, operator, caplog):
+    flagged, _ = drifted
+    client = Client()
+    client.force_login(operator)
+    posted = []
+    with caplog.at_level(logging.DEBUG), observing(settings):
+        for model_admin in our_admins():
+            for face, (url, form) in admin_urls(model_admin, flagged).items():
+                answers = [client.post(url, form)] + ([client.get(url)] if face in ("add", "delete") else [])
+                for answer in answers:
+                    body = answer.content.decode()
+                    assert answer.status_code == 403 and "\n" not in body, (url, face, body[:200])
+                    assert "refused: ACCOUNTING_WRITES is off" in body and model_admin.writes[face].grant in body
+                posted.append(face)
+        for view in ("acct-drift-repair", "acct-drift-reseed"):
+            for method in (client.get, client.post):
+                answer = method(reverse(view, args=[flagged.show.id]))
+                assert answer.status_code == 403 and "refused: ACCOUNTING_WRITES is off" in answer.content.decode()
+    assert {"change", "delete", "move_to_scheduler", "move_back_to_cuebot"} <= set(posted)
+    assert not [r for r in caplog.records if r.exc_info], "a refusal logged a traceback"

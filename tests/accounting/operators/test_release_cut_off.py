@@ -19,7 +19,7 @@ from django.db import connection, connections
 
 from accounting.live import keys
 from accounting.models import Proc
-from accounting.operators.api import CUT_OFF
+from accounting.operators.release_api import CUT_OFF
 from cuebot_acct.api_types import OutcomeUnknown, OutcomeUnknownOut
 from cuebot_acct.permissions import RELEASE_PROCS
 from tests.accounting.operators.test_release_lane import environ, with_proc

@@ -252,11 +252,12 @@ def test_keys_a_rebuild_without_our_marker_opened_are_still_compared(farm, acct_
 
 
 def test_api_drift_without_a_show_answers_the_last_check_not_a_farm_wide_read(farm, acct_redis, reader_client):
-    from accounting.reconcile.drift_check import run_drift_check
+    from accounting.reconcile.drift import REDIS_FIELDS
+    from accounting.reconcile.drift_check import run_check
 
     seed_show(show_id=farm.show.id)
     acct_redis.hset(sub_key(farm), "int_gpus", 2)
-    run_drift_check()
+    run_check(REDIS_FIELDS)
     acct_redis.hset(sub_key(farm), "int_gpus", 5)  # after the check: not in its answer
     body = reader_client.get("/api/v1/accounting/drift").json()
     assert body["checked_at"] is not None and body["source"].startswith("the periodic drift check")
@@ -271,7 +272,7 @@ def test_api_drift_without_a_show_answers_the_last_check_not_a_farm_wide_read(fa
 
 
 def test_api_drift_computes_one_live_report_at_a_time_per_process(farm, reader_client):
-    from accounting.operators import api
+    from accounting.operators import drift_api as api
 
     with api._live_drift:  # another request's report is running
         busy = reader_client.get("/api/v1/accounting/drift", {"show": farm.show.str_name})

@@ -17,10 +17,11 @@ from prometheus_client import REGISTRY
 from accounting.live import keys
 from accounting.models import DriftRecord
 from accounting.operators import pages
-from accounting.operators.selectors import DriftAge, age_text, recorded_drift
-from accounting.reconcile.drift import DriftRow
-from accounting.reconcile.drift_check import run_table_drift_check
-from accounting.reconcile.drift_history import cores_words, gpus_words, redis_difference
+from accounting.operators.drift_views import recorded_drift
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
+from accounting.reconcile.drift import DriftRow, drifted
+from accounting.reconcile.drift_check import run_check
+from accounting.reconcile.drift_history import DriftAge, age_text, cores_words, gpus_words
 from accounting.reconcile.reseed import seed_show
 from accounting.tasks import drift_check_task
 from tests.accounting.operators.test_admin_overview import visible_text
@@ -66,7 +67,7 @@ def test_the_check_keeps_the_first_sighting_and_the_faces_say_since_when_and_for
         f"{flagged.show.str_name} / {flagged.alloc.str_name}",
         f"{unflagged.job.str_name} / {unflagged.layer.str_name}",
     )
-    first = run_table_drift_check()
+    first = run_check(CUEBOT_TABLES)
     found = records()
     assert set(found) == {sub, layer, f"{flagged.show.str_name} / {flagged.folder.str_name}"}
     assert found[sub].first_seen.timestamp() == pytest.approx(first.checked_at, abs=1e-3)
@@ -84,7 +85,7 @@ def test_the_check_keeps_the_first_sighting_and_the_faces_say_since_when_and_for
 
     seen_earlier()
     first_seen = DriftRecord.objects.get(subject=layer).first_seen
-    later = run_table_drift_check()
+    later = run_check(CUEBOT_TABLES)
     assert DriftRecord.objects.get(subject=layer).first_seen == first_seen  # kept, not reset
     assert age_gauge(unflagged.show.str_name, "cuebot_tables") == pytest.approx(
         later.checked_at - first_seen.timestamp(), abs=1e-3
@@ -124,21 +125,21 @@ def test_the_check_keeps_the_first_sighting_and_the_faces_say_since_when_and_for
 
 def test_a_row_repaired_leaves_every_list_at_the_next_check(maestro_era, drifted_farms, reader_client, admin_client):  # noqa: F811
     flagged, unflagged = drifted_farms
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     call_command("acct_reseed", "--show", unflagged.show.str_name, stdout=StringIO())
     # Live faces read it repaired at once; the check's list keeps it until the next check.
     assert (
         reader_client.get("/api/v1/accounting/drift", {"show": unflagged.show.str_name}).json()["cuebot_tables"]["rows"]
         == []
     )
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     assert {r.show_name for r in DriftRecord.objects.all()} == {flagged.show.str_name}
     assert age_gauge(unflagged.show.str_name, "cuebot_tables") == 0
     every = reader_client.get("/api/v1/accounting/drift").json()["drifted_rows"]
     assert {r["show"] for r in every} == {flagged.show.str_name}
 
     call_command("acct_reseed")  # the Maestro era: every show's tables
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     assert not DriftRecord.objects.exists()
     assert reader_client.get("/api/v1/accounting/drift").json()["drifted_rows"] == []
     index = admin_client.get(reverse("acct-drift")).content.decode()
@@ -152,22 +153,22 @@ def test_the_drift_index_lists_the_oldest_drifted_rows_first_and_the_rest_a_page
     monkeypatch,
 ):
     monkeypatch.setattr(pages, "DRIFTED_PER_PAGE", 2)
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     first = visible_text(admin_client.get(reverse("acct-drift")).content.decode())
     second = admin_client.get(reverse("acct-drift"), {"page": 2}).content.decode()
     assert "Drifted rows at the last check: 3 (here 1–2)" in first and "Pages of drifted rows: 1 2 next ›" in first
-    rows = [r.subject for r in recorded_drift()]
+    rows = [r.entry.name for r in recorded_drift()]
     assert [subject in first for subject in rows] == [True, True, False]
     assert rows[2] in visible_text(second) and "(here 3–3)" in visible_text(second)
 
 
 def test_a_row_that_drifts_further_keeps_its_first_sighting_and_says_its_difference_now(maestro_era, drifted_farms):  # noqa: F811
     _, unflagged = drifted_farms
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     seen_earlier()
     before = DriftRecord.objects.get(show_name=unflagged.show.str_name)
     set_as_cuebot("UPDATE layer_resource SET int_cores = 700 WHERE pk_layer = %s", unflagged.layer.id)
-    run_table_drift_check()
+    run_check(CUEBOT_TABLES)
     after = DriftRecord.objects.get(show_name=unflagged.show.str_name)
     assert (after.first_seen, after.difference, after.cores_difference) == (before.first_seen, "4.00 cores high", 400)
 
@@ -234,34 +235,35 @@ def test_the_check_writes_its_own_table_only_and_only_what_changed(maestro_era, 
     drift that stays put costs no write."""
     _, unflagged = drifted_farms
     with CaptureQueriesContext(connection) as first:
-        run_table_drift_check()
+        run_check(CUEBOT_TABLES)
     assert len(writes(first)) == 1 and writes(first)[0].startswith('INSERT INTO "acct_drift_record"')
     with CaptureQueriesContext(connection) as again:
-        run_table_drift_check()
+        run_check(CUEBOT_TABLES)
     assert writes(again) == []
     set_as_cuebot("UPDATE layer_resource SET int_cores = 700 WHERE pk_layer = %s", unflagged.layer.id)
     with CaptureQueriesContext(connection) as moved:
-        run_table_drift_check()
+        run_check(CUEBOT_TABLES)
     assert [sql.split(" SET ")[0] for sql in writes(moved)] == ['UPDATE "acct_drift_record"']
     call_command("acct_reseed", "--show", unflagged.show.str_name, stdout=StringIO())
     with CaptureQueriesContext(connection) as healed:
-        run_table_drift_check()
+        run_check(CUEBOT_TABLES)
     assert [sql.split(" WHERE ")[0] for sql in writes(healed)] == ['DELETE FROM "acct_drift_record"']
 
 
 def test_a_check_that_cannot_read_redis_leaves_the_records_as_they_were(farm, seeded_redis, settings):
-    from accounting.reconcile.drift_check import run_drift_check
+    from accounting.reconcile.drift import REDIS_FIELDS
+    from accounting.reconcile.drift_check import run_check
     from cuebot_acct.redis_factory import accounting_redis
     from tests.processes import closed_port
 
     seed_show(show_id=farm.show.id)
     seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 6)
-    run_drift_check()
+    run_check(REDIS_FIELDS)
     before = list(DriftRecord.objects.values_list("identity", "first_seen"))
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     accounting_redis.cache_clear()
     try:
-        assert run_drift_check().error
+        assert run_check(REDIS_FIELDS).error
     finally:
         accounting_redis.cache_clear()
     assert list(DriftRecord.objects.values_list("identity", "first_seen")) == before and before
@@ -277,7 +279,7 @@ def test_words_and_durations():
     assert [gpus_words(g) for g in (1, -2)] == ["1 GPU high", "2 GPUs low"]
     key = "acct:job:x"
     assert [
-        redis_difference(DriftRow(key=key, field=field, redis=redis, pg=pg, difference=(redis or 0) - pg))[2]
+        drifted(DriftRow(key=key, field=field, redis=redis, pg=pg, difference=(redis or 0) - pg), show_id="").difference
         for field, redis, pg in (
             ("int_max_cores", None, 300),
             ("int_max_cores", -1, 300),

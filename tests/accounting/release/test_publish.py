@@ -20,7 +20,6 @@ from accounting.release.publish import (
     NoopReleasePublisher,
     RedisReleasePublisher,
     breaker,
-    release_publisher,
 )
 from accounting.release.unbook import unbook_proc
 from cuebot_acct.redis_factory import accounting_redis
@@ -71,10 +70,12 @@ def evalsha_sends(monkeypatch):
 
 
 def test_publisher_is_chosen_by_the_setting_at_call_time(settings):
+    from accounting.release.eras import release_era
+
     settings.ACCOUNTING_REDIS_ENABLED = True
-    assert isinstance(release_publisher(), RedisReleasePublisher)
+    assert isinstance(release_era().publisher, RedisReleasePublisher)
     settings.ACCOUNTING_REDIS_ENABLED = False
-    assert isinstance(release_publisher(), NoopReleasePublisher)
+    assert isinstance(release_era().publisher, NoopReleasePublisher)
 
 
 def test_accounting_client_never_retries():

@@ -19,7 +19,7 @@ from accounting.models import (
     Subscription,
 )
 from accounting.reconcile import recompute
-from accounting.reconcile.recompute import LOCK_ORDER
+from accounting.reconcile.cuebot_drift import LOCK_ORDER
 from accounting.release import unbook
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
@@ -596,11 +596,29 @@ def test_the_single_release_gets_a_generic_plan(farm, django_capture_on_commit_c
     assert (generic, custom) == (3, 5)
 
 
-def test_the_release_and_the_recompute_lock_the_accounting_tables_in_the_one_order():
-    """LOCK_ORDER states the order once: the release's per-table statements and the recompute's
-    follow it, whatever order they are written in."""
-    assert [a.table for a in unbook.ADJUSTMENTS] == list(LOCK_ORDER)
-    assert [t.table for t in recompute.TABLES] == [table for table in LOCK_ORDER if table != "host_local"]
+# Cuebot's order of a release's writes (its ProcDaoJdbc.unbookProc and procDestroyed, as
+# docs/architecture.md, "Lock order, deadlocks and the rerun", names it), written out here apart
+# from the code: every writer of these tables keeps it.
+CUEBOTS_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
+
+
+def test_the_repair_locks_the_accounting_tables_in_cuebots_order(cuebot_farm):
+    """LOCK_ORDER is Cuebot's, and the repair takes its rows' locks in it, table after table
+    (a release's: test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.accounting.pg import drift_all_tables
+
+    assert LOCK_ORDER == CUEBOTS_ORDER
+    cuebot_farm.add_proc(cores=100)
+    drift_all_tables(show_id=cuebot_farm.show.id)
+    with CaptureQueriesContext(connection) as queries:
+        repair = recompute.repair_pg_accounting(show_ids=[cuebot_farm.show.id])
+    assert repair.failures == [] and accounting_mismatches(show_id=cuebot_farm.show.id) == []
+    locked = [
+        m.group(1) for q in queries.captured_queries if (m := re.search(r" FROM (\w+) .*FOR NO KEY UPDATE", q["sql"]))
+    ]
+    assert locked == [table for table in CUEBOTS_ORDER if table != "host_local"]
 
 
 def test_a_cuebot_managed_release_sends_its_ordered_writes_in_one_round_trip(cuebot_farm):

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounting.live import keys
 from accounting.models import Subscription
-from accounting.operators.selectors import farm_overview
+from accounting.operators.overview import farm_overview
 from accounting.release.unbook import unbook_proc
 from accounting.usage import snapshot
 from shows.models import Host, Show

@@ -1,0 +1,122 @@
+"""Drift as every face shows it (the pages, the API, acct_drift): rows of either source named by
+their source, with how long each has drifted; a live report of a show, or of the farm; the
+checks' last results and the rows they recorded; and the command that repairs Cuebot's tables."""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from django.utils import timezone
+
+from accounting.reconcile import cuebot_drift, drift
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, TableDriftReport
+from accounting.reconcile.drift import REDIS_FIELDS, DriftReport, DriftRow
+from accounting.reconcile.drift_check import SOURCES, DriftSource, ShowCount, check_status, era_sources
+from accounting.reconcile.drift_history import DriftAge, Drifted, Shown, ages, recorded
+from accounting.reconcile.recompute import TABLE_REPAIR
+from cuebot_acct.schedulers import cuebot_owns_every_show
+from shows.models import Show
+
+
+def shown(rows: Sequence[Drifted], *, now: datetime | None = None) -> list[Shown]:
+    """The rows named by their sources and, read drifted at `now`, aged."""
+    named: dict[int, Shown] = {}
+    for source in {row.source for row in rows}:
+        mine = [i for i, row in enumerate(rows) if row.source == source]
+        named |= dict(zip(mine, SOURCES[source].named([rows[i] for i in mine]), strict=True))
+    found = ages(rows, now=now) if now is not None else [None] * len(rows)
+    return [replace(named[i], age=age) for i, age in enumerate(found)]
+
+
+def redis_shown(rows: Sequence[DriftRow], *, now: datetime | None = None) -> list[Shown]:
+    return shown([drift.drifted(row, show_id="") for row in rows], now=now)
+
+
+def table_shown(report: TableDriftReport, *, now: datetime) -> list[Shown]:
+    return shown([cuebot_drift.drifted(row) for row in report.rows], now=now)
+
+
+def live_json(*, tables: TableDriftReport, redis: DriftReport | None, now: datetime, show: str | None) -> dict:
+    """A live report as the API and acct_drift --json give it: in the redis era the Redis fields
+    (every list named, the drifted rows aged), and Cuebot's tables with the command that repairs them."""
+    found = {}
+    if redis is not None:
+        found = {
+            **redis.as_dict(),
+            "rows": [entry.as_dict() for entry in redis_shown(redis.rows, now=now)],
+            "rounding_only": [entry.values for entry in redis_shown(redis.rounding_only)],
+            "explained": [entry.values for entry in redis_shown(redis.explained)],
+        }
+    rows = [entry.as_dict() for entry in table_shown(tables, now=now)]
+    return {**found, "cuebot_tables": {**tables.as_dict(), "rows": rows, "repair": table_repair(show=show)}}
+
+
+@dataclass(frozen=True)
+class RecordedDrift:
+    """A row the last check of its source found drifted, named as the faces name it."""
+
+    show: str
+    entry: Shown
+
+    def as_dict(self) -> dict:
+        row, age = self.entry.row, self.entry.age
+        assert age is not None  # a recorded row's age runs to the last check that saw it
+        return {
+            "source": row.source,
+            "show": self.show,
+            "show_id": row.show_id,
+            "name": self.entry.name,
+            "what": self.entry.what,
+            "difference": row.difference,
+            **self.entry.as_dict(),
+            "checked_at": age.seen.isoformat(),
+        }
+
+
+def recorded_drift() -> list[RecordedDrift]:
+    """Every row the last checks found drifted, oldest first, its age as of the last check of its
+    source (which saw it drifted; now if the cache has lost when that was)."""
+    now = timezone.now()
+    checked = {name: check_status(source).checked_at or now for name, source in SOURCES.items()}
+    records = recorded()
+    entries = shown([row for row, _, _ in records])
+    return [
+        RecordedDrift(show=show, entry=replace(entry, age=DriftAge(first, checked[row.source])))
+        for (row, show, first), entry in zip(records, entries, strict=True)
+    ]
+
+
+def last_checks_json() -> dict:
+    """The farm as of the periodic checks, as the API gives it: per show its rows drifted at each
+    source's last check (the Redis fields at the top, in the redis era), and every row recorded."""
+    statuses = {source: check_status(source) for source in era_sources()}
+    shows = {pk for status in statuses.values() for pk in status.shows}
+    names = dict(Show.objects.filter(pk__in=shows).values_list("pk", "str_name"))
+
+    def part(source: DriftSource, counts: Callable[[ShowCount], dict]) -> dict:
+        status = statuses[source]
+        return {
+            "checked_at": status.checked_at.isoformat() if status.checked_at else None,
+            "error": status.error,
+            "shows": [
+                {"show": names.get(pk, pk), "show_id": pk, **counts(count)}
+                for pk, count in sorted(status.shows.items(), key=lambda item: names.get(item[0], item[0]))
+            ],
+        }
+
+    body = {"source": "the periodic drift check (acct-drift-check); ask ?show=NAME for one show now"}
+    if REDIS_FIELDS in statuses:
+        body |= part(REDIS_FIELDS, lambda count: {"fields_drifted": count.drifted, "fields_checked": count.checked})
+    tables = part(CUEBOT_TABLES, lambda count: {"rows_drifted": count.drifted})
+    return {**body, "cuebot_tables": tables, "drifted_rows": [row.as_dict() for row in recorded_drift()]}
+
+
+def table_repair(*, show: str | None) -> str:
+    """What repairs drift of Cuebot's tables in this era, as a command to type; every face says the
+    same, and on an observer that it needs writes on first."""
+    if show:
+        command = f"manage.py acct_reseed --show {show}"
+    else:
+        # Outside the Maestro era acct_reseed alone rebuilds the scheduler-managed shows' Redis.
+        command = "manage.py acct_reseed" if cuebot_owns_every_show() else "manage.py acct_reseed --cuebot-tables"
+    return command if TABLE_REPAIR.allowed else f"{command} (where ACCOUNTING_WRITES is on)"
