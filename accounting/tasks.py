@@ -33,6 +33,7 @@ from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS, recalculate_
 from accounting.reconcile.recompute import TABLE_REPAIR, recompute_pg_accounting
 from accounting.reconcile.reseed import REDIS_REBUILD, REDIS_RESEED, ReseedSkipped, bootstrap_if_empty, reseed
 from accounting.reconcile.snapshot import managed_show_ids
+from cuebot_acct import schedulers
 from cuebot_acct.writes import Write
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,12 @@ class ScheduleSpec:
     func: str
     minutes: int
     reconcile: bool = False  # only when ACCOUNTING_RECONCILE_ENABLED
-    redis_era: bool = False  # only when ACCOUNTING_REDIS_ENABLED: it reads or writes the acct:* keys
+    redis_era: bool = False  # only in the Redis eras: it reads or writes the acct:* keys
+    minutes_setting: str = ""  # where a site chooses the interval: the setting that says, `minutes` its default
+
+    @property
+    def every(self) -> int:
+        return getattr(settings, self.minutes_setting) if self.minutes_setting else self.minutes
 
     @property
     def writes(self) -> tuple[Write, ...]:
@@ -168,7 +174,7 @@ class ScheduleSpec:
         if not all(write.allowed for write in self.writes):
             return "ACCOUNTING_WRITES is off"
         if self.redis_era and not settings.ACCOUNTING_REDIS_ENABLED:
-            return "ACCOUNTING_REDIS_ENABLED is false"
+            return f"ACCOUNTING_SCHEDULER is {schedulers.current()}: no acct:* keys"
         if self.reconcile and not settings.ACCOUNTING_RECONCILE_ENABLED:
             return "ACCOUNTING_RECONCILE_ENABLED is false"
         return None
@@ -179,7 +185,12 @@ SCHEDULES = (
     ScheduleSpec(name="accounting_guardrail", func="accounting.tasks.accounting_guardrail_task", minutes=1),
     # Not gated on reconciling: drift deserves an alert whoever reconciles (accounting.reconcile.drift_check);
     # nor on Redis: Cuebot's own tables are checked in every era.
-    ScheduleSpec(name="acct-drift-check", func="accounting.tasks.drift_check_task", minutes=2),
+    ScheduleSpec(
+        name="acct-drift-check",
+        func="accounting.tasks.drift_check_task",
+        minutes=2,
+        minutes_setting="ACCOUNTING_DRIFT_CHECK_MINUTES",
+    ),
     ScheduleSpec(
         name="acct-reconcile-booked",
         func="accounting.tasks.reconcile_booked",
@@ -214,7 +225,7 @@ def apply_schedules() -> list[tuple[str, str]]:
     done = []
     wanted = wanted_schedules()
     for spec in wanted:
-        fields = {"func": spec.func, "schedule_type": Schedule.MINUTES, "minutes": spec.minutes, "repeats": -1}
+        fields = {"func": spec.func, "schedule_type": Schedule.MINUTES, "minutes": spec.every, "repeats": -1}
         matching = Schedule.objects.filter(name=spec.name).order_by("id")
         current = matching.first()
         if current is None:

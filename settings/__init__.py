@@ -219,6 +219,15 @@ ACCOUNTING_SCHEDULER_RESEEDS = env.bool("ACCOUNTING_SCHEDULER_RESEEDS", default=
 # A scheduler-managed show with waiting frames and no proc booked for this long is booked by
 # nobody (Cuebot's dispatcher skips flagged shows): the guardrail names it.
 ACCOUNTING_STRANDED_MINUTES = env.int("ACCOUNTING_STRANDED_MINUTES", default=10)
+# Minutes from one check of Cuebot's tables against SUM(proc) to the next (the acct-drift-check
+# schedule, made by setup_schedules): the alerts want a check every 15 minutes at least.
+ACCOUNTING_DRIFT_CHECK_MINUTES = env.int("ACCOUNTING_DRIFT_CHECK_MINUTES", default=2)
+if not 1 <= ACCOUNTING_DRIFT_CHECK_MINUTES <= 10:
+    raise BadSetting(
+        setting="ACCOUNTING_DRIFT_CHECK_MINUTES",
+        problem=f"is {ACCOUNTING_DRIFT_CHECK_MINUTES}",
+        accepted="whole minutes from 1 to 10 (CuebotAcctCuebotTablesCheckStale fires after 15 minutes without a check)",
+    )
 # TTL of the b_scheduler_managed cache (ShowDao's ~30 s in Cuebot).
 SHOW_FLAG_CACHE_SECONDS = env.int("SHOW_FLAG_CACHE_SECONDS", default=30)
 

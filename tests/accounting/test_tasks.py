@@ -41,6 +41,14 @@ def test_updates_an_edited_schedule_and_removes_hand_made_duplicates():
     assert Schedule.objects.get(name="recalculate_subs").minutes == 120
 
 
+def test_the_drift_checks_interval_is_the_sites_to_choose(settings, capsys):
+    call_command("setup_schedules")
+    settings.ACCOUNTING_DRIFT_CHECK_MINUTES = 10
+    call_command("setup_schedules")
+    assert Schedule.objects.get(name="acct-drift-check").minutes == 10
+    assert "acct-drift-check: updated" in capsys.readouterr().out
+
+
 def test_reconcile_schedules_follow_the_setting(settings, monkeypatch):
     reseed = ScheduleSpec(
         name="booked_reseed", func="accounting.tasks.recalculate_subs_task", minutes=2, reconcile=True
@@ -63,7 +71,7 @@ def test_a_notify_era_instance_runs_no_schedule_that_reads_or_writes_redis(setti
     call_command("setup_schedules")
     # The drift check stays: without Redis it checks Cuebot's own tables only.
     assert set(ours()) == {"accounting_guardrail", "acct-drift-check", "recalculate_subs"}
-    assert "acct-reconcile-booked: removed (ACCOUNTING_REDIS_ENABLED is false)" in capsys.readouterr().out
+    assert "acct-reconcile-booked: removed (ACCOUNTING_SCHEDULER is notify: no acct:* keys)" in capsys.readouterr().out
 
 
 @pytest.mark.django_db(transaction=True)

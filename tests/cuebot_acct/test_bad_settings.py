@@ -127,3 +127,12 @@ def test_a_redis_url_no_client_could_use_is_refused_naming_the_setting(url, reas
 )
 def test_the_documented_redis_url_forms_are_accepted(url):
     check_redis_url(setting="CACHE_REDIS_URL", url=url)
+
+
+def test_a_drift_check_interval_the_alerts_cannot_follow_is_refused_in_one_line():
+    done = run(["manage.py", "check"], **SECRET, ACCOUNTING_DRIFT_CHECK_MINUTES="30")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "cuebot-acct: ACCOUNTING_DRIFT_CHECK_MINUTES is 30; accepted: whole minutes from 1 to 10 "
+        "(CuebotAcctCuebotTablesCheckStale fires after 15 minutes without a check)"
+    ]
