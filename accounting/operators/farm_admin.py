@@ -1,6 +1,7 @@
 """The admin over Cuebot's farm tables (shows, hosts, jobs, ...), and DeclaredAdmin, the base of every
 model admin of the project, which offers only the faces it declares."""
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import Q
@@ -15,9 +16,10 @@ from accounting.operators.estimated_count import EstimatedCountChangeList, Estim
 from accounting.operators.name_search import named_like, words
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import OWNERSHIP_TOGGLE, SHOW_CHANGE, change_show, set_scheduler_managed
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
-from accounting.reconcile.drift_check import check_status
-from cuebot_acct import permissions
+from accounting.reconcile.drift_check import DriftSource, check_status
+from cuebot_acct import permissions, schedulers
 from cuebot_acct.writes import Write, refused_page
 from shows.models import (
     Alloc,
@@ -106,6 +108,13 @@ class AllocAdmin(CuebotWrittenAdmin):
     ordering = ["str_name"]
 
 
+def _drift_source(show: Show) -> DriftSource | None:
+    """What the drift check compares for the show in this era (its drift page shows the same)."""
+    if not show.b_scheduler_managed or schedulers.cuebot_owns_every_show():
+        return CUEBOT_TABLES
+    return REDIS_FIELDS if settings.ACCOUNTING_REDIS_ENABLED else None
+
+
 @admin.register(Show)
 class ShowAdmin(CoresFormMixin, DeclaredAdmin):
     """Ownership changes only through the actions (accounting.ownership.toggle.set_scheduler_managed, with
@@ -146,13 +155,18 @@ class ShowAdmin(CoresFormMixin, DeclaredAdmin):
             label=capfirst(gpu_cap_label(db_field.name)), cuebot_default=db_field.default, required=not db_field.blank
         )
 
-    @admin.display(description="Redis drift")
+    @admin.display(description="Drift")
     def drift(self, show: Show) -> str:
-        """Scheduler-managed shows: the last drift check's count, linked to the live drift page."""
-        if not show.b_scheduler_managed:
+        """The last drift check's count for the show, linked to its drift page: the acct:* fields where
+        the Redis era's scheduler counts it, else Cuebot's tables where Cuebot keeps its rows (every
+        show in the Maestro era); "-" for a flagged show of the NOTIFY era, whose counters are the
+        scheduler's own."""
+        source = _drift_source(show)
+        if source is None:
             return "-"
-        found = check_status(REDIS_FIELDS).shows.get(show.pk)
-        text = "not checked yet" if found is None else f"{found.drifted} field(s) differ" if found.drifted else "none"
+        found = check_status(source).shows.get(show.pk)
+        what = "field(s)" if source is REDIS_FIELDS else "row(s)"
+        text = "not checked yet" if found is None else f"{found.drifted} {what} differ" if found.drifted else "none"
         return format_html('<a href="{}">{}</a>', reverse("acct-drift-show", args=[show.id]), text)
 
     @admin.display(description="See also")
@@ -163,8 +177,8 @@ class ShowAdmin(CoresFormMixin, DeclaredAdmin):
             ("folders", reverse("admin:accounting_folderresource_changelist") + f"?folder__show__id__exact={show.id}"),
             ("jobs", reverse("admin:shows_job_changelist") + f"?show__id__exact={show.id}"),
         ]
-        if show.b_scheduler_managed:
-            links.append(("Redis drift", reverse("acct-drift-show", args=[show.id])))
+        if _drift_source(show) is not None:
+            links.append(("drift", reverse("acct-drift-show", args=[show.id])))
         return format_html_join(" · ", '<a href="{}">{}</a>', ((url, text) for text, url in links))
 
     def has_change_ownership_permission(self, request) -> bool:

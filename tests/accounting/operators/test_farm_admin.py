@@ -1,4 +1,5 @@
 import pytest
+from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 from django.db import connection
@@ -6,7 +7,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from accounting.live import keys
+from accounting.models import Subscription
+from accounting.operators.farm_admin import ShowAdmin
 from accounting.ownership import switching
+from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import run_check
 from accounting.reconcile.reseed import seed_show
@@ -82,12 +86,15 @@ def test_a_user_without_change_permission_cannot_toggle(client, django_user_mode
     assert flags(farm.show) == [True]
 
 
-def test_show_list_reads_like_an_operator_and_links_managed_shows_to_their_drift(admin_client, farm, cuebot_farm):
+def test_show_list_reads_like_an_operator_and_links_each_show_to_the_drift_its_era_checks(
+    admin_client, farm, cuebot_farm
+):
+    """Redis era: the flagged show's acct:* fields, the other's Cuebot rows; both on the show's drift page."""
     page = admin_client.get("/admin/shows/show/").content.decode()
     assert "Scheduler managed" in page and "B scheduler managed" not in page
-    assert f"/admin/accounting/drift/{farm.show.id}/" in page
-    assert f"/admin/accounting/drift/{cuebot_farm.show.id}/" not in page
-    assert admin_client.get(f"/admin/accounting/drift/{farm.show.id}/").status_code == 200
+    for show in (farm.show, cuebot_farm.show):
+        assert f"/admin/accounting/drift/{show.id}/" in page
+        assert admin_client.get(f"/admin/accounting/drift/{show.id}/").status_code == 200
 
 
 def staff_with(django_user_model, username: str, *codenames: str):
@@ -138,6 +145,25 @@ def test_the_drift_column_says_what_the_last_check_found(admin_client, farm, see
     seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 9)
     run_check(REDIS_FIELDS)
     assert "1 field(s) differ" in admin_client.get(CHANGELIST).content.decode()
+
+
+def test_in_the_maestro_era_the_drift_column_counts_cuebots_rows_for_a_flagged_show_too(
+    admin_client, maestro_era, farm
+):
+    farm.add_proc(cores=250)
+    Subscription.objects.filter(pk=farm.subscription.pk).update(int_cores=900)
+    run_check(CUEBOT_TABLES)
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert "1 row(s) differ" in page and "Redis" not in page
+
+
+def test_in_the_notify_era_a_flagged_shows_counters_are_the_schedulers_and_no_drift_is_claimed(
+    admin_client, notify_era, farm, cuebot_farm
+):
+    run_check(CUEBOT_TABLES)
+    column = ShowAdmin(Show, admin.site).drift
+    assert column(farm.show) == "-"
+    assert ">none</a>" in column(cuebot_farm.show)
 
 
 def test_forms_label_fields_without_opencues_prefixes_or_abbreviations(admin_client, farm):
