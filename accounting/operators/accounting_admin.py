@@ -172,7 +172,14 @@ class SubscriptionAdmin(LimitAdmin):
     @admin.display(description=f"booked: {PG_ROW}", ordering="int_cores")
     def cores(self, obj) -> str:
         sources = _sources(obj)
-        note = "last recompute" if sources.managed else "Cuebot's count"
+        # Outside the Redis era nothing recomputes a scheduler-managed show's row until it moves back.
+        note = (
+            "Cuebot's count"
+            if not sources.managed
+            else "last recompute"
+            if settings.ACCOUNTING_REDIS_ENABLED
+            else "not kept"
+        )
         return format_html('{} <span class="help">({})</span>', format_cores(obj.int_cores), note)
 
     @admin.display(description=f"booked: {REDIS_LIVE}")

@@ -103,3 +103,14 @@ def test_the_subscription_pages_and_the_drift_api_speak_of_the_maestro_era(
         assert "Redis" not in text and "last recompute" not in text and "Cuebot's count" in text
     body = reader_client.get("/api/v1/accounting/drift").json()
     assert list(body) == ["source", "cuebot_tables", "drifted_rows"]
+
+
+def test_in_the_notify_era_a_flagged_shows_row_is_said_to_be_kept_by_nobody(notify_era, farms, admin_client):
+    """The scheduler counts a flagged show from what it hears and nothing recomputes the row until
+    the show moves back: neither "last recompute" nor its schedule is named."""
+    from tests.accounting.operators.test_admin_overview import visible_text
+
+    listing = visible_text(admin_client.get(reverse("admin:accounting_subscription_changelist")).content.decode())
+    assert "(not kept)" in listing and "(Cuebot's count)" in listing
+    assert "last recompute" not in listing and "acct-reconcile-booked" not in listing
+    assert "recounted from the procs when the show moves back to Cuebot" in listing
