@@ -188,6 +188,12 @@ def run_task_cluster(arguments: list[str]) -> int:
     if options.run_once:
         return 0 if stop_cluster(cluster, seconds=settings.TASK_STOP_SECONDS) else 1
 
+    return supervise(cluster, stop=stop, received=received)
+
+
+def supervise(cluster, *, stop: threading.Event, received: list[int]) -> int:
+    """Runs the watchdog beside the started cluster until a signal, an outage or the sentinel's
+    death ends it; stops the cluster and returns the exit status."""
     watchdog = Watchdog(outage_seconds=settings.TASK_OUTAGE_SECONDS, lost=stop)
     watchdog.start()
     while not stop.wait(PROBE_SECONDS):

@@ -135,6 +135,26 @@ def farm_overview() -> FarmOverview:
         if sub.pk not in sources
     }
     status, tables = check_status(REDIS_FIELDS), check_status(CUEBOT_TABLES)
+    per_show = _allocations_by_show(subscriptions=subscriptions, sources=sources, maestro=maestro)
+    shows = [
+        _show_overview(show=show, allocations=per_show.get(show.pk, []), status=status, tables=tables, maestro=maestro)
+        for show in Show.objects.order_by("str_name")
+    ]
+    shows.sort(key=lambda entry: entry.attention, reverse=True)  # stable: by name within a tie
+    return FarmOverview(
+        shows=shows,
+        drift=status,
+        guardrail=evaluate(),
+        instances=live_instances(),
+        redis_error=redis_error,
+        tables_checked_at=tables.checked_at,
+        counts_in_redis=not maestro,
+    )
+
+
+def _allocations_by_show(
+    *, subscriptions: list[Subscription], sources: dict[str, BookedSources], maestro: bool
+) -> dict[str, list[AllocationUse]]:
     per_show: dict[str, list[AllocationUse]] = {}
     for sub in subscriptions:
         source = sources[sub.pk]
@@ -145,26 +165,18 @@ def farm_overview() -> FarmOverview:
                 alloc=sub.alloc.str_name, booked=booked, size=sub.int_size, burst=max(sub.int_burst, 0), sources=source
             )
         )
-    shows = []
-    for show in Show.objects.order_by("str_name"):
-        by_scheduler = show.b_scheduler_managed and not maestro
-        shows.append(
-            ShowOverview(
-                show=show,
-                owner="Scheduler" if by_scheduler else "Maestro" if show.b_scheduler_managed else "Cuebot",
-                source=REDIS_LIVE if by_scheduler else f"{PG_ROW} (Cuebot's count)",
-                allocations=per_show.get(show.pk, []),
-                drift=status.shows.get(show.pk) if by_scheduler else None,
-                table_drift=None if by_scheduler else tables.drifted(show.pk),
-            )
-        )
-    shows.sort(key=lambda entry: entry.attention, reverse=True)  # stable: by name within a tie
-    return FarmOverview(
-        shows=shows,
-        drift=status,
-        guardrail=evaluate(),
-        instances=live_instances(),
-        redis_error=redis_error,
-        tables_checked_at=tables.checked_at,
-        counts_in_redis=not maestro,
+    return per_show
+
+
+def _show_overview(
+    *, show: Show, allocations: list[AllocationUse], status: CheckStatus, tables: CheckStatus, maestro: bool
+) -> ShowOverview:
+    by_scheduler = show.b_scheduler_managed and not maestro
+    return ShowOverview(
+        show=show,
+        owner="Scheduler" if by_scheduler else "Maestro" if show.b_scheduler_managed else "Cuebot",
+        source=REDIS_LIVE if by_scheduler else f"{PG_ROW} (Cuebot's count)",
+        allocations=allocations,
+        drift=status.shows.get(show.pk) if by_scheduler else None,
+        table_drift=None if by_scheduler else tables.drifted(show.pk),
     )
