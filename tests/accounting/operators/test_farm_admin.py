@@ -3,6 +3,7 @@ from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 from django.db import connection
+from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -14,7 +15,9 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import run_check
 from accounting.reconcile.reseed import seed_show
+from settings import caches_for
 from shows.models import Show
+from tests.farms import build_farm
 from tests.processes import closed_port
 
 pytestmark = pytest.mark.django_db
@@ -161,9 +164,26 @@ def test_in_the_notify_era_a_flagged_shows_counters_are_the_schedulers_and_no_dr
     admin_client, notify_era, farm, cuebot_farm
 ):
     run_check(CUEBOT_TABLES)
-    column = ShowAdmin(Show, admin.site).drift
+    column = ShowAdmin(Show, admin.site).get_list_display(RequestFactory().get(CHANGELIST))[-1]
     assert column(farm.show) == "-"
     assert ">none</a>" in column(cuebot_farm.show)
+
+
+def test_the_show_list_reads_the_drift_checks_once_a_page_not_once_a_show(admin_client, settings, maestro_era, farm):
+    """The Maestro era without Redis keeps the checks' statuses in the database cache: a read per
+    row was a query per show on the page."""
+    settings.CACHES = caches_for(cache_url="", broker_url="")
+    run_check(CUEBOT_TABLES)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(CHANGELIST).status_code == 200
+        return len(captured)
+
+    few = queries()
+    for _ in range(5):
+        build_farm(managed=False)
+    assert queries() == few
 
 
 def test_forms_label_fields_without_opencues_prefixes_or_abbreviations(admin_client, farm):
