@@ -71,7 +71,7 @@ def _floor(*, registering: bool = False) -> Floor:
     name = "registering" if registering else "floor"
     floor = getattr(_local, name, None)
     if floor is None:
-        floor = _RegisteringFloor() if registering else _RedisFloor() if not MAESTRO else _PgOnly()
+        floor = _RegisteringFloor() if registering else _RedisFloor() if not MAESTRO else Floor()
         setattr(_local, name, floor)
     return floor
 
@@ -128,13 +128,6 @@ class _RegisteringFloor(_RedisFloor):
         except redis.exceptions.NoScriptError:
             self.registered_sha = self.redis.script_load(REGISTERED_SCRIPT)
             self.redis.evalsha(self.registered_sha, len(names) + 2, *names, keys.SEQ, INFLIGHT, *args)
-
-
-class _PgOnly(Floor):
-    """The Maestro era's floor keeps no Redis client: that era has none."""
-
-    def __init__(self) -> None:  # noqa: D107 - no script to load
-        self.pg = psycopg.connect(settings.DATABASE_URL)
 
 
 def _give_back(cursor, rows: list[tuple], *, single: bool) -> None:

@@ -152,9 +152,9 @@ class BenchFarm:
             layer_id=self.layer.id,
             dept_id=self.dept.id,
         )
-        client = accounting_redis()
-        for key in self.redis_keys:  # high enough that no release clamps
-            client.hset(key, mapping={"int_cores": 10**12, "int_gpus": 10**9})
+        if settings.ACCOUNTING_REDIS_ENABLED:  # the Maestro era keeps no acct:* keys
+            for key in self.redis_keys:  # high enough that no release clamps
+                accounting_redis().hset(key, mapping={"int_cores": 10**12, "int_gpus": 10**9})
         self.user = get_user_model().objects.create_user(username=f"bench-{run}")
         grant_permissions(user=self.user, permissions=[RELEASE_PROCS])
         self.token = issue_token(user=self.user, name="bench/release.py")
@@ -249,7 +249,8 @@ class BenchFarm:
                     },
                 )
             self.user.delete()
-        accounting_redis().delete(*self.redis_keys)
+        if settings.ACCOUNTING_REDIS_ENABLED:
+            accounting_redis().delete(*self.redis_keys)
         cache.delete(flag_cache_key(show_id=self.show.id))
 
 
@@ -350,12 +351,13 @@ def floor_deltas(rows: list[tuple]) -> dict[str, list[int]]:
 
 
 class Floor:
-    """Bare psycopg and redis-py, connected once per bench like the service's pools."""
+    """Bare psycopg and redis-py, connected once per bench like the service's pools. Cuebot's floors
+    (the Maestro era's) write its tables alone, and that era's settings name no Redis: none then."""
 
     def __init__(self) -> None:
         self.pg = psycopg.connect(settings.DATABASE_URL)
-        self.redis = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL)
-        self.sha = self.redis.script_load(FLOOR_SCRIPT)
+        self.redis = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL) if settings.ACCOUNTING_REDIS_ENABLED else None
+        self.sha = self.redis.script_load(FLOOR_SCRIPT) if self.redis is not None else None
 
     def publish(self, rows: list[tuple]) -> None:
         totals = floor_deltas(rows)
@@ -415,7 +417,8 @@ class Floor:
 
     def close(self) -> None:
         self.pg.close()
-        self.redis.close()
+        if self.redis is not None:
+            self.redis.close()
 
 
 def timed(fn, n: int) -> float:
@@ -532,11 +535,17 @@ def pinned(server_pids: list[int]) -> Iterator[str]:
                 pass
 
 
+def redis_servers() -> list[tuple[redis.Redis, str]]:
+    """The service's Redis clients, those its settings name: none in the Maestro era without one."""
+    clients = [(accounting_redis(), "redis accounting")] if settings.ACCOUNTING_REDIS_URL else []
+    return clients + ([(get_redis_connection("default"), "redis cache")] if settings.CACHE_REDIS_URL else [])
+
+
 def server_pids(*floors: "Floor") -> list[int]:
     """The backends of the service's connection and of the floors, and the Redis servers."""
     connection.ensure_connection()
     pids = [connection.connection.info.backend_pid, *(floor.pg.info.backend_pid for floor in floors)]
-    for client in (accounting_redis(), get_redis_connection("default")):
+    for client, _ in redis_servers():
         pids.append(int(client.info("server")["process_id"]))
     return sorted(set(pids))
 
@@ -666,7 +675,7 @@ def counting_round_trips():
         counts["sql"] += 1
         return execute(sql_text, params, many, context)
 
-    patched = [(accounting_redis(), "redis accounting"), (get_redis_connection("default"), "redis cache")]
+    patched = redis_servers()
     for client, label in patched:
         original = client.execute_command
 
