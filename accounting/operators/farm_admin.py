@@ -115,7 +115,9 @@ def _drift_source(show: Show) -> DriftSource | None:
     return REDIS_FIELDS if settings.ACCOUNTING_REDIS_ENABLED else None
 
 
-DRIFT_SOURCES = (CUEBOT_TABLES, REDIS_FIELDS)
+def _drift_sources() -> tuple[DriftSource, ...]:
+    """Every source _drift_source can name in this era: the acct:* fields in the Redis era alone."""
+    return (CUEBOT_TABLES, REDIS_FIELDS) if settings.ACCOUNTING_REDIS_ENABLED else (CUEBOT_TABLES,)
 
 
 def drift_column(*, statuses: dict[DriftSource, CheckStatus]):
@@ -162,9 +164,12 @@ class ShowAdmin(CoresFormMixin, DeclaredAdmin):
     writes = {"change": SHOW_CHANGE, "move_to_scheduler": OWNERSHIP_TOGGLE, "move_back_to_cuebot": OWNERSHIP_TOGGLE}
 
     def get_list_display(self, request):
-        # The checks' statuses are read once a page: read per row, they cost a query a show where
-        # the cache is the database (the Maestro era without Redis: 100 a page).
-        return [*self.list_display, drift_column(statuses={source: check_status(source) for source in DRIFT_SOURCES})]
+        # The era's checks' statuses are read once a page: read per row, they cost a query a show
+        # where the cache is the database (the Maestro era without Redis: 100 a page).
+        return [
+            *self.list_display,
+            drift_column(statuses={source: check_status(source) for source in _drift_sources()}),
+        ]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
