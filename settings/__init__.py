@@ -9,7 +9,7 @@ from pathlib import Path
 
 import environ
 
-from cuebot_acct import schedulers
+from cuebot_acct import era as eras
 from cuebot_acct.bad_setting import BadSetting
 from cuebot_acct.redis_factory import check_redis_url, django_cache
 from cuebot_acct.writes import WRITES_WORDS
@@ -98,7 +98,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "cuebot_acct.writes.template_context",  # an observer's pages say so (admin/base_site.html)
-                "cuebot_acct.schedulers.template_context",  # pages explain the era's sources only
+                "cuebot_acct.era.template_context",  # pages explain the era's sources only
             ],
         },
     },
@@ -142,7 +142,7 @@ DATABASE_ROUTERS = ["cuebot_acct.db_router.CuebotTablesRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Which OpenCue scheduler the site runs (cuebot_acct.schedulers, docs/eras.md): maestro (OpenCue
+# Which OpenCue scheduler the site runs (cuebot_acct.era, docs/eras.md): maestro (OpenCue
 # v1.34.20 and later: Cuebot owns the five accounting tables for every show), redis or notify
 # (the two eras of OpenCue's main branch that were never released), or redis,notify while a
 # site moves between those two. Deployments that set the two booleans of earlier versions keep
@@ -155,10 +155,8 @@ _flags = {
 }
 ACCOUNTING_SCHEDULER: str | None  # None: refused at start-up (below)
 if _scheduler.strip():
-    ACCOUNTING_SCHEDULER = schedulers.parse(value=_scheduler)
-    _named = dict(
-        zip(("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED"), schedulers.flags_of(name=ACCOUNTING_SCHEDULER))
-    )
+    ACCOUNTING_SCHEDULER = eras.parse(value=_scheduler)
+    _named = dict(zip(eras.OLD_SWITCHES, eras.named(ACCOUNTING_SCHEDULER).old_switches))
     for _name, _value in _flags.items():
         if _value != _named[_name]:
             raise BadSetting(
@@ -167,7 +165,7 @@ if _scheduler.strip():
                 accepted="leave it unset (ACCOUNTING_SCHEDULER decides) or make the two agree",
             )
 elif _flags or DEBUG:
-    ACCOUNTING_SCHEDULER = schedulers.from_flags(
+    ACCOUNTING_SCHEDULER = eras.from_old_switches(
         redis=_flags.get("ACCOUNTING_REDIS_ENABLED", True), notify=_flags.get("ACCOUNTING_NOTIFY_ENABLED", False)
     )
 else:
@@ -175,10 +173,10 @@ else:
     # still name it): accounting's AppConfig.ready(), which every process runs at start-up
     # (a manage.py line that only prints help or a version is let through: cuebot_acct.startup).
     ACCOUNTING_SCHEDULER = None
-# Derived, for the code that asks one era's question (the Redis era: after commit, a Lua script
-# in the Redis the scheduler books against; the NOTIFY era: pg_notify on acct_release and
-# acct_limit_change inside the writing transaction). cuebot_acct.schedulers reads them back.
-ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = schedulers.flags_of(name=ACCOUNTING_SCHEDULER or "")
+_ERA = eras.named(ACCOUNTING_SCHEDULER or eras.MAESTRO)
+# Derived, only for the modules that do not ask cuebot_acct.era yet (issue 56: the release, the
+# drift checks, the simulator); the lead removes them with tests/test_era_reads.py's allowlist.
+ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = _ERA.old_switches
 # Whether this instance writes anything of Cuebot's (the release, repairs, limits, the toggle, the
 # scheduled recompute) and the scheduler's Redis counters: off, it observes (drift, the guardrail,
 # the admin's pages, /metrics) under a role that may only SELECT Cuebot's tables, and every write
@@ -199,10 +197,10 @@ ACCOUNTING_WRITES = WRITES_WORDS.get(_writes.strip().lower(), OPENCUE_TABLES == 
 # The defaults: one local server, a database index for each role.
 _LOCAL_REDIS = "redis://127.0.0.1:6379/{db}"
 # No era named (refused at start-up, but for a command that only prints): every default stays.
-_FLAG_ON_RELEASE_PATH = ACCOUNTING_SCHEDULER != schedulers.MAESTRO
+_FLAG_ON_RELEASE_PATH = ACCOUNTING_SCHEDULER is None or not _ERA.cuebot_owns_every_show
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="") or (
-    _LOCAL_REDIS.format(db=0) if ACCOUNTING_REDIS_ENABLED or ACCOUNTING_SCHEDULER is None else ""
+    _LOCAL_REDIS.format(db=0) if _ERA.keeps_redis or ACCOUNTING_SCHEDULER is None else ""
 )
 # Seconds before a Redis call from the release path gives up. It is never retried.
 ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)

@@ -154,7 +154,7 @@ def maestro_era(settings, fresh_accounting_client):
     pointed at a closed port: whatever reaches for it fails loudly."""
     from tests.processes import closed_port
 
-    settings.ACCOUNTING_REDIS_ENABLED = settings.ACCOUNTING_NOTIFY_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     return settings
 
@@ -165,6 +165,6 @@ def notify_era(settings, fresh_accounting_client):
     accounting Redis pointed at a closed port, as maestro_era does."""
     from tests.processes import closed_port
 
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    settings.ACCOUNTING_SCHEDULER = "notify"
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     return settings

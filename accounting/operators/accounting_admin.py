@@ -10,7 +10,6 @@ to delete procs.
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from django.conf import settings
 from django.contrib import admin
 from django.db.models import Q
 from django.template.loader import render_to_string
@@ -53,7 +52,8 @@ from accounting.operators.name_search import named_like, words
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
 from cuebot_acct import permissions
-from cuebot_acct.schedulers import template_context as scheduler_context
+from cuebot_acct.era import era
+from cuebot_acct.era import template_context as scheduler_context
 from shows.models import Host, Job, Show
 
 admin.site.site_header = "cuebot-acct"
@@ -173,13 +173,7 @@ class SubscriptionAdmin(LimitAdmin):
     def cores(self, obj) -> str:
         sources = _sources(obj)
         # Outside the Redis era nothing recomputes a scheduler-managed show's row until it moves back.
-        note = (
-            "Cuebot's count"
-            if not sources.managed
-            else "last recompute"
-            if settings.ACCOUNTING_REDIS_ENABLED
-            else "not kept"
-        )
+        note = "Cuebot's count" if not sources.managed else "last recompute" if era().keeps_redis else "not kept"
         return format_html('{} <span class="help">({})</span>', format_cores(obj.int_cores), note)
 
     @admin.display(description=f"booked: {REDIS_LIVE}")
@@ -221,7 +215,7 @@ class SubscriptionAdmin(LimitAdmin):
         return self._of_the_era(super().get_fields(request, obj))
 
     def _of_the_era(self, names) -> list[str]:
-        return [name for name in names if settings.ACCOUNTING_REDIS_ENABLED or name not in self.REDIS_ONLY]
+        return [name for name in names if era().keeps_redis or name not in self.REDIS_ONLY]
 
     def changelist_view(self, request, extra_context=None):
         """Read every source once for the page's rows (one Redis pipeline, one aggregate), not per row."""

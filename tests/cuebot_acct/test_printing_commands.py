@@ -1,6 +1,6 @@
 """Commands that only print (help, a command's --help, --version) run on any settings, with no
 database and no scheduler named; every command that acts still refuses an unnamed scheduler
-in one line (cuebot_acct.schedulers.require_named, cuebot_acct.startup.only_prints)."""
+in one line (cuebot_acct.era.require_named, cuebot_acct.startup.only_prints)."""
 
 import socket
 

@@ -34,7 +34,7 @@ def test_the_start_up_line_says_what_the_instance_may_change(settings):
     assert mode_line() == (
         "ACCOUNTING_WRITES=off: this instance observes and writes nothing of Cuebot's (nor the scheduler's Redis counters)"
     )
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     assert mode_line() == "ACCOUNTING_WRITES=off: this instance observes and writes nothing of Cuebot's"
     settings.ACCOUNTING_WRITES = True
     assert mode_line() == "ACCOUNTING_WRITES=on: this instance writes Cuebot's tables when its faces are asked to"
@@ -49,7 +49,7 @@ def test_a_failed_redis_call_names_the_setting_of_the_redis_it_went_to(settings)
     assert settings_of_failed_redis(redis.ConnectionError("Error connecting to sentinel-b:26380.")) == [
         "TASK_BROKER_REDIS_URL"
     ]
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     assert settings_of_failed_redis(redis.TimeoutError("Timeout reading from socket")) == [
         "CACHE_REDIS_URL",
         "TASK_BROKER_REDIS_URL",

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("notify_on")
 
 
 def test_notify_alone_writes_no_limit_to_redis(ear, acct_redis, settings):
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "notify"
     farm = build_farm(managed=True)
     set_subscription_limits(subscription=farm.subscription, burst=25000)
     assert len(ear.collect()) == 1

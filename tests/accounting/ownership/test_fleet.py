@@ -25,7 +25,7 @@ from tests.service_role import service_database
 def test_record_instance_upserts_this_process(settings):
     started = timezone.now() - timedelta(minutes=5)
     first = record_instance(role="web", started_at=started)
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     second = record_instance(role="web", started_at=started)
     assert first.pk == second.pk and Instance.objects.count() == 1
     row = Instance.objects.get()

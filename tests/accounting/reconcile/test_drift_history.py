@@ -220,7 +220,7 @@ def test_redis_era_a_flagged_shows_redis_subscription_and_a_cuebot_shows_layer(
     seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 6)
     drift_check_task()
     assert DriftRecord.objects.filter(source="redis").exists()
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     drift_check_task()
     assert not DriftRecord.objects.filter(source="redis").exists()
 

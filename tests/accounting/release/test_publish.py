@@ -72,9 +72,9 @@ def evalsha_sends(monkeypatch):
 def test_publisher_is_chosen_by_the_setting_at_call_time(settings):
     from accounting.release.eras import release_era
 
-    settings.ACCOUNTING_REDIS_ENABLED = True
+    settings.ACCOUNTING_SCHEDULER = "redis"
     assert isinstance(release_era().publisher, RedisReleasePublisher)
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     assert isinstance(release_era().publisher, NoopReleasePublisher)
 
 

@@ -462,7 +462,7 @@ def test_missing_keys_are_not_created_and_counters_clamp_at_zero(farm, acct_redi
 def test_redis_disabled_is_the_maestro_era_which_credits_the_tables_and_publishes_nothing(
     farm, acct_redis, django_capture_on_commit_callbacks, settings
 ):
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     proc = farm.add_proc(cores=200)
     names = seed_keys(acct_redis, farm, cores=2)
 
