@@ -15,7 +15,7 @@ DIRECT_READS = re.compile(
     r"\.\s*ACCOUNTING_(?:REDIS|NOTIFY)_ENABLED\b"  # settings.X, a fixture's alias.X
     r"|\bACCOUNTING_(?:REDIS|NOTIFY)_ENABLED\s*=(?!=)"  # override_settings(X=...)
     r"|getattr\([^)]*ACCOUNTING_(?:REDIS|NOTIFY)_ENABLED"
-    r"|\bschedulers\.|\bcuebot_acct\.schedulers\b|\bimport schedulers\b"
+    r"|\bschedulers\.|\b(?:cuebot_acct|infra)\.schedulers\b|\bimport schedulers\b"
     r"|\bcuebot_owns_every_show\(|\bsend\.enabled\(|_send\.enabled\("
 )
 # The era module, its test (which holds the bridge below to account) and the settings, which
