@@ -33,8 +33,8 @@ from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS, recalculate_
 from accounting.reconcile.recompute import TABLE_REPAIR, recompute_pg_accounting
 from accounting.reconcile.reseed import REDIS_REBUILD, REDIS_RESEED, ReseedSkipped, bootstrap_if_empty, reseed
 from accounting.reconcile.snapshot import managed_show_ids
-from cuebot_acct.era import era
-from cuebot_acct.writes import Write
+from infra.era import era
+from infra.writes import Write
 
 log = logging.getLogger(__name__)
 

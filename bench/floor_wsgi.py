@@ -47,7 +47,7 @@ from release import (  # noqa: E402  (bench/release.py: the in-process floor's s
 )
 
 from accounting.live import keys  # noqa: E402
-from cuebot_acct.era import era  # noqa: E402
+from infra.era import era  # noqa: E402
 
 MAESTRO = not era().keeps_redis
 # The release floor's DELETE, also returning the proc's id (column 12) for the batch's answer.

@@ -90,7 +90,7 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_table_drift 
 from accounting.reconcile.drift_check import run_check  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
-from cuebot_acct.era import era  # noqa: E402
+from infra.era import era  # noqa: E402
 from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, demo_id  # noqa: E402
 
 # The periodic check warns of the rows the bench drifts on purpose, at every pass.

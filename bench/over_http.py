@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from django.db import connections  # noqa: E402
 from release import ROOT, BenchFarm, free_port, server, vacuum_churned  # noqa: E402  (bench/release.py)
 
-from cuebot_acct.era import MAESTRO, REDIS, era  # noqa: E402
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from infra.era import MAESTRO, REDIS, era  # noqa: E402
+from infra.redis_factory import accounting_redis  # noqa: E402
 
 CLIENTS = (1, 4)
 BATCH = 100

@@ -29,7 +29,7 @@ from django.db.models import F  # noqa: E402
 from accounting.models import Subscription  # noqa: E402
 from accounting.reconcile.recalculate_subs import recalculate_subs  # noqa: E402
 from accounting.reconcile.recompute import SUBSCRIPTIONS  # noqa: E402
-from cuebot_acct.era import era  # noqa: E402
+from infra.era import era  # noqa: E402
 from shows.models import Show  # noqa: E402
 from tests.accounting.reconcile.test_recalculate_subs import CUEBOT_RECALCULATE_SUBS  # noqa: E402
 

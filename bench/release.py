@@ -75,9 +75,9 @@ from accounting.models import (  # noqa: E402
 )
 from accounting.operators.auth import grant_permissions, issue_token  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
-from cuebot_acct.era import era, from_old_switches  # noqa: E402
-from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from infra.era import era, from_old_switches  # noqa: E402
+from infra.permissions import RELEASE_PROCS  # noqa: E402
+from infra.redis_factory import accounting_redis  # noqa: E402
 from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
 from shows.selectors import flag_cache_key  # noqa: E402
 from simulator.farm_builder import (  # noqa: E402

@@ -42,7 +42,7 @@ from django_q.models import Schedule  # noqa: E402
 from accounting.ownership.toggle import set_scheduler_managed  # noqa: E402
 from accounting.reconcile.drift import drift_report  # noqa: E402
 from accounting.reconcile.reseed import seed_show  # noqa: E402
-from cuebot_acct.era import era  # noqa: E402
+from infra.era import era  # noqa: E402
 
 CLIENTS = 8
 ROUNDS = 3

@@ -7,7 +7,7 @@ between tests, so they must not be ones a running service uses.
 
 import os
 
-from cuebot_acct.era import named
+from infra.era import named
 from settings import *  # noqa: F403
 from settings import caches_for, env, q_cluster_for
 
@@ -21,7 +21,7 @@ TASK_BROKER_REDIS_URL = f"redis://{TEST_REDIS_HOST}/{TEST_REDIS_DB - 2}"
 # runs the shape production runs, whatever era the shell names.
 CACHES = caches_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL)
 # The suite runs the design's Redis era unless a test names another, one way: its
-# ACCOUNTING_SCHEDULER (cuebot_acct.era; the fixtures maestro_era and notify_era). Set in the
+# ACCOUNTING_SCHEDULER (infra.era; the fixtures maestro_era and notify_era). Set in the
 # environment too, so that the processes the suite starts (gunicorn, manage.py) run it unless a
 # test gives them another.
 ACCOUNTING_SCHEDULER = os.environ["ACCOUNTING_SCHEDULER"] = "redis"

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import connection
 
 from accounting.operators.auth import grant_permissions, issue_token
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from tests import service_role
 from tests.farms import build_farm
@@ -116,7 +116,7 @@ def reader_client(token_with):
     """A test client that sends a token holding only the read right, as a dashboard would."""
     from django.test import Client
 
-    from cuebot_acct.permissions import VIEW_ACCOUNTING
+    from infra.permissions import VIEW_ACCOUNTING
 
     return Client(HTTP_AUTHORIZATION=f"Bearer {token_with(VIEW_ACCOUNTING)}")
 

@@ -1,6 +1,6 @@
-"""Every module asks the era object (cuebot_acct.era), never the settings it is derived from.
+"""Every module asks the era object (infra.era), never the settings it is derived from.
 
-ACCOUNTING_SCHEDULER is parsed once into cuebot_acct.era.Era; a direct read of the two booleans
+ACCOUNTING_SCHEDULER is parsed once into infra.era.Era; a direct read of the two booleans
 the settings derived from it, or of the functions that came before the object, is a second
 vocabulary for the same question, and fails here wherever it appears outside the era module.
 """
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TREES = ("accounting", "shows", "cuebot_acct", "settings", "simulator", "bench", "scripts", "tests")
+TREES = ("accounting", "shows", "cuebot_acct", "infra", "settings", "simulator", "bench", "scripts", "tests")
 TOP_FILES = ("manage.py", "gunicorn.conf.py")
 DIRECT_READS = re.compile(
     r"\.\s*ACCOUNTING_(?:REDIS|NOTIFY)_ENABLED\b"  # settings.X, a fixture's alias.X
@@ -20,13 +20,13 @@ DIRECT_READS = re.compile(
 )
 # The era module, its test (which holds the bridge below to account) and the settings, which
 # still map the old switches of earlier deployments to a name.
-ALLOWED = {"cuebot_acct/era.py", "tests/cuebot_acct/test_era.py", "tests/test_era_reads.py"}
+ALLOWED = {"infra/era.py", "tests/infra/test_era.py", "tests/test_era_reads.py"}
 ALLOWED_TREES = ("settings/",)
 # Issue 56's other branches convert these after merging the era object; until then the era module
-# keeps the two booleans in step and cuebot_acct/schedulers.py answers them. The lead removes this
-# allowlist, cuebot_acct/schedulers.py and the booleans when the branches are merged.
+# keeps the two booleans in step and infra/schedulers.py answers them. The lead removes this
+# allowlist, infra/schedulers.py and the booleans when the branches are merged.
 NOT_YET_CONVERTED = (
-    "cuebot_acct/schedulers.py",
+    "infra/schedulers.py",
     "accounting/release/",
     "accounting/reconcile/drift.py",
     "accounting/reconcile/cuebot_drift.py",
@@ -51,7 +51,7 @@ def test_the_pattern_catches_each_old_way_of_asking_and_not_the_object():
         "maestro_era.ACCOUNTING_NOTIFY_ENABLED = True",
         "with override_settings(ACCOUNTING_REDIS_ENABLED=False):",
         'getattr(settings, "ACCOUNTING_NOTIFY_ENABLED")',
-        "from cuebot_acct.schedulers import cuebot_owns_every_show",
+        "from infra.schedulers import cuebot_owns_every_show",
         "name = schedulers.current()",
         "if notify_send.enabled():",
         "maestro = cuebot_owns_every_show()",
@@ -72,4 +72,4 @@ def test_no_module_reads_the_derived_settings_outside_the_era_object():
         if name not in ALLOWED and not name.startswith(ALLOWED_TREES + NOT_YET_CONVERTED)
         if (reads := direct_reads((ROOT / name).read_text()))
     }
-    assert offenders == {}, "ask cuebot_acct.era.era() instead"
+    assert offenders == {}, "ask infra.era.era() instead"

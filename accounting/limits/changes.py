@@ -34,10 +34,10 @@ from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.notify import send as notify_send
 from accounting.notify.payloads import LIMIT_CHANGE, max_cores_payload, max_gpus_payload, subscription_burst_payload
 from accounting.reconcile.snapshot import redis_limits
-from cuebot_acct.era import era
-from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
-from cuebot_acct.redis_factory import accounting_redis
-from cuebot_acct.writes import Write
+from infra.era import era
+from infra.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
+from infra.redis_factory import accounting_redis
+from infra.writes import Write
 from shows.attach import writer_grant
 from shows.models import Show
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import psycopg
 from django.db import transaction
 
-from cuebot_acct.cursors import django_cursor
-from cuebot_acct.metrics import NOTIFICATIONS
+from infra.cursors import django_cursor
+from infra.metrics import NOTIFICATIONS
 
 _ONE = "SELECT pg_notify(%(channel)s, %(payload)s)"
 _MANY = "SELECT pg_notify(%(channel)s, n.payload) FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS n(payload, i) ORDER BY n.i"

@@ -3,7 +3,7 @@
 Limits are entered in cores and saved through accounting.limits.changes (validation and the Redis
 publish the commands and the API get); booked counters, derived from `proc`, are read-only.
 Deleting a proc is a release (accounting.release.unbook.unbook_procs); procs are never added
-here. Rights follow cuebot_acct.permissions: CHANGE_LIMITS to edit a limit, RELEASE_PROCS
+here. Rights follow infra.permissions: CHANGE_LIMITS to edit a limit, RELEASE_PROCS
 to delete procs.
 """
 
@@ -51,9 +51,9 @@ from accounting.operators.farm_admin import CuebotWrittenAdmin, DeclaredAdmin
 from accounting.operators.name_search import named_like, words
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
-from cuebot_acct import permissions
-from cuebot_acct.era import era
-from cuebot_acct.era import template_context as scheduler_context
+from infra import permissions
+from infra.era import era
+from infra.era import template_context as scheduler_context
 from shows.models import Host, Job, Show
 
 admin.site.site_header = "cuebot-acct"

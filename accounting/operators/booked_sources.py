@@ -10,8 +10,8 @@ from django.db.models import F, Sum
 from accounting.live import keys
 from accounting.live.units import centicores_from_cores, cores_text, format_cores
 from accounting.models import Proc, Subscription
-from cuebot_acct.era import era
-from cuebot_acct.redis_factory import accounting_redis
+from infra.era import era
+from infra.redis_factory import accounting_redis
 
 # --- Booked cores: where each number comes from ------------------------------------------
 #

@@ -15,9 +15,9 @@ from accounting.operators.shows_api import show_or_404
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import drift_report
 from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK, advisory_lock_holder
-from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
-from cuebot_acct.era import era
-from cuebot_acct.permissions import VIEW_ACCOUNTING
+from infra.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
+from infra.era import era
+from infra.permissions import VIEW_ACCOUNTING
 
 router = Router(tags=["accounting"])
 

@@ -14,7 +14,7 @@ from accounting.reconcile.drift import REDIS_FIELDS, DriftReport, DriftRow
 from accounting.reconcile.drift_check import SOURCES, DriftSource, ShowCount, check_status, era_sources
 from accounting.reconcile.drift_history import DriftAge, Drifted, Shown, ages, recorded
 from accounting.reconcile.recompute import TABLE_REPAIR
-from cuebot_acct.era import era
+from infra.era import era
 from shows.models import Show
 
 

@@ -17,9 +17,9 @@ from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import OWNERSHIP_TOGGLE, SHOW_CHANGE, change_show, set_scheduler_managed
 from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import SOURCES, CheckStatus, DriftSource, check_status
-from cuebot_acct import permissions
-from cuebot_acct.era import era
-from cuebot_acct.writes import Write, refused_page
+from infra import permissions
+from infra.era import era
+from infra.writes import Write, refused_page
 from shows.models import (
     Alloc,
     Dept,

@@ -7,9 +7,9 @@ from django.views.decorators.http import require_GET
 from django_redis import get_redis_connection
 
 from accounting.usage import gauges
-from cuebot_acct.era import era
-from cuebot_acct.metrics import counter_total, note_redis_master, render
-from cuebot_acct.redis_factory import accounting_redis, master_address
+from infra.era import era
+from infra.metrics import counter_total, note_redis_master, render
+from infra.redis_factory import accounting_redis, master_address
 
 
 @require_GET

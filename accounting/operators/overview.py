@@ -12,7 +12,7 @@ from accounting.ownership.guardrail import GuardrailReport, evaluate
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import CheckStatus, ShowCount, check_status
-from cuebot_acct.era import era
+from infra.era import era
 from shows.models import Show
 
 # --- The farm overview -----------------------------------------------------------------

@@ -25,9 +25,9 @@ from accounting.reconcile.drift import CLOSED, IN_FLIGHT, REDIS_FIELDS, DriftRep
 from accounting.reconcile.drift_check import check_status
 from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
 from accounting.reconcile.reseed import REDIS_RESEED, ReseedReport, redis_is_empty, reseed
-from cuebot_acct import permissions
-from cuebot_acct.era import era
-from cuebot_acct.writes import refused_page, writes
+from infra import permissions
+from infra.era import era
+from infra.writes import refused_page, writes
 from shows.models import Show
 
 logger = logging.getLogger(__name__)

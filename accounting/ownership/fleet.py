@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-import cuebot_acct
+import infra
 from accounting.models import Instance
-from cuebot_acct.era import era
+from infra.era import era
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def record_instance(*, role: str, started_at: datetime, now: datetime | None = N
         defaults={
             "publishes_to_redis": era().keeps_redis,
             "publishes_notify": era().sends_notify,
-            "version": cuebot_acct.__version__,
+            "version": infra.__version__,
             "started_at": started_at,
             "last_seen": now or timezone.now(),
         },

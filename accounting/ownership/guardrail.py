@@ -34,8 +34,8 @@ from django.utils import timezone
 
 from accounting.models import Instance
 from accounting.ownership.fleet import live_instances
-from cuebot_acct import metrics
-from cuebot_acct.era import Era, era, told_by
+from infra import metrics
+from infra.era import Era, era, told_by
 from shows.selectors import StrandedShow, count_scheduler_managed_shows, stranded_shows
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def stranded_fix(*, show: str, era: Era) -> str:
 @dataclass(frozen=True)
 class GuardrailReport:
     managed_shows: int
-    era: Era  # this process's (cuebot_acct.era)
+    era: Era  # this process's (infra.era)
     local: frozenset[str]  # the eras this process publishes on
     fleet: frozenset[str]  # the eras any live instance publishes on, this one included
     stranded_minutes: int  # ACCOUNTING_STRANDED_MINUTES, as evaluated

@@ -38,8 +38,8 @@ from django_q.tasks import async_task
 from accounting.live.leases import LockBusy, named_lock
 from accounting.reconcile.recompute import recompute_pg_accounting, xid_horizon
 from accounting.reconcile.reseed import FARM_LOCK, close_show, open_to_booking, reseed_booked, seed_show
-from cuebot_acct import metrics
-from cuebot_acct.era import era
+from infra import metrics
+from infra.era import era
 from shows.selectors import is_scheduler_managed, settling_cache_key, settling_mark
 
 logger = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ def mark_settling(*, show_id: str, counted_below: int | None = None) -> None:
 
 def after_switch_to_cuebot(*, show_id: str) -> None:
     # Runs in on_commit: the switch has committed and its caller must not see it fail.
-    # The recompute already reran itself after a deadlock (cuebot_acct.transactions).
+    # The recompute already reran itself after a deadlock (infra.transactions).
     _schedule_once(
         name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}",
         func="accounting.tasks.settle_recompute",

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from django.db import transaction
 
 from accounting.ownership import switching
-from cuebot_acct.era import era
-from cuebot_acct.writes import Write
+from infra.era import era
+from infra.writes import Write
 from shows.attach import writer_grant
 from shows.models import Show
 from shows.selectors import refresh_flag_cache
@@ -30,7 +30,7 @@ def change_show(*, show: Show, columns: Sequence[str]) -> None:
 def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     """Flip `show.b_scheduler_managed` with one UPDATE; returns (old, new). No drain step.
 
-    Maestro era (cuebot_acct.era): that UPDATE, then the shared flag cache takes the new
+    Maestro era (infra.era): that UPDATE, then the shared flag cache takes the new
     value after commit, and nothing else. Cuebot keeps the five tables for flagged shows too, so
     there is nothing to hand over and the accounting Redis is never touched (cueadmin's
     `-scheduler-managed SHOW on|off` is the same one UPDATE).

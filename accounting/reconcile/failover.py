@@ -35,9 +35,9 @@ from accounting.live.scripts import script
 from accounting.reconcile.empty import rebuild_at_once
 from accounting.reconcile.reseed import FAILOVER_REBUILD, ReseedSkipped, bootstrap_if_owed
 from accounting.reconcile.snapshot import chunked, limit_rows, managed_show_ids
-from cuebot_acct.era import era
-from cuebot_acct.metrics import REDIS_FAILOVERS, note_redis_master
-from cuebot_acct.redis_factory import accounting_redis, master_address, replication_state
+from infra.era import era
+from infra.metrics import REDIS_FAILOVERS, note_redis_master
+from infra.redis_factory import accounting_redis, master_address, replication_state
 
 log = logging.getLogger(__name__)
 

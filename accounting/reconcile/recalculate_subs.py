@@ -14,9 +14,9 @@ from accounting.reconcile.recompute import (
     restore_moved_caps,
     run_row_by_row_on_failure,
 )
-from cuebot_acct import metrics
-from cuebot_acct.era import era
-from cuebot_acct.writes import Write
+from infra import metrics
+from infra.era import era
+from infra.writes import Write
 from shows.attach import writer_grant
 
 logger = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from django.db import connection, transaction
 
 from accounting.live import keys
 from accounting.live.units import centicores_from_cores
-from cuebot_acct.era import era
-from cuebot_acct.redis_factory import accounting_redis
+from infra.era import era
+from infra.redis_factory import accounting_redis
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from accounting.management.commands._writes import DeclaredCommand
 from accounting.operators.drift_views import live_json, redis_shown, table_repair, table_shown
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
-from cuebot_acct.era import era
+from infra.era import era
 
 EXPLANATIONS = {
     ROUNDING: "differ only by the scheduler's sum-then-convert rounding",

@@ -10,7 +10,7 @@ from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids
 from accounting.reconcile.failover import check_master
 from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
 from accounting.reconcile.reseed import REDIS_RESEED, reseed
-from cuebot_acct.era import era
+from infra.era import era
 from shows.models import Show
 
 

@@ -18,7 +18,7 @@ from accounting.limits.changes import (
 from accounting.models import JobResource, Point
 from accounting.notify.listen import decode
 from accounting.notify.payloads import LIMIT_CHANGE
-from cuebot_acct.permissions import CHANGE_LIMITS
+from infra.permissions import CHANGE_LIMITS
 from tests.farms import build_farm
 
 pytestmark = pytest.mark.usefixtures("notify_on")

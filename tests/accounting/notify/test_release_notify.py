@@ -9,7 +9,7 @@ from accounting.live import keys
 from accounting.notify.listen import decode
 from accounting.notify.payloads import RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct import metrics
+from infra import metrics
 from tests.accounting.pg import protocol_exchanges, release_refused_at_commit
 from tests.accounting.release.test_unbook import hashes, seed_keys
 from tests.farms import build_farm

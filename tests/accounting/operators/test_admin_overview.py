@@ -18,7 +18,7 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS, drift_report
 from accounting.reconcile.drift_check import run_check
 from accounting.reconcile.reseed import FARM_LOCK, seed_show
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from tests.farms import build_farm
 from tests.processes import closed_port
 from tests.service_role import as_cuebot

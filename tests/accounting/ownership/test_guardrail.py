@@ -17,7 +17,7 @@ from accounting.models import Instance, Proc
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.ownership.guardrail import MESSAGE, evaluate, run_guardrail
 from accounting.tasks import accounting_guardrail_task
-from cuebot_acct.era import era
+from infra.era import era
 from shows.models import Job
 from tests.farms import build_farm
 from tests.processes import closed_port

@@ -12,7 +12,7 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import check_status, run_check, status_key
 from accounting.reconcile.reseed import seed_show
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from shows.models import Show
 from tests.farms import build_farm
 from tests.processes import closed_port

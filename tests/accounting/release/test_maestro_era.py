@@ -13,7 +13,7 @@ from accounting.models import FolderResource, JobResource, LayerResource, Point,
 from accounting.release.eras import release_era
 from accounting.release.types import Branch
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct.era import MAESTRO
+from infra.era import MAESTRO
 from tests.accounting.release.test_unbook import booked, host_idle
 from tests.farms import build_farm
 

@@ -1,11 +1,11 @@
 """ACCOUNTING_WRITES as a process reads it: its default follows who made Cuebot's tables, and each
-process says at start whether it writes or only observes (cuebot_acct.writes)."""
+process says at start whether it writes or only observes (infra.writes)."""
 
 import pytest
 import redis
 
-from cuebot_acct.startup import settings_of_failed_redis
-from cuebot_acct.writes import mode_line
+from infra.startup import settings_of_failed_redis
+from infra.writes import mode_line
 from tests.processes import manage
 
 PRINT_WRITES = "from django.conf import settings; print(settings.ACCOUNTING_WRITES)"

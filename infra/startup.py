@@ -10,13 +10,13 @@ import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 
-from cuebot_acct.bad_setting import BadSetting
-from cuebot_acct.era import era
-from cuebot_acct.outages import first_line, is_postgresql_outage
-from cuebot_acct.redis_factory import build_client, sentinel_target
+from infra.bad_setting import BadSetting
+from infra.era import era
+from infra.outages import first_line, is_postgresql_outage
+from infra.redis_factory import build_client, sentinel_target
 
 # The one URL redactor (PostgreSQL's URLs too), by the name the commands that print a server use.
-from cuebot_acct.redis_factory import hide_password as redact
+from infra.redis_factory import hide_password as redact
 
 
 class StartupRefused(Exception):
@@ -167,7 +167,7 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
     once, in one line, when they could not work (the development key, a service down)."""
     from django.core.management import execute_from_command_line
 
-    from cuebot_acct.era import let_printing_through
+    from infra.era import let_printing_through
 
     if only_prints(argv):
         let_printing_through()

@@ -1,12 +1,12 @@
-"""The era object (cuebot_acct.era): one answer per question, picked by ACCOUNTING_SCHEDULER alone."""
+"""The era object (infra.era): one answer per question, picked by ACCOUNTING_SCHEDULER alone."""
 
 import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from cuebot_acct import era as eras
-from cuebot_acct.bad_setting import BadSetting
-from cuebot_acct.era import CUEBOT_TABLES, REDIS_FIELDS, era
+from infra import era as eras
+from infra.bad_setting import BadSetting
+from infra.era import CUEBOT_TABLES, REDIS_FIELDS, era
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.signals import setting_changed
 
-from cuebot_acct.bad_setting import BadSetting
+from infra.bad_setting import BadSetting
 
 MAESTRO, REDIS, NOTIFY = "maestro", "redis", "notify"
 REDIS_AND_NOTIFY = f"{REDIS},{NOTIFY}"
@@ -148,7 +148,7 @@ def from_old_switches(*, redis: bool, notify: bool) -> str:
     return told_by({way for way, on in ((REDIS, redis), (NOTIFY, notify)) if on})
 
 
-# Set by manage.py (cuebot_acct.startup) for a command line that only prints: help, a command's
+# Set by manage.py (infra.startup) for a command line that only prints: help, a command's
 # --help, --version. Django runs every app's ready() before printing those too, and a process
 # that acts on nothing cannot corrupt a counter, so the refusal below lets it through.
 _only_prints = False
@@ -183,4 +183,4 @@ def _old_switches_follow(*, setting: str, **kwargs) -> None:
             settings.ACCOUNTING_SCHEDULER = name
 
 
-setting_changed.connect(_old_switches_follow, dispatch_uid="cuebot_acct.era.old_switches")
+setting_changed.connect(_old_switches_follow, dispatch_uid="infra.era.old_switches")

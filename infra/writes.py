@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseForbidden
 
-from cuebot_acct.era import era
+from infra.era import era
 
 # How the setting is spelt; unset, it follows OPENCUE_TABLES (settings).
 WRITES_WORDS = {"on": True, "true": True, "off": False, "false": False}

@@ -1,7 +1,7 @@
 """What the release, the drift checks and the simulator still ask until their branches of
-issue 56 ask cuebot_acct.era themselves; the lead deletes this module when they merge."""
+issue 56 ask infra.era themselves; the lead deletes this module when they merge."""
 
-from cuebot_acct.era import MAESTRO, NOTIFY, REDIS, REDIS_AND_NOTIFY, era
+from infra.era import MAESTRO, NOTIFY, REDIS, REDIS_AND_NOTIFY, era
 
 __all__ = ["MAESTRO", "NOTIFY", "REDIS", "REDIS_AND_NOTIFY", "cuebot_owns_every_show", "current"]
 
