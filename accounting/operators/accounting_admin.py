@@ -53,7 +53,7 @@ from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
 from infra import permissions
 from infra.era import era
-from infra.era import template_context as scheduler_context
+from infra.era import template_context as era_context
 from shows.models import Host, Job, Show
 
 admin.site.site_header = "cuebot-acct"
@@ -238,7 +238,7 @@ class SubscriptionAdmin(LimitAdmin):
                 "Booked cores",
                 {
                     "fields": booked,
-                    "description": render_to_string("admin/accounting/_booked_sources.html", scheduler_context()),
+                    "description": render_to_string("admin/accounting/_booked_sources.html", era_context()),
                 },
             ),
         ]
