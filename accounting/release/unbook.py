@@ -10,8 +10,6 @@ from enum import Enum
 import psycopg
 from django.db import connection, transaction
 
-from accounting.live.units import cores_from_centicores
-from accounting.reconcile.cuebot_drift import in_lock_order
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
     inserted_below,
@@ -19,8 +17,24 @@ from accounting.reconcile.recompute import (
     recount_rows_at_once,
     report_row_failures,
 )
-from accounting.release.eras import Counting, ReleaseEra, release_era, show_ids_of
+from accounting.release.eras import Counting, ReleaseEra, release_era
 from accounting.release.publish import PreparedRelease, made
+from accounting.release.rows import (
+    INSERTED_BY,
+    PROC_ID,
+    SHOW_ID,
+    branch_of,
+    release_from_row,
+    releases_from_rows,
+    show_ids_of,
+)
+from accounting.release.statements import (
+    ADJUSTMENTS,
+    adjust,
+    read_rows,
+    release_rows,
+    remove_local_reservations,
+)
 from accounting.release.types import Branch, Release
 from cuebot_acct import metrics
 from cuebot_acct.cursors import django_cursor
@@ -30,6 +44,9 @@ from cuebot_acct.writes import Write
 from shows.attach import RELEASE_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
+
+# Bound once (docs/benchmarks.md, "Figures behind the release path's comments").
+_LOCAL, _SCHEDULER, _CUEBOT = Branch.LOCAL, Branch.SCHEDULER, Branch.CUEBOT
 
 # --- Release path (Cuebot's ProcDaoJdbc.unbookProc) -----------------------------------
 #
@@ -59,227 +76,6 @@ logger = logging.getLogger(__name__)
 # autocommit, the COMMIT pipelined with the writes or sent with the notifications, the atomic
 # block's exit), is chosen in one place: _write_mode, from the release's _WritePlan; what follows
 # its commit (publish, metrics) in one too: _published_and_counted.
-
-
-# Lock order. Concurrent releases, and Cuebot's own releases beside them, lock the same
-# rows; two transactions that lock an overlapping set in different orders deadlock, and
-# PostgreSQL aborts one (40P01). Cuebot's release locks the proc, its host, then
-# subscription, layer_resource, job_resource, folder_resource, point (a local one: host,
-# layer_resource, job_resource, host_local). Every release here takes the same table order:
-# proc rows, host rows, then the accounting tables in accounting.reconcile.cuebot_drift.LOCK_ORDER,
-# the one statement of that order (one statement per table; the recompute takes the same),
-# so it waits for Cuebot, or Cuebot for it, and neither deadlocks. Within a table, rows
-# are locked in primary-key order: a MATERIALIZED CTE with ORDER BY ... FOR [NO KEY]
-# UPDATE locks row by row in sorted order (the order a plan visits rows in is not stable,
-# and the data-modifying CTEs of one statement run in an unspecified order), and the
-# statement then only writes rows that CTE returned, i.e. rows this transaction holds.
-# A release's proc and host rows are locked by one statement: its host rows are locked
-# from the sums over every deleted proc (per_host reads all of the DELETE's output), so
-# after all of its proc rows, whatever order the statement's parts otherwise run in.
-# A batch reads each proc's allocation from its host row as locked (proc.pk_host has a
-# foreign key, so the row is there), not by a second probe of host per proc in the DELETE.
-# Its DELETE finds the locked rows again by primary key, not by the ctid the lock returned
-# (a TID scan, 0.2 ms less a batch of 100): a row Cuebot updated while the lock waited (its
-# memory and ping reports) comes back with the ctid of the version before, and the DELETE
-# would skip that proc (tests/accounting/release/test_cuebot_writes.py).
-# Writers outside this order (an operator's SQL) can still deadlock with a release: that
-# is what the rerun in cuebot_acct.transactions is for.
-# The row the releasing statements and the pre-reads return, column by column, each from its
-# Cuebot table (PROC, HOST or JOB: the proc's, its host's, its job's) and column there: Release's
-# fields in Release's order, but for `cores` (Redis's unit, converted from cores_centicores) and
-# `branch` (its show's owner's), then what the path reads and Release does not keep. Every SELECT
-# list below is rendered from it, so a column's place in the row is its place here.
-PROC, HOST, JOB = "proc", "host", "job"
-ROW_SOURCES = {
-    "proc_id": (PROC, "pk_proc"),
-    "host_id": (PROC, "pk_host"),
-    "show_id": (PROC, "pk_show"),
-    "alloc_id": (HOST, "pk_alloc"),
-    "folder_id": (JOB, "pk_folder"),
-    "job_id": (PROC, "pk_job"),
-    "layer_id": (PROC, "pk_layer"),
-    "dept_id": (JOB, "pk_dept"),
-    "point_show_id": (JOB, "pk_show"),
-    "job_state": (JOB, "str_state"),
-    "cores_centicores": (PROC, "int_cores_reserved"),
-    "gpus": (PROC, "int_gpus_reserved"),
-    "memory": (PROC, "int_mem_reserved"),
-    "gpu_memory": (PROC, "int_gpu_mem_reserved"),
-    "is_local": (PROC, "b_local"),
-    "inserted_by": (PROC, "xmin::text::bigint"),  # the inserting transaction (_counted_at_switch_back)
-}
-ROW = tuple(ROW_SOURCES)
-PROC_ID, SHOW_ID, CORES_CENTICORES, IS_LOCAL, INSERTED_BY = (
-    ROW.index(name) for name in ("proc_id", "show_id", "cores_centicores", "is_local", "inserted_by")
-)
-# A Release is the row up to IS_LOCAL with cores put in after cores_centicores and the branch at
-# the end (_release_from_row): said once here, and refused at import if Release's fields move.
-_BEFORE_CORES, _AFTER_CORES = slice(0, CORES_CENTICORES + 1), slice(CORES_CENTICORES + 1, IS_LOCAL)
-if Release._fields != (*ROW[_BEFORE_CORES], "cores", *ROW[_AFTER_CORES], "branch"):
-    raise TypeError(
-        f"accounting.release.unbook: ROW_SOURCES no longer lines up with Release's fields {Release._fields}"
-    )
-
-
-def _select_list(*, proc: str, host: str, job: str, named: dict[str, str] | None = None) -> str:
-    """ROW's columns in order, each `<alias>.<column> AS <name>` with the alias the statement gives
-    its proc, host and job; `named` gives a column an earlier CTE of the statement already returned."""
-    aliases, named = {PROC: proc, HOST: host, JOB: job}, named or {}
-    return ", ".join(
-        f"{named.get(name) or aliases[table] + '.' + column} AS {name}" for name, (table, column) in ROW_SOURCES.items()
-    )
-
-
-RELEASE_MANY = """
-WITH doomed AS MATERIALIZED (
-     SELECT p.pk_proc, j.pk_folder, j.pk_dept, j.pk_show AS point_show, j.str_state AS job_state
-       FROM proc p LEFT JOIN job j ON j.pk_job = p.pk_job
-      WHERE p.pk_proc = ANY(%(ids)b::text[]) ORDER BY p.pk_proc FOR UPDATE OF p
-), gone AS (
-     DELETE FROM proc p
-      USING doomed d
-      WHERE p.pk_proc = d.pk_proc
-     RETURNING p.pk_proc, p.pk_host, p.pk_show, d.pk_folder, p.pk_job, p.pk_layer, d.pk_dept, d.point_show,
-               d.job_state, p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
-               p.xmin::text::bigint AS inserted_by
-), per_host AS (
-     SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem, SUM(int_gpus_reserved) AS gpus,
-            SUM(int_gpu_mem_reserved) AS gpu_mem
-       FROM gone GROUP BY pk_host
-), locked AS MATERIALIZED (
-     SELECT h.pk_host, h.pk_alloc, t.cores, t.mem, t.gpus, t.gpu_mem FROM host h JOIN per_host t ON t.pk_host = h.pk_host
-      ORDER BY h.pk_host FOR NO KEY UPDATE OF h
-), given_back AS (
-     UPDATE host h
-        SET int_cores_idle = h.int_cores_idle + l.cores, int_mem_idle = h.int_mem_idle + l.mem,
-            int_gpus_idle = h.int_gpus_idle + l.gpus, int_gpu_mem_idle = h.int_gpu_mem_idle + l.gpu_mem
-       FROM locked l
-      WHERE h.pk_host = l.pk_host
-)
-SELECT {select}
-  FROM gone g JOIN locked l ON l.pk_host = g.pk_host
-""".format(
-    select=_select_list(
-        proc="g",
-        host="l",
-        job="g",
-        named={"point_show_id": "g.point_show", "job_state": "g.job_state", "inserted_by": "g.inserted_by"},
-    )
-)
-
-# One proc, the common call: one proc row and one host row, so no ordering CTE is needed.
-# The host UPDATE reads the DELETE's output, so it runs after the proc row is locked and
-# deleted: proc, then host, Cuebot's order. One statement, one round trip, and a shape
-# PostgreSQL plans once per connection (a generic plan after the first executions).
-RELEASE_ONE = """
-WITH gone AS (
-     DELETE FROM proc p USING host h
-      WHERE p.pk_proc = %(id)s AND h.pk_host = p.pk_host
-     RETURNING p.pk_proc, p.pk_host, p.pk_show, h.pk_alloc, p.pk_job, p.pk_layer,
-               p.int_cores_reserved, p.int_gpus_reserved, p.int_mem_reserved, p.int_gpu_mem_reserved, p.b_local,
-               p.xmin::text::bigint AS inserted_by
-), given_back AS (
-     UPDATE host h
-        SET int_cores_idle = h.int_cores_idle + g.int_cores_reserved, int_mem_idle = h.int_mem_idle + g.int_mem_reserved,
-            int_gpus_idle = h.int_gpus_idle + g.int_gpus_reserved, int_gpu_mem_idle = h.int_gpu_mem_idle + g.int_gpu_mem_reserved
-       FROM gone g
-      WHERE h.pk_host = g.pk_host
-)
-SELECT {select}
-  FROM gone g LEFT JOIN job j ON j.pk_job = g.pk_job
-""".format(select=_select_list(proc="g", host="g", job="j", named={"inserted_by": "g.inserted_by"}))
-
-# The Redis era registers a release in flight before its transaction locks anything, so no
-# row lock is held while Redis is waited on (a stalled Redis would otherwise stall every
-# release of the host, Cuebot-managed ones included). What is registered is read here,
-# without a lock, in the shape the releasing statements return.
-# One proc by its key, the common call: PostgreSQL settles on a generic plan for it after
-# five runs (`= ANY` of one element kept being planned anew: docs/benchmarks.md, "Figures behind
-# the release path's comments").
-PRE_READ_ONE = """
-SELECT {select}
-  FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
- WHERE p.pk_proc = %(id)s
-""".format(select=_select_list(proc="p", host="h", job="j"))
-# A batch by `= ANY`: a batch reads in less time than with the ids joined as a relation
-# (index lookups row by row on all three tables), and PostgreSQL keeps a generic plan for it
-# after its first five runs, as for the releasing statements.
-# Arrays on the release path go in binary (`%(x)b`): as text, psycopg quotes each element and
-# PostgreSQL parses the literal back.
-# The measurements: docs/benchmarks.md, "Figures behind the release path's comments".
-PRE_READ_MANY = """
-SELECT {select}
-  FROM proc p JOIN host h ON h.pk_host = p.pk_host LEFT JOIN job j ON j.pk_job = p.pk_job
- WHERE p.pk_proc = ANY(%(ids)b::text[])
-""".format(select=_select_list(proc="p", host="h", job="j"))
-
-
-@dataclass(frozen=True)
-class _Adjustment:
-    """UPDATE table SET amount = amount - delta (or + delta, to give back) for the rows
-    matched on keys, locked in pk order.
-
-    Parameters: one text[] per key column and one bigint[] per amount column, named after
-    the column, one element per row (the caller sums per key, so each row matches once).
-    """
-
-    table: str
-    pk: str
-    keys: tuple[str, ...]
-    amounts: tuple[str, ...]
-    sign: str = "-"
-
-    @property
-    def one_row_sql(self) -> str:
-        """The same for one row, by its key (unique in each of these tables): a single row
-        needs no ordering, and the plain UPDATE is the cheapest statement to run."""
-        match = " AND ".join(f"{k} = %({k})s" for k in self.keys)
-        return (
-            f"UPDATE {self.table} SET {', '.join(f'{a} = {a} {self.sign} %({a})s' for a in self.amounts)} WHERE {match}"
-        )
-
-    @property
-    def sql(self) -> str:
-        arrays = ", ".join([f"%({k})b::text[]" for k in self.keys] + [f"%({a})b::bigint[]" for a in self.amounts])
-        match = " AND ".join(f"t.{k} = d.{k}" for k in self.keys)
-        return f"""
-WITH d AS (
-     SELECT * FROM unnest({arrays}) AS d({", ".join(self.keys + self.amounts)})
-), locked AS MATERIALIZED (
-     SELECT t.{self.pk}, {", ".join(f"d.{a}" for a in self.amounts)} FROM {self.table} t JOIN d ON {match}
-      ORDER BY t.{self.pk} FOR NO KEY UPDATE OF t
-)
-UPDATE {self.table} t SET {", ".join(f"{a} = t.{a} {self.sign} l.{a}" for a in self.amounts)}
-  FROM locked l
- WHERE t.{self.pk} = l.{self.pk}
-"""
-
-
-_CORES_GPUS = ("int_cores", "int_gpus")
-# In the lock order across the accounting tables (accounting.reconcile.cuebot_drift.LOCK_ORDER).
-ADJUSTMENTS = in_lock_order(
-    (
-        _Adjustment(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),
-        _Adjustment(table="layer_resource", pk="pk_layer_resource", keys=("pk_layer",), amounts=_CORES_GPUS),
-        _Adjustment(
-            table="job_resource",
-            pk="pk_job_resource",
-            keys=("pk_job",),
-            amounts=_CORES_GPUS + ("int_local_cores", "int_local_gpus"),
-        ),
-        _Adjustment(
-            table="host_local",
-            pk="pk_host_local",
-            keys=("pk_host", "pk_job"),
-            amounts=("int_cores_idle", "int_mem_idle", "int_gpus_idle", "int_gpu_mem_idle"),
-            sign="+",
-        ),
-        _Adjustment(table="folder_resource", pk="pk_folder_resource", keys=("pk_folder",), amounts=_CORES_GPUS),
-        _Adjustment(table="point", pk="pk_point", keys=("pk_dept", "pk_show"), amounts=_CORES_GPUS),
-    )
-)
-ADJUSTMENT_SQL = {a.table: a.sql for a in ADJUSTMENTS}
-ONE_ROW_ADJUSTMENT_SQL = {a.table: a.one_row_sql for a in ADJUSTMENTS}
 
 
 class _PreparedStatementCursor(psycopg.Cursor):
@@ -341,20 +137,10 @@ def _one_round_trip() -> Iterator[None]:
         yield
 
 
-_new_release = tuple.__new__
-# Bound once: each lookup of an enum member on its class costs a batch a loop's worth of time.
-_LOCAL, _SCHEDULER, _CUEBOT = Branch.LOCAL, Branch.SCHEDULER, Branch.CUEBOT
-
-
 def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
     """Who counts a releasing statement's rows' procs, per show (the era reads the flag once per
     show, and only for shows with procs that are not local)."""
-    return era.counting(show_ids=show_ids_of(rows, show=SHOW_ID, local=IS_LOCAL))
-
-
-def _branch(row: tuple, *, branches: dict[str, Branch]) -> Branch:
-    """A releasing statement's row's branch: local by its proc, else its show's owner's."""
-    return _LOCAL if row[IS_LOCAL] else branches[row[SHOW_ID]]
+    return era.counting(show_ids=show_ids_of(rows))
 
 
 def _counted_at_switch_back(rows: list[tuple], counting: Counting) -> frozenset[str]:
@@ -367,31 +153,6 @@ def _counted_at_switch_back(rows: list[tuple], counting: Counting) -> frozenset[
         for row in rows
         if row[SHOW_ID] in below and inserted_below(xmin=row[INSERTED_BY], horizon=below[row[SHOW_ID]])
     )
-
-
-def _release_from_row(row: tuple, *, branch: Branch) -> Release:
-    """A releasing statement's row is Release's fields in order (ROW_SOURCES), but for cores in
-    Redis's unit and the branch: built straight into the tuple, as a batch builds one per proc
-    (far cheaper than the keyword constructor: docs/benchmarks.md)."""
-    return _new_release(
-        Release, (*row[_BEFORE_CORES], cores_from_centicores(row[CORES_CENTICORES]), *row[_AFTER_CORES], branch)
-    )
-
-
-def _releases_from_rows(
-    rows: list[tuple], *, branches: dict[str, Branch], read: dict[str, tuple] | None = None
-) -> list[Release]:
-    """The releases the releasing statement returned. A row equal to the one the read before
-    any lock returned, with the same owner, is that read's Release (a batch builds each once)."""
-    read = read or {}
-    releases = []
-    for row in rows:
-        seen, branch = read.get(row[PROC_ID]), _branch(row, branches=branches)
-        if seen is not None and seen[0] == row and seen[1].branch is branch:
-            releases.append(seen[1])
-        else:
-            releases.append(_release_from_row(row, branch=branch))
-    return releases
 
 
 def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
@@ -413,13 +174,13 @@ def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
     else:
         failures = []
         for a in ADJUSTMENTS:
-            _decrement(cursor, a, decrements[a.table])
+            adjust(cursor, adjustment=a, rows=decrements[a.table])
             if recounted.get(a.table):
                 table = TABLE_RECOMPUTES[a.table]
                 failures += recount_rows(
                     cursor=cursor, table=table, show_ids=plan.settling, named=sorted(recounted[a.table])
                 )
-        _remove_finished_local_reservations(cursor, plan.in_pg)
+        remove_local_reservations(cursor, releases=plan.in_pg)
     report_row_failures(failures, operation="release of a settling show")
 
 
@@ -463,38 +224,6 @@ def _decrements(plan: "_WritePlan") -> tuple[dict[str, dict[tuple, list[int]]], 
             _add(folder[(r.folder_id,)], cores, gpus)
             _add(point[(r.dept_id, r.point_show_id)], cores, gpus)
     return sums, recounted
-
-
-def _decrement(cursor, adjustment: _Adjustment, rows: dict[tuple, list[int]]) -> None:
-    """One table's rows adjusted: by the one-row UPDATE, or by the ordered statement for several."""
-    if len(rows) == 1:
-        ((key, totals),) = rows.items()
-        params = dict(zip(adjustment.keys, key)) | dict(zip(adjustment.amounts, totals))
-        cursor.execute(ONE_ROW_ADJUSTMENT_SQL[adjustment.table], params)
-    elif rows:
-        row_keys = sorted(rows)
-        params = {k: [key[i] for key in row_keys] for i, k in enumerate(adjustment.keys)}
-        params |= {amount: [rows[key][j] for key in row_keys] for j, amount in enumerate(adjustment.amounts)}
-        cursor.execute(ADJUSTMENT_SQL[adjustment.table], params)
-
-
-# Cuebot's DispatchSupportService.unbookProc, after a local proc goes: the job's local
-# reservation on that host is removed once the job is over (BookingManagerService.
-# removeInactiveLocalHostAssignment: FINISHED, or the job row gone). Its rows were locked by
-# the host_local UPDATE above, so this takes no new lock.
-REMOVE_LOCAL_RESERVATIONS = """
-DELETE FROM host_local hl
- USING unnest(%(hosts)b::text[], %(jobs)b::text[]) AS d(pk_host, pk_job)
- WHERE hl.pk_host = d.pk_host AND hl.pk_job = d.pk_job
-"""
-
-
-def _remove_finished_local_reservations(cursor, releases: Sequence[Release]) -> None:
-    over = sorted(
-        {(r.host_id, r.job_id) for r in releases if r.branch is Branch.LOCAL and (r.job_finished or r.job_gone)}
-    )
-    if over:
-        cursor.execute(REMOVE_LOCAL_RESERVATIONS, {"hosts": [h for h, _ in over], "jobs": [j for _, j in over]})
 
 
 def _report_jobs_gone(releases: Sequence[Release]) -> None:
@@ -667,13 +396,9 @@ def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
     """Redis era: what is registered in flight before the release locks anything (a plain
     SELECT, in the caller's transaction if there is one)."""
     with _release_cursor() as cursor:
-        if len(proc_ids) == 1:
-            cursor.execute(PRE_READ_ONE, {"id": proc_ids[0]})
-        else:
-            cursor.execute(PRE_READ_MANY, {"ids": proc_ids})
-        rows = cursor.fetchall()
+        rows = read_rows(cursor, proc_ids=proc_ids)
     counting = _counting(rows, era)
-    releases = [_release_from_row(row, branch=_branch(row, branches=counting.branches)) for row in rows]
+    releases = [release_from_row(row, branch=branch_of(row, branches=counting.branches)) for row in rows]
     return _PreRead(
         rows={row[PROC_ID]: (row, release) for row, release in zip(rows, releases)},
         branches=counting.branches,
@@ -730,25 +455,16 @@ def _release_once(proc_ids: list[str], era: ReleaseEra) -> dict[str, Release]:
         return _release_in_transaction(proc_ids, registered, era=era, read=pre.rows if pre is not None else None)
 
 
-def _releasing_statement(cursor, proc_ids: list[str]) -> list[tuple]:
-    """The procs deleted and their hosts given back, in one statement."""
-    if len(proc_ids) == 1:
-        cursor.execute(RELEASE_ONE, {"id": proc_ids[0]})
-    else:
-        cursor.execute(RELEASE_MANY, {"ids": proc_ids})
-    return cursor.fetchall()
-
-
 def _release_in_one_statement(
     proc_ids: list[str], *, pre: _PreRead, registered: _Registered | None, era: ReleaseEra
 ) -> dict[str, Release]:
     """The releasing statement on an autocommit connection: one implicit transaction, committed
     when it returns, so what follows a commit follows it at once."""
     with _release_cursor() as cursor:
-        rows = _releasing_statement(cursor, proc_ids)
+        rows = release_rows(cursor, proc_ids=proc_ids)
     # The owner as the read found it (a proc's show and b_local do not change; a flag that
     # flipped since is the next release's business, as it would be a moment later).
-    releases = _releases_from_rows(rows, branches=pre.branches, read=pre.rows)
+    releases = releases_from_rows(rows, branches=pre.branches, read=pre.rows)
     _published_and_counted(releases, registered, era=era, at_commit=_now)
     return {r.proc_id: r for r in releases}
 
@@ -758,9 +474,9 @@ def _release_in_transaction(
 ) -> dict[str, Release]:
     outermost = not connection.in_atomic_block
     with transaction.atomic(), _release_cursor() as cursor:
-        rows = _releasing_statement(cursor, proc_ids)
+        rows = release_rows(cursor, proc_ids=proc_ids)
         counting = _counting(rows, era)
-        releases = _releases_from_rows(rows, branches=counting.branches, read=read)
+        releases = releases_from_rows(rows, branches=counting.branches, read=read)
         _published_and_counted(releases, registered, era=era, at_commit=transaction.on_commit)
         plan = _plan(rows, releases, counting)
         _write(cursor, plan, mode=_write_mode(plan, era=era, outermost=outermost), era=era)

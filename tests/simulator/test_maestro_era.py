@@ -16,7 +16,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from accounting.reconcile import recompute
-from accounting.release import unbook
+from accounting.release import statements, unbook
 from shows.models import Show
 from simulator import maestro_cuebot, maestro_workers
 from simulator.farm import build_sim_farm
@@ -70,8 +70,8 @@ def maestro(settings):
 
 def release_skips_the_point(monkeypatch):
     """The point's statement, for one row and for several, writes nothing."""
-    monkeypatch.setitem(unbook.ONE_ROW_ADJUSTMENT_SQL, "point", "SELECT 1")
-    monkeypatch.setitem(unbook.ADJUSTMENT_SQL, "point", "SELECT 1")
+    monkeypatch.setitem(statements.ONE_ROW_ADJUSTMENT_SQL, "point", "SELECT 1")
+    monkeypatch.setitem(statements.ADJUSTMENT_SQL, "point", "SELECT 1")
 
 
 def release_credits_twice(monkeypatch):

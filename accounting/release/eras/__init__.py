@@ -12,7 +12,7 @@ counters (the simulator's publish-drop fault, tests): nothing patches this packa
 """
 
 import copy
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from accounting.release.eras.base import Counting, ReleaseEra
@@ -60,9 +60,3 @@ def _with_publisher(era: ReleaseEra, publisher: ReleasePublisher) -> ReleaseEra:
     twin = copy.copy(era)  # the era's other answers stay its class's
     twin.publisher = publisher
     return twin
-
-
-def show_ids_of(rows: Iterable[tuple], *, show: int, local: int) -> set[str]:
-    """The shows of a releasing statement's rows whose procs are not local (a local proc's
-    counting does not depend on its show's owner)."""
-    return {row[show] for row in rows if not row[local]}
