@@ -1,7 +1,7 @@
 """The release path: a proc given back, written as Cuebot writes it, told to the scheduler after commit."""
 
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -12,17 +12,15 @@ from django.db import connection, transaction
 
 from accounting.reconcile.recompute import (
     TABLE_RECOMPUTES,
-    inserted_below,
     recount_rows,
     recount_rows_at_once,
     report_row_failures,
 )
+from accounting.release.decrements import WritePlan, decrements, plan_writes
 from accounting.release.eras import Counting, ReleaseEra, release_era
 from accounting.release.publish import PreparedRelease, made
 from accounting.release.rows import (
-    INSERTED_BY,
     PROC_ID,
-    SHOW_ID,
     branch_of,
     release_from_row,
     releases_from_rows,
@@ -44,9 +42,6 @@ from cuebot_acct.writes import Write
 from shows.attach import RELEASE_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
-
-# Bound once (docs/benchmarks.md, "Figures behind the release path's comments").
-_LOCAL, _SCHEDULER, _CUEBOT = Branch.LOCAL, Branch.SCHEDULER, Branch.CUEBOT
 
 # --- Release path (Cuebot's ProcDaoJdbc.unbookProc) -----------------------------------
 #
@@ -74,7 +69,7 @@ _LOCAL, _SCHEDULER, _CUEBOT = Branch.LOCAL, Branch.SCHEDULER, Branch.CUEBOT
 # What a proc whose job is gone cannot resolve (its folder, its point) is logged and counted.
 # What follows the releasing statement, and where the transaction ends (the statement alone on
 # autocommit, the COMMIT pipelined with the writes or sent with the notifications, the atomic
-# block's exit), is chosen in one place: _write_mode, from the release's _WritePlan; what follows
+# block's exit), is chosen in one place: _write_mode, from the release's WritePlan; what follows
 # its commit (publish, metrics) in one too: _published_and_counted.
 
 
@@ -143,19 +138,7 @@ def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
     return era.counting(show_ids=show_ids_of(rows))
 
 
-def _counted_at_switch_back(rows: list[tuple], counting: Counting) -> frozenset[str]:
-    """The procs of settling shows that their switch-back recompute counted: inserted below the
-    xid horizon it recorded (accounting.reconcile.recompute.inserted_below), by the xmin the
-    releasing statement returns (inserted_by)."""
-    below = counting.counted_below
-    return frozenset(
-        row[PROC_ID]
-        for row in rows
-        if row[SHOW_ID] in below and inserted_below(xmin=row[INSERTED_BY], horizon=below[row[SHOW_ID]])
-    )
-
-
-def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
+def _adjust_pg_accounting(cursor, plan: WritePlan) -> None:
     """Local and Cuebot-managed procs: one ordered statement per table with rows to change
     (a plain one-row UPDATE where a single row changes), in the lock order.
 
@@ -167,14 +150,14 @@ def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
     of the show's rows. A proc the switch-back recompute counted (`plan.counted`) is
     decremented as usual: its rows hold it, whatever else they miss.
     """
-    decrements, recounted = _decrements(plan)
-    if recounted and not any(decrements.values()):
+    sums, recounted = decrements(plan)
+    if recounted and not any(sums.values()):
         # Only settling rows to write: all of them locked, then all of them set, in two round trips.
         failures = recount_rows_at_once(show_ids=plan.settling, named=recounted)
     else:
         failures = []
         for a in ADJUSTMENTS:
-            adjust(cursor, adjustment=a, rows=decrements[a.table])
+            adjust(cursor, adjustment=a, rows=sums[a.table])
             if recounted.get(a.table):
                 table = TABLE_RECOMPUTES[a.table]
                 failures += recount_rows(
@@ -182,48 +165,6 @@ def _adjust_pg_accounting(cursor, plan: "_WritePlan") -> None:
                 )
         remove_local_reservations(cursor, releases=plan.in_pg)
     report_row_failures(failures, operation="release of a settling show")
-
-
-# Two amounts at a time, positionally: a batch of 100 adds 500 times, and a call taking its
-# amounts as *args with a keyword offset cost it 280 µs a batch against 150 µs (issue 43).
-def _add(totals: list[int], first: int, second: int, at: int = 0) -> None:
-    totals[at] += first
-    totals[at + 1] += second
-
-
-def _decrements(plan: "_WritePlan") -> tuple[dict[str, dict[tuple, list[int]]], dict[str, set[tuple]]]:
-    """Per table, the amounts to take off (give back, for host_local) per row's key, summed over
-    the releases; and per table the keys of the rows recounted instead (a settling show's)."""
-    sums: dict[str, dict[tuple, list[int]]] = {a.table: defaultdict(lambda: [0, 0, 0, 0]) for a in ADJUSTMENTS}
-    recounted: dict[str, set[tuple]] = defaultdict(set)
-    layer, job, subscription = sums["layer_resource"], sums["job_resource"], sums["subscription"]
-    folder, point, host_local = sums["folder_resource"], sums["point"], sums["host_local"]
-    for r in plan.in_pg:
-        cores, gpus = r.cores_centicores, r.gpus
-        if r.branch is _LOCAL:
-            _add(layer[(r.layer_id,)], cores, gpus)
-            # Counting rules of accounting.reconcile.recompute: local procs only in their layer and in
-            # the job's int_local_*; their amounts go back to the job's reservation too.
-            _add(job[(r.job_id,)], cores, gpus, 2)
-            totals = host_local[(r.host_id, r.job_id)]
-            _add(totals, cores, r.memory)
-            _add(totals, gpus, r.gpu_memory, 2)
-            continue
-        if plan.settling and plan.recounts(r):
-            recounted["subscription"].add((r.show_id, r.alloc_id))
-            recounted["layer_resource"].add((r.layer_id,))
-            recounted["job_resource"].add((r.job_id,))
-            if not r.job_gone:
-                recounted["folder_resource"].add((r.folder_id,))
-                recounted["point"].add((r.dept_id, r.point_show_id))
-            continue
-        _add(layer[(r.layer_id,)], cores, gpus)
-        _add(job[(r.job_id,)], cores, gpus)
-        _add(subscription[(r.show_id, r.alloc_id)], cores, gpus)
-        if not r.job_gone:
-            _add(folder[(r.folder_id,)], cores, gpus)
-            _add(point[(r.dept_id, r.point_show_id)], cores, gpus)
-    return sums, recounted
 
 
 def _report_jobs_gone(releases: Sequence[Release]) -> None:
@@ -300,32 +241,6 @@ def _published_and_counted(
 # --- What a release writes after its releasing statement, and where it ends ----------------
 
 
-@dataclass(frozen=True)
-class _WritePlan:
-    """What a release writes in PostgreSQL after its releasing statement, from the rows that
-    statement returned (before any lock: from the read): the accounting-table rows of its local
-    and Cuebot-counted procs, decremented, or recounted from SUM(proc) where recounts() says
-    so; and whatever its era sends in the transaction (of `releases`)."""
-
-    releases: list[Release]
-    in_pg: list[Release]  # local and Cuebot-counted: the accounting tables' writes
-    settling: list[str]  # the shows of its Cuebot-counted procs settling after a switch back, sorted
-    counted: frozenset[str]  # the procs of those shows their switch-back recompute counted
-
-    def recounts(self, r: Release) -> bool:
-        """Whether a release's rows are recounted from SUM(proc) rather than decremented: a
-        Cuebot-counted proc of a settling show that its switch-back recompute did not count
-        (_adjust_pg_accounting)."""
-        return r.branch is _CUEBOT and r.show_id in self.settling and r.proc_id not in self.counted
-
-
-def _plan(rows: list[tuple], releases: list[Release], counting: Counting) -> _WritePlan:
-    in_pg = [r for r in releases if r.branch is not _SCHEDULER]
-    settling = sorted({r.show_id for r in in_pg if r.branch is _CUEBOT and r.show_id in counting.settling})
-    counted = _counted_at_switch_back(rows, counting) if settling else frozenset()
-    return _WritePlan(releases=releases, in_pg=in_pg, settling=settling, counted=counted)
-
-
 class _Mode(Enum):
     """How a release's writes after its releasing statement reach PostgreSQL, and where its
     transaction ends. Where the release opened the transaction (outermost), the COMMIT goes with
@@ -344,7 +259,7 @@ class _Mode(Enum):
     STATEMENT_BY_STATEMENT = "the writes one statement at a time; the atomic block's exit commits"
 
 
-def _write_mode(plan: _WritePlan, *, era: ReleaseEra, outermost: bool, begun: bool = True) -> _Mode:
+def _write_mode(plan: WritePlan, *, era: ReleaseEra, outermost: bool, begun: bool = True) -> _Mode:
     """The one choice of how a release writes after its releasing statement and where it ends.
 
     Asked in the transaction, of what the releasing statement returned. In the Redis era it is
@@ -369,7 +284,7 @@ _SENT_IN: dict[_Mode, Callable[[], AbstractContextManager]] = {
 }
 
 
-def _write(cursor, plan: _WritePlan, *, mode: _Mode, era: ReleaseEra) -> None:
+def _write(cursor, plan: WritePlan, *, mode: _Mode, era: ReleaseEra) -> None:
     """The writes after the releasing statement, as `mode` says; last in the transaction's block,
     since the COMMIT may go with them."""
     if mode is _Mode.NOTIFY or mode is _Mode.NOTIFY_AND_COMMIT:
@@ -389,7 +304,7 @@ class _PreRead:
 
     rows: dict[str, tuple]  # proc id -> (the row read, its Release)
     branches: dict[str, Branch]  # per show of a proc that is not local
-    plan: _WritePlan  # what the release would write after its releasing statement, were the read its rows
+    plan: WritePlan  # what the release would write after its releasing statement, were the read its rows
 
 
 def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
@@ -402,7 +317,7 @@ def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
     return _PreRead(
         rows={row[PROC_ID]: (row, release) for row, release in zip(rows, releases)},
         branches=counting.branches,
-        plan=_plan(rows, releases, counting),
+        plan=plan_writes(rows=rows, releases=releases, counting=counting),
     )
 
 
@@ -478,7 +393,7 @@ def _release_in_transaction(
         counting = _counting(rows, era)
         releases = releases_from_rows(rows, branches=counting.branches, read=read)
         _published_and_counted(releases, registered, era=era, at_commit=transaction.on_commit)
-        plan = _plan(rows, releases, counting)
+        plan = plan_writes(rows=rows, releases=releases, counting=counting)
         _write(cursor, plan, mode=_write_mode(plan, era=era, outermost=outermost), era=era)
     return {r.proc_id: r for r in releases}
 
