@@ -16,7 +16,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from accounting.reconcile import recompute
-from accounting.release import statements, unbook
+from accounting.release import statements, transport
 from shows.models import Show
 from simulator import maestro_cuebot, maestro_workers
 from simulator.farm import build_sim_farm
@@ -75,13 +75,13 @@ def release_skips_the_point(monkeypatch):
 
 
 def release_credits_twice(monkeypatch):
-    real = unbook._adjust_pg_accounting
+    real = transport.write_accounting
 
-    def twice(cursor, plan):
-        real(cursor, plan)
-        real(cursor, plan)
+    def twice(cursor, *, plan):
+        real(cursor, plan=plan)
+        real(cursor, plan=plan)
 
-    monkeypatch.setattr(unbook, "_adjust_pg_accounting", twice)
+    monkeypatch.setattr(transport, "write_accounting", twice)
 
 
 def booking_skips_the_layer(monkeypatch):
