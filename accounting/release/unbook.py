@@ -1,16 +1,15 @@
 """The release path: a proc given back, written as Cuebot writes it, told to the scheduler after commit."""
 
 import logging
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
 
+from accounting.release.after_commit import at_once, publish_and_count_on_commit
 from accounting.release.decrements import WritePlan, plan_writes
 from accounting.release.eras import Counting, ReleaseEra, release_era
-from accounting.release.publish import PreparedRelease, made
+from accounting.release.in_flight import Registered, in_flight
 from accounting.release.rows import (
     PROC_ID,
     branch_of,
@@ -24,8 +23,7 @@ from accounting.release.statements import (
 )
 from accounting.release.transport import Mode, release_cursor, send_writes, write_mode
 from accounting.release.types import Branch, Release
-from cuebot_acct import metrics
-from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS, RELEASES
+from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS
 from cuebot_acct.transactions import retry_transient
 from cuebot_acct.writes import Write
 from shows.attach import RELEASE_TABLES, writer_grant
@@ -68,77 +66,6 @@ def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
     return era.counting(show_ids=show_ids_of(rows))
 
 
-def _report_jobs_gone(releases: Sequence[Release]) -> None:
-    """A proc whose job row is gone was released, but its folder and point are unknown."""
-    for r in releases:
-        if r.job_gone and r.branch is not Branch.LOCAL:
-            metrics.RELEASE_UNRESOLVED.labels(branch=r.branch.value).inc()
-            logger.warning(
-                "proc %s released although its job %s is gone: host given back, subscription, job and layer "
-                "taken off; its folder and point cannot be resolved and keep counting it until the next recompute",
-                r.proc_id,
-                r.job_id,
-            )
-
-
-def _count_at_commit(releases: Sequence[Release], *, withheld: int, changed: int = 0) -> None:
-    for branch, n in Counter(r.branch for r in releases).items():
-        RELEASES.labels(branch=branch.value).inc(n)
-    if withheld:
-        metrics.RELEASE_WITHHELD.labels(reason="job_finished").inc(withheld)
-    if changed:
-        metrics.RELEASE_WITHHELD.labels(reason="changed_since_registered").inc(changed)
-    _report_jobs_gone(releases)
-
-
-@dataclass(frozen=True)
-class _Registered:
-    """What was registered in flight before the transaction, per proc."""
-
-    prepared: PreparedRelease
-    releases: dict[str, Release]
-
-    def covering(self, releases: Sequence[Release]) -> tuple[list[Release], int]:
-        """The releases made exactly as registered, and how many were not: a proc whose amounts,
-        keys or owner changed between the read and the DELETE is not published, or a reseed
-        between could take its counters below SUM(proc)."""
-        covered = [r for r in releases if (registered := self.releases.get(r.proc_id)) is r or registered == r]
-        return covered, len(releases) - len(covered)
-
-    def narrowed_to(self, covered: Sequence[Release]) -> PreparedRelease:
-        """What the publish takes off: the registration as it is when every registered release
-        was made as registered (the usual case: its sums are reused), else made() of those that were."""
-        if len(covered) == len(self.releases):  # covered are registered ones, each once
-            return self.prepared
-        return made(prepared=self.prepared, releases=covered)
-
-
-def _now(callback: Callable[[], object]) -> None:
-    callback()
-
-
-def _published_and_counted(
-    releases: list[Release],
-    registered: _Registered | None,
-    *,
-    era: ReleaseEra,
-    at_commit: Callable[[Callable[[], object]], None],
-) -> None:
-    """What follows the releasing statement in every release, one statement or a transaction:
-    the registered releases made as registered published (the entry settled whatever else it
-    held), the releases counted; each run by `at_commit`, the release's commit being where
-    they may happen: _now where the statement committed on its own, transaction.on_commit in a
-    transaction (publish iff commit)."""
-    to_redis, withheld = era.publishable(releases)
-    changed = 0
-    if registered is not None:
-        covered, changed = registered.covering(to_redis)
-        publisher, prepared = era.publisher, registered.narrowed_to(covered)
-        at_commit(lambda: publisher.publish(prepared=prepared))
-    if releases:  # a release that found nothing has nothing to count
-        at_commit(lambda: _count_at_commit(releases, withheld=withheld, changed=changed))
-
-
 # --- The release ----------------------------------------------------------------------------
 
 
@@ -165,34 +92,6 @@ def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
     )
 
 
-def _register(pre: _PreRead, era: ReleaseEra) -> _Registered | None:
-    """Register the scheduler-managed releases in flight; no PostgreSQL lock is held."""
-    candidates, _ = era.publishable(pre.plan.releases)
-    if not candidates:
-        return None
-    prepared = era.publisher.prepare(releases=candidates)
-    return None if prepared is None else _Registered(prepared=prepared, releases={r.proc_id: r for r in candidates})
-
-
-@contextmanager
-def _in_flight(pre: _PreRead | None, era: ReleaseEra) -> Iterator[_Registered | None]:
-    """The release registered in flight for the block (Redis era; None where nothing was), and its
-    entry settled at once, nothing taken off, if the block raises (a rerun registers its own).
-    A transaction that raised rolled back, and nothing it deleted is gone. A releasing statement
-    that ran on its own may have committed before the error (in the publish, the metrics): its
-    procs are gone and the counters keep them until the next reseed, high, the safe direction.
-    A settle that fails leaves the entry to expire: high as well."""
-    registered = _register(pre, era) if pre is not None else None
-    if registered is None:
-        yield None
-        return
-    try:
-        yield registered
-    except BaseException:
-        era.publisher.publish(prepared=made(prepared=registered.prepared, releases=[]))
-        raise
-
-
 def _release(proc_ids: list[str]) -> dict[str, Release]:
     # A deadlock victim is rerun whole when this is the outermost transaction (why that is
     # safe: cuebot_acct.transactions); inside a caller's transaction the error propagates.
@@ -203,7 +102,7 @@ def _release(proc_ids: list[str]) -> dict[str, Release]:
 
 def _release_once(proc_ids: list[str], era: ReleaseEra) -> dict[str, Release]:
     pre = _pre_read(proc_ids, era) if era.reads_before_lock else None
-    with _in_flight(pre, era) as registered:
+    with in_flight(releases=pre.plan.releases if pre is not None else None, era=era) as registered:
         if (
             pre is not None
             and len(pre.rows) == len(proc_ids)
@@ -215,7 +114,7 @@ def _release_once(proc_ids: list[str], era: ReleaseEra) -> dict[str, Release]:
 
 
 def _release_in_one_statement(
-    proc_ids: list[str], *, pre: _PreRead, registered: _Registered | None, era: ReleaseEra
+    proc_ids: list[str], *, pre: _PreRead, registered: Registered | None, era: ReleaseEra
 ) -> dict[str, Release]:
     """The releasing statement on an autocommit connection: one implicit transaction, committed
     when it returns, so what follows a commit follows it at once."""
@@ -224,19 +123,19 @@ def _release_in_one_statement(
     # The owner as the read found it (a proc's show and b_local do not change; a flag that
     # flipped since is the next release's business, as it would be a moment later).
     releases = releases_from_rows(rows, branches=pre.branches, read=pre.rows)
-    _published_and_counted(releases, registered, era=era, at_commit=_now)
+    publish_and_count_on_commit(releases, registered, era=era, at_commit=at_once)
     return {r.proc_id: r for r in releases}
 
 
 def _release_in_transaction(
-    proc_ids: list[str], registered: _Registered | None, *, era: ReleaseEra, read: dict[str, tuple] | None = None
+    proc_ids: list[str], registered: Registered | None, *, era: ReleaseEra, read: dict[str, tuple] | None = None
 ) -> dict[str, Release]:
     outermost = not connection.in_atomic_block
     with transaction.atomic(), release_cursor() as cursor:
         rows = release_rows(cursor, proc_ids=proc_ids)
         counting = _counting(rows, era)
         releases = releases_from_rows(rows, branches=counting.branches, read=read)
-        _published_and_counted(releases, registered, era=era, at_commit=transaction.on_commit)
+        publish_and_count_on_commit(releases, registered, era=era, at_commit=transaction.on_commit)
         plan = plan_writes(rows=rows, releases=releases, counting=counting)
         send_writes(cursor, plan=plan, mode=write_mode(plan, era=era, outermost=outermost), era=era)
     return {r.proc_id: r for r in releases}
