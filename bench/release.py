@@ -61,6 +61,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.cache import cache  # noqa: E402
 from django.db import connection, connections, transaction  # noqa: E402
+from django.test import override_settings  # noqa: E402
 from django_redis import get_redis_connection  # noqa: E402
 
 from accounting.live import keys  # noqa: E402
@@ -74,6 +75,7 @@ from accounting.models import (  # noqa: E402
 )
 from accounting.operators.auth import grant_permissions, issue_token  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
+from cuebot_acct.era import NOTIFY, REDIS, told_by  # noqa: E402
 from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
 from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
 from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
@@ -961,12 +963,10 @@ def concurrent_releases(proc_ids: list[str], processes: int) -> tuple[float, lis
 
 @contextmanager
 def eras(*, redis_on: bool, notify_on: bool):
-    saved = settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = redis_on, notify_on
-    try:
+    """The block runs in the era whose releases are told the ways named (both off: Maestro)."""
+    told = {way for way, on in ((REDIS, redis_on), (NOTIFY, notify_on)) if on}
+    with override_settings(ACCOUNTING_SCHEDULER=told_by(told)):
         yield
-    finally:
-        settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = saved
 
 
 def notify_phase(n: int) -> None:

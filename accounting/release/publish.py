@@ -108,7 +108,7 @@ class ReleasePublisher(Protocol):
 
 
 class NoopReleasePublisher:
-    """ACCOUNTING_REDIS_ENABLED=false: deployments without Redis."""
+    """The eras that keep no accounting Redis (cuebot_acct.era.Era.keeps_redis false)."""
 
     def prepare(self, *, releases: Sequence[Release]) -> PreparedRelease | None:
         return None

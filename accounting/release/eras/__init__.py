@@ -1,4 +1,4 @@
-"""Who counts and who hears a release, in each OpenCue a site may run (cuebot_acct.schedulers).
+"""Who counts and who hears a release, in each OpenCue a site may run (cuebot_acct.era).
 
 The release path (accounting.release.unbook) asks its era, chosen once per release, what to do
 at its three moments: before any row lock (`publisher.prepare`: the Redis era registers the
@@ -20,15 +20,15 @@ from accounting.release.eras.maestro import MaestroEra
 from accounting.release.eras.notify import NotifyEra
 from accounting.release.eras.redis import RedisAndNotifyEra, RedisEra
 from accounting.release.publish import ReleasePublisher
-from cuebot_acct import schedulers
+from cuebot_acct.era import MAESTRO, NOTIFY, REDIS, REDIS_AND_NOTIFY, era
 
 __all__ = ["Counting", "ReleaseEra", "publishers_wrapped", "release_era"]
 
 _ERAS: dict[str, ReleaseEra] = {
-    schedulers.MAESTRO: MaestroEra(),
-    schedulers.REDIS: RedisEra(),
-    schedulers.NOTIFY: NotifyEra(),
-    schedulers.REDIS_AND_NOTIFY: RedisAndNotifyEra(),
+    MAESTRO: MaestroEra(),
+    REDIS: RedisEra(),
+    NOTIFY: NotifyEra(),
+    REDIS_AND_NOTIFY: RedisAndNotifyEra(),
 }
 
 
@@ -38,7 +38,7 @@ _WRAPPED: dict[str, ReleaseEra] = {}
 
 def release_era() -> ReleaseEra:
     """The era of this release, from the settings as they are now (a test's override included)."""
-    name = schedulers.current()
+    name = era().name
     return _WRAPPED.get(name) or _ERAS[name]
 
 
