@@ -1,6 +1,5 @@
 """The release path: a proc given back, written as Cuebot writes it, told to the scheduler after commit."""
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,8 +27,6 @@ from cuebot_acct.transactions import retry_transient
 from cuebot_acct.writes import Write
 from shows.attach import RELEASE_TABLES, writer_grant
 
-logger = logging.getLogger(__name__)
-
 # --- Release path (Cuebot's ProcDaoJdbc.unbookProc) -----------------------------------
 #
 # One transaction per call, whatever the batch size, writing what Cuebot writes (a lone
@@ -52,21 +49,22 @@ logger = logging.getLogger(__name__)
 #      subscription, layer_resource, job_resource, folder_resource (the job's folder) and
 #      point (the job's department and show) decremented in centicores in the same
 #      transaction, as Cuebot's procDestroyed and batchDeleteVirtualProcs do.
-# Local and Cuebot-managed procs share one set-based statement per table (lock order below).
+# Local and Cuebot-managed procs share one set-based statement per table, in the lock order
+# (accounting.release.statements); the sums are accounting.release.decrements'.
 # What a proc whose job is gone cannot resolve (its folder, its point) is logged and counted.
 # What follows the releasing statement, and where the transaction ends (the statement alone on
 # autocommit, the COMMIT pipelined with the writes or sent with the notifications, the atomic
-# block's exit), is chosen in one place: write_mode, from the release's WritePlan; what follows
-# its commit (publish, metrics) in one too: _published_and_counted.
+# block's exit), is chosen in one place: accounting.release.transport.write_mode, from the
+# release's WritePlan; what follows its commit (publish, metrics) in one too:
+# accounting.release.after_commit.publish_and_count_on_commit.
+# In Zulip's words for the same steps: the read before any lock and the registration are the
+# check, _do_release_* the write, publish_and_count_on_commit the event sent on commit.
 
 
 def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
     """Who counts a releasing statement's rows' procs, per show (the era reads the flag once per
     show, and only for shows with procs that are not local)."""
     return era.counting(show_ids=show_ids_of(rows))
-
-
-# --- The release ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ class _PreRead:
     plan: WritePlan  # what the release would write after its releasing statement, were the read its rows
 
 
-def _pre_read(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
+def _read_before_lock(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
     """Redis era: what is registered in flight before the release locks anything (a plain
     SELECT, in the caller's transaction if there is one)."""
     with release_cursor() as cursor:
@@ -101,7 +99,7 @@ def _release(proc_ids: list[str]) -> dict[str, Release]:
 
 
 def _release_once(proc_ids: list[str], era: ReleaseEra) -> dict[str, Release]:
-    pre = _pre_read(proc_ids, era) if era.reads_before_lock else None
+    pre = _read_before_lock(proc_ids, era) if era.reads_before_lock else None
     with in_flight(releases=pre.plan.releases if pre is not None else None, era=era) as registered:
         if (
             pre is not None
@@ -109,11 +107,11 @@ def _release_once(proc_ids: list[str], era: ReleaseEra) -> dict[str, Release]:
             and write_mode(pre.plan, era=era, outermost=not connection.in_atomic_block, begun=False)
             is Mode.ONE_STATEMENT
         ):
-            return _release_in_one_statement(proc_ids, pre=pre, registered=registered, era=era)
-        return _release_in_transaction(proc_ids, registered, era=era, read=pre.rows if pre is not None else None)
+            return _do_release_in_one_statement(proc_ids, pre=pre, registered=registered, era=era)
+        return _do_release_in_transaction(proc_ids, registered, era=era, read=pre.rows if pre is not None else None)
 
 
-def _release_in_one_statement(
+def _do_release_in_one_statement(
     proc_ids: list[str], *, pre: _PreRead, registered: Registered | None, era: ReleaseEra
 ) -> dict[str, Release]:
     """The releasing statement on an autocommit connection: one implicit transaction, committed
@@ -127,9 +125,11 @@ def _release_in_one_statement(
     return {r.proc_id: r for r in releases}
 
 
-def _release_in_transaction(
+def _do_release_in_transaction(
     proc_ids: list[str], registered: Registered | None, *, era: ReleaseEra, read: dict[str, tuple] | None = None
 ) -> dict[str, Release]:
+    """The release in a transaction (the caller's, or an atomic block of its own): the releasing
+    statement, then what the era and the accounting tables need written, the publish on commit."""
     outermost = not connection.in_atomic_block
     with transaction.atomic(), release_cursor() as cursor:
         rows = release_rows(cursor, proc_ids=proc_ids)
@@ -163,7 +163,7 @@ def unbook_procs(*, proc_ids: Sequence[str]) -> list[Release | None]:
     if not ids:
         return []
     # In key order: PostgreSQL sorts an = ANY array before it probes the primary key with it, and
-    # finds a sorted one sorted at a glance (99 comparisons of the collation for 100 ids, not ~660).
+    # finds a sorted one sorted at a glance (docs/benchmarks.md, "The batch's read, cheaper").
     with RELEASE_SECONDS.time():
         released = _release(sorted(ids))
     return [released.get(proc_id) for proc_id in ids]
