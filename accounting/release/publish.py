@@ -108,7 +108,7 @@ class ReleasePublisher(Protocol):
 
 
 class NoopReleasePublisher:
-    """The eras that keep no accounting Redis (cuebot_acct.era.Era.keeps_redis false)."""
+    """The eras that keep no accounting Redis (keeps_redis false in cuebot_acct.era.Era)."""
 
     def prepare(self, *, releases: Sequence[Release]) -> PreparedRelease | None:
         return None

@@ -9,17 +9,8 @@ from accounting.release.after_commit import at_once, publish_and_count_on_commit
 from accounting.release.decrements import WritePlan, plan_writes
 from accounting.release.eras import Counting, ReleaseEra, release_era
 from accounting.release.in_flight import Registered, in_flight
-from accounting.release.rows import (
-    PROC_ID,
-    branch_of,
-    release_from_row,
-    releases_from_rows,
-    show_ids_of,
-)
-from accounting.release.statements import (
-    read_rows,
-    release_rows,
-)
+from accounting.release.rows import PROC_ID, branch_of, release_from_row, releases_from_rows, show_ids_of
+from accounting.release.statements import read_rows, release_rows
 from accounting.release.transport import Mode, release_cursor, send_writes, write_mode
 from accounting.release.types import Branch, Release
 from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS
@@ -43,7 +34,7 @@ from shows.attach import RELEASE_TABLES, writer_grant
 #      gone, as Cuebot removes it), whatever the show's flag;
 #    - counted by the scheduler (a flagged show in the Redis and NOTIFY eras): no
 #      accounting-table writes; the NOTIFY era sends acct_release in the transaction, the
-#      Redis era registers it in flight before the transaction (below) and publishes it to
+#      Redis era registers it in flight before the transaction (accounting.release.in_flight) and publishes it to
 #      Redis after commit (accounting.release.publish);
 #    - counted by Cuebot (every show in the Maestro era, an unflagged one in the others):
 #      subscription, layer_resource, job_resource, folder_resource (the job's folder) and
@@ -57,8 +48,9 @@ from shows.attach import RELEASE_TABLES, writer_grant
 # block's exit), is chosen in one place: accounting.release.transport.write_mode, from the
 # release's WritePlan; what follows its commit (publish, metrics) in one too:
 # accounting.release.after_commit.publish_and_count_on_commit.
-# In Zulip's words for the same steps: the read before any lock and the registration are the
-# check, _do_release_* the write, publish_and_count_on_commit the event sent on commit.
+# The steps by name: the read before any lock and the in-flight registration settle what the
+# release will take off (_read_before_lock, accounting.release.in_flight); _do_release_* write;
+# publish_and_count_on_commit tells Redis and the metrics once the commit is known.
 
 
 def _counting(rows: list[tuple], era: ReleaseEra) -> Counting:
