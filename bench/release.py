@@ -75,9 +75,9 @@ from accounting.models import (  # noqa: E402
 )
 from accounting.operators.auth import grant_permissions, issue_token  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
-from cuebot_acct.era import NOTIFY, REDIS, told_by  # noqa: E402
-from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from infra.era import era, from_old_switches  # noqa: E402
+from infra.permissions import RELEASE_PROCS  # noqa: E402
+from infra.redis_factory import accounting_redis  # noqa: E402
 from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
 from shows.selectors import flag_cache_key  # noqa: E402
 from simulator.farm_builder import (  # noqa: E402
@@ -154,7 +154,7 @@ class BenchFarm:
             layer_id=self.layer.id,
             dept_id=self.dept.id,
         )
-        if settings.ACCOUNTING_REDIS_ENABLED:  # the Maestro era keeps no acct:* keys
+        if era().keeps_redis:  # the Maestro era keeps no acct:* keys
             for key in self.redis_keys:  # high enough that no release clamps
                 accounting_redis().hset(key, mapping={"int_cores": 10**12, "int_gpus": 10**9})
         self.user = get_user_model().objects.create_user(username=f"bench-{run}")
@@ -251,7 +251,7 @@ class BenchFarm:
                     },
                 )
             self.user.delete()
-        if settings.ACCOUNTING_REDIS_ENABLED:
+        if era().keeps_redis:
             accounting_redis().delete(*self.redis_keys)
         cache.delete(flag_cache_key(show_id=self.show.id))
 
@@ -358,7 +358,7 @@ class Floor:
 
     def __init__(self) -> None:
         self.pg = psycopg.connect(settings.DATABASE_URL)
-        self.redis = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL) if settings.ACCOUNTING_REDIS_ENABLED else None
+        self.redis = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL) if era().keeps_redis else None
         self.sha = self.redis.script_load(FLOOR_SCRIPT) if self.redis is not None else None
 
     def publish(self, rows: list[tuple]) -> None:
@@ -963,9 +963,7 @@ def concurrent_releases(proc_ids: list[str], processes: int) -> tuple[float, lis
 
 @contextmanager
 def eras(*, redis_on: bool, notify_on: bool):
-    """The block runs in the era whose releases are told the ways named (both off: Maestro)."""
-    told = {way for way, on in ((REDIS, redis_on), (NOTIFY, notify_on)) if on}
-    with override_settings(ACCOUNTING_SCHEDULER=told_by(told)):
+    with override_settings(ACCOUNTING_SCHEDULER=from_old_switches(redis=redis_on, notify=notify_on)):
         yield
 
 

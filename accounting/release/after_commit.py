@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from accounting.release.eras import ReleaseEra
 from accounting.release.in_flight import Registered
 from accounting.release.types import Branch, Release
-from cuebot_acct import metrics
-from cuebot_acct.metrics import RELEASES
+from infra import metrics
+from infra.metrics import RELEASES
 
 logger = logging.getLogger(__name__)
 

@@ -36,13 +36,13 @@ from accounting.live import keys
 from accounting.live.scripts import script
 from accounting.reconcile.empty import FARM_LOCK_KEY, rebuild_at_once
 from accounting.release.types import KEY_IDS, Release
-from cuebot_acct.metrics import (
+from infra.metrics import (
     RELEASE_CLAMPED,
     RELEASE_PUBLISH_FAILURES,
     RELEASE_PUBLISH_SECONDS,
     RELEASE_PUBLISH_STALE,
 )
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class ReleasePublisher(Protocol):
 
 
 class NoopReleasePublisher:
-    """The eras that keep no accounting Redis (keeps_redis false in cuebot_acct.era.Era)."""
+    """The eras that keep no accounting Redis (keeps_redis false in infra.era.Era)."""
 
     def prepare(self, *, releases: Sequence[Release]) -> PreparedRelease | None:
         return None

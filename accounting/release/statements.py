@@ -34,7 +34,7 @@ from accounting.release.types import Branch, Release
 # updated while the lock waited (its memory and ping reports) comes back with the ctid of the
 # version before, and the DELETE would skip that proc (tests/accounting/release/test_cuebot_writes.py).
 # Writers outside this order (an operator's SQL) can still deadlock with a release: that
-# is what the rerun in cuebot_acct.transactions is for.
+# is what the rerun in infra.transactions is for.
 
 RELEASE_MANY = """
 WITH doomed AS MATERIALIZED (

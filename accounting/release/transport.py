@@ -22,7 +22,7 @@ from accounting.reconcile.recompute import (
 from accounting.release.decrements import WritePlan, decrements
 from accounting.release.eras import ReleaseEra
 from accounting.release.statements import ADJUSTMENTS, adjust, remove_local_reservations
-from cuebot_acct.cursors import django_cursor
+from infra.cursors import django_cursor
 
 
 class PreparedStatementCursor(psycopg.Cursor):

@@ -13,9 +13,9 @@ from accounting.release.rows import PROC_ID, branch_of, release_from_row, releas
 from accounting.release.statements import read_rows, release_rows
 from accounting.release.transport import Mode, release_cursor, send_writes, write_mode
 from accounting.release.types import Branch, Release
-from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS
-from cuebot_acct.transactions import retry_transient
-from cuebot_acct.writes import Write
+from infra.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS
+from infra.transactions import retry_transient
+from infra.writes import Write
 from shows.attach import RELEASE_TABLES, writer_grant
 
 # --- Release path (Cuebot's ProcDaoJdbc.unbookProc) -----------------------------------
@@ -84,7 +84,7 @@ def _read_before_lock(proc_ids: list[str], era: ReleaseEra) -> _PreRead:
 
 def _release(proc_ids: list[str]) -> dict[str, Release]:
     # A deadlock victim is rerun whole when this is the outermost transaction (why that is
-    # safe: cuebot_acct.transactions); inside a caller's transaction the error propagates.
+    # safe: infra.transactions); inside a caller's transaction the error propagates.
     # The era is chosen once, here: every step of the release (and of a rerun) asks the same one.
     era = release_era()
     return retry_transient(lambda: _release_once(proc_ids, era), operation="release")

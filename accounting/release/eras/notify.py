@@ -13,8 +13,8 @@ from accounting.notify import send as notify_send
 from accounting.notify.payloads import RELEASE, ReleasedAmount, release_payloads
 from accounting.release.eras.base import FlagOwned, PublishesNothing
 from accounting.release.types import Branch, Release
-from cuebot_acct import metrics
-from cuebot_acct.era import NOTIFY
+from infra import metrics
+from infra.era import NOTIFY
 
 
 def send_releases(*, cursor, releases: Sequence[Release], commit: bool) -> None:

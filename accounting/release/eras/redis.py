@@ -13,7 +13,7 @@ from accounting.release.eras.base import FlagOwned, SendsNothing
 from accounting.release.eras.notify import send_releases
 from accounting.release.publish import RedisReleasePublisher, ReleasePublisher
 from accounting.release.types import Branch, Release
-from cuebot_acct.era import REDIS, REDIS_AND_NOTIFY
+from infra.era import REDIS, REDIS_AND_NOTIFY
 
 # Bound once: an enum member looked up on its class per release costs a batch a loop's worth of time
 # (bench/release_micro.py; docs/benchmarks.md, "Figures behind the release path's comments").
