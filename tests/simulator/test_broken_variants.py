@@ -20,7 +20,7 @@ from accounting.live import booking
 from accounting.live.scripts import LuaScript
 from accounting.live.scripts import script as real_script
 from accounting.reconcile import reseed
-from accounting.release import publish, unbook
+from accounting.release import after_commit, publish, unbook
 from accounting.release.types import Release
 from simulator import notify_era, workers
 from simulator.report import CAP_KINDS
@@ -124,12 +124,12 @@ def finished_jobs_decrements_published(monkeypatch):
 def published_before_commit(monkeypatch):
     """The decrement sent at once instead of from transaction.on_commit: a rolled-back
     release still takes its procs off."""
-    real = unbook._published_and_counted
+    real = unbook.publish_and_count_on_commit
 
     def at_once(releases, registered, *, era, at_commit):
-        real(releases, registered, era=era, at_commit=unbook._now)
+        real(releases, registered, era=era, at_commit=after_commit.at_once)
 
-    monkeypatch.setattr(unbook, "_published_and_counted", at_once)
+    monkeypatch.setattr(unbook, "publish_and_count_on_commit", at_once)
 
 
 # A counter seen low: in a quiet sample, by a release that found it below what it took off,
