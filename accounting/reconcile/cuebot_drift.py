@@ -18,13 +18,13 @@ statement for all five, scanning proc once with grouping sets, was 2x the five b
 centicores here; accounting.live.units.signed_cores is the one conversion every face shows.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
 from accounting.live.units import signed_cores
+from accounting.lock_order import LOCK_ORDER
 from accounting.models import DriftRecord
 from accounting.reconcile.drift_history import Drifted, Shown, cores_words, gpus_words
 from cuebot_acct import metrics
@@ -126,25 +126,6 @@ SELECT pt.pk_point, pt.pk_show, {_names(show="pt.pk_show", dept="pt.pk_dept")},
 # The column pairs a query's values come in, four values each (stored cores, true cores, stored
 # GPUs, true GPUs): job_resource has both, the other tables the first.
 PAIRS = ("int_cores, int_gpus", "int_local_cores, int_local_gpus")
-
-# The lock order across the accounting tables, Cuebot's, stated here only: every writer here (a
-# release, its settling recount, a repair) takes its tables' rows in it (in_lock_order), so they and
-# Cuebot wait for each other one way only (accounting.release.unbook says how); the faces list rows
-# by table in it too. host_local is a release's alone (nothing recomputes it).
-LOCK_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
-
-
-class _OfTable(Protocol):
-    @property
-    def table(self) -> str: ...
-
-
-_Statement = TypeVar("_Statement", bound=_OfTable)
-
-
-def in_lock_order(statements: Iterable[_Statement]) -> tuple[_Statement, ...]:
-    """`statements`, each for one table, sorted by LOCK_ORDER."""
-    return tuple(sorted(statements, key=lambda statement: LOCK_ORDER.index(statement.table)))
 
 
 @dataclass(frozen=True)
