@@ -16,9 +16,9 @@ from accounting.operators.estimated_count import EstimatedCountChangeList, Estim
 from accounting.operators.name_search import named_like, words
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import OWNERSHIP_TOGGLE, SHOW_CHANGE, change_show, set_scheduler_managed
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
-from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import CheckStatus, DriftSource, check_status
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES
 from cuebot_acct import permissions, schedulers
 from cuebot_acct.writes import Write, refused_page
 from shows.models import (

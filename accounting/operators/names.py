@@ -1,5 +1,6 @@
-"""The names beside the ids of a release answer (show, allocation, folder, job, layer, department),
-kept a while per worker so the release path seldom pays a query for them."""
+"""Names of the farm's rows as the faces give them: the names beside the ids of a release answer
+(show, allocation, folder, job, layer, department), kept a while per worker so the release path
+seldom pays a query for them; each accounting key's name, and each Redis field's label."""
 
 import threading
 import time
@@ -8,6 +9,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from django.db import connection
+from django.db.models import Model
 
 from accounting.release.types import Release
 from shows.models import Alloc, Dept, Folder, Job, Layer, Show
@@ -89,3 +91,73 @@ def release_names(*, releases: Iterable[Release]) -> dict[str, dict[str, str | N
     known = names_of(wanted=[(kind, id) for ids in distinct for kind, id in zip(_NAMED, ids, strict=True)])
     named = {ids: {kind: known.get((kind, id)) for kind, id in zip(_NAMED, ids, strict=True)} for ids in distinct}
     return {r.proc_id: named[ids] for r, ids in zip(releases, ids_of, strict=True)}
+
+
+# The rows that name a folder's, a job's and a layer's key, and their name's columns.
+_OWN_NAMES = {
+    "folder": (Folder, ("show__str_name", "str_name")),
+    "job": (Job, ("show__str_name", "str_name")),
+    "layer": (Layer, ("job__show__str_name", "job__str_name", "str_name")),
+}
+
+
+def _joined_names(model: type[Model], ids: set[str], *columns: str) -> dict[str, str]:
+    rows = model._default_manager.filter(pk__in=ids).values_list("pk", *columns) if ids else []
+    return {pk: " / ".join(parts) for pk, *parts in rows}
+
+
+def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
+    """A readable name per accounting key, in six queries at most whatever the number of keys."""
+    by_kind: dict[str, list[list[str]]] = {}
+    for key in redis_keys:
+        _, kind, *ids = key.split(":")
+        by_kind.setdefault(kind, []).append(ids)
+    # acct:sub:<show>:<alloc> names its show first, acct:point:<dept>:<show> last.
+    subs, points = by_kind.get("sub", []), by_kind.get("point", [])
+    shows = _joined_names(Show, {ids[0] for ids in subs} | {ids[1] for ids in points}, "str_name")
+    allocs, depts = (
+        _joined_names(Alloc, {ids[1] for ids in subs}, "str_name"),
+        _joined_names(Dept, {ids[0] for ids in points}, "str_name"),
+    )
+    own = {
+        kind: _joined_names(model, {ids[0] for ids in by_kind.get(kind, [])}, *columns)
+        for kind, (model, columns) in _OWN_NAMES.items()
+    }
+    labels = {}
+    for kind, entries in by_kind.items():
+        for ids in entries:
+            key = ":".join(["acct", kind, *ids])
+            if kind == "sub":
+                labels[key] = f"{shows.get(ids[0], 'show gone')} / {allocs.get(ids[1], 'allocation gone')}"
+            elif kind == "point":
+                labels[key] = f"{shows.get(ids[1], 'show gone')} / {depts.get(ids[0], 'department gone')}"
+            else:
+                found = own.get(kind, {}).get(ids[0])
+                labels[key] = f"{kind} {found}" if found else f"{kind} gone ({ids[0][:8]}…)"
+    return labels
+
+
+# What each field of each kind of key holds (docs/redis-protocol.md), in an operator's words.
+# Every face that lists Redis fields (the drift page, acct_drift, the drift API) names them
+# through field_label and keeps the raw field beside the name, for scripts and for HGET.
+_BOOKED = {"int_cores": "cores booked", "int_gpus": "GPUs booked"}
+FIELD_LABELS = {
+    "sub": {**_BOOKED, "size": "size in cores", "burst": "burst in cores"},
+    "folder": {
+        **_BOOKED,
+        "int_min_cores": "min cores",
+        "int_max_cores": "max cores",
+        "int_min_gpus": "min GPUs",
+        "int_max_gpus": "max GPUs",
+    },
+    "job": {**_BOOKED, "int_max_cores": "max cores", "int_max_gpus": "max GPUs", "int_priority": "priority"},
+    "layer": _BOOKED,
+    "point": {**_BOOKED, "int_min_cores": "min cores", "int_min_gpus": "min GPUs"},
+}
+
+
+def field_label(*, key: str, field: str) -> str:
+    """An operator's name for `field` of the accounting key `key`; a field its kind of key
+    does not hold (a stray one someone wrote by hand) reads as itself."""
+    kind = key.split(":")[1] if key.count(":") >= 2 else ""
+    return FIELD_LABELS.get(kind, {}).get(field, field)

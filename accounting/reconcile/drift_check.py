@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.core.cache import cache
 
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, CuebotTables
-from accounting.reconcile.drift import REDIS_FIELDS, RedisFields
 from accounting.reconcile.drift_history import forget_drift, record_drift
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS, RedisFields
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, CuebotTables
 from cuebot_acct import metrics
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,8 @@ WORST_NAMED = 5
 
 # A source: the DriftRecord.Source it is, what drift means for it and what it counts (for the log),
 # its gauges, the read errors it records as a failed check; the shows it checks (id -> name), their
-# drifted rows with per show how many it compared (where it counts them), and their names for faces.
+# drifted rows with per show how many it compared (where it counts them). The faces name the rows
+# (accounting.operators.drift_views.NAMED).
 DriftSource = CuebotTables | RedisFields
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connection, transaction
 
 from accounting.lock_order import in_lock_order
-from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows
+from accounting.reconcile.tables_against_procs import TableDrift, drifted_rows
 from cuebot_acct import metrics
 from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
 from cuebot_acct.writes import Write

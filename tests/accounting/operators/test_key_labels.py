@@ -4,7 +4,7 @@ acct_drift), and a row that is gone says so instead of borrowing another row's n
 import pytest
 
 from accounting.live import keys
-from accounting.reconcile.drift import key_labels
+from accounting.operators.names import key_labels
 from tests.farms import build_farm
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ layer_resource, job_resource, folder_resource and point for every show, flagged 
 Maestro plans each tick from those rows. Nothing upstream re-derives them any more except
 recalculate_subs() (subscriptions of unflagged shows only), so a counter that drifted from
 its procs stays wrong and Maestro books against it. In the redis and NOTIFY eras Cuebot owns
-only the unflagged shows' rows; the flagged ones are the scheduler's (accounting.reconcile.drift).
+only the unflagged shows' rows; the flagged ones are the scheduler's (accounting.reconcile.redis_against_pg).
 
 Counting rules are accounting.reconcile.recompute's, the repair's: a non-local proc counts in
 the subscription (its show, its host's allocation), its job's folder, its job, its layer and
@@ -26,7 +26,7 @@ from django.db import DatabaseError, connection, transaction
 from accounting.live.units import signed_cores
 from accounting.lock_order import LOCK_ORDER
 from accounting.models import DriftRecord
-from accounting.reconcile.drift_history import Drifted, Shown, cores_words, gpus_words
+from accounting.reconcile.drift_history import Drifted, cores_words, gpus_words
 from cuebot_acct import metrics
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
@@ -253,7 +253,7 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
     return TableDriftReport(shows=shows, rows=rows)
 
 
-def drifted(row: TableDrift) -> Drifted:
+def drifted_table_row(row: TableDrift) -> Drifted:
     """A drifted row of Cuebot's tables as every face and the record take it: job_resource's two
     column pairs are two rows; its difference in words ('2.50 cores low, 2 GPUs high')."""
     words = [cores_words(row.cores_difference)] if row.cores_difference else []
@@ -290,19 +290,7 @@ class CuebotTables:
     def read(self, *, show_ids: list[str]) -> tuple[list[Drifted], dict[str, int]]:
         """Every owned show's drifted rows (`show_ids` are the owned shows: read as every show
         where Cuebot owns each); no count of rows compared."""
-        return [drifted(row) for row in cuebot_table_drift().rows], {}
-
-    def named(self, rows: Sequence[Drifted]) -> list[Shown]:
-        """Each row as its name says it (show / allocation, job / layer, ...), its numbers in cores."""
-        return [
-            Shown(row=row, name=row.subject, what=row.detail, **(_numbers(row.raw) if row.raw else {})) for row in rows
-        ]
-
-
-def _numbers(raw: TableDrift) -> dict:
-    cores = f"stored={signed_cores(raw.stored_cores)} true={signed_cores(raw.true_cores)} diff={signed_cores(raw.cores_difference):+}"
-    gpus = f"stored={raw.stored_gpus} true={raw.true_gpus} diff={raw.gpus_difference:+d}"
-    return {"values": raw.as_dict(), "numbers": f"cores {cores}\tgpus {gpus}", "ref": raw.pk}
+        return [drifted_table_row(row) for row in cuebot_table_drift().rows], {}
 
 
 CUEBOT_TABLES = CuebotTables()
