@@ -30,10 +30,11 @@ from accounting.reconcile.drift_history import Drifted, cores_words, gpus_words
 from cuebot_acct import metrics
 from cuebot_acct.schedulers import cuebot_owns_every_show
 from shows.models import Show
+from shows.names import name_sql
 
 # One statement per table: the stored rows of the shows, LEFT JOINed to the bare SUM(proc) of
 # their key (which PostgreSQL may aggregate in parallel workers, as it would the bare sum), kept
-# where they differ; names are looked up for those rows only. %(shows)s NULL: every show (the
+# where they differ; names are looked up for those rows only (shows.names). %(shows)s NULL: every show (the
 # Maestro era's farm-wide check, with no array to test per proc); an array: those shows. Each
 # yields the row's key, its show, the six names (show, allocation, folder, job, layer,
 # department; NULL where the table has none), then stored and true centicores and GPUs.
@@ -47,18 +48,22 @@ _FOLDER_SHOW = "(SELECT pk_show FROM folder WHERE pk_folder = r.pk_folder)"
 _OF_SHOWS = (
     "(%(shows)s::text[] IS NULL OR {column} IN (SELECT pk_{parent} FROM {parent} WHERE pk_show = ANY(%(shows)s)))"
 )
-_NAMES = """COALESCE((SELECT str_name FROM show WHERE pk_show = {show}), {show}),
+_NAMES = """COALESCE({show_name}, {show}),
        {alloc}, {folder}, {job}, {layer}, {dept}"""
 
 
-def _names(
+def _name_columns(
     *, show: str, alloc: str = "NULL", folder: str = "NULL", job: str = "NULL", layer: str = "NULL", dept: str = "NULL"
 ) -> str:
-    def looked_up(table: str, key: str) -> str:
-        return "NULL" if key == "NULL" else f"(SELECT str_name FROM {table} WHERE pk_{table} = {key})"
+    """The six names of a row by the SQL expressions of its ids (shows.names.name_sql); a show
+    gone reads as its id."""
+
+    def looked_up(kind: str, key: str) -> str:
+        return "NULL" if key == "NULL" else name_sql(kind=kind, id_sql=key)
 
     return _NAMES.format(
         show=show,
+        show_name=name_sql(kind="show", id_sql=show),
         alloc=looked_up("alloc", alloc),
         folder=looked_up("folder", folder),
         job=looked_up("job", job),
@@ -69,7 +74,7 @@ def _names(
 
 QUERIES = {
     "subscription": f"""
-SELECT s.pk_subscription, s.pk_show, {_names(show="s.pk_show", alloc="s.pk_alloc")},
+SELECT s.pk_subscription, s.pk_show, {_name_columns(show="s.pk_show", alloc="s.pk_alloc")},
        s.int_cores, COALESCE(t.cores, 0), s.int_gpus, COALESCE(t.gpus, 0)
   FROM subscription s
   LEFT JOIN (SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
@@ -79,7 +84,7 @@ SELECT s.pk_subscription, s.pk_show, {_names(show="s.pk_show", alloc="s.pk_alloc
  WHERE {_SHOWS.format(column="s.pk_show")}
    AND (s.int_cores::bigint, s.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
     "layer_resource": f"""
-SELECT r.pk_layer_resource, {_JOB_SHOW}, {_names(show=_JOB_SHOW, job="r.pk_job", layer="r.pk_layer")},
+SELECT r.pk_layer_resource, {_JOB_SHOW}, {_name_columns(show=_JOB_SHOW, job="r.pk_job", layer="r.pk_layer")},
        r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0)
   FROM layer_resource r
   LEFT JOIN (SELECT p.pk_layer, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
@@ -88,7 +93,7 @@ SELECT r.pk_layer_resource, {_JOB_SHOW}, {_names(show=_JOB_SHOW, job="r.pk_job",
  WHERE {_OF_SHOWS.format(column="r.pk_job", parent="job")}
    AND (r.int_cores::bigint, r.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
     "job_resource": f"""
-SELECT r.pk_job_resource, {_JOB_SHOW}, {_names(show=_JOB_SHOW, job="r.pk_job")},
+SELECT r.pk_job_resource, {_JOB_SHOW}, {_name_columns(show=_JOB_SHOW, job="r.pk_job")},
        r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0),
        r.int_local_cores, COALESCE(t.local_cores, 0), r.int_local_gpus, COALESCE(t.local_gpus, 0)
   FROM job_resource r
@@ -103,7 +108,7 @@ SELECT r.pk_job_resource, {_JOB_SHOW}, {_names(show=_JOB_SHOW, job="r.pk_job")},
    AND (r.int_cores::bigint, r.int_gpus::bigint, r.int_local_cores::bigint, r.int_local_gpus::bigint)
        IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0), COALESCE(t.local_cores, 0), COALESCE(t.local_gpus, 0))""",
     "folder_resource": f"""
-SELECT r.pk_folder_resource, {_FOLDER_SHOW}, {_names(show=_FOLDER_SHOW, folder="r.pk_folder")},
+SELECT r.pk_folder_resource, {_FOLDER_SHOW}, {_name_columns(show=_FOLDER_SHOW, folder="r.pk_folder")},
        r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0)
   FROM folder_resource r
   LEFT JOIN (SELECT j.pk_folder, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
@@ -113,7 +118,7 @@ SELECT r.pk_folder_resource, {_FOLDER_SHOW}, {_names(show=_FOLDER_SHOW, folder="
  WHERE {_OF_SHOWS.format(column="r.pk_folder", parent="folder")}
    AND (r.int_cores::bigint, r.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
     "point": f"""
-SELECT pt.pk_point, pt.pk_show, {_names(show="pt.pk_show", dept="pt.pk_dept")},
+SELECT pt.pk_point, pt.pk_show, {_name_columns(show="pt.pk_show", dept="pt.pk_dept")},
        pt.int_cores, COALESCE(t.cores, 0), pt.int_gpus, COALESCE(t.gpus, 0)
   FROM point pt
   LEFT JOIN (SELECT j.pk_dept, j.pk_show, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
