@@ -28,7 +28,7 @@ from accounting.lock_order import LOCK_ORDER
 from accounting.models import DriftRecord
 from accounting.reconcile.drift_history import Drifted, cores_words, gpus_words
 from cuebot_acct import metrics
-from cuebot_acct.schedulers import cuebot_owns_every_show
+from cuebot_acct.era import era
 from shows.models import Show
 from shows.names import name_sql
 
@@ -189,7 +189,7 @@ class TableDriftReport:
 def cuebot_owned_show_ids(*, show_ids: Sequence[str] | None = None) -> list[str] | None:
     """The shows whose five tables Cuebot writes, among `show_ids` (default: all). None means
     every show (the Maestro era without a filter), which the query reads without an array."""
-    if cuebot_owns_every_show():
+    if era().cuebot_owns_every_show:
         return None if show_ids is None else list(show_ids)
     owned = Show.objects.filter(b_scheduler_managed=False)
     if show_ids is not None:
