@@ -26,7 +26,8 @@ NAMED_KINDS = tuple(NAMED)
 
 
 def names_of(*, wanted: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str], str]:
-    """(kind, id) -> name for kinds show, alloc, folder, job, layer, dept; "gone" where no row."""
+    """(kind, id) -> name for kinds show, alloc, folder, job, layer, dept; "gone" where no row. The
+    memo first, then one statement for every miss (shows.names)."""
     now = _clock()
     found: dict[tuple[str, str], str] = {}
     missing: dict[str, set[str]] = {}
