@@ -18,7 +18,7 @@ Here the command's main process does three things besides starting the same clus
 - a sentinel (django-q2's supervising process) that dies is said in one line, exit status 1.
 
 The start-up checks (secret key, PostgreSQL and every Redis it uses) run before this, in
-`cuebot_acct.startup.run_with_clear_service_errors`.
+`infra.startup.run_with_clear_service_errors`.
 """
 
 import argparse
@@ -34,9 +34,9 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
-from cuebot_acct.redis_factory import build_client
-from cuebot_acct.startup import ServiceUnreachable, postgres_problem, redis_problem, servers_line
-from cuebot_acct.writes import mode_line
+from infra.redis_factory import build_client
+from infra.startup import ServiceUnreachable, postgres_problem, redis_problem, servers_line
+from infra.writes import mode_line
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import sys
 import django
 from django.core.wsgi import get_wsgi_application
 
-from cuebot_acct.bad_setting import BadSetting
+from infra.bad_setting import BadSetting
 
 WORKER_BOOT_ERROR = 3  # gunicorn.arbiter.Arbiter.WORKER_BOOT_ERROR
 
@@ -27,7 +27,7 @@ except BadSetting as problem:
     sys.stderr.write(f"cuebot-acct: {problem}\n")
     sys.exit(WORKER_BOOT_ERROR)
 
-from cuebot_acct.startup import StartupRefused, check_secret_key, check_services, servers_line  # noqa: E402
+from infra.startup import StartupRefused, check_secret_key, check_services, servers_line  # noqa: E402
 from shows.attach import check_cuebot_schema  # noqa: E402
 
 try:
@@ -41,7 +41,7 @@ except StartupRefused as problem:
 from accounting.operators.release_lane import ReleaseLane  # noqa: E402
 from accounting.ownership.fleet import start_process_heartbeat  # noqa: E402
 from accounting.ownership.guardrail import run_guardrail_at_start  # noqa: E402
-from cuebot_acct.writes import mode_line  # noqa: E402
+from infra.writes import mode_line  # noqa: E402
 
 # Django's handler (its middleware: whitenoise, ...) built only once the worker may serve; Cuebot's
 # releases answered ahead of it when the API would take them as they stand (issue 35).

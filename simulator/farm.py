@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from accounting.live import keys
 from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
 from accounting.reconcile.recompute import recompute_pg_accounting
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from shows.models import (
     Alloc,
     Dept,

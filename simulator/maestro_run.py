@@ -19,7 +19,7 @@ from django.db import InterfaceError as DjangoInterfaceError
 from django.db import OperationalError as DjangoOperationalError
 from django.db import connections
 
-from cuebot_acct.transactions import sqlstate
+from infra.transactions import sqlstate
 from simulator.farm import LayerRef, SimFarm
 from simulator.faults import FaultPlan
 from simulator.processes import WebServer

@@ -22,7 +22,7 @@ from accounting.models import FolderResource, JobResource, Subscription
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.reconcile.recompute import recompute_pg_accounting
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct.transactions import sqlstate
+from infra.transactions import sqlstate
 from shows.models import Show
 from simulator import pg_truth
 from simulator.farm import PROC_MEM_KB, LayerRef, finish_a_job

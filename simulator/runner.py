@@ -17,7 +17,7 @@ from accounting.live.leases import LEASE_SECONDS
 from accounting.reconcile import reseed
 from accounting.release.eras import publishers_wrapped
 from accounting.release.publish import ReleasePublisher
-from cuebot_acct.redis_factory import accounting_redis, sentinel_target
+from infra.redis_factory import accounting_redis, sentinel_target
 from shows.models import Show
 from simulator import pg_truth as pg_accounting
 from simulator import reconcile

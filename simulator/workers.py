@@ -31,12 +31,12 @@ from accounting.reconcile.reseed import open_to_booking
 from accounting.release.publish import PreparedRelease, RedisReleasePublisher, ReleasePublisher
 from accounting.release.types import Branch
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct.redis_factory import (
+from infra.redis_factory import (
     accounting_redis,
     replication_state,
     sentinel_target,
 )
-from cuebot_acct.transactions import TRANSIENT_SQLSTATES, sqlstate
+from infra.transactions import TRANSIENT_SQLSTATES, sqlstate
 from shows.models import Show
 from simulator import pg_truth as pg_accounting
 from simulator import reconcile

@@ -17,10 +17,10 @@ from pathlib import Path
 from django.apps import apps
 from django.db.models import Model
 
-from cuebot_acct.permissions import DECLARED
+from infra.permissions import DECLARED
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("accounting", "shows", "cuebot_acct", "simulator")
+PACKAGES = ("accounting", "shows", "cuebot_acct", "infra", "simulator")
 REFERENCE = re.compile(rf"(?<![\w./]){'(?:' + '|'.join(PACKAGES) + ')'}(?:\.[A-Za-z_]\w*)+")
 CHECK_ID = re.compile(r"\w+\.[CEIW]\d{3}")
 # Names that read like a module's but are not Python's: Cuebot's own settings (opencue.properties).

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("accounting", "cuebot_acct", "shows", "simulator")
+PACKAGES = ("accounting", "cuebot_acct", "infra", "shows", "simulator")
 FUNCTION_LINES = 40
 MODULE_LINES = 400
 # Being split on their own branches (issue 56): the release path (accounting/release/) and the

@@ -3,14 +3,13 @@ layer_resource, point, host_local).
 
 Limits are entered in cores and saved through accounting.limits.changes (validation and the Redis
 publish the commands and the API get); booked counters, derived from `proc`, are read-only.
-Rights follow cuebot_acct.permissions: CHANGE_LIMITS to edit a limit. The procs' admin is
+Rights follow infra.permissions: CHANGE_LIMITS to edit a limit. The procs' admin is
 accounting.operators.procs_admin, the service's own records' accounting.operators.service_admin.
 """
 
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from django.conf import settings
 from django.contrib import admin
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
@@ -42,8 +41,9 @@ from accounting.operators.display import (
     tier_column,
 )
 from accounting.operators.farm_admin import CuebotWrittenAdmin, DeclaredAdmin
-from cuebot_acct import permissions
-from cuebot_acct.schedulers import template_context as scheduler_context
+from infra import permissions
+from infra.era import era
+from infra.era import template_context as scheduler_context
 
 admin.site.site_header = "cuebot-acct"
 admin.site.site_title = "cuebot-acct"
@@ -162,13 +162,7 @@ class SubscriptionAdmin(LimitAdmin):
     def cores(self, obj) -> str:
         sources = _sources(obj)
         # Outside the Redis era nothing recomputes a scheduler-managed show's row until it moves back.
-        note = (
-            "Cuebot's count"
-            if not sources.managed
-            else "last recompute"
-            if settings.ACCOUNTING_REDIS_ENABLED
-            else "not kept"
-        )
+        note = "Cuebot's count" if not sources.managed else "last recompute" if era().keeps_redis else "not kept"
         return format_html('{} <span class="help">({})</span>', format_cores(obj.int_cores), note)
 
     @admin.display(description=f"booked: {REDIS_LIVE}")
@@ -210,7 +204,7 @@ class SubscriptionAdmin(LimitAdmin):
         return self._of_the_era(super().get_fields(request, obj))
 
     def _of_the_era(self, names) -> list[str]:
-        return [name for name in names if settings.ACCOUNTING_REDIS_ENABLED or name not in self.REDIS_ONLY]
+        return [name for name in names if era().keeps_redis or name not in self.REDIS_ONLY]
 
     def changelist_view(self, request, extra_context=None):
         """Read every source once for the page's rows (one Redis pipeline, one aggregate), not per row."""

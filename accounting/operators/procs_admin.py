@@ -1,5 +1,5 @@
 """The operator's admin over the procs, the bookings: read-only, and deleting one (or many) is a
-release (accounting.release.unbook.unbook_procs), with RELEASE_PROCS (cuebot_acct.permissions)."""
+release (accounting.release.unbook.unbook_procs), with RELEASE_PROCS (infra.permissions)."""
 
 from django.contrib import admin
 from django.db.models import Q
@@ -11,7 +11,7 @@ from accounting.operators.estimated_count import EstimatedCountChangeList, Estim
 from accounting.operators.farm_admin import DeclaredAdmin
 from accounting.operators.name_search import named_like, words
 from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
-from cuebot_acct import permissions
+from infra import permissions
 from shows.models import Host, Job, Show
 
 

@@ -8,7 +8,7 @@ from accounting.live.units import cores_from_centicores
 from accounting.models import Subscription
 from accounting.reconcile.redis_against_pg import live_inflight_amounts
 from accounting.reconcile.snapshot import booked_rows
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from shows.models import Show
 
 

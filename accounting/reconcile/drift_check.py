@@ -25,8 +25,8 @@ from django.core.cache import cache
 from accounting.reconcile.drift_history import forget_drift, record_drift
 from accounting.reconcile.redis_against_pg import REDIS_FIELDS, RedisFields
 from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, CuebotTables
-from cuebot_acct import metrics
-from cuebot_acct.era import era
+from infra import metrics
+from infra.era import era
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ SOURCES: dict[str, DriftSource] = {source.source: source for source in (CUEBOT_T
 
 
 def era_sources() -> list[DriftSource]:
-    """What the checks read in the site's era (cuebot_acct.era.Era.drift_sources)."""
+    """What the checks read in the site's era (infra.era.Era.drift_sources)."""
     return [SOURCES[name] for name in era().drift_sources]
 
 

@@ -36,8 +36,8 @@ from accounting.live.units import UNLIMITED
 from accounting.models import DriftRecord
 from accounting.reconcile.drift_history import Drifted, cores_words, direction, gpus_words
 from accounting.reconcile.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
-from cuebot_acct import metrics
-from cuebot_acct.redis_factory import accounting_redis
+from infra import metrics
+from infra.redis_factory import accounting_redis
 from shows.models import Show
 
 CHUNK = 2000

@@ -27,8 +27,8 @@ from accounting.live.units import signed_cores
 from accounting.lock_order import LOCK_ORDER
 from accounting.models import DriftRecord
 from accounting.reconcile.drift_history import Drifted, cores_words, gpus_words
-from cuebot_acct import metrics
-from cuebot_acct.era import era
+from infra import metrics
+from infra.era import era
 from shows.models import Show
 from shows.names import name_sql
 

@@ -2,7 +2,6 @@
 
 import json
 
-from django.conf import settings
 from django.utils import timezone
 
 from accounting.management.commands._show_arg import show_argument
@@ -18,6 +17,7 @@ from accounting.reconcile.redis_against_pg import (
     drift_report,
 )
 from accounting.reconcile.tables_against_procs import cuebot_table_drift
+from infra.era import era
 
 EXPLANATIONS = {
     ROUNDING: "differ only by the scheduler's sum-then-convert rounding",
@@ -53,7 +53,7 @@ class Command(DeclaredCommand):
         show_ids = None if show is None else [show_argument(name=show).id]
         now = timezone.now()
         tables = cuebot_table_drift(show_ids=show_ids)
-        report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
+        report = drift_report(show_ids=show_ids) if era().keeps_redis else None
         if options["json"]:
             self.stdout.write(json.dumps(live_json(tables=tables, redis=report, now=now, show=show), indent=2))
         else:

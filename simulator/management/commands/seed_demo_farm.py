@@ -9,7 +9,7 @@ from tqdm import tqdm
 from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
-from cuebot_acct.writes import require_writes
+from infra.writes import require_writes
 from simulator.farm_builder import (
     MAESTRO_PROOF,
     PLAYS_CUEBOT,

@@ -13,9 +13,9 @@ from tqdm import tqdm
 from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
 from accounting.operators.auth import grant_permissions, issue_token
-from cuebot_acct.permissions import RELEASE_PROCS
-from cuebot_acct.startup import redact
-from cuebot_acct.writes import require_writes
+from infra.permissions import RELEASE_PROCS
+from infra.startup import redact
+from infra.writes import require_writes
 from simulator.farm import SimFarm, build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
 from simulator.farm_builder import PLAYS_CUEBOT, FarmRefused, refuse_without_cuebots_rights
 from simulator.faults import FAULT_KINDS, parse_faults

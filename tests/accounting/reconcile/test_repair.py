@@ -13,10 +13,10 @@ from prometheus_client import REGISTRY
 from accounting.models import LayerResource
 from accounting.reconcile.recompute import Repair, recompute_pg_accounting, repair_pg_accounting
 from accounting.reconcile.recompute_sql import TABLES
-from cuebot_acct.metrics import RECOMPUTED_TABLES
+from infra.metrics import RECOMPUTED_TABLES
 from simulator.pg_truth import mismatches
-from tests.cuebot_acct.test_transactions import behind_cuebot
 from tests.farms import Farm, build_farm
+from tests.infra.test_transactions import behind_cuebot
 from tests.service_role import as_cuebot
 
 ROWS = (

@@ -32,7 +32,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from cuebot_acct.bad_setting import BadSetting
+from infra.bad_setting import BadSetting
 
 SENTINEL_SCHEME = "redis+sentinel://"
 SENTINEL_DEFAULT_PORT = 26379
@@ -206,7 +206,7 @@ def django_cache(*, url: str, options: dict) -> dict:
         "LOCATION": [f"redis://{target.master_name}/{target.db}"],
         "OPTIONS": {
             **options,
-            "CONNECTION_FACTORY": "cuebot_acct.redis_factory.DjangoRedisSentinelConnectionFactory",
+            "CONNECTION_FACTORY": "infra.redis_factory.DjangoRedisSentinelConnectionFactory",
             "SENTINELS": list(target.sentinels),
             "PASSWORD": target.password,
         },

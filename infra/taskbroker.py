@@ -21,7 +21,7 @@ from django_q.brokers import Broker
 from django_q.brokers.orm import ORM
 from django_q.brokers.redis_broker import Redis
 
-from cuebot_acct.outages import is_postgresql_outage
+from infra.outages import is_postgresql_outage
 
 logger = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
-"""The era object (cuebot_acct.era): one answer per question, picked by ACCOUNTING_SCHEDULER alone."""
+"""The era object (infra.era): one answer per question, picked by ACCOUNTING_SCHEDULER alone."""
 
 import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from cuebot_acct import era as eras
-from cuebot_acct.bad_setting import BadSetting
-from cuebot_acct.era import CUEBOT_TABLES, REDIS_FIELDS, era
+from infra import era as eras
+from infra.bad_setting import BadSetting
+from infra.era import CUEBOT_TABLES, REDIS_FIELDS, era
 
 
 @pytest.mark.parametrize(
@@ -38,12 +38,22 @@ def test_the_drift_sources_follow_the_redis_the_era_keeps():
 
 
 def test_a_redis_reseed_is_refused_with_the_eras_reason():
-    assert eras.named("redis").no_redis_reseed is None
-    assert eras.named("redis,notify").no_redis_reseed is None
-    assert eras.named("maestro").no_redis_reseed.startswith("Maestro era: no Redis to reseed")
-    assert eras.named("notify").no_redis_reseed == (
-        "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)"
+    assert eras.named("redis").no_redis_reseed(repair="R") is None
+    assert eras.named("redis,notify").no_redis_reseed(repair="R") is None
+    assert (
+        eras.named("maestro").no_redis_reseed(repair="R")
+        == "Maestro era: no Redis to reseed; R repairs Cuebot's tables."
     )
+    assert eras.named("notify").no_redis_reseed(repair="R") == (
+        "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
+    )
+
+
+def test_what_books_a_flagged_show_is_maestro_or_the_rust_scheduler():
+    assert eras.named("maestro").start_flagged_booker.startswith("turn Maestro on for it")
+    assert {eras.named(name).start_flagged_booker for name in ("redis", "notify", "redis,notify")} == {
+        "start the Rust scheduler that books flagged shows"
+    }
 
 
 def test_the_era_follows_an_override_and_comes_back():

@@ -29,7 +29,7 @@ DbText = Annotated[str, AfterValidator(storable), WithJsonSchema({"type": "strin
 class JsonNumber:
     """A JSON number written with a fraction or an exponent (`2.5`, `1e3`), kept as its text.
 
-    The API's parser (cuebot_acct.api.JsonOnly) reads such numbers into this instead of a
+    The API's parser (infra.api.JsonOnly) reads such numbers into this instead of a
     float: a float cannot hold 0.1 or 2.675 exactly, and cores are stored in exact
     hundredths, so a cores field reads the digits the client wrote. Every other field
     refuses it, as it refused a float: a JSON integer (an int) is all a count takes."""
@@ -71,7 +71,7 @@ class InvalidOut(Schema):
     )
 
 
-# The error answers of an endpoint, for its `response=` (cuebot_acct.api makes them JSON).
+# The error answers of an endpoint, for its `response=` (infra.api makes them JSON).
 LOOKUP_ERRORS = {404: ErrorOut, 422: InvalidOut}
 AUTH_ERRORS = {401: ErrorOut, 403: MissingPermissionOut}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.signals import setting_changed
 
-from cuebot_acct.bad_setting import BadSetting
+from infra.bad_setting import BadSetting
 
 MAESTRO, REDIS, NOTIFY = "maestro", "redis", "notify"
 REDIS_AND_NOTIFY = f"{REDIS},{NOTIFY}"
@@ -23,6 +23,8 @@ ACCEPTED = (
     "redis (OpenCue main, #2323 to #2472, never released), notify (OpenCue main, #2472 to #2533, never released) "
     "or redis,notify (moving from one to the other)"
 )
+# The two booleans of earlier deployments, which the settings still map to a name.
+OLD_SWITCHES = ("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED")
 # The drift sources, as DriftRecord.Source stores them (accounting.models).
 CUEBOT_TABLES, REDIS_FIELDS = "cuebot_tables", "redis"
 
@@ -34,6 +36,7 @@ class Era:
     keeps_redis: bool  # acct:* keys in an accounting Redis the scheduler books against
     sends_notify: bool  # pg_notify on acct_release / acct_limit_change in the writing transaction
     cuebot_owns_every_show: bool  # a flagged show's five tables stay Cuebot's
+    start_flagged_booker: str  # what to start when nothing books a flagged show
 
     def cuebot_owns(self, *, flagged: bool) -> bool:
         """Whether Cuebot writes the show's five tables (flagged: its b_scheduler_managed)."""
@@ -55,31 +58,59 @@ class Era:
             return CUEBOT_TABLES
         return REDIS_FIELDS if self.keeps_redis else None
 
-    @property
-    def no_redis_reseed(self) -> str | None:
-        """Why a Redis reseed is refused in this era (None: there is a Redis to reseed)."""
+    def no_redis_reseed(self, *, repair: str) -> str | None:
+        """Why a Redis reseed is refused in this era (None: there is a Redis to reseed); `repair`
+        names the command that repairs Cuebot's tables instead."""
         if self.keeps_redis:
             return None
         if self.cuebot_owns_every_show:
-            return f"{self.label}: no Redis to reseed; Cuebot keeps every show's tables"
-        return f"{self.label}: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)"
+            return f"{self.label}: no Redis to reseed; {repair} repairs Cuebot's tables."
+        return f"{self.label}: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
+
+    @property
+    def old_switches(self) -> tuple[bool, bool]:
+        """(ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED) as earlier deployments set them for this era."""
+        return self.keeps_redis, self.sends_notify
 
     def template_context(self) -> dict:
         return {"scheduler": self.name, "era": self}
 
 
+_RUST_SCHEDULER = "start the Rust scheduler that books flagged shows"
 _ERAS = {
     era.name: era
     for era in (
-        Era(name=MAESTRO, label="Maestro era", keeps_redis=False, sends_notify=False, cuebot_owns_every_show=True),
-        Era(name=REDIS, label="Redis era", keeps_redis=True, sends_notify=False, cuebot_owns_every_show=False),
-        Era(name=NOTIFY, label="Notify era", keeps_redis=False, sends_notify=True, cuebot_owns_every_show=False),
+        Era(
+            name=MAESTRO,
+            label="Maestro era",
+            keeps_redis=False,
+            sends_notify=False,
+            cuebot_owns_every_show=True,
+            start_flagged_booker="turn Maestro on for it (maestro.enabled=managed, or facility for every show)",
+        ),
+        Era(
+            name=REDIS,
+            label="Redis era",
+            keeps_redis=True,
+            sends_notify=False,
+            cuebot_owns_every_show=False,
+            start_flagged_booker=_RUST_SCHEDULER,
+        ),
+        Era(
+            name=NOTIFY,
+            label="Notify era",
+            keeps_redis=False,
+            sends_notify=True,
+            cuebot_owns_every_show=False,
+            start_flagged_booker=_RUST_SCHEDULER,
+        ),
         Era(
             name=REDIS_AND_NOTIFY,
             label="Redis and notify era",
             keeps_redis=True,
             sends_notify=True,
             cuebot_owns_every_show=False,
+            start_flagged_booker=_RUST_SCHEDULER,
         ),
     )
 }
@@ -112,7 +143,12 @@ def told_by(told: frozenset[str] | set[str]) -> str:
     return next(era.name for era in _ERAS.values() if era.release_told == frozenset(told))
 
 
-# Set by manage.py (cuebot_acct.startup) for a command line that only prints: help, a command's
+def from_old_switches(*, redis: bool, notify: bool) -> str:
+    """The era the two booleans of earlier deployments name (both off: Maestro)."""
+    return told_by({way for way, on in ((REDIS, redis), (NOTIFY, notify)) if on})
+
+
+# Set by manage.py (infra.startup) for a command line that only prints: help, a command's
 # --help, --version. Django runs every app's ready() before printing those too, and a process
 # that acts on nothing cannot corrupt a counter, so the refusal below lets it through.
 _only_prints = False
@@ -138,24 +174,13 @@ def template_context(request=None) -> dict:
 # Until the release, the drift checks and the simulator ask era() too (issue 56, their branches),
 # the two derived booleans they read follow ACCOUNTING_SCHEDULER, and an override of the booleans
 # moves the name: one era either way. The lead removes this with the test's allowlist.
-OLD_SWITCHES = ("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED")
-
-
-def _old_switches_follow(*, setting: str, value, **kwargs) -> None:
+def _old_switches_follow(*, setting: str, **kwargs) -> None:
     if setting == "ACCOUNTING_SCHEDULER":
-        current = era()
-        settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = (
-            current.keeps_redis,
-            current.sends_notify,
-        )
+        settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = era().old_switches
     elif setting in OLD_SWITCHES:
-        told = {
-            way
-            for way, on in ((REDIS, settings.ACCOUNTING_REDIS_ENABLED), (NOTIFY, settings.ACCOUNTING_NOTIFY_ENABLED))
-            if on
-        }
-        if era().release_told != told:
-            settings.ACCOUNTING_SCHEDULER = told_by(told)
+        name = from_old_switches(redis=settings.ACCOUNTING_REDIS_ENABLED, notify=settings.ACCOUNTING_NOTIFY_ENABLED)
+        if era().name != name:
+            settings.ACCOUNTING_SCHEDULER = name
 
 
-setting_changed.connect(_old_switches_follow, dispatch_uid="cuebot_acct.era.old_switches")
+setting_changed.connect(_old_switches_follow, dispatch_uid="infra.era.old_switches")

@@ -23,12 +23,12 @@ from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest
 from django.utils.deprecation import MiddlewareMixin
 
-from cuebot_acct.api_types import bearer_token
+from infra.api_types import bearer_token
 
 
 def token_request(request: HttpRequest) -> bool:
     """Under /api/ with an `Authorization: Bearer ...` header, read by the API's one parser
-    (cuebot_acct.api_types.bearer_token, django-ninja's reading). Whether the token is valid is
+    (infra.api_types.bearer_token, django-ninja's reading). Whether the token is valid is
     the endpoint's question: a wrong one is answered 401 there, with no session either way."""
     return request.path_info.startswith("/api/") and bearer_token(request.META.get("HTTP_AUTHORIZATION")) is not None
 

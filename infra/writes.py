@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseForbidden
 
+from infra.era import era
+
 # How the setting is spelt; unset, it follows OPENCUE_TABLES (settings).
 WRITES_WORDS = {"on": True, "true": True, "off": False, "false": False}
 # What a write of the scheduler's Redis counters (the Redis era's reseeds and rebuilds) needs.
@@ -89,9 +91,9 @@ def refused_page(write: Write) -> HttpResponse:
 def mode_line() -> str:
     """What a process says at start about what it may change."""
     if writes_on():
-        redis = " and the scheduler's Redis counters" if settings.ACCOUNTING_REDIS_ENABLED else ""
+        redis = " and the scheduler's Redis counters" if era().keeps_redis else ""
         return f"ACCOUNTING_WRITES=on: this instance writes Cuebot's tables{redis} when its faces are asked to"
-    redis = " (nor the scheduler's Redis counters)" if settings.ACCOUNTING_REDIS_ENABLED else ""
+    redis = " (nor the scheduler's Redis counters)" if era().keeps_redis else ""
     return f"ACCOUNTING_WRITES=off: this instance observes and writes nothing of Cuebot's{redis}"
 
 

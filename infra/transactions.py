@@ -24,7 +24,7 @@ from typing import TypeVar
 from django.db import OperationalError, connection
 from redis.backoff import FullJitterBackoff
 
-from cuebot_acct import metrics
+from infra import metrics
 
 logger = logging.getLogger(__name__)
 
