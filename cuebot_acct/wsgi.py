@@ -1,13 +1,8 @@
-"""WSGI entry point (gunicorn). Refuses to boot a worker with a malformed setting, the
-development secret key, against unreachable services, or against a site's Cuebot database
-that lacks what the project uses: one line, and exit status 3, gunicorn's "worker failed to boot", on which its
-arbiter stops instead of booting workers forever, so systemd sees the failure.
-
-Once the services answer, the worker records itself in the fleet register (and keeps
-doing so every 30 s), runs the publish guardrail, which warns but never stops it, and says in
-one line whether it writes Cuebot's tables or only observes (ACCOUNTING_WRITES) and which servers
-it uses.
-"""
+"""WSGI entry point (gunicorn). A worker that cannot work (a malformed setting, the development
+secret key, a service down, a site's Cuebot schema lacking what the project uses) exits with one
+line and status 3, gunicorn's "worker failed to boot", so the arbiter stops and systemd sees it.
+A worker that boots records itself in the fleet register every 30 s, runs the publish guardrail
+(which only warns) and says in one line what it writes and which servers it uses."""
 
 import logging
 import os

@@ -1,12 +1,5 @@
-"""Input types shared by every endpoint of the API.
-
-PostgreSQL text cannot hold a NUL character: a string carrying one reaches the database
-only to fail there (a 500). Every string that is used to look something up is this type,
-so such input is refused up front with a 422 and nothing is touched. The error schemas
-below document the answers every endpoint may give (docs/api.md, "Errors"). The bearer token
-of a request is read here once, for every reader of it (the API's authentication, the release
-lane, the browser middleware that a token request skips).
-"""
+"""Input types, error schemas and the bearer token's reading shared by every endpoint of the API
+(docs/api.md, "Errors")."""
 
 from typing import Annotated, Any, Literal
 
@@ -15,6 +8,8 @@ from ninja.errors import HttpError
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 
+# PostgreSQL text cannot hold a NUL: a string carrying one would fail in the database (a 500).
+# Every string used to look something up is DbText, so such input is a 422 and touches nothing.
 def storable(value: str) -> str:
     if "\x00" in value:
         raise ValueError("must not contain NUL characters")
@@ -82,7 +77,7 @@ class WritesOffOut(Schema):
     grant: str = Field(description="What the write needs beyond the observer's SELECT, with ACCOUNTING_WRITES=on.")
 
 
-# A face that writes: also refused, 403 with the setting named, while ACCOUNTING_WRITES is off.
+# An operation that writes: also refused, 403 with the setting named, while ACCOUNTING_WRITES is off.
 WRITE_ERRORS = {401: ErrorOut, 403: MissingPermissionOut | WritesOffOut}
 
 

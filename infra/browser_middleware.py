@@ -1,21 +1,6 @@
-"""Django's browser middleware (sessions, the session's user, messages), skipped for a request
-under /api/ that carries a bearer token (issue 35).
-
-Such a request is authenticated by its token alone (accounting.operators.auth.BearerToken sets
-request.user), its endpoints are CSRF-exempt (django-ninja's default), and it never reads the
-session or adds a message: the three middlewares would build a lazy session, a lazy user and a
-message store on every release and then answer exactly what the endpoint answered. Skipping
-them changes no status, body or header: SessionMiddleware sets a cookie and `Vary: Cookie`
-only when the session was read, MessageMiddleware only when a message was added.
-
-CsrfViewMiddleware stays as Django's, by name: `check --deploy` (security.W003) looks for it
-so, and for the API's CSRF-exempt endpoints it only reads the CSRF cookie into the request.
-
-A request without a bearer header (the admin, a browser on /api/v1/docs, a client that forgot
-its token) goes through all of them as before. Login throttling (django-axes) acts on password
-logins only; its middleware, which only reads one attribute of the request, stays in place as
-it is (its system check wants it by name).
-"""
+"""Django's session, authentication and message middleware, skipped for an API request that
+carries a bearer token (issue 35): the token alone authenticates it, and it never reads the
+session or adds a message, so the three would only build lazy objects on every release."""
 
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
@@ -33,6 +18,11 @@ def token_request(request: HttpRequest) -> bool:
     return request.path_info.startswith("/api/") and bearer_token(request.META.get("HTTP_AUTHORIZATION")) is not None
 
 
+# Skipping them changes no status, body or header: SessionMiddleware sets a cookie and `Vary:
+# Cookie` only when the session was read, MessageMiddleware only when a message was added. A
+# request without a bearer header (the admin, a browser on /api/v1/docs) goes through all three.
+# CsrfViewMiddleware and django-axes' middleware stay as they are, by name: `check --deploy`
+# (security.W003) and axes' system check look for them so.
 class _NotForTokens(MiddlewareMixin):
     """The wrapped middleware's whole work, but for token requests (see the module). A mixin of
     Django's middleware base, which the three wrapped classes share, so it precedes them in the MRO."""

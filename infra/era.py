@@ -73,7 +73,7 @@ class Era:
         return self.keeps_redis, self.sends_notify
 
     def template_context(self) -> dict:
-        return {"scheduler": self.name, "era": self}
+        return {"era": self}
 
 
 _RUST_SCHEDULER = "start the Rust scheduler that books flagged shows"

@@ -43,7 +43,7 @@ from accounting.operators.display import (
 from accounting.operators.farm_admin import CuebotWrittenAdmin, DeclaredAdmin
 from infra import permissions
 from infra.era import era
-from infra.era import template_context as scheduler_context
+from infra.era import template_context as era_context
 
 admin.site.site_header = "cuebot-acct"
 admin.site.site_title = "cuebot-acct"
@@ -227,7 +227,7 @@ class SubscriptionAdmin(LimitAdmin):
                 "Booked cores",
                 {
                     "fields": booked,
-                    "description": render_to_string("admin/accounting/_booked_sources.html", scheduler_context()),
+                    "description": render_to_string("admin/accounting/_booked_sources.html", era_context()),
                 },
             ),
         ]

@@ -25,7 +25,7 @@ def test_each_era_answers_from_its_name(name, redis, notify, owns_flagged):
     assert current.cuebot_owns(flagged=True) is owns_flagged
     assert current.cuebot_owns(flagged=False) is True
     assert current.release_told == frozenset(way for way, on in (("redis", redis), ("notify", notify)) if on)
-    assert current.template_context()["scheduler"] == name
+    assert current.template_context()["era"] is current
 
 
 def test_the_drift_sources_follow_the_redis_the_era_keeps():
