@@ -27,9 +27,6 @@ ALLOWED_TREES = ("settings/",)
 # allowlist, infra/schedulers.py and the booleans when the branches are merged.
 NOT_YET_CONVERTED = (
     "infra/schedulers.py",
-    "accounting/reconcile/drift.py",
-    "accounting/reconcile/cuebot_drift.py",
-    "accounting/reconcile/drift_check.py",
     "simulator/",
 )
 

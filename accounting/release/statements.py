@@ -8,7 +8,7 @@ with Cuebot and with the recompute.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from accounting.reconcile.cuebot_drift import in_lock_order
+from accounting.lock_order import in_lock_order
 from accounting.release.rows import select_list
 from accounting.release.types import Branch, Release
 
@@ -17,7 +17,7 @@ from accounting.release.types import Branch, Release
 # PostgreSQL aborts one (40P01). Cuebot's release locks the proc, its host, then
 # subscription, layer_resource, job_resource, folder_resource, point (a local one: host,
 # layer_resource, job_resource, host_local). Every release here takes the same table order:
-# proc rows, host rows, then the accounting tables in accounting.reconcile.cuebot_drift.LOCK_ORDER,
+# proc rows, host rows, then the accounting tables in accounting.lock_order.LOCK_ORDER,
 # the one statement of that order (one statement per table; the recompute takes the same),
 # so it waits for Cuebot, or Cuebot for it, and neither deadlocks. Within a table, rows
 # are locked in primary-key order: a MATERIALIZED CTE with ORDER BY ... FOR [NO KEY]
@@ -180,7 +180,7 @@ UPDATE {self.table} t SET {", ".join(f"{a} = t.{a} {self.sign} l.{a}" for a in s
 
 
 _CORES_GPUS = ("int_cores", "int_gpus")
-# In the lock order across the accounting tables (accounting.reconcile.cuebot_drift.LOCK_ORDER).
+# In the lock order across the accounting tables (accounting.lock_order.LOCK_ORDER).
 ADJUSTMENTS = in_lock_order(
     (
         Adjustment(table="subscription", pk="pk_subscription", keys=("pk_show", "pk_alloc"), amounts=_CORES_GPUS),

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from accounting.live import keys
+from accounting.lock_order import LOCK_ORDER
 from accounting.models import (
     FolderResource,
     HostLocal,
@@ -19,7 +20,6 @@ from accounting.models import (
     Subscription,
 )
 from accounting.reconcile import recompute
-from accounting.reconcile.cuebot_drift import LOCK_ORDER
 from accounting.release.eras import publishers_wrapped
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
