@@ -8,9 +8,18 @@ from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
-from django.db import OperationalError, connection
+from django.db import DatabaseError, OperationalError, connection
 
 from cuebot_acct.bad_setting import BadSetting
+from cuebot_acct.cuebot_database import (
+    apart,
+    cuebot_connection,
+    cuebot_database,
+    cuebot_url,
+    from_cuebot_database,
+    in_recovery,
+)
+from cuebot_acct.cuebot_database import said as cuebot_read_said
 from cuebot_acct.outages import first_line, is_postgresql_outage
 from cuebot_acct.redis_factory import build_client, sentinel_target
 
@@ -67,6 +76,46 @@ def check_postgres() -> None:
         connection.ensure_connection()
     except OperationalError as error:
         raise postgres_problem(error) from None
+
+
+def writes_apart() -> str | None:
+    """Why writes cannot be on with these settings (settings alone): Cuebot's tables in a database
+    apart from the service's own, which no transaction spans."""
+    if not settings.ACCOUNTING_WRITES or not apart():
+        return None
+    return (
+        f"ACCOUNTING_WRITES is on but CUEBOT_DATABASE_URL ({cuebot_url()}) names a database apart from "
+        "DATABASE_URL: Cuebot's tables are written in one transaction with the service's own state, on the "
+        "primary; turn ACCOUNTING_WRITES off to observe from it, or leave CUEBOT_DATABASE_URL unset"
+    )
+
+
+def writes_on_standby() -> str | None:
+    """Why writes cannot be on (a query): Cuebot's database is a standby in recovery."""
+    if not settings.ACCOUNTING_WRITES or not in_recovery(cuebot_database()):
+        return None
+    return (
+        f"ACCOUNTING_WRITES is on but Cuebot's database at {cuebot_url()} is a standby in recovery, which "
+        "refuses every write; point DATABASE_URL at the primary, or turn ACCOUNTING_WRITES off"
+    )
+
+
+def check_cuebot_database() -> None:
+    """Cuebot's database apart answers, and writes are not on over a standby or a second database."""
+    problem = writes_apart()
+    if problem:
+        raise StartupRefused(problem)
+    if apart():
+        try:
+            cuebot_connection().ensure_connection()
+        except OperationalError as error:
+            raise ServiceUnreachable(
+                f"cannot reach Cuebot's database at {cuebot_url()} ({first_line(error)}); start it or set "
+                "CUEBOT_DATABASE_URL (nothing falls back to the primary)"
+            ) from None
+    problem = writes_on_standby()
+    if problem:
+        raise StartupRefused(problem)
 
 
 def redis_urls() -> dict[str, str]:
@@ -143,6 +192,7 @@ def check_redis() -> None:
 
 def check_services() -> None:
     check_postgres()
+    check_cuebot_database()
     check_redis()
 
 
@@ -185,7 +235,13 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
     except StartupRefused as problem:
         sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)
-    except OperationalError as error:
+    except DatabaseError as error:
+        if from_cuebot_database(error):
+            # Cuebot's database apart (a standby) named, whatever ended the read: never the primary's.
+            sys.stderr.write(f"cuebot-acct: {cuebot_read_said(error)}\n")
+            sys.exit(1)
+        if not isinstance(error, OperationalError):
+            raise
         # A statement the server cancelled (a statement or lock timeout on the role) is no outage:
         # telling the operator to start PostgreSQL would send them the wrong way.
         said = postgres_problem(error) if is_postgresql_outage(error) else statement_refused(error)

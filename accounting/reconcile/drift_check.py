@@ -27,6 +27,7 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, CuebotTables
 from accounting.reconcile.drift import REDIS_FIELDS, RedisFields
 from accounting.reconcile.drift_history import forget_drift, record_drift
 from cuebot_acct import metrics
+from cuebot_acct.cuebot_database import replay
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ def run_check(source: DriftSource) -> DriftCheck:
     started = time.time()
     previous = cache.get(status_key(source)) or {}
     try:
+        # Read before the source, so the records say a replay time its reads are at least as new as.
+        replayed_at = replay().replayed_at
         shows = source.shows()
         rows, checked = source.read(show_ids=list(shows))
     except source.unreadable as error:
@@ -72,7 +75,7 @@ def run_check(source: DriftSource) -> DriftCheck:
         cache.set(status_key(source), failed, timeout=None)
         return DriftCheck(checked_at=started, drifted={}, error=str(error))
     at = datetime.fromtimestamp(started, UTC)
-    ages = record_drift(source=source.source, rows=rows, show_names=shows, checked_at=at)
+    ages = record_drift(source=source.source, rows=rows, show_names=shows, checked_at=at, replayed_at=replayed_at)
     drifted = Counter(row.show_id for row in rows)
     status = {pk: {"name": name, "drifted": drifted[pk], "checked": checked.get(pk)} for pk, name in shows.items()}
     for entry in (entry for pk, entry in previous.get("shows", {}).items() if pk not in status):

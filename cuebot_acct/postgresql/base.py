@@ -10,11 +10,16 @@
   it would report a failure right after a `SELECT 1`.
 - The query log (DEBUG, tests) names the release path's prepared statements too: psycopg
   keeps no query text for a prepared execution, so it is composed from the SQL given.
+- Every error it raises says which alias raised it (`error.alias`): with Cuebot's tables read
+  from a database apart (cuebot_acct.cuebot_database), a face names that database when it fails.
 """
 
 import select
+from functools import cached_property
 
+from django.db import DatabaseError
 from django.db.backends.postgresql import base, operations
+from django.db.utils import DatabaseErrorWrapper
 from psycopg import pq
 
 
@@ -24,8 +29,23 @@ class DatabaseOperations(operations.DatabaseOperations):
         return executed if executed is not None else self.compose_sql(sql, params)
 
 
+class ErrorsNamingAlias(DatabaseErrorWrapper):
+    """Django's translation of psycopg's errors, each marked with the alias of the connection."""
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        try:
+            super().__exit__(exc_type, exc_value, traceback)
+        except DatabaseError as error:
+            error.alias = self.wrapper.alias
+            raise
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     ops_class = DatabaseOperations
+
+    @cached_property
+    def wrap_database_errors(self):
+        return ErrorsNamingAlias(self)
 
     def close_if_health_check_failed(self):
         if self.connection is None or not self.health_check_enabled or self.health_check_done or self.pool:

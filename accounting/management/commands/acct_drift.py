@@ -10,6 +10,7 @@ from accounting.management.commands._writes import DeclaredCommand
 from accounting.operators.drift_views import live_json, redis_shown, table_repair, table_shown
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
+from cuebot_acct.cuebot_database import as_of_line, replay
 
 EXPLANATIONS = {
     ROUNDING: "differ only by the scheduler's sum-then-convert rounding",
@@ -44,11 +45,15 @@ class Command(DeclaredCommand):
     def handle(self, *args, show: str | None, **options) -> None:
         show_ids = None if show is None else [show_argument(name=show).id]
         now = timezone.now()
+        as_of = as_of_line(replay())
         tables = cuebot_table_drift(show_ids=show_ids)
         report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
         if options["json"]:
-            self.stdout.write(json.dumps(live_json(tables=tables, redis=report, now=now, show=show), indent=2))
+            said = live_json(tables=tables, redis=report, now=now, show=show)
+            self.stdout.write(json.dumps({**said, "as_of": as_of} if as_of else said, indent=2))
         else:
+            if as_of:
+                self.stdout.write(as_of)
             if report is not None:
                 self._write_redis(report, now=now)
             for entry in table_shown(tables, now=now):
