@@ -42,7 +42,7 @@ T = TypeVar("T")
 def cuebot_database() -> str:
     """The alias Cuebot's tables are read through: `cuebot` where CUEBOT_DATABASE_URL names a
     database of its own, else `default`."""
-    return CUEBOT_ALIAS if CUEBOT_ALIAS in connections.settings else DEFAULT_DB_ALIAS
+    return settings.CUEBOT_DATABASE_ALIAS
 
 
 def cuebot_connection() -> BaseDatabaseWrapper:
@@ -125,7 +125,11 @@ def read_cuebot(fn: Callable[[], T], *, what: str) -> T:
             raise
         logger.info("%s: cancelled by the standby's replay (%s); reading once more", what, first_line(error))
         cuebot_connection().close_if_unusable_or_obsolete()
-        return fn()
+        try:
+            return fn()
+        except OperationalError as again:
+            again.reread = True  # type: ignore[attr-defined]  # read twice already: a page says it, not reruns it
+            raise
 
 
 def from_cuebot_database(error: BaseException) -> bool:
@@ -175,7 +179,12 @@ class CuebotReadErrors:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, DatabaseError) or not from_cuebot_database(exception):
             return None
-        if request.method in ("GET", "HEAD") and is_recovery_conflict(exception) and request.resolver_match:
+        if (
+            request.method in ("GET", "HEAD")
+            and is_recovery_conflict(exception)
+            and not getattr(exception, "reread", False)
+            and request.resolver_match
+        ):
             try:
                 return _view_again(request)
             except DatabaseError as again:

@@ -147,6 +147,7 @@ if OWN_TABLES_SCHEMA:
 # (accounting.E006): Cuebot's tables are written in the same transaction as the service's state.
 CUEBOT_DATABASE_URL = env.str("CUEBOT_DATABASE_URL", default="") or DATABASE_URL
 _cuebot = env.db_url_config(CUEBOT_DATABASE_URL)
+CUEBOT_DATABASE_ALIAS = "default"  # derived: the alias cuebot_acct.cuebot_database names
 if tuple(_cuebot.get(key) for key in ("HOST", "PORT", "NAME")) != tuple(
     DATABASES["default"].get(key) for key in ("HOST", "PORT", "NAME")
 ):
@@ -157,6 +158,7 @@ if tuple(_cuebot.get(key) for key in ("HOST", "PORT", "NAME")) != tuple(
         "ENGINE": DATABASES["default"]["ENGINE"],
         "OPTIONS": {**_cuebot_options, **_cuebot.get("OPTIONS", {}), "options": f"-c search_path={CUEBOT_SCHEMA}"},
     }
+    CUEBOT_DATABASE_ALIAS = "cuebot"
 DATABASE_ROUTERS = ["cuebot_acct.db_router.CuebotTablesRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
