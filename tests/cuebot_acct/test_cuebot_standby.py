@@ -168,9 +168,22 @@ def admin_pages(farm) -> list[str]:
     ]
 
 
-def test_every_admin_page_command_and_health_check_answers_from_the_standby(observer, admin_client, capsys):
+def api_reads(farm) -> list[str]:
+    show = farm.show.str_name
+    return [
+        "/api/v1/shows",
+        f"/api/v1/shows/{show}",
+        "/api/v1/accounting/drift",
+        f"/api/v1/accounting/drift?show={show}",
+    ]
+
+
+def test_every_admin_page_api_read_command_and_health_check_answers_from_the_standby(
+    observer, admin_client, reader_client, capsys
+):
     with own_database_names_no_cuebot_table():
         answers = {url: admin_client.get(url).status_code for url in admin_pages(observer)}
+        answers |= {url: reader_client.get(url).status_code for url in api_reads(observer)}
         call_command("acct_drift")
         call_command("accounting_guardrail")
         call_command("check", databases=["default"])
@@ -275,7 +288,9 @@ def test_the_standby_gone_fails_in_one_line_naming_it_and_leaves_the_own_state(
     assert check_status(CUEBOT_TABLES).error
 
 
-def test_a_standby_behind_says_as_of_its_replay_time(replication, observer, admin_client, monkeypatch, capsys):
+def test_a_standby_behind_says_as_of_its_replay_time(
+    replication, observer, admin_client, reader_client, monkeypatch, capsys
+):
     monkeypatch.setattr(cuebot_database, "AS_OF_SECONDS", 0.0)
     with replication.standby.connect(database="postgres") as standby:
         standby.execute("SELECT pg_wal_replay_pause()")
@@ -288,12 +303,14 @@ def test_a_standby_behind_says_as_of_its_replay_time(replication, observer, admi
             overview = html.unescape(admin_client.get(reverse("acct-overview")).content.decode())
             call_command("acct_drift")
             body = Client().get("/metrics").content.decode()
+            live = reader_client.get(f"/api/v1/accounting/drift?show={observer.show.str_name}").json()
         finally:
             standby.execute("SELECT pg_wal_replay_resume()")
     replication.await_replay()
     assert state.standby and state.lag > 0 and state.as_of is not None
     assert f"Cuebot's tables as of {state.as_of:%Y-%m-%d %H:%M}" in overview
     assert capsys.readouterr().out.startswith("Cuebot's tables as of ")
+    assert live["as_of"].startswith(f"Cuebot's tables as of {state.as_of:%Y-%m-%d %H:%M}")
     (lag,) = re.findall(r"^cuebot_acct_cuebot_database_replay_lag_seconds (\S+)$", body, re.M)
     assert float(lag) > 0
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from accounting.management.commands._show_arg import show_argument
 from accounting.management.commands._writes import DeclaredCommand
-from accounting.operators.drift_views import live_json, redis_shown, table_repair, table_shown
+from accounting.operators.drift_views import as_of_said, live_json, redis_shown, table_repair, table_shown
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
 from cuebot_acct.cuebot_database import as_of_line, replay
@@ -50,7 +50,7 @@ class Command(DeclaredCommand):
         report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
         if options["json"]:
             said = live_json(tables=tables, redis=report, now=now, show=show)
-            self.stdout.write(json.dumps({**said, "as_of": as_of} if as_of else said, indent=2))
+            self.stdout.write(json.dumps(as_of_said(said, as_of=as_of), indent=2))
         else:
             if as_of:
                 self.stdout.write(as_of)
