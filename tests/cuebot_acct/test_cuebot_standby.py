@@ -11,6 +11,7 @@ service's role in the whole run.
 """
 
 import html
+import logging
 import re
 from contextlib import contextmanager
 
@@ -207,6 +208,9 @@ def test_writes_on_with_cuebot_tables_on_a_standby_refuse_to_start_in_one_line(o
         check_cuebot_database()
 
 
+READS_SUBSCRIPTION = re.compile(r'FROM "?subscription"?(?!\w)')
+
+
 class ReplayConflicts:
     """An execute wrapper on Cuebot's alias: after a read of subscription inside a transaction, the
     primary locks that table, and the standby's replay of the lock ends this backend (it holds a
@@ -217,7 +221,7 @@ class ReplayConflicts:
 
     def __call__(self, execute, sql, params, many, context):
         result = execute(sql, params, many, context)
-        if self.left and "FROM subscription" in sql and context["connection"].in_atomic_block:
+        if self.left and READS_SUBSCRIPTION.search(sql) and context["connection"].in_atomic_block:
             self.left -= 1
             self.forced += 1
             on_primary(self.replication, "BEGIN; LOCK TABLE subscription IN ACCESS EXCLUSIVE MODE; COMMIT")
@@ -234,6 +238,37 @@ def test_a_read_cancelled_by_replay_is_read_once_more(replication, observer):
     with connections[CUEBOT_ALIAS].execute_wrapper(conflicts):
         report = cuebot_table_drift()
     assert conflicts.forced == 1 and report.rows == []
+
+
+class CancelledBeforeAPageRead(ReplayConflicts):
+    """For a page's reads, which Django runs outside a transaction: before the first read of
+    subscription, this backend takes the table's lock in a transaction of its own (as a long read
+    holds it), the primary locks the table and the standby's replay ends the backend; the page's
+    read then meets that end (SQLSTATE 40001), as a read cancelled midway would."""
+
+    def __call__(self, execute, sql, params, many, context):
+        if self.left and READS_SUBSCRIPTION.search(sql) and not context["connection"].in_atomic_block:
+            self.left -= 1
+            self.forced += 1
+            context["connection"].connection.execute("BEGIN; SELECT 1 FROM subscription LIMIT 1")
+            on_primary(self.replication, "BEGIN; LOCK TABLE subscription IN ACCESS EXCLUSIVE MODE; COMMIT")
+        return execute(sql, params, many, context)
+
+
+def test_a_page_whose_read_replay_cancelled_is_answered_from_a_second_reading(
+    replication, observer, admin_client, caplog
+):
+    """The overview's first read is of subscription (Subscription.objects.select_related)."""
+    caplog.set_level(logging.INFO, logger="cuebot_acct.cuebot_database")
+    conflicts = CancelledBeforeAPageRead(replication, times=1)
+    with connections[CUEBOT_ALIAS].execute_wrapper(conflicts):
+        answer = admin_client.get(reverse("acct-overview"))
+    reread = [record for record in caplog.records if "reading once more" in record.getMessage()]
+    assert (conflicts.forced, answer.status_code, len(reread)) == (1, 200, 1)
+    with connections[CUEBOT_ALIAS].execute_wrapper(CancelledBeforeAPageRead(replication, times=2)):
+        answer = admin_client.get(reverse("acct-overview"))
+    said_there = answer.content.decode()
+    assert answer.status_code == 503 and "conflict with recovery" in said_there and "\n" not in said_there
 
 
 def test_a_read_cancelled_twice_answers_one_line_on_every_face(replication, observer, admin_client, capsys, caplog):
