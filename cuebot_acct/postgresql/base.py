@@ -33,6 +33,8 @@ class ErrorsNamingAlias(DatabaseErrorWrapper):
     """Django's translation of psycopg's errors, each marked with the alias of the connection."""
 
     def __exit__(self, exc_type, exc_value, traceback):
+        if exc_type is None:
+            return  # the statement's own path: nothing to translate, nothing more than Django's check
         try:
             super().__exit__(exc_type, exc_value, traceback)
         except DatabaseError as error:
