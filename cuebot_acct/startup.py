@@ -146,7 +146,8 @@ def servers_line() -> str:
     ]
     in_postgres = ", ".join(["the database", *held_by_postgres])
     uses = ", ".join(f"{redact(url)} ({REDIS_ROLES[setting]})" for setting, url in redis.items())
-    return f"servers: PostgreSQL {redact(settings.DATABASE_URL)} ({in_postgres}); " + (
+    cuebot = f"PostgreSQL {cuebot_url()} (Cuebot's tables); " if apart() else ""
+    return f"servers: PostgreSQL {redact(settings.DATABASE_URL)} ({in_postgres}); {cuebot}" + (
         f"Redis {uses}" if redis else "no Redis"
     )
 

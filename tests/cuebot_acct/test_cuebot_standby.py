@@ -34,7 +34,7 @@ from accounting.usage import gauges
 from accounting.usage.snapshot import SNAPSHOT, read_usage
 from cuebot_acct import cuebot_database
 from cuebot_acct.cuebot_database import CUEBOT_ALIAS, replay, said
-from cuebot_acct.startup import StartupRefused, check_cuebot_database, run_with_clear_service_errors
+from cuebot_acct.startup import StartupRefused, check_cuebot_database, run_with_clear_service_errors, servers_line
 from shows.attach import grant_statements
 from shows.cuebot_schema import TABLES, TABLES_SQL, TRIGGERS_SQL
 from tests.farms import build_farm
@@ -198,6 +198,10 @@ def test_every_admin_page_api_read_command_and_health_check_answers_from_the_sta
 
 def replication_port(farm) -> int:
     return connections[CUEBOT_ALIAS].settings_dict["PORT"]
+
+
+def test_a_process_says_at_start_where_it_reads_cuebots_tables(replication, observer):
+    assert f"PostgreSQL {replication.standby.url(role=OBSERVER)} (Cuebot's tables); " in servers_line()
 
 
 def test_writes_on_with_cuebot_tables_on_a_standby_refuse_to_start_in_one_line(observer, settings):
