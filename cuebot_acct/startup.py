@@ -210,6 +210,18 @@ def only_prints(argv: list[str]) -> bool:
     return not words or words[0] in PRINTING_COMMANDS or not PRINTING_OPTIONS.isdisjoint(words[1:])
 
 
+def database_error_said(error: DatabaseError) -> str | None:
+    """A command's database error in one line; None for one that is a bug's (its traceback matters)."""
+    if from_cuebot_database(error):
+        # Cuebot's database apart (a standby) named, whatever ended the read: never the primary's.
+        return cuebot_read_said(error)
+    if not isinstance(error, OperationalError):
+        return None
+    # A statement the server cancelled (a statement or lock timeout on the role) is no outage:
+    # telling the operator to start PostgreSQL would send them the wrong way.
+    return str(postgres_problem(error)) if is_postgresql_outage(error) else statement_refused(error)
+
+
 def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callable[[list[str]], int]]) -> None:
     """Run a management command; a malformed setting or an unreachable service ends it with one
     line, exit 1. `serving` maps the commands that serve (the task cluster) to the function
@@ -237,15 +249,9 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
         sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)
     except DatabaseError as error:
-        if from_cuebot_database(error):
-            # Cuebot's database apart (a standby) named, whatever ended the read: never the primary's.
-            sys.stderr.write(f"cuebot-acct: {cuebot_read_said(error)}\n")
-            sys.exit(1)
-        if not isinstance(error, OperationalError):
+        said = database_error_said(error)
+        if said is None:
             raise
-        # A statement the server cancelled (a statement or lock timeout on the role) is no outage:
-        # telling the operator to start PostgreSQL would send them the wrong way.
-        said = postgres_problem(error) if is_postgresql_outage(error) else statement_refused(error)
         sys.stderr.write(f"cuebot-acct: {said}\n")
         sys.exit(1)
     except (redis.ConnectionError, redis.TimeoutError) as error:
