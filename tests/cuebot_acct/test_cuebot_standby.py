@@ -34,7 +34,13 @@ from accounting.usage import gauges
 from accounting.usage.snapshot import SNAPSHOT, read_usage
 from cuebot_acct import cuebot_database
 from cuebot_acct.cuebot_database import CUEBOT_ALIAS, replay, said
-from cuebot_acct.startup import StartupRefused, check_cuebot_database, run_with_clear_service_errors, servers_line
+from cuebot_acct.startup import (
+    StartupRefused,
+    check_cuebot_database,
+    run_with_clear_service_errors,
+    servers_line,
+    writes_on_standby,
+)
 from shows.attach import grant_statements
 from shows.cuebot_schema import TABLES, TABLES_SQL, TRIGGERS_SQL
 from tests.farms import build_farm
@@ -204,12 +210,16 @@ def test_a_process_says_at_start_where_it_reads_cuebots_tables(replication, obse
     assert f"PostgreSQL {replication.standby.url(role=OBSERVER)} (Cuebot's tables); " in servers_line()
 
 
-def test_writes_on_with_cuebot_tables_on_a_standby_refuse_to_start_in_one_line(observer, settings):
+def test_writes_on_with_cuebot_tables_on_a_standby_refuse_to_start_in_one_line(replication, observer, settings):
     settings.ACCOUNTING_WRITES = True
     (error,) = writes_over_standby(databases=["default"])
     assert error.id == "accounting.E006" and "CUEBOT_DATABASE_URL" in error.msg and "\n" not in error.msg
     with pytest.raises(StartupRefused, match="ACCOUNTING_WRITES is on but CUEBOT_DATABASE_URL"):
         check_cuebot_database()
+    # Where DATABASE_URL itself names a standby (one alias), PostgreSQL says so: pg_is_in_recovery().
+    assert f"Cuebot's database at {replication.standby.url(role=OBSERVER)} is a standby in recovery" in (
+        writes_on_standby() or ""
+    )
 
 
 READS_SUBSCRIPTION = re.compile(r'FROM "?subscription"?(?!\w)')
