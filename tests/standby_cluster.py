@@ -62,7 +62,9 @@ class Cluster:
         _run("pg_ctl", "-D", str(self.data), "-l", str(self.data / "log"), "-w", "-t", "60", "start")
 
     def stop(self) -> None:
-        _run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        """Stopped, if it runs."""
+        if (self.data / "postmaster.pid").exists():
+            _run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
 
 @dataclass
@@ -98,36 +100,37 @@ def _config(cluster: Cluster, root: Path) -> None:
 
 def start_replication() -> Replication:
     """A primary with a database `cuebot` and a hot standby of it, both running, under a directory
-    of their own in /tmp (one the postgres OS user can reach: pytest's are its runner's alone)."""
+    of their own in /tmp (one the postgres OS user can reach: pytest's are its runner's alone).
+    Whatever fails on the way stops what had started and removes the directory."""
     root = Path(tempfile.mkdtemp(prefix="cuebot-acct-standby-"))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
-    primary = Cluster(data=root / "primary", port=free_port())
+    replication = Replication(
+        root=root,
+        primary=Cluster(data=root / "primary", port=free_port()),
+        standby=Cluster(data=root / "standby", port=free_port()),
+    )
+    try:
+        _start(replication)
+    except BaseException:
+        replication.stop()
+        raise
+    return replication
+
+
+def _start(replication: Replication) -> None:
+    primary, standby = replication.primary, replication.standby
     _run("initdb", "-D", str(primary.data), "-U", "postgres", "-A", "trust", "--no-sync")
-    _config(primary, root)
+    _config(primary, replication.root)
     primary.start()
     with primary.connect(database="postgres") as conn:
         conn.execute(f"CREATE DATABASE {CUEBOT_DB}")
     with primary.connect() as conn:
         conn.execute("CREATE EXTENSION pg_stat_statements")
-    standby = Cluster(data=root / "standby", port=free_port())
-    _run(
-        "pg_basebackup",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(primary.port),
-        "-U",
-        "postgres",
-        "-D",
-        str(standby.data),
-        "-R",
-        "-c",
-        "fast",
-    )
+    # -c fast: a checkpoint at once, not the primary's spread one (minutes).
+    backup = ["-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres", "-D", str(standby.data), "-R", "-c", "fast"]
+    _run("pg_basebackup", *backup)
     with open(standby.data / "postgresql.conf", "a") as conf:
         conf.write(f"port = {standby.port}\n")
     standby.start()
-    replication = Replication(root=root, primary=primary, standby=standby)
     replication.await_replay()
-    return replication

@@ -57,14 +57,16 @@ NAMES_CUEBOT_TABLE = re.compile(r'\b(?:FROM|JOIN|UPDATE|INTO)\s+"?(?:%s)"?(?!\w)
 def replication():
     """The primary with Cuebot's tables and the observer's role (SELECT alone), and its standby."""
     started = start_replication()
-    with started.primary.connect() as conn:
-        conn.execute(TABLES_SQL)
-        conn.execute(TRIGGERS_SQL)
-        conn.execute(f"CREATE ROLE {OBSERVER} LOGIN")
-        for statement in grant_statements(role=OBSERVER, writes=False):
-            conn.execute(statement)
-    yield started
-    started.stop()
+    try:
+        with started.primary.connect() as conn:
+            conn.execute(TABLES_SQL)
+            conn.execute(TRIGGERS_SQL)
+            conn.execute(f"CREATE ROLE {OBSERVER} LOGIN")
+            for statement in grant_statements(role=OBSERVER, writes=False):
+                conn.execute(statement)
+        yield started
+    finally:
+        started.stop()
 
 
 @contextmanager
