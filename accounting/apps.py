@@ -32,7 +32,7 @@ class AccountingConfig(AppConfig):
         from django.db.models.signals import pre_migrate
         from django_q.signals import post_spawn
 
-        from accounting.checks import cuebot_schema, publish_guardrail, release_lane
+        from accounting.checks import cuebot_schema, publish_guardrail, release_lane, writes_over_standby
         from infra.era import require_named
 
         require_named()  # a wrong guess of the site's scheduler corrupts its counters
@@ -41,6 +41,8 @@ class AccountingConfig(AppConfig):
         register(cuebot_schema, Tags.database)  # accounting.E001-E005
         register(publish_guardrail, Tags.database)  # accounting.W001
         register(release_lane, deploy=True)  # accounting.W002: settings only
+        # accounting.E006: the settings for every command; the standby's query only where it names the database.
+        register(writes_over_standby)
 
         post_spawn.connect(task_worker_started, dispatch_uid="accounting.task_worker_started")
         pre_migrate.connect(before_migrate, sender=self, dispatch_uid="accounting.before_migrate")

@@ -1,6 +1,7 @@
 """System checks: accounting.W001 (the publish guardrail), accounting.E001-E005 (a site's
 Cuebot database lacks what the project reads or writes, OPENCUE_TABLES=existing) and
-accounting.W002 (the release lane is off).
+accounting.W002 (the release lane is off), accounting.E006 (writes on over Cuebot's tables read
+from a standby or a database apart: the settings alone, or a query where the command names the database).
 
 The first two query PostgreSQL, so AccountingConfig.ready() registers them with Tags.database, as
 django.contrib.auth does its own: Django then runs them only where a command names the database
@@ -16,7 +17,10 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, transaction
 
 from accounting.operators.release_lane import off_because
 from accounting.ownership.guardrail import MESSAGE, evaluate
+from infra.startup import writes_apart, writes_on_standby
 from shows.attach import schema_problems
+
+WRITES_OVER_STANDBY = "accounting.E006"
 
 
 def asks_for_our_database(databases: Sequence[str] | None) -> bool:
@@ -67,3 +71,15 @@ def release_lane(app_configs=None, **kwargs) -> list[Warning]:
             id="accounting.W002",
         )
     ]
+
+
+def writes_over_standby(app_configs=None, databases: Sequence[str] | None = None, **kwargs) -> list[Error]:
+    """Writes on with Cuebot's tables apart (any command), or over a standby (where the command names
+    the database): one line, the start refused."""
+    problem = writes_apart()
+    if problem is None and asks_for_our_database(databases):
+        try:
+            problem = writes_on_standby()
+        except DatabaseError:
+            return []  # unreachable: the start-up check says so in one line
+    return [] if problem is None else [Error(problem, id=WRITES_OVER_STANDBY)]

@@ -297,6 +297,9 @@ class DriftRecord(models.Model):
     gpus_difference = models.BigIntegerField(null=True)
     difference = models.TextField(help_text='In words, as the faces say it: "4.00 cores high".')
     first_seen = models.DateTimeField()
+    # Where Cuebot's tables were read from a standby: its last replayed transaction at that first
+    # check, so the record says which past state of the primary held the drift. NULL: read live.
+    replayed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "acct_drift_record"

@@ -8,9 +8,18 @@ from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
-from django.db import OperationalError, connection
+from django.db import DatabaseError, OperationalError, connection
 
 from infra.bad_setting import BadSetting
+from infra.cuebot_database import (
+    apart,
+    cuebot_connection,
+    cuebot_database,
+    cuebot_url,
+    from_cuebot_database,
+    in_recovery,
+)
+from infra.cuebot_database import said as cuebot_read_said
 from infra.era import era
 from infra.outages import first_line, is_postgresql_outage
 from infra.redis_factory import build_client, sentinel_target
@@ -70,6 +79,46 @@ def check_postgres() -> None:
         raise postgres_problem(error) from None
 
 
+def writes_apart() -> str | None:
+    """Why writes cannot be on with these settings (settings alone): Cuebot's tables in a database
+    apart from the service's own, which no transaction spans."""
+    if not settings.ACCOUNTING_WRITES or not apart():
+        return None
+    return (
+        f"ACCOUNTING_WRITES is on but CUEBOT_DATABASE_URL ({cuebot_url()}) names a database apart from "
+        "DATABASE_URL: Cuebot's tables are written in one transaction with the service's own state, on the "
+        "primary; turn ACCOUNTING_WRITES off to observe from it, or leave CUEBOT_DATABASE_URL unset"
+    )
+
+
+def writes_on_standby() -> str | None:
+    """Why writes cannot be on (a query): Cuebot's database is a standby in recovery."""
+    if not settings.ACCOUNTING_WRITES or not in_recovery(cuebot_database()):
+        return None
+    return (
+        f"ACCOUNTING_WRITES is on but Cuebot's database at {cuebot_url()} is a standby in recovery, which "
+        "refuses every write; point DATABASE_URL at the primary, or turn ACCOUNTING_WRITES off"
+    )
+
+
+def check_cuebot_database() -> None:
+    """Cuebot's database apart answers, and writes are not on over a standby or a second database."""
+    problem = writes_apart()
+    if problem:
+        raise StartupRefused(problem)
+    if apart():
+        try:
+            cuebot_connection().ensure_connection()
+        except OperationalError as error:
+            raise ServiceUnreachable(
+                f"cannot reach Cuebot's database at {cuebot_url()} ({first_line(error)}); start it or set "
+                "CUEBOT_DATABASE_URL (nothing falls back to the primary)"
+            ) from None
+    problem = writes_on_standby()
+    if problem:
+        raise StartupRefused(problem)
+
+
 def redis_urls() -> dict[str, str]:
     """Every Redis the process talks to, by the setting that names it: none in the Maestro era
     where no URL is set."""
@@ -98,7 +147,8 @@ def servers_line() -> str:
     ]
     in_postgres = ", ".join(["the database", *held_by_postgres])
     uses = ", ".join(f"{redact(url)} ({REDIS_ROLES[setting]})" for setting, url in redis.items())
-    return f"servers: PostgreSQL {redact(settings.DATABASE_URL)} ({in_postgres}); " + (
+    cuebot = f"PostgreSQL {cuebot_url()} (Cuebot's tables); " if apart() else ""
+    return f"servers: PostgreSQL {redact(settings.DATABASE_URL)} ({in_postgres}); {cuebot}" + (
         f"Redis {uses}" if redis else "no Redis"
     )
 
@@ -144,6 +194,7 @@ def check_redis() -> None:
 
 def check_services() -> None:
     check_postgres()
+    check_cuebot_database()
     check_redis()
 
 
@@ -158,6 +209,18 @@ def only_prints(argv: list[str]) -> bool:
     word may be `help`: later it could be a show's name; after `--` an option is an argument."""
     words = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
     return not words or words[0] in PRINTING_COMMANDS or not PRINTING_OPTIONS.isdisjoint(words[1:])
+
+
+def database_error_said(error: DatabaseError) -> str | None:
+    """A command's database error in one line; None for one that is a bug's (its traceback matters)."""
+    if from_cuebot_database(error):
+        # Cuebot's database apart (a standby) named, whatever ended the read: never the primary's.
+        return cuebot_read_said(error)
+    if not isinstance(error, OperationalError):
+        return None
+    # A statement the server cancelled (a statement or lock timeout on the role) is no outage:
+    # telling the operator to start PostgreSQL would send them the wrong way.
+    return str(postgres_problem(error)) if is_postgresql_outage(error) else statement_refused(error)
 
 
 def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callable[[list[str]], int]]) -> None:
@@ -186,10 +249,10 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
     except StartupRefused as problem:
         sys.stderr.write(f"cuebot-acct: {problem}\n")
         sys.exit(1)
-    except OperationalError as error:
-        # A statement the server cancelled (a statement or lock timeout on the role) is no outage:
-        # telling the operator to start PostgreSQL would send them the wrong way.
-        said = postgres_problem(error) if is_postgresql_outage(error) else statement_refused(error)
+    except DatabaseError as error:
+        said = database_error_said(error)
+        if said is None:
+            raise
         sys.stderr.write(f"cuebot-acct: {said}\n")
         sys.exit(1)
     except (redis.ConnectionError, redis.TimeoutError) as error:

@@ -69,6 +69,8 @@ MIDDLEWARE = [
     "infra.browser_middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # answers a locked-out login with 429
+    # A failed read of Cuebot's database apart (CUEBOT_DATABASE_URL) in one line, 503; nothing else.
+    "infra.cuebot_database.CuebotReadErrors",
 ]
 
 # Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one
@@ -99,6 +101,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "infra.writes.template_context",  # an observer's pages say so (admin/base_site.html)
                 "infra.era.template_context",  # pages explain the era's sources only
+                "infra.cuebot_database.template_context",  # "as of" a standby's replay, where behind
             ],
         },
     },
@@ -138,6 +141,24 @@ if OWN_TABLES_SCHEMA:
                 setting=name, problem=f"is {value!r}", accepted="a lower-case SQL identifier (letters, digits, _)"
             )
     DATABASES["default"]["OPTIONS"]["options"] = f"-c search_path={OWN_TABLES_SCHEMA},{CUEBOT_SCHEMA}"
+# Where Cuebot's tables are read (infra.cuebot_database): by default the service's own
+# database, as above; a URL naming another database (a hot standby of Cuebot's, say) makes the
+# alias `cuebot`, on the same backend, searching CUEBOT_SCHEMA alone. Only an observer may have it
+# (accounting.E006): Cuebot's tables are written in the same transaction as the service's state.
+CUEBOT_DATABASE_URL = env.str("CUEBOT_DATABASE_URL", default="") or DATABASE_URL
+_cuebot = env.db_url_config(CUEBOT_DATABASE_URL)
+CUEBOT_DATABASE_ALIAS = "default"  # derived: the alias infra.cuebot_database names
+if tuple(_cuebot.get(key) for key in ("HOST", "PORT", "NAME")) != tuple(
+    DATABASES["default"].get(key) for key in ("HOST", "PORT", "NAME")
+):
+    _cuebot_options = {key: value for key, value in DATABASES["default"]["OPTIONS"].items() if key != "options"}
+    DATABASES["cuebot"] = {
+        **DATABASES["default"],
+        **_cuebot,
+        "ENGINE": DATABASES["default"]["ENGINE"],
+        "OPTIONS": {**_cuebot_options, **_cuebot.get("OPTIONS", {}), "options": f"-c search_path={CUEBOT_SCHEMA}"},
+    }
+    CUEBOT_DATABASE_ALIAS = "cuebot"
 DATABASE_ROUTERS = ["infra.db_router.CuebotTablesRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -28,6 +28,10 @@ ACCOUNTING_SCHEDULER = os.environ["ACCOUNTING_SCHEDULER"] = "redis"
 ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = named(ACCOUNTING_SCHEDULER).old_switches  # until issue 56 merges
 ACCOUNTING_REDIS_TIMEOUT = 1.0
 
+# The suite reads Cuebot's tables from its own test database whatever the shell names: the standby
+# tests make Cuebot's alias themselves (tests/cuebot_acct/test_cuebot_standby.py).
+DATABASES.pop("cuebot", None)  # noqa: F405
+CUEBOT_DATABASE_ALIAS = "default"
 Q_CLUSTER = {**q_cluster_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL), "sync": True}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The suite never runs collectstatic; without a root, whitenoise has nothing to scan.

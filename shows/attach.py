@@ -18,6 +18,7 @@ from django.core.management import CommandError
 from django.db import connection, models
 from django.db.migrations.recorder import MigrationRecorder
 
+from infra.cuebot_database import cuebot_connection
 from infra.startup import CuebotSchemaIncomplete
 from infra.writes import writes_on
 from shows.models import CuebotTable
@@ -140,7 +141,7 @@ def expected_columns() -> dict[str, dict[str, str]]:
 def schema_problems() -> list[SchemaProblem]:
     """What a site's database lacks for this project, read from the catalogue (read-only)."""
     expected, writes = expected_columns(), writes_on()
-    with connection.cursor() as cursor:
+    with cuebot_connection().cursor() as cursor:
         cursor.execute(
             "SELECT t.name, a.attname, format_type(a.atttypid, NULL) FROM unnest(%s::text[]) AS t(name) "
             "JOIN pg_attribute a ON a.attrelid = to_regclass(t.name) AND a.attnum > 0 AND NOT a.attisdropped",

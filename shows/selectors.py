@@ -5,9 +5,9 @@ from datetime import datetime
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
 from django.db.models import Q, QuerySet
 
+from infra.cuebot_database import cuebot_connection
 from shows.flag_tracking import show_keys
 from shows.models import Job, Show
 
@@ -113,7 +113,7 @@ SELECT s.pk_show, s.str_name, (SELECT max(p.ts_booked) FROM proc p WHERE p.pk_sh
 
 def stranded_shows(*, since: datetime) -> list[StrandedShow]:
     """Scheduler-managed shows with waiting frames and no proc booked since `since`: nothing books them."""
-    with connection.cursor() as cursor:
+    with cuebot_connection().cursor() as cursor:
         cursor.execute(STRANDED_SHOWS, {"since": since})
         return [StrandedShow(id=id_, name=name, last_booked=last) for id_, name, last in cursor.fetchall()]
 

@@ -10,12 +10,13 @@ from ninja.errors import HttpError
 
 from accounting.live.leases import held_locks
 from accounting.operators.auth import BearerToken
-from accounting.operators.drift_views import last_checks_json, live_json
+from accounting.operators.drift_views import as_of_said, last_checks_json, live_json
 from accounting.operators.shows_api import show_or_404
 from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK, advisory_lock_holder
 from accounting.reconcile.redis_against_pg import drift_report
 from accounting.reconcile.tables_against_procs import cuebot_table_drift
 from infra.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
+from infra.cuebot_database import as_of_line, replay
 from infra.era import era
 from infra.permissions import VIEW_ACCOUNTING
 
@@ -48,7 +49,8 @@ _live_drift = threading.Lock()
     "`cuebot_tables.shows` (rows drifted), and the Redis fields per scheduler-managed show "
     "in the redis era; and `drifted_rows`, every row the last checks found drifted, oldest first, "
     "each with its `first_seen`, `checked_at` (the last check of its source, which saw it) and `age_seconds` "
-    "between them.",
+    "between them. Where Cuebot's tables are read from a standby more than 5 s behind "
+    "(CUEBOT_DATABASE_URL), a live report's `as_of` says as of when.",
 )
 def accounting_drift(request, show: DbText | None = None):
     if show is None:
@@ -57,9 +59,11 @@ def accounting_drift(request, show: DbText | None = None):
     if not _live_drift.acquire(blocking=False):
         raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
     try:
+        as_of = as_of_line(replay())
         redis = drift_report(show_ids=[found.id]) if era().keeps_redis else None
         tables = cuebot_table_drift(show_ids=[found.id])
-        return live_json(tables=tables, redis=redis, now=timezone.now(), show=found.str_name)
+        said = live_json(tables=tables, redis=redis, now=timezone.now(), show=found.str_name)
+        return as_of_said(said, as_of=as_of)
     finally:
         _live_drift.release()
 

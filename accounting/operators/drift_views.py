@@ -77,6 +77,12 @@ def table_shown(report: TableDriftReport, *, now: datetime) -> list[Shown]:
     return shown([drifted_table_row(row) for row in report.rows], now=now)
 
 
+def as_of_said(report: dict, *, as_of: str | None) -> dict:
+    """A live report with `as_of`, the line that says how old Cuebot's tables are where they are
+    read from a standby behind (infra.cuebot_database.as_of_line); as it was elsewhere."""
+    return {**report, "as_of": as_of} if as_of else report
+
+
 def live_json(*, tables: TableDriftReport, redis: DriftReport | None, now: datetime, show: str | None) -> dict:
     """A live report as the API and acct_drift --json give it: in the redis era the Redis fields
     (every list named, the drifted rows aged), and Cuebot's tables with the command that repairs them."""

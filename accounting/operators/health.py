@@ -7,6 +7,7 @@ from django.views.decorators.http import require_GET
 from django_redis import get_redis_connection
 
 from accounting.usage import gauges
+from infra.cuebot_database import apart, cuebot_connection, cuebot_url
 from infra.era import era
 from infra.metrics import counter_total, note_redis_master, render
 from infra.redis_factory import accounting_redis, master_address
@@ -14,7 +15,7 @@ from infra.redis_factory import accounting_redis, master_address
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    body, content_type = render(at_scrape=[gauges.scraped])
+    body, content_type = render(at_scrape=[gauges.scraped, gauges.replay_lag])
     return HttpResponse(body, content_type=content_type)
 
 
@@ -31,14 +32,24 @@ def _postgres() -> None:
         cursor.execute("SELECT 1")
 
 
+def _cuebot_postgres() -> None:
+    with cuebot_connection().cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     """200 when PostgreSQL and every Redis the release path uses answer, else 503 (the cache is
-    PostgreSQL's own table where no CACHE_REDIS_URL is set, in the Maestro era)."""
+    PostgreSQL's own table where no CACHE_REDIS_URL is set, in the Maestro era). Where Cuebot's
+    tables are read from a database apart (CUEBOT_DATABASE_URL), it is checked by its own name,
+    which the body gives, so the answer says which database is down."""
     checks = {"postgres": _check(_postgres)}
+    body: dict[str, object] = {}
+    if apart():
+        checks["cuebot_postgres"] = _check(_cuebot_postgres)
+        body["cuebot_database"] = cuebot_url()
     if settings.CACHE_REDIS_URL:
         checks["cache_redis"] = _check(lambda: get_redis_connection("default").ping())
-    body = {}
     if era().keeps_redis:
         checks["accounting_redis"] = _check(lambda: accounting_redis().ping())
         body["accounting_redis"] = _accounting_master()

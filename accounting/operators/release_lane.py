@@ -83,6 +83,9 @@ REVIEWED_MIDDLEWARE = (
     "infra.browser_middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
+    # Acts on an error of Cuebot's database apart only, which a release never reads (writes are
+    # off wherever there is one: accounting.E006).
+    "infra.cuebot_database.CuebotReadErrors",
 )
 # Every setting the lane reads, each with what it was reviewed at: REPEATED where the lane repeats
 # Django's own reading of it for whatever value it has (read when the lane is built), else the one

@@ -26,6 +26,7 @@ from accounting.reconcile.drift_history import forget_drift, record_drift
 from accounting.reconcile.redis_against_pg import REDIS_FIELDS, RedisFields
 from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, CuebotTables
 from infra import metrics
+from infra.cuebot_database import replay
 from infra.era import era
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ def run_check(source: DriftSource) -> DriftCheck:
     started = time.time()
     previous = cache.get(status_key(source)) or {}
     try:
+        # Read before the source, so the records say a replay time its reads are at least as new as.
+        replayed_at = replay().replayed_at
         shows = source.shows()
         rows, checked = source.read(show_ids=list(shows))
     except source.unreadable as error:
@@ -73,7 +76,7 @@ def run_check(source: DriftSource) -> DriftCheck:
         cache.set(status_key(source), failed, timeout=None)
         return DriftCheck(checked_at=started, drifted={}, error=str(error))
     at = datetime.fromtimestamp(started, UTC)
-    ages = record_drift(source=source.source, rows=rows, show_names=shows, checked_at=at)
+    ages = record_drift(source=source.source, rows=rows, show_names=shows, checked_at=at, replayed_at=replayed_at)
     drifted = Counter(row.show_id for row in rows)
     status = {pk: {"name": name, "drifted": drifted[pk], "checked": checked.get(pk)} for pk, name in shows.items()}
     for entry in (entry for pk, entry in previous.get("shows", {}).items() if pk not in status):

@@ -185,10 +185,15 @@ def _plan(*, source: str, found: dict[str, list]) -> _Plan:
 
 
 def record_drift(
-    *, source: str, rows: Sequence[Drifted], show_names: dict[str, str], checked_at: datetime
+    *,
+    source: str,
+    rows: Sequence[Drifted],
+    show_names: dict[str, str],
+    checked_at: datetime,
+    replayed_at: datetime | None = None,
 ) -> dict[str, float]:
     """What one check of `source` found: a record made for each row not recorded yet (first seen
-    at `checked_at`), one already recorded kept (its first sighting with it) and rewritten only if
+    at `checked_at`, in Cuebot's tables as of `replayed_at` where they were read from a standby), one already recorded kept (its first sighting with it) and rewritten only if
     what it says changed, every other record of the source deleted. Returns, per show with a
     drifted row, the age at `checked_at` of its oldest, in seconds.
 
@@ -208,7 +213,7 @@ def record_drift(
             _lock(source=source)
             plan = _plan(source=source, found=found)
             if plan.fresh:
-                _insert(source=source, rows=plan.fresh, first_seen=checked_at)
+                _insert(source=source, rows=plan.fresh, first_seen=checked_at, replayed_at=replayed_at)
             if plan.changed:
                 DriftRecord.objects.bulk_update(plan.changed, fields=list(_KEPT_FRESH))
             if plan.gone:
@@ -223,19 +228,19 @@ def record_drift(
 # Rows first seen, one array per column: bulk_create's VALUES list (ten parameters a row) took
 # twice as long for 100 rows, an eighth of the check at Maestro's size (docs/benchmarks.md).
 _INSERT = """
-INSERT INTO {table} (source, first_seen, identity, {kept})
-SELECT %s, %s, * FROM unnest(%s::text[], {arrays})"""
+INSERT INTO {table} (source, first_seen, replayed_at, identity, {kept})
+SELECT %s, %s, %s, * FROM unnest(%s::text[], {arrays})"""
 _ARRAY_TYPES = {"cores_difference": "bigint[]", "gpus_difference": "bigint[]"}
 
 
-def _insert(*, source: str, rows: Sequence[list], first_seen: datetime) -> None:
+def _insert(*, source: str, rows: Sequence[list], first_seen: datetime, replayed_at: datetime | None) -> None:
     sql = _INSERT.format(
         table=connection.ops.quote_name(DriftRecord._meta.db_table),
         kept=", ".join(_KEPT_FRESH),
         arrays=", ".join(f"%s::{_ARRAY_TYPES.get(name, 'text[]')}" for name in _KEPT_FRESH),
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [source, first_seen, *map(list, zip(*rows, strict=True))])
+        cursor.execute(sql, [source, first_seen, replayed_at, *map(list, zip(*rows, strict=True))])
 
 
 def forget_drift(*, source: str) -> int:

@@ -21,13 +21,14 @@ centicores here; accounting.live.units.signed_cores is the one conversion every 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
 from accounting.live.units import signed_cores
 from accounting.lock_order import LOCK_ORDER
 from accounting.models import DriftRecord
 from accounting.reconcile.drift_history import Drifted, cores_words, gpus_words
 from infra import metrics
+from infra.cuebot_database import cuebot_database, read_cuebot
 from infra.era import era
 from shows.models import Show
 from shows.names import name_sql
@@ -239,11 +240,16 @@ def drifted_rows(*, cursor, table: str, show_ids: Sequence[str] | None) -> list[
 def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftReport:
     """Every row of the five tables, of the shows Cuebot owns (among `show_ids`, default all),
     whose counters differ from SUM(proc); ordered by table (lock order), then name."""
+    return read_cuebot(lambda: _table_drift(show_ids=show_ids), what="the drift check of Cuebot's tables")
+
+
+def _table_drift(*, show_ids: Sequence[str] | None) -> TableDriftReport:
     owned = cuebot_owned_show_ids(show_ids=show_ids)
     if owned == []:
         return TableDriftReport(shows=0, rows=[])
     rows: list[TableDrift] = []
-    with transaction.atomic(), connection.cursor() as cursor:
+    alias = cuebot_database()
+    with transaction.atomic(using=alias), transaction.get_connection(alias).cursor() as cursor:
         # JIT off for the transaction: the planner's estimate of the name lookups passes JIT's threshold, and
         # compiling cost more than the whole read (as recalculate_subs found for its aggregate).
         cursor.execute("SET LOCAL jit = off")

@@ -39,6 +39,8 @@ from django.db import DatabaseError
 
 from accounting.live.units import cores_number
 from accounting.usage.snapshot import AllocationHosts, SubscriptionUse, Usage, read_usage
+from infra.cuebot_database import read_cuebot, replay
+from infra.outages import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +97,13 @@ SCHEDULER_MANAGED = (
     "1 while the show is flagged scheduler-managed (show.b_scheduler_managed), else 0: the dashboard marks "
     "each change, whoever made it (this service's toggle or cueadmin).",
 )
-NAMES = tuple(name for name, *_ in SUBSCRIPTION_GAUGES + ALLOCATION_GAUGES) + (SCHEDULER_MANAGED[0],)
+REPLAY_LAG = (
+    "cuebot_acct_cuebot_database_replay_lag_seconds",
+    "Seconds Cuebot's tables, as this service reads them, are behind the primary: now minus the last "
+    "transaction the standby named by CUEBOT_DATABASE_URL replayed, 0 once it has replayed all it received "
+    "and 0 on a primary.",
+)
+NAMES = tuple(name for name, *_ in SUBSCRIPTION_GAUGES + ALLOCATION_GAUGES) + (SCHEDULER_MANAGED[0], REPLAY_LAG[0])
 
 
 def _label_value(text: str) -> str:
@@ -140,6 +148,22 @@ def scraped() -> bytes:
     try:
         usage = read_usage()
     except DatabaseError as error:
-        logger.warning("subscription gauges: Cuebot's tables could not be read (%s); left out of this scrape", error)
+        logger.warning(
+            "subscription gauges: Cuebot's tables could not be read (%s); left out of this scrape", first_line(error)
+        )
         return b""
     return exposition(usage)
+
+
+def replay_lag() -> bytes:
+    """The standby's replay lag as of this scrape (0 where Cuebot's tables are the service's own
+    database's: no query then); nothing, logged, when it cannot be read."""
+    try:
+        lag = read_cuebot(replay, what="the replay lag").lag
+    except DatabaseError as error:
+        logger.warning(
+            "replay lag: Cuebot's database could not be read (%s); left out of this scrape", first_line(error)
+        )
+        return b""
+    name, text = REPLAY_LAG
+    return f"# HELP {name} {text}\n# TYPE {name} gauge\n{name} {lag!r}\n".encode()

@@ -19,10 +19,11 @@ import logging
 from dataclasses import dataclass
 
 import redis
-from django.db import connection, transaction
+from django.db import transaction
 
 from accounting.live import keys
 from accounting.live.units import centicores_from_cores
+from infra.cuebot_database import cuebot_database, read_cuebot
 from infra.era import era
 from infra.redis_factory import accounting_redis
 
@@ -98,10 +99,7 @@ class Usage:
 def read_usage() -> Usage:
     """The snapshot; in the Redis and NOTIFY eras, the scheduler-managed shows' booked amounts
     then read from Redis in one pipeline."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(READ_TIMEOUT_MS)])
-        cursor.execute(SNAPSHOT)
-        rows = cursor.fetchall()
+    rows = read_cuebot(_snapshot_rows, what="the subscription gauges")
     from_redis = _booked_in_redis(rows=rows) if not era().cuebot_owns_every_show else {}
     subscriptions, allocations, managed = [], [], {}
     for kind, show, allocation, facility, *amounts, flagged, show_id, alloc_id in rows:
@@ -114,6 +112,14 @@ def read_usage() -> Usage:
         else:
             managed[show] = flagged
     return Usage(subscriptions=subscriptions, allocations=allocations, scheduler_managed=managed)
+
+
+def _snapshot_rows() -> list[tuple]:
+    alias = cuebot_database()
+    with transaction.atomic(using=alias), transaction.get_connection(alias).cursor() as cursor:
+        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(READ_TIMEOUT_MS)])
+        cursor.execute(SNAPSHOT)
+        return cursor.fetchall()
 
 
 def _booked_in_redis(*, rows: list[tuple]) -> dict[tuple[str, str], tuple[int | None, int | None]]:

@@ -1,9 +1,14 @@
 """Django's PostgreSQL backend with two changes for the release path's rate: the per-request
-health check costs no round trip, and the query log names prepared statements too."""
+health check costs no round trip, and the query log names prepared statements too. Every error it
+raises also says which alias raised it (`error.alias`): with Cuebot's tables read from a database
+apart (infra.cuebot_database), a face names that database when it fails."""
 
 import select
+from functools import cached_property
 
+from django.db import DatabaseError
 from django.db.backends.postgresql import base, operations
+from django.db.utils import DatabaseErrorWrapper
 from psycopg import pq
 
 
@@ -15,6 +20,19 @@ class DatabaseOperations(operations.DatabaseOperations):
         return executed if executed is not None else self.compose_sql(sql, params)
 
 
+class ErrorsNamingAlias(DatabaseErrorWrapper):
+    """Django's translation of psycopg's errors, each marked with the alias of the connection."""
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        if exc_type is None:
+            return  # the statement's own path: nothing to translate, nothing more than Django's check
+        try:
+            super().__exit__(exc_type, exc_value, traceback)
+        except DatabaseError as error:
+            error.alias = self.wrapper.alias
+            raise
+
+
 # Django's CONN_HEALTH_CHECKS sends `SELECT 1` before the first query of every request; here the
 # connection's own state answers: psycopg's status, then whether the server has written anything
 # on the idle socket. A server that ends a connection (restart, pg_terminate_backend, an idle
@@ -23,6 +41,10 @@ class DatabaseOperations(operations.DatabaseOperations):
 # reported by the first query, as it would be right after a `SELECT 1`.
 class DatabaseWrapper(base.DatabaseWrapper):
     ops_class = DatabaseOperations
+
+    @cached_property
+    def wrap_database_errors(self):
+        return ErrorsNamingAlias(self)
 
     def close_if_health_check_failed(self):
         if self.connection is None or not self.health_check_enabled or self.health_check_done or self.pool:

@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from accounting.management.commands._show_arg import show_argument
 from accounting.management.commands._writes import DeclaredCommand
-from accounting.operators.drift_views import live_json, redis_shown, table_repair, table_shown
+from accounting.operators.drift_views import as_of_said, live_json, redis_shown, table_repair, table_shown
 from accounting.reconcile.redis_against_pg import (
     CLOSED,
     IN_FLIGHT,
@@ -17,6 +17,7 @@ from accounting.reconcile.redis_against_pg import (
     drift_report,
 )
 from accounting.reconcile.tables_against_procs import cuebot_table_drift
+from infra.cuebot_database import as_of_line, replay
 from infra.era import era
 
 EXPLANATIONS = {
@@ -52,11 +53,15 @@ class Command(DeclaredCommand):
     def handle(self, *args, show: str | None, **options) -> None:
         show_ids = None if show is None else [show_argument(name=show).id]
         now = timezone.now()
+        as_of = as_of_line(replay())
         tables = cuebot_table_drift(show_ids=show_ids)
         report = drift_report(show_ids=show_ids) if era().keeps_redis else None
         if options["json"]:
-            self.stdout.write(json.dumps(live_json(tables=tables, redis=report, now=now, show=show), indent=2))
+            said = live_json(tables=tables, redis=report, now=now, show=show)
+            self.stdout.write(json.dumps(as_of_said(said, as_of=as_of), indent=2))
         else:
+            if as_of:
+                self.stdout.write(as_of)
             if report is not None:
                 self._write_redis(report, now=now)
             for entry in table_shown(tables, now=now):
