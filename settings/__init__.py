@@ -328,7 +328,9 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".local" / "static"
+# Where collectstatic gathers the admin's files, which whitenoise then serves: a checkout's .local/
+# unless the site names a directory of its own (an installed package's directory is not a place to write).
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / ".local" / "static")))
 
 LOGGING = {
     "version": 1,
