@@ -159,6 +159,22 @@ def only_prints(argv: list[str]) -> bool:
     return not words or words[0] in PRINTING_COMMANDS or not PRINTING_OPTIONS.isdisjoint(words[1:])
 
 
+def asks_version(argv: list[str]) -> bool:
+    """Whether this command line asks for a version (`version`, `--version`, or `--version` after a
+    command), which Django would answer with its own."""
+    words = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+    return bool(words) and (words[0] in ("version", "--version") or "--version" in words[1:])
+
+
+def print_version() -> None:
+    """The service's version and the Django it runs on, read from cuebot_acct.__version__."""
+    import django
+
+    from cuebot_acct import __version__
+
+    sys.stdout.write(f"cuebot-acct {__version__} (Django {django.get_version()})\n")
+
+
 def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callable[[list[str]], int]]) -> None:
     """Run a management command; a malformed setting or an unreachable service ends it with one
     line, exit 1. `serving` maps the commands that serve (the task cluster) to the function
@@ -168,6 +184,9 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
 
     from cuebot_acct import schedulers
 
+    if asks_version(argv):
+        print_version()
+        return
     if only_prints(argv):
         schedulers.let_printing_through()
     try:

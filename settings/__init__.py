@@ -99,6 +99,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "cuebot_acct.writes.template_context",  # an observer's pages say so (admin/base_site.html)
                 "cuebot_acct.schedulers.template_context",  # pages explain the era's sources only
+                "cuebot_acct.version.template_context",  # the admin's footer names the version
             ],
         },
     },
@@ -328,9 +329,10 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-# Where collectstatic gathers the admin's files, which whitenoise then serves: a checkout's .local/
-# unless the site names a directory of its own (an installed package's directory is not a place to write).
-STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / ".local" / "static")))
+# whitenoise serves the static files (the admin's, the API docs') from the installed packages that
+# ship them, found at start-up as Django's finders find them: an installed wheel serves them as
+# the checkout does, with no collectstatic and no directory to write.
+WHITENOISE_USE_FINDERS = True
 
 LOGGING = {
     "version": 1,

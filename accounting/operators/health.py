@@ -12,6 +12,7 @@ from django_redis import get_redis_connection
 from accounting.models import Instance
 from accounting.ownership.fleet import HEARTBEAT_SECONDS, STALE_AFTER, last_heartbeat
 from accounting.usage import gauges
+from cuebot_acct import __version__
 from cuebot_acct.metrics import counter_total, note_redis_master, render
 from cuebot_acct.redis_factory import accounting_redis, master_address
 
@@ -73,7 +74,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
         body["accounting_redis"] = _accounting_master()
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse(
-        {"status": "ok" if healthy else "unavailable", "checks": checks, **body}, status=200 if healthy else 503
+        {"status": "ok" if healthy else "unavailable", "version": __version__, "checks": checks, **body},
+        status=200 if healthy else 503,
     )
 
 
