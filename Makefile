@@ -9,14 +9,17 @@ LOCAL := .local
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
+# The runtime lock (hashed, so it is installed alone: pip then demands a hash of every line) and the
+# development tools over it.
+$(VENV)/.installed: requirements.txt requirements-dev.txt
 	@command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV) 2>/dev/null || { \
 	  if [ "$$(id -u)" != 0 ]; then echo "python3-venv is missing (python3 -m venv failed); install it (sudo apt-get install -y python3-venv) and run again"; exit 1; fi; \
 	  echo "python3-venv is missing (python3 -m venv failed); installing it now: apt-get update && apt-get install -y python3-venv"; \
 	  apt-get update && apt-get install -y python3-venv && echo "installed python3-venv" && python3 -m venv $(VENV); }
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q --require-hashes -r requirements.txt
+	$(VENV)/bin/pip install -q -r requirements-dev.txt
 	touch $@
 
 services: venv
@@ -27,7 +30,6 @@ DEMO_ERA := ACCOUNTING_SCHEDULER=$${ACCOUNTING_SCHEDULER:-redis}
 
 run: services
 	$(DEMO_ERA) $(PY) manage.py migrate --noinput
-	$(DEMO_ERA) $(PY) manage.py collectstatic --noinput -v 0
 	$(DEMO_ERA) $(PY) manage.py seed_demo_farm
 	$(DEMO_ERA) $(PY) manage.py setup_schedules
 	$(DEMO_ERA) $(PY) scripts/server.py start --bind $(BIND)
@@ -56,7 +58,6 @@ screenshots: venv
 
 bench: services
 	$(DEMO_ERA) $(PY) manage.py migrate --noinput
-	$(DEMO_ERA) $(PY) manage.py collectstatic --noinput -v 0
 	$(DEMO_ERA) $(PY) bench/release.py
 	$(DEMO_ERA) $(PY) bench/reseed.py
 	$(DEMO_ERA) $(PY) bench/rebuild.py

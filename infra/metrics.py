@@ -17,13 +17,33 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.registry import REGISTRY
+from prometheus_client.registry import REGISTRY, Collector
+
+from infra import __version__
 
 # A metric created at import writes its file there at once, so the directory must exist
 # before any command (migrate included) imports this module.
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
+
+class BuildInfo(Collector):
+    """cuebot_acct_build_info{version}: 1, labelled with the version the scraped process runs. Made at
+    each scrape rather than kept in a process's file, so that the files a multiprocess directory keeps
+    across an upgrade never show the version before it."""
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "cuebot_acct_build_info", "1, labelled with the version of cuebot-acct that answered.", labels=["version"]
+        )
+        family.add_metric([__version__], 1)
+        yield family
+
+
+BUILD_INFO = BuildInfo()
+REGISTRY.register(BUILD_INFO)
 
 
 def render(*, at_scrape: Iterable[Callable[[], bytes]] = ()) -> tuple[bytes, str]:
@@ -33,6 +53,7 @@ def render(*, at_scrape: Iterable[Callable[[], bytes]] = ()) -> tuple[bytes, str
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
+        registry.register(BUILD_INFO)
     return generate_latest(registry) + b"".join(read() for read in at_scrape), CONTENT_TYPE_LATEST
 
 

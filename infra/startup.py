@@ -223,6 +223,22 @@ def database_error_said(error: DatabaseError) -> str | None:
     return str(postgres_problem(error)) if is_postgresql_outage(error) else statement_refused(error)
 
 
+def asks_version(argv: list[str]) -> bool:
+    """Whether this command line asks for a version (`version`, `--version`, or `--version` after a
+    command), which Django would answer with its own."""
+    words = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+    return bool(words) and (words[0] in ("version", "--version") or "--version" in words[1:])
+
+
+def print_version() -> None:
+    """The service's version and the Django it runs on, read from infra.__version__."""
+    import django
+
+    from infra import __version__
+
+    sys.stdout.write(f"cuebot-acct {__version__} (Django {django.get_version()})\n")
+
+
 def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callable[[list[str]], int]]) -> None:
     """Run a management command; a malformed setting or an unreachable service ends it with one
     line, exit 1. `serving` maps the commands that serve (the task cluster) to the function
@@ -232,6 +248,9 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
 
     from infra.era import let_printing_through
 
+    if asks_version(argv):
+        print_version()
+        return
     if only_prints(argv):
         let_printing_through()
     try:

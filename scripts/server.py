@@ -132,14 +132,17 @@ def start(state: Path, bind: str) -> None:
     spawn(state, "gunicorn", gunicorn_command(bind))
     spawn(state, "qcluster", [str(BIN / "python"), "manage.py", "qcluster"])
     print(f"cuebot-acct is running: http://{bind}/api/v1/docs  http://{bind}/admin/  http://{bind}/metrics")
-    era = os.environ.get("ACCOUNTING_SCHEDULER", "")
+    print(era_line(os.environ.get("ACCOUNTING_SCHEDULER", "")))
+
+
+def era_line(era: str) -> str:
+    """The start's last line: the era it runs and, for the design's Redis era, the one sites run."""
     if era == "redis":
-        print(
+        return (
             "the demo runs the design's Redis era (ACCOUNTING_SCHEDULER=redis), which OpenCue never released; "
-            "a site on OpenCue v1.34.20 or later sets ACCOUNTING_SCHEDULER=maestro"
+            "for the Maestro era that OpenCue v1.34.20 and later run: make stop && ACCOUNTING_SCHEDULER=maestro make run"
         )
-    else:
-        print(f"scheduler: ACCOUNTING_SCHEDULER={era}")
+    return f"scheduler: ACCOUNTING_SCHEDULER={era}"
 
 
 def wait_gone(pgid: int, seconds: float) -> bool:

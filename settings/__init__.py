@@ -102,6 +102,7 @@ TEMPLATES = [
                 "infra.writes.template_context",  # an observer's pages say so (admin/base_site.html)
                 "infra.era.template_context",  # pages explain the era's sources only
                 "infra.cuebot_database.template_context",  # "as of" a standby's replay, where behind
+                "infra.version.template_context",  # the admin's footer names the version
             ],
         },
     },
@@ -347,7 +348,10 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".local" / "static"
+# whitenoise serves the static files (the admin's, the API docs') from the installed packages that
+# ship them, found at start-up as Django's finders find them: an installed wheel serves them as
+# the checkout does, with no collectstatic and no directory to write.
+WHITENOISE_USE_FINDERS = True
 
 LOGGING = {
     "version": 1,

@@ -34,5 +34,3 @@ DATABASES.pop("cuebot", None)  # noqa: F405
 CUEBOT_DATABASE_ALIAS = "default"
 Q_CLUSTER = {**q_cluster_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL), "sync": True}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# The suite never runs collectstatic; without a root, whitenoise has nothing to scan.
-STATIC_ROOT = None  # type: ignore[assignment]  # settings' is a Path; None here on purpose

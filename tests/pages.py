@@ -1,8 +1,8 @@
 """The pages the docs tests read: which, and their parts (prose, code spans, fenced blocks).
 
-OPERATOR_PATH is what an operator of a current-OpenCue site reads (README, then the first hour,
-production, the runbook and the dashboard): the pages held to the ten-minute budget, and the
-pages whose every text block must be a checked sample and every count a checked one.
+OPERATOR_PAGES are what an operator of a current-OpenCue site reads (README, the page that deploys,
+the first hour, production, the runbook and the dashboard): the pages whose every text block must
+be a checked sample and every count a checked one.
 """
 
 import re
@@ -13,7 +13,10 @@ DOCS = ROOT / "docs"
 DOCUMENTS = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 OPERATOR_PAGES = [
     ROOT / "README.md",
-    *(DOCS / f"{name}.md" for name in ("eras", "attaching", "production", "runbook", "grafana", "configuration")),
+    *(
+        DOCS / f"{name}.md"
+        for name in ("eras", "deploy", "attaching", "production", "runbook", "grafana", "configuration")
+    ),
 ]
 FENCE = re.compile(r"^\s*(```|~~~)")
 

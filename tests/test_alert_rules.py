@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from accounting.operators.health import TASK_CLUSTER_HEARTBEAT
 from accounting.usage.gauges import NAMES as READ_AT_SCRAPE
 from infra import metrics  # noqa: F401 - registers every metric the rules may name
 from tests.test_docs_links import anchors
@@ -115,7 +116,7 @@ def test_every_alert_links_its_own_runbook_section():
 def exported() -> set[str]:
     """Every metric name /metrics may carry: the processes' and the gauges read at scrape time."""
     exposition = generate_latest().decode()
-    names = set(re.findall(r"^# TYPE (\w+) ", exposition, re.M)) | set(READ_AT_SCRAPE)
+    names = set(re.findall(r"^# TYPE (\w+) ", exposition, re.M)) | set(READ_AT_SCRAPE) | {TASK_CLUSTER_HEARTBEAT}
     return names | {f"{name}_total" for name in names}  # counters are exposed with _total
 
 

@@ -5,8 +5,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_DIRS = ("settings", "cuebot_acct", "infra", "accounting", "shows", "scripts")
+# A name the code only sets for a library (os.environ["NAME"] = ...) is not configuration: not a read.
 READS = re.compile(
-    r"""(?:env\.\w+\(|os\.environ\.get\(|os\.environ\.setdefault\(|os\.environ\[|os\.getenv\()\s*["']([A-Z][A-Z0-9_]+)["']"""
+    r"""(?:env\.\w+\(|os\.environ\.get\(|os\.environ\.setdefault\(|os\.environ\[|os\.getenv\()\s*["']([A-Z][A-Z0-9_]+)["'](?!\]\s*=(?!=))"""
 )
 # Django's own variable, set by manage.py and wsgi.py rather than by an operator.
 NOT_CONFIGURATION = {"DJANGO_SETTINGS_MODULE"}
@@ -26,6 +27,12 @@ def configuration_table() -> str:
 
 def test_the_scan_finds_what_settings_read():
     assert {"DATABASE_URL", "ACCOUNTING_REDIS_URL", "PROMETHEUS_MULTIPROC_DIR"} <= variables_the_code_reads()
+
+
+def test_the_scan_does_not_take_a_name_the_code_only_sets_for_a_library_as_a_read():
+    # The task cluster hands django-q2 its queue's name through the environment; no operator sets it.
+    assert "Q_CLUSTER_NAME" not in variables_the_code_reads()
+    assert READS.findall('os.environ["A_NAME"] = "x"\nos.environ["READ"] == "y"') == ["READ"]
 
 
 def test_every_variable_the_code_reads_is_in_the_configuration_table():

@@ -227,17 +227,15 @@ def test_every_count_in_the_operators_pages_is_counted_from_the_code():
         assert number == COUNTS[counted](), f"{page}: {phrase!r}, but the code has {COUNTS[counted]()}"
 
 
-# The ten minutes: README, the first hour, production, the runbook of the alerts a Maestro site loads
-# and the dashboard, read at about 250 words a minute.
+# The ten minutes: the README's first screen, the page that deploys (deploy.md) and the runbook of
+# the alerts a Maestro site loads, read at about 250 words a minute.
 TEN_MINUTES = 2500
 
 
 def ten_minute_path() -> dict[str, int]:
-    first_hour = section(page_text(DOCS / "attaching.md"), "## A first hour at a current-OpenCue site")
     return {
-        "README.md": words(page_text(ROOT / "README.md")),
-        "attaching.md, the first hour": words(first_hour),
-        **{f"{name}.md": words(page_text(DOCS / f"{name}.md")) for name in ("production", "runbook", "grafana")},
+        "README.md, the first screen": words(page_text(ROOT / "README.md").split("\n## ", 1)[0]),
+        **{f"{name}.md": words(page_text(DOCS / f"{name}.md")) for name in ("deploy", "runbook")},
     }
 
 
@@ -273,7 +271,7 @@ def test_what_the_maestro_path_says_of_redis_and_releases_names_its_era():
     path = {
         "README.md": page_text(ROOT / "README.md").split("\n## Two commands", 1)[0],
         "attaching.md": section(page_text(DOCS / "attaching.md"), "## A first hour at a current-OpenCue site"),
-        **{f"{name}.md": page_text(DOCS / f"{name}.md") for name in ("production", "runbook", "grafana")},
+        **{f"{name}.md": page_text(DOCS / f"{name}.md") for name in ("deploy", "production", "runbook", "grafana")},
     }
     unbound = [
         f"{page}: {sentence[:120]}"

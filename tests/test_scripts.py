@@ -16,7 +16,7 @@ from django.db import connection
 from tests.processes import ROOT, await_log_line, closed_port
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from server import group_members  # noqa: E402
+from server import era_line, group_members  # noqa: E402
 
 from tests.service_role import service_database
 
@@ -216,3 +216,9 @@ def test_with_stops_what_it_started_when_it_is_terminated_mid_command():
             wrapper.wait()
     assert f"services: stopping the project-local Redis (redis-{port})" in rest
     assert not redis_answers(port)
+
+
+def test_make_runs_last_line_offers_the_maestro_era_by_name_after_the_redis_demo():
+    """The demo runs the design's Redis era; its last line says how to run the one sites run."""
+    assert era_line("redis").endswith("make stop && ACCOUNTING_SCHEDULER=maestro make run")
+    assert era_line("maestro") == "scheduler: ACCOUNTING_SCHEDULER=maestro"

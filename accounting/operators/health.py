@@ -1,22 +1,48 @@
-"""Plain Django views outside the JSON API: Prometheus scraping and health checks."""
+"""Plain Django views outside the JSON API: Prometheus scraping and the health check."""
+
+import logging
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django_redis import get_redis_connection
 
+from accounting.models import Instance
+from accounting.ownership.fleet import HEARTBEAT_SECONDS, STALE_AFTER, last_heartbeat
 from accounting.usage import gauges
+from infra import __version__
 from infra.cuebot_database import apart, cuebot_connection, cuebot_url
 from infra.era import era
 from infra.metrics import counter_total, note_redis_master, render
 from infra.redis_factory import accounting_redis, master_address
 
+logger = logging.getLogger(__name__)
+
+TASK_CLUSTER_HEARTBEAT = "cuebot_acct_task_cluster_last_heartbeat_timestamp_seconds"
+
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    body, content_type = render(at_scrape=[gauges.scraped, gauges.replay_lag])
+    body, content_type = render(at_scrape=[gauges.scraped, gauges.replay_lag, task_cluster_heartbeat])
     return HttpResponse(body, content_type=content_type)
+
+
+def task_cluster_heartbeat() -> bytes:
+    """When a task worker last recorded itself, anywhere in the fleet (0 if none ever did), read at
+    each scrape so that it keeps aging while the cluster is gone: CuebotAcctTaskClusterDown."""
+    try:
+        last = last_heartbeat(role=Instance.Role.TASKS)
+    except DatabaseError as error:
+        logger.warning("task cluster heartbeat: not read (%s); left out of this scrape", error)
+        return b""
+    value = last.timestamp() if last else 0.0
+    return (
+        f"# HELP {TASK_CLUSTER_HEARTBEAT} When a task worker (manage.py qcluster) last recorded itself, "
+        f"in seconds since the epoch; 0 if none ever did.\n# TYPE {TASK_CLUSTER_HEARTBEAT} gauge\n"
+        f"{TASK_CLUSTER_HEARTBEAT} {value!r}\n"
+    ).encode()
 
 
 def _check(probe) -> str:
@@ -39,11 +65,17 @@ def _cuebot_postgres() -> None:
 
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    """200 when PostgreSQL and every Redis the release path uses answer, else 503 (the cache is
-    PostgreSQL's own table where no CACHE_REDIS_URL is set, in the Maestro era). Where Cuebot's
-    tables are read from a database apart (CUEBOT_DATABASE_URL), it is checked by its own name,
-    which the body gives, so the answer says which database is down."""
+    """200 when PostgreSQL answers, the task cluster is alive and every Redis the release path uses
+    answers, else 503 naming each part that is down (the cache is PostgreSQL's own table where no
+    CACHE_REDIS_URL is set, in the Maestro era). The task cluster is the fleet's: while it is down,
+    every web instance answers 503. Where Cuebot's tables are read from a database apart
+    (CUEBOT_DATABASE_URL), it is checked by its own name, which the body gives."""
     checks = {"postgres": _check(_postgres)}
+    checks["task_cluster"] = (
+        _task_cluster()
+        if checks["postgres"] == "ok"
+        else "unknown: it records itself in PostgreSQL, which does not answer"
+    )
     body: dict[str, object] = {}
     if apart():
         checks["cuebot_postgres"] = _check(_cuebot_postgres)
@@ -55,8 +87,24 @@ def healthz(request: HttpRequest) -> JsonResponse:
         body["accounting_redis"] = _accounting_master()
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse(
-        {"status": "ok" if healthy else "unavailable", "checks": checks, **body}, status=200 if healthy else 503
+        {"status": "ok" if healthy else "unavailable", "version": __version__, "checks": checks, **body},
+        status=200 if healthy else 503,
     )
+
+
+def _task_cluster() -> str:
+    """The task cluster (drift check, guardrail, recalculate_subs) is alive while one of its workers
+    has recorded itself within STALE_AFTER, on whichever host it runs."""
+    last = last_heartbeat(role=Instance.Role.TASKS)
+    if last is None:
+        return "error: no task cluster worker has ever recorded itself (is manage.py qcluster running?)"
+    age = (timezone.now() - last).total_seconds()
+    if age > STALE_AFTER.total_seconds():
+        return (
+            f"error: the task cluster last recorded itself {age:.0f} s ago, at {last.isoformat(timespec='seconds')} "
+            f"(every {HEARTBEAT_SECONDS} s while it runs)"
+        )
+    return "ok"
 
 
 def _accounting_master() -> dict:

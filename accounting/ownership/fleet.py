@@ -14,6 +14,7 @@ import threading
 from datetime import datetime, timedelta
 
 from django.db import close_old_connections, connection
+from django.db.models import Max
 from django.utils import timezone
 
 import infra
@@ -41,6 +42,12 @@ def record_instance(*, role: str, started_at: datetime, now: datetime | None = N
         },
     )
     return instance
+
+
+def last_heartbeat(*, role: str) -> datetime | None:
+    """When a process of `role` last recorded itself anywhere in the fleet; None if none ever did
+    (or the guardrail has since deleted every stale row of that role)."""
+    return Instance.objects.filter(role=role).aggregate(last=Max("last_seen"))["last"]
 
 
 def live_instances(*, now: datetime | None = None) -> list[Instance]:

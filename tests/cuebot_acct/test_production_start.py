@@ -64,7 +64,7 @@ def test_check_deploy_is_clean_with_the_production_settings_the_docs_describe():
 
 def test_gunicorn_refuses_in_its_master_before_any_worker_boots():
     """Not 162 worker boots a minute, and not gunicorn's own traceback when two workers fail
-    together: gunicorn.conf.py checks once, before binding, in one line, status 1."""
+    together: cuebot_acct.gunicorn_conf checks once, before binding, in one line, status 1."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import server  # scripts/server.py: the deployed gunicorn command
 

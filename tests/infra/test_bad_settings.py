@@ -91,7 +91,7 @@ def test_gunicorn_stops_with_status_1_the_line_and_no_traceback():
         timeout=60,
         env={**BASE_ENV, "DJANGO_SETTINGS_MODULE": "settings", **SECRET, "OPENCUE_TABLES": value},
     )
-    assert done.returncode == 1  # its master refuses (gunicorn.conf.py) before binding or booting a worker
+    assert done.returncode == 1  # its master refuses (cuebot_acct.gunicorn_conf) before binding or booting a worker
     assert [entry for entry in done.stderr.splitlines() if "cuebot-acct" in entry] == [line]
     assert "Booting worker" not in done.stderr and "Traceback" not in done.stderr
 

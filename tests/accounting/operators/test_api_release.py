@@ -1,6 +1,7 @@
 """The release endpoints, /metrics and /healthz."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -11,7 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import accounting.operators.auth
-from accounting.models import ApiToken, Proc
+from accounting.models import ApiToken, Instance, Proc
+from accounting.ownership.fleet import STALE_AFTER, record_instance
 from infra.permissions import RELEASE_PROCS
 from tests.accounting.release.test_unbook import hashes, seed_keys
 
@@ -187,16 +189,57 @@ def test_metrics_count_releases_by_branch_and_batch_sizes(farm, post, client, dj
 
 
 def test_healthz_ok_when_everything_answers(db, client, settings):
+    record_instance(role="tasks", started_at=timezone.now())
     response = client.get("/healthz")
     assert response.status_code == 200
     body = response.json()
     assert {key: body[key] for key in ("status", "checks")} == {
         "status": "ok",
-        "checks": {"postgres": "ok", "cache_redis": "ok", "accounting_redis": "ok"},
+        "checks": {"postgres": "ok", "task_cluster": "ok", "cache_redis": "ok", "accounting_redis": "ok"},
     }
     # Which master is in use, and the failovers and rebuilds this host's processes counted.
     assert body["accounting_redis"]["master"] == settings.TEST_REDIS_HOST
     assert {type(body["accounting_redis"][key]) for key in ("failovers", "rebuilds")} == {int}
+
+
+def test_healthz_503_naming_the_task_cluster_when_no_worker_ever_recorded_itself(db, client):
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["postgres"] == "ok" and checks["accounting_redis"] == "ok"
+    assert checks["task_cluster"] == (
+        "error: no task cluster worker has ever recorded itself (is manage.py qcluster running?)"
+    )
+
+
+def test_healthz_503_once_the_task_clusters_last_heartbeat_is_older_than_stale_after(db, client):
+    now = timezone.now()
+    record_instance(role="web", started_at=now)  # a web process's own beat says nothing of the cluster
+    record_instance(role="tasks", started_at=now, now=now - STALE_AFTER + timedelta(seconds=5))
+    assert client.get("/healthz").json()["checks"]["task_cluster"] == "ok"
+    last = now - STALE_AFTER - timedelta(seconds=1)
+    record_instance(role="tasks", started_at=now, now=last)
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["task_cluster"].startswith(
+        f"error: the task cluster last recorded itself 121 s ago, at {last.isoformat(timespec='seconds')}"
+    )
+
+
+def test_metrics_export_the_task_clusters_last_heartbeat_fleet_wide_and_0_before_any(db, client):
+    name = "cuebot_acct_task_cluster_last_heartbeat_timestamp_seconds"
+
+    def value(text: str) -> float:
+        (line,) = [line for line in text.splitlines() if line.startswith(f"{name} ")]
+        return float(line.split()[1])
+
+    assert value(client.get("/metrics").content.decode()) == 0.0
+    now = timezone.now()
+    record_instance(role="tasks", started_at=now, now=now - timedelta(seconds=40))
+    Instance.objects.create(
+        host="other-host", pid=1, role="tasks", publishes_to_redis=True, version="x", started_at=now, last_seen=now
+    )
+    assert value(client.get("/metrics").content.decode()) == now.timestamp()
 
 
 def test_healthz_503_when_accounting_redis_is_down(db, client, settings):

@@ -1,13 +1,14 @@
-"""gunicorn's configuration, read from the working directory (the checkout: `make run`, the
-systemd unit's WorkingDirectory): the master refuses to start, in one line and with status 1,
-before it binds or boots a worker, when the settings are malformed, the secret key is the
-development one, or PostgreSQL or Redis does not answer.
+"""gunicorn's configuration, a module of the package so that an installed wheel has it as the
+checkout does: `gunicorn --config python:cuebot_acct.gunicorn_conf cuebot_acct.wsgi ...`
+(infra.serving builds that command line). The master refuses to start, in one line and with
+status 1, before it binds or boots a worker, when the settings are malformed, the secret key is
+the development one, or PostgreSQL or Redis does not answer.
 
 Each worker checks the same at boot (cuebot_acct.wsgi) and exits with gunicorn's boot-error
 status, on which the master stops. But when several workers fail together, gunicorn's master
 meets the second failure while it is already stopping and dies of it with a traceback
 (benoitc/gunicorn#2393 and its many duplicates); checking once here, before any worker
-exists, leaves one line. The command line is unchanged; this file only adds the hook.
+exists, leaves one line.
 """
 
 import os
