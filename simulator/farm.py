@@ -13,7 +13,6 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
 
@@ -34,6 +33,7 @@ from shows.models import (
     new_pk,
 )
 from shows.selectors import flag_cache_key
+from simulator import service_era
 from simulator.farm_builder import (
     ADD_HOST_STATS,
     DEPARTMENTS,
@@ -149,7 +149,7 @@ def remove_sim_farm() -> None:
             "DELETE FROM facility WHERE pk_facility = ANY(%(facilities)s)",
         ):
             cursor.execute(statement, params)
-    if settings.ACCOUNTING_REDIS_ENABLED:  # only the Redis era has the scheduler's keys to clear
+    if service_era.keeps_accounting_redis():  # only the Redis era has the scheduler's keys to clear
         client = accounting_redis()
         for start in range(0, len(redis_keys), 1000):
             client.delete(*redis_keys[start : start + 1000])

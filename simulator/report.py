@@ -233,7 +233,7 @@ class Report:
             "ok": self.ok,
         }
 
-    def as_table(self) -> str:
+    def as_text(self) -> str:
         d = self.as_dict()
         lines = [
             f"farm simulation: seed {d['seed']}, {d['seconds']} s, {d['farm']}",
@@ -294,3 +294,21 @@ class Report:
         lines.append("")
         lines.append("OK: every invariant holds" if self.ok else "FAILED: an invariant does not hold")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class EraReport:
+    """The NOTIFY and Maestro eras' report: their counts and invariants as one dict, printed one
+    line a value; `ok` only when every invariant is 0."""
+
+    data: dict
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.data["ok"])
+
+    def as_dict(self) -> dict:
+        return self.data
+
+    def as_text(self) -> str:
+        return "\n".join(f"{name:34s} {value}" for name, value in self.data.items())

@@ -22,9 +22,12 @@ from accounting.live.scripts import script as real_script
 from accounting.reconcile import reseed
 from accounting.release import publish, unbook
 from accounting.release.types import Release
-from simulator import notify_era, workers
+from simulator.era import RunOptions
+from simulator.eras.redis import RedisEra
 from simulator.report import CAP_KINDS
-from simulator.runner import SimConfig, run_simulation
+from simulator.runner import run
+from simulator.workers.notify import model as notify_model
+from simulator.workers.redis import booking as redis_booking
 
 pytestmark = [
     pytest.mark.slow,
@@ -76,7 +79,7 @@ def gpu_caps_not_enforced(monkeypatch):
 
 def layer_limits_not_enforced(monkeypatch):
     """The scheduler books a frame whatever size its layer allows."""
-    monkeypatch.setattr(workers, "layer_refusal", lambda *, layer, cores, gpus: None)
+    monkeypatch.setattr(redis_booking, "layer_refusal", lambda *, layer, cores, gpus: None)
 
 
 def expired_inflight_entry_applied(monkeypatch):
@@ -138,12 +141,14 @@ LOW = ("low_counters_sampled", "releases_found_counter_low", "low_before_final_r
 
 # The farm every run uses (simulate_farm's defaults), for a short run, with release-stall: each
 # variant below needs the farm and its own break only, and one control then covers them all.
-DEFAULT_FARM = SimConfig(seconds=6, seed=7, reconcile_interval=0.5)
+DEFAULT_FARM = RunOptions(seconds=6, seed=7)
 STALLS = ("release-stall",)
 # The same farm with the scheduler's own reseed in place of this project's (--reseeder scheduler).
 SCHEDULER_RESEEDS = replace(DEFAULT_FARM, reseeder="scheduler")
 # A small, busy farm: one releaser for four bookers.
-SMALL_FARM = SimConfig(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, seed=7, reconcile_interval=0.5)
+SMALL_FARM = RunOptions(shows=4, hosts=8, jobs=40, seconds=6, releasers=1, seed=7)
+# Every run here reconciles twice a second.
+ERA = RedisEra(reconcile_interval=0.5)
 
 VARIANTS = {
     # variant: (the run, the faults it runs with, the invariants that catch it)
@@ -173,12 +178,12 @@ CAP_IGNORED = {
 def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
     config, faults, invariants = VARIANTS[variant]
     variant(monkeypatch)
-    report = run_simulation(config=replace(config, faults=faults))
-    assert any(report.invariants[name] > 0 for name in invariants), report.as_table()
+    report = run(era=ERA, options=replace(config, faults=faults))
+    assert any(report.invariants[name] > 0 for name in invariants), report.as_text()
     assert not report.ok
     if variant in CAP_IGNORED:  # and past the very cap it ignores
         tables, unit = CAP_IGNORED[variant]
-        assert any(v.table in tables and unit in v.unit for v in report.stats.counted_over_cap()), report.as_table()
+        assert any(v.table in tables and unit in v.unit for v in report.stats.counted_over_cap()), report.as_text()
 
 
 @pytest.mark.parametrize(
@@ -186,21 +191,21 @@ def test_a_broken_variant_is_caught_by_its_invariant(variant, monkeypatch):
     sorted({(config, faults) for config, faults, _ in VARIANTS.values()}, key=str),
     ids=lambda value: (
         {DEFAULT_FARM: "default farm", SCHEDULER_RESEEDS: "default farm, scheduler's reseed"}.get(value, "small farm")
-        if isinstance(value, SimConfig)
+        if isinstance(value, RunOptions)
         else ",".join(value) or "no faults"
     ),
 )
 def test_the_same_runs_of_the_unbroken_protocol_hold_every_invariant(config, faults):
     """The control: each run above, with nothing broken, is clean, exactness judged (where this
     project reseeds: the scheduler's own reseed is exact only at its write)."""
-    report = run_simulation(config=replace(config, faults=faults))
-    assert report.ok, report.as_table()
+    report = run(era=ERA, options=replace(config, faults=faults))
+    assert report.ok, report.as_text()
     if config.reseeder == "scheduler":
         # Its reseed came between a kill and the releases (counters read low within its bound),
         # the window a release that publishes a FINISHED job's decrements is caught in.
-        assert report.stats.low_within_scheduler_bound > 0, report.as_table()
+        assert report.stats.low_within_scheduler_bound > 0, report.as_text()
     else:
-        assert report.exactness_judged, report.as_table()
+        assert report.exactness_judged, report.as_text()
 
 
 # The NOTIFY era's run on the farm every run uses, with its job kills (FINISHED first, procs
@@ -229,7 +234,7 @@ def test_a_notify_era_release_sent_for_a_killed_jobs_procs_is_caught(monkeypatch
 def test_a_notify_era_scheduler_ignoring_gpu_caps_is_caught(monkeypatch):
     """The NOTIFY-era scheduler model checks the folder's and the job's max cores, not their
     max GPUs: the default farm's GPU caps bind, so it books past them."""
-    monkeypatch.setattr(notify_era, "FOLDER_AND_JOB_CAPS", (("cores", 0),))
+    monkeypatch.setattr(notify_model, "FOLDER_AND_JOB_CAPS", (("cores", 0),))
     report = notify_era_run()
     assert report["invariants"]["over_cap"] > 0, report
     assert {v["unit"] for v in report["over_cap_examples"]} == {"gpus"}
