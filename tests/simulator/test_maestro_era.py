@@ -7,7 +7,6 @@ the variant's doing.
 """
 
 import json
-import random
 from io import StringIO
 
 import pytest
@@ -18,11 +17,12 @@ from django.db import connection
 from accounting.reconcile import recompute
 from accounting.release import unbook
 from shows.models import Show
-from simulator import maestro_cuebot, maestro_workers
-from simulator.farm import build_sim_farm
-from simulator.maestro_cuebot import CAP_KINDS
-from simulator.maestro_era import run_maestro_simulation
-from simulator.maestro_run import MAESTRO_FAULTS
+from simulator.era import RunOptions
+from simulator.eras.maestro import MaestroEra
+from simulator.runner import run
+from simulator.workers.maestro import cuebot_booking, operating
+from simulator.workers.maestro.cuebot_rows import CAP_KINDS
+from simulator.workers.maestro.play import MAESTRO_FAULTS
 
 # It books as Maestro (INSERT on proc and frame), kills jobs and ends other sessions: more than
 # the service's role may do. The service's own writes run as a role the run makes with the
@@ -57,10 +57,8 @@ def short_run(*, faults: tuple[str, ...] = (), seed: int = 8) -> dict:
     """A small busy farm for a few seconds, in process (no web server: the seams are here). No
     repair but the deadlock-order fault's: the lock order is then shown by that fault alone, not
     by a periodic repair's luck, and no repair rewrites a drift before a sample sees it."""
-    farm = build_sim_farm(shows=3, hosts=8, jobs=24, rng=random.Random(seed))
-    return run_maestro_simulation(
-        farm=farm, seconds=4, bookers=3, releasers=2, faults=faults, seed=seed, repair_seconds=3600
-    )
+    options = RunOptions(shows=3, hosts=8, jobs=24, seconds=4, bookers=3, releasers=2, faults=faults, seed=seed)
+    return run(era=MaestroEra(repair_seconds=3600), options=options).as_dict()
 
 
 @pytest.fixture(autouse=True)
@@ -86,18 +84,18 @@ def release_credits_twice(monkeypatch):
 
 def booking_skips_the_layer(monkeypatch):
     monkeypatch.setattr(
-        maestro_cuebot, "BOOKING_WRITES", tuple(t for t in maestro_cuebot.BOOKING_WRITES if t != "layer_resource")
+        cuebot_booking, "BOOKING_WRITES", tuple(t for t in cuebot_booking.BOOKING_WRITES if t != "layer_resource")
     )
 
 
 def booking_ignores_the_caps(monkeypatch):
     """Every cap check dropped; the host's room still checked (PostgreSQL's own trigger guards it)."""
-    real = maestro_cuebot._fits
+    real = cuebot_booking.fits
 
     def fits(*, plan, host, rows):
         return "host" if real(plan=plan, host=host, rows=rows) == "host" else None
 
-    monkeypatch.setattr(maestro_cuebot, "_fits", fits)
+    monkeypatch.setattr(cuebot_booking, "fits", fits)
 
 
 def repair_locks_point_first(monkeypatch):
@@ -110,7 +108,7 @@ def flip_recomputes_the_show(monkeypatch):
     """A flip that hands the show's rows over as the Redis and NOTIFY eras' switch back did: every
     row rewritten from its sums, changed or not (here job_resource's, the values kept; the
     service's repair no longer writes a row that has not drifted, so it cannot stand in)."""
-    real = maestro_workers.set_scheduler_managed
+    real = operating.set_scheduler_managed
 
     def flip(*, show, managed):
         changed = real(show=show, managed=managed)
@@ -121,7 +119,7 @@ def flip_recomputes_the_show(monkeypatch):
             )
         return changed
 
-    monkeypatch.setattr(maestro_workers, "set_scheduler_managed", flip)
+    monkeypatch.setattr(operating, "set_scheduler_managed", flip)
 
 
 VARIANTS = {
