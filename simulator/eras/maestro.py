@@ -21,8 +21,9 @@ from prometheus_client import REGISTRY
 from cuebot_acct import schedulers
 from simulator import pg_truth, service_era
 from simulator.era import Role, RunOptions
-from simulator.farm import PROC_MEM_KB, build_sim_farm
+from simulator.farm import PROC_MEM_KB
 from simulator.faults import FaultPlan
+from simulator.own_farm import build_sim_farm
 from simulator.processes import web_server
 from simulator.report import EraReport
 from simulator.workers.maestro.booking import booker_loop
@@ -262,11 +263,16 @@ def report(*, run: MaestroPlay, seconds: float, procs_after: int, service_deadlo
         "flag_flips": stats.flag_flips,
         "service_role": run.role,
         "http_releases": run.web is not None,
-        "violations": {
-            name: [list(map(str, v)) if isinstance(v, tuple) else str(v) for v in items[:5]]
-            for name, items in stats.violations.items()
-            if items
-        },
+        "violations": violation_examples(stats=stats),
         "invariants": judged,
         "ok": not any(judged.values()),
+    }
+
+
+def violation_examples(*, stats: MaestroStats) -> dict[str, list]:
+    """The first few violations of each invariant that failed."""
+    return {
+        name: [list(map(str, v)) if isinstance(v, tuple) else str(v) for v in items[:5]]
+        for name, items in stats.violations.items()
+        if items
     }

@@ -22,7 +22,7 @@ from django.db import connection
 from cuebot_acct import schedulers
 from simulator import service_era
 from simulator.era import Role, RunOptions
-from simulator.farm import build_sim_farm
+from simulator.own_farm import build_sim_farm
 from simulator.report import CAP_KINDS, EraReport
 from simulator.stopping import Threads
 from simulator.workers.gate import Gate

@@ -21,9 +21,10 @@ from cuebot_acct.redis_factory import accounting_redis, sentinel_target
 from cuebot_acct.startup import redact
 from simulator import pg_truth, reconcile
 from simulator.era import Role, RunOptions
-from simulator.farm import SimFarm, build_sim_farm, foreign_redis_keys, load_existing_farm, sim_show_ids
+from simulator.farm import SimFarm, foreign_redis_keys, load_existing_farm, sim_show_ids
 from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
 from simulator.invariants import against_truth, farm_keys, negative_counters
+from simulator.own_farm import build_sim_farm
 from simulator.processes import PrivateRedis, private_redis, web_server
 from simulator.report import Report, Stats
 from simulator.workers.redis.booking import booker

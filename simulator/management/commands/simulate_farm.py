@@ -18,7 +18,7 @@ from simulator.eras.maestro import MaestroEra
 from simulator.eras.notify import NotifyEra
 from simulator.eras.redis import RedisEra
 from simulator.farm import remove_sim_farm
-from simulator.farm_builder import PLAYS_CUEBOT, FarmRefused, refuse_without_cuebots_rights
+from simulator.farm_rules import PLAYS_CUEBOT, FarmRefused, refuse_without_cuebots_rights
 from simulator.processes import ProcessRefused
 from simulator.runner import run
 from simulator.stopping import RunFailed
