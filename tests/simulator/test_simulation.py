@@ -18,11 +18,11 @@ from simulator.era import RunOptions
 from simulator.eras.redis import RELEASES_TO_JUDGE, RedisEra
 from simulator.farm import foreign_redis_keys, sim_show_ids
 from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
-from simulator.maestro_run import MAESTRO_FAULTS
 from simulator.management.commands.simulate_farm import Command as SimulateFarm
 from simulator.reconcile import FarmReseed
 from simulator.report import CAP_KINDS
 from simulator.runner import run
+from simulator.workers.maestro.play import MAESTRO_FAULTS
 from simulator.workers.redis import releasing, reseeding
 from tests.service_role import as_cuebot
 
