@@ -19,6 +19,9 @@ from django.core.management import CommandError, call_command
 from accounting.live import booking
 from accounting.live.scripts import LuaScript
 from accounting.live.scripts import script as real_script
+from accounting.notify import payloads
+from accounting.notify import send as notify_send
+from accounting.notify.payloads import LIMIT_CHANGE
 from accounting.reconcile import reseed
 from accounting.release import publish, unbook
 from accounting.release.types import Release
@@ -26,8 +29,10 @@ from simulator.era import RunOptions
 from simulator.eras.redis import RedisEra
 from simulator.report import CAP_KINDS
 from simulator.runner import run
+from simulator.workers.notify import booking as notify_booking
 from simulator.workers.notify import model as notify_model
 from simulator.workers.redis import booking as redis_booking
+from simulator.workers.redis import releasing as redis_releasing
 
 pytestmark = [
     pytest.mark.slow,
@@ -208,6 +213,59 @@ def test_the_same_runs_of_the_unbroken_protocol_hold_every_invariant(config, fau
         assert report.exactness_judged, report.as_text()
 
 
+def release_credits_cuebots_rows_twice(monkeypatch):
+    """A Cuebot-managed show's accounting rows credited twice per release."""
+    real = unbook._adjust_pg_accounting
+
+    def twice(cursor, plan):
+        real(cursor, plan)
+        real(cursor, plan)
+
+    monkeypatch.setattr(unbook, "_adjust_pg_accounting", twice)
+
+
+def reseed_writes_below_zero(monkeypatch):
+    """The reseed's snapshot a thousand cores below what the procs book (below zero everywhere)."""
+    real = reseed.booked_rows
+
+    def below(*, show_ids, finished_jobs=True):
+        rows = real(show_ids=show_ids, finished_jobs=finished_jobs)
+        return (row for key, cores, gpus, first in rows for row in [(key, cores - 1000, gpus, first)])
+
+    monkeypatch.setattr(reseed, "booked_rows", below)
+
+
+def one_releaser_fails(monkeypatch):
+    """An unexpected error in a releaser's first release: that worker ends, and the run says so."""
+    real, failed = redis_releasing.release, []
+
+    def release(proc_ids):
+        if not failed:
+            failed.append(proc_ids)
+            raise RuntimeError("a releaser fails here on purpose")
+        return real(proc_ids)
+
+    monkeypatch.setattr(redis_releasing, "release", release)
+
+
+# The invariants no variant above breaks, each broken here by its own change, all in one run of
+# the default farm (a run is what costs): each change leaves the others' invariants to catch it.
+THE_OTHER_INVARIANTS = {
+    release_credits_cuebots_rows_twice: ("pg_drift_after_reconcile", "negative_pg_rows"),
+    reseed_writes_below_zero: ("drift_after_reconcile", "negative_counters"),
+    one_releaser_fails: ("worker_errors",),
+}
+
+
+def test_the_other_invariants_each_catch_their_own_break(monkeypatch):
+    for variant in THE_OTHER_INVARIANTS:
+        variant(monkeypatch)
+    report = run(era=ERA, options=DEFAULT_FARM)
+    for variant, invariants in THE_OTHER_INVARIANTS.items():
+        for name in invariants:
+            assert report.invariants[name] > 0, (variant.__name__, name, report.as_text())
+
+
 # The NOTIFY era's run on the farm every run uses, with its job kills (FINISHED first, procs
 # released later), and no fault that loses a notification.
 NOTIFY_RUN = ("--era", "notify", "--seconds", "5", "--faults", "job-kill", "--seed", "7")
@@ -247,3 +305,57 @@ def test_the_same_notify_era_run_of_the_unbroken_protocol_holds_every_invariant(
     assert report["faults"]["job-kill"] > 0
     # The default farm's every cap turned the scheduler model's bookings away, as in the Redis era.
     assert all(report["refused_at_cap"][kind] > 0 for kind in CAP_KINDS), report["refused_at_cap"]
+
+
+def limit_changes_not_sent(monkeypatch):
+    """The limit services commit a cap change and send nothing on acct_limit_change."""
+    real = notify_send.notify
+
+    def notify(*, cursor, channel, payloads):
+        if channel != LIMIT_CHANGE:
+            real(cursor=cursor, channel=channel, payloads=payloads)
+
+    monkeypatch.setattr(notify_send, "notify", notify)
+
+
+def release_payloads_garbled(monkeypatch):
+    real = payloads.release_payload
+    monkeypatch.setattr(
+        payloads, "release_payload", lambda *, key, cores, gpus: "garbled " + real(key=key, cores=cores, gpus=gpus)
+    )
+
+
+def recompute_keeps_its_counts(monkeypatch):
+    """The scheduler's recompute reads SUM(proc) and writes none of it into its counters."""
+    monkeypatch.setattr(notify_model.Store, "overwrite", lambda self, *, snapshot, epoch: None)
+
+
+def one_booker_fails(monkeypatch):
+    """An unexpected error in a booker's first booking: that worker ends, and the run says so."""
+    real, failed = notify_booking.book_one, []
+
+    def book_one(run, **kwargs):
+        if not failed:
+            failed.append(kwargs)
+            raise RuntimeError("a booker fails here on purpose")
+        real(run, **kwargs)
+
+    monkeypatch.setattr(notify_booking, "book_one", book_one)
+
+
+NOTIFY_OTHER_INVARIANTS = {
+    limit_changes_not_sent: ("cap_changes_not_heard",),
+    release_payloads_garbled: ("unparsable_payloads",),
+    recompute_keeps_its_counts: ("store_below_sum_proc", "store_differs_after_final_recompute"),
+    one_booker_fails: ("worker_errors",),
+}
+
+
+def test_the_other_notify_era_invariants_each_catch_their_own_break(monkeypatch):
+    """As in the Redis era, the invariants no variant above breaks, each by its own change, in one run."""
+    for variant in NOTIFY_OTHER_INVARIANTS:
+        variant(monkeypatch)
+    report = notify_era_run()
+    for variant, invariants in NOTIFY_OTHER_INVARIANTS.items():
+        for name in invariants:
+            assert report["invariants"][name] > 0, (variant.__name__, name, report["invariants"])

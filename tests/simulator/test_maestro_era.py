@@ -20,7 +20,7 @@ from shows.models import Show
 from simulator.era import RunOptions
 from simulator.eras.maestro import MaestroEra
 from simulator.runner import run
-from simulator.workers.maestro import cuebot_booking, operating
+from simulator.workers.maestro import booking, cuebot_booking, cuebot_release, operating, releasing
 from simulator.workers.maestro.cuebot_rows import CAP_KINDS
 from simulator.workers.maestro.play import MAESTRO_FAULTS
 
@@ -122,6 +122,27 @@ def flip_recomputes_the_show(monkeypatch):
     monkeypatch.setattr(operating, "set_scheduler_managed", flip)
 
 
+def release_leaves_the_host_full(monkeypatch):
+    """Cuebot's release takes its procs off the five tables but gives their hosts nothing back."""
+    monkeypatch.setattr(cuebot_release, "REFUND_HOST", "SELECT %(host)s, %(cores)s, %(mem)s, %(gpus)s, %(gpu_mem)s")
+
+
+def release_says_nothing_was_released(monkeypatch):
+    """The service's release deletes the procs and answers that it found none of them."""
+    real_one, real_many = releasing.unbook_proc, releasing.unbook_procs
+    monkeypatch.setattr(releasing, "unbook_proc", lambda *, proc_id: real_one(proc_id=proc_id) and None)
+    monkeypatch.setattr(releasing, "unbook_procs", lambda *, proc_ids: [None for _ in real_many(proc_ids=proc_ids)])
+
+
+def booker_fails(monkeypatch):
+    """An unexpected error in a booker's tick: the worker ends, and the run says so."""
+
+    def tick(**_):
+        raise RuntimeError("a booker fails here on purpose")
+
+    monkeypatch.setattr(booking, "tick", tick)
+
+
 VARIANTS = {
     # variant: (faults it needs to show, the invariant that catches it, what the violation names)
     release_skips_the_point: ((), "tables_differ_from_sum_proc", "point"),
@@ -130,6 +151,9 @@ VARIANTS = {
     booking_ignores_the_caps: ((), "over_cap", ""),
     repair_locks_point_first: (("deadlock-order",), "lock_order_deadlocks", ""),
     flip_recomputes_the_show: ((), "flag_flip_wrote_accounting", "job_resource"),
+    release_leaves_the_host_full: ((), "host_idle_differs", "host"),
+    release_says_nothing_was_released: ((), "released_differs_from_gone", ""),
+    booker_fails: ((), "worker_errors", ""),
 }
 
 
