@@ -19,9 +19,8 @@ from django.core.management import CommandError, call_command
 from accounting.live import booking
 from accounting.live.scripts import LuaScript
 from accounting.live.scripts import script as real_script
-from accounting.notify import payloads
 from accounting.notify import send as notify_send
-from accounting.notify.payloads import LIMIT_CHANGE
+from accounting.notify.payloads import LIMIT_CHANGE, RELEASE
 from accounting.reconcile import reseed
 from accounting.release import publish, unbook
 from accounting.release.types import Release
@@ -318,16 +317,35 @@ def limit_changes_not_sent(monkeypatch):
     monkeypatch.setattr(notify_send, "notify", notify)
 
 
-def release_payloads_garbled(monkeypatch):
-    real = payloads.release_payload
+def a_garbled_payload_beside_each_release(monkeypatch):
+    """Each release's notifications carry one more payload, which the scheduler cannot read."""
+    notify, notify_and_commit = notify_send.notify, notify_send.notify_and_commit
+
+    def garbled(channel: str, payloads: list[str]) -> list[str]:
+        return [*payloads, "garbled"] if channel == RELEASE else payloads
+
     monkeypatch.setattr(
-        payloads, "release_payload", lambda *, key, cores, gpus: "garbled " + real(key=key, cores=cores, gpus=gpus)
+        notify_send,
+        "notify",
+        lambda *, cursor, channel, payloads: notify(
+            cursor=cursor, channel=channel, payloads=garbled(channel, payloads)
+        ),
+    )
+    monkeypatch.setattr(
+        notify_send,
+        "notify_and_commit",
+        lambda *, channel, payloads: notify_and_commit(channel=channel, payloads=garbled(channel, payloads)),
     )
 
 
-def recompute_keeps_its_counts(monkeypatch):
-    """The scheduler's recompute reads SUM(proc) and writes none of it into its counters."""
-    monkeypatch.setattr(notify_model.Store, "overwrite", lambda self, *, snapshot, epoch: None)
+def recompute_counts_a_core_short(monkeypatch):
+    """The scheduler's recompute writes SUM(proc) less a core into its counters."""
+    real = notify_model.Store.overwrite
+
+    def overwrite(self, *, snapshot, epoch):
+        real(self, snapshot={key: (cores - 1, gpus) for key, (cores, gpus) in snapshot.items()}, epoch=epoch)
+
+    monkeypatch.setattr(notify_model.Store, "overwrite", overwrite)
 
 
 def one_booker_fails(monkeypatch):
@@ -345,8 +363,8 @@ def one_booker_fails(monkeypatch):
 
 NOTIFY_OTHER_INVARIANTS = {
     limit_changes_not_sent: ("cap_changes_not_heard",),
-    release_payloads_garbled: ("unparsable_payloads",),
-    recompute_keeps_its_counts: ("store_below_sum_proc", "store_differs_after_final_recompute"),
+    a_garbled_payload_beside_each_release: ("unparsable_payloads",),
+    recompute_counts_a_core_short: ("store_below_sum_proc", "store_differs_after_final_recompute"),
     one_booker_fails: ("worker_errors",),
 }
 
