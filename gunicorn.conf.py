@@ -19,8 +19,8 @@ def on_starting(server) -> None:
     from django.conf import settings
     from django.db import connections
 
-    from cuebot_acct.bad_setting import BadSetting
-    from cuebot_acct.startup import StartupRefused, check_secret_key, check_services
+    from infra.bad_setting import BadSetting
+    from infra.startup import StartupRefused, check_secret_key, check_services
 
     try:
         settings.INSTALLED_APPS  # noqa: B018  (loading the settings is the check: they refuse a malformed value)

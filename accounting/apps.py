@@ -33,7 +33,7 @@ class AccountingConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from accounting.checks import cuebot_schema, publish_guardrail, release_lane
-        from cuebot_acct.schedulers import require_named
+        from infra.era import require_named
 
         require_named()  # a wrong guess of the site's scheduler corrupts its counters
 

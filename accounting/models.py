@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from cuebot_acct import permissions
+from infra import permissions
 from shows.models import (
     Alloc,
     CuebotTable,

@@ -33,8 +33,8 @@ from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS, recalculate_
 from accounting.reconcile.recompute import TABLE_REPAIR, recompute_pg_accounting
 from accounting.reconcile.reseed import REDIS_REBUILD, REDIS_RESEED, ReseedSkipped, bootstrap_if_empty, reseed
 from accounting.reconcile.snapshot import managed_show_ids
-from cuebot_acct import schedulers
-from cuebot_acct.writes import Write
+from infra.era import era
+from infra.writes import Write
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +173,8 @@ class ScheduleSpec:
     def unwanted_because(self) -> str | None:
         if not all(write.allowed for write in self.writes):
             return "ACCOUNTING_WRITES is off"
-        if self.redis_era and not settings.ACCOUNTING_REDIS_ENABLED:
-            return f"ACCOUNTING_SCHEDULER is {schedulers.current()}: no acct:* keys"
+        if self.redis_era and not era().keeps_redis:
+            return f"ACCOUNTING_SCHEDULER is {era().name}: no acct:* keys"
         if self.reconcile and not settings.ACCOUNTING_RECONCILE_ENABLED:
             return "ACCOUNTING_RECONCILE_ENABLED is false"
         return None

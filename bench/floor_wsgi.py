@@ -47,8 +47,9 @@ from release import (  # noqa: E402  (bench/release.py: the in-process floor's s
 )
 
 from accounting.live import keys  # noqa: E402
+from infra.era import era  # noqa: E402
 
-MAESTRO = not settings.ACCOUNTING_REDIS_ENABLED
+MAESTRO = not era().keeps_redis
 # The release floor's DELETE, also returning the proc's id (column 12) for the batch's answer.
 DELETE_ONE = FLOOR_DELETE.replace("p.int_gpu_mem_reserved", "p.int_gpu_mem_reserved, p.pk_proc")
 DELETE_MANY = DELETE_ONE.replace("p.pk_proc = %s", "p.pk_proc = ANY(%s)")

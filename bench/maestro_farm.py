@@ -90,7 +90,7 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_table_drift 
 from accounting.reconcile.drift_check import run_check  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
-from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
+from infra.era import era  # noqa: E402
 from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, demo_id  # noqa: E402
 
 # The periodic check warns of the rows the bench drifts on purpose, at every pass.
@@ -518,7 +518,7 @@ def main() -> None:
     parser.add_argument("--skip", choices=["drift", "release"], action="append", default=[])
     parser.add_argument("--results", help=argparse.SUPPRESS)  # where a size's process leaves its figures
     options = parser.parse_args()
-    if not cuebot_owns_every_show():
+    if not era().cuebot_owns_every_show:
         raise SystemExit("run with ACCOUNTING_SCHEDULER=maestro: this bench is the Maestro era's")
     scales = options.scale or [1]
     if len(scales) > 1:

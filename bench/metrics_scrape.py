@@ -41,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from accounting.usage.gauges import NAMES, scraped  # noqa: E402
 from accounting.usage.snapshot import SNAPSHOT, read_usage  # noqa: E402
-from cuebot_acct.metrics import render  # noqa: E402
+from infra.metrics import render  # noqa: E402
 
 
 def bare_statement() -> None:

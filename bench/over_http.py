@@ -36,11 +36,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 from release import ROOT, BenchFarm, free_port, server, vacuum_churned  # noqa: E402  (bench/release.py)
 
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from infra.era import MAESTRO, REDIS, era  # noqa: E402
+from infra.redis_factory import accounting_redis  # noqa: E402
 
 CLIENTS = (1, 4)
 BATCH = 100
@@ -164,7 +164,7 @@ def measure(farm: BenchFarm, ports: dict[str, int], *, procs: int, rounds: int) 
     slices = max(procs // SINGLE_SLICE, 1)
     for _ in range(rounds):
         vacuum_churned()
-        if settings.ACCOUNTING_REDIS_ENABLED:
+        if era().keeps_redis:
             top_up(farm)
         connections.close_all()  # the forked clients must inherit no connection
         seconds = dict.fromkeys(paths(), 0.0)
@@ -215,18 +215,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="instead of the deployed command's, for both servers")
     options = parser.parse_args()
     SIZING.update({f"--{name}": getattr(options, name) for name in ("workers", "threads") if getattr(options, name)})
-    era = (
-        "redis" if settings.ACCOUNTING_REDIS_ENABLED else "maestro" if not settings.ACCOUNTING_NOTIFY_ENABLED else None
-    )
-    if era is None:
+    if era().name not in (REDIS, MAESTRO):
         raise SystemExit(
             "bench/over_http.py: the NOTIFY era has no HTTP floor here; ACCOUNTING_SCHEDULER=redis or maestro"
         )
-    if era == "redis":
+    if era().keeps_redis:
         APPS[REGISTERING] = "bench.floor_wsgi:registering"
     farm = BenchFarm()
     try:
-        if era == "redis":
+        if era().keeps_redis:
             top_up(farm)
         with ExitStack() as servers:
             ports = {app: servers.enter_context(served(module)) for app, module in APPS.items()}
@@ -241,7 +238,7 @@ def main() -> None:
                             clients=clients,
                             batch=batch,
                         )
-            if era == "redis":
+            if era().keeps_redis:
                 top_up(farm)
             rates, latencies = measure(farm, ports, procs=options.procs, rounds=options.rounds)
     finally:

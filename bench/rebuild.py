@@ -38,7 +38,7 @@ from django.db import connections  # noqa: E402
 from accounting.live import booking  # noqa: E402
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed_booked  # noqa: E402
 from accounting.release.unbook import unbook_proc  # noqa: E402
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from infra.redis_factory import accounting_redis  # noqa: E402
 
 TTL_SECONDS = 2
 RELEASERS = 2

@@ -29,7 +29,7 @@ from django.db.models import F  # noqa: E402
 from accounting.models import Subscription  # noqa: E402
 from accounting.reconcile.recalculate_subs import recalculate_subs  # noqa: E402
 from accounting.reconcile.recompute import SUBSCRIPTIONS  # noqa: E402
-from cuebot_acct.schedulers import cuebot_owns_every_show  # noqa: E402
+from infra.era import era  # noqa: E402
 from shows.models import Show  # noqa: E402
 from tests.accounting.reconcile.test_recalculate_subs import CUEBOT_RECALCULATE_SUBS  # noqa: E402
 
@@ -45,7 +45,7 @@ def main() -> None:
     args = demo_farm_from_arguments(description=__doc__)
     # The shows recalculate_subs covers in the era the environment names: every show in the
     # Maestro era (ACCOUNTING_SCHEDULER=maestro), the Cuebot-managed ones otherwise.
-    shows = Show.objects.all() if cuebot_owns_every_show() else Show.objects.filter(b_scheduler_managed=False)
+    shows = Show.objects.all() if era().cuebot_owns_every_show else Show.objects.filter(b_scheduler_managed=False)
     cuebot_shows = list(shows.values_list("pk", flat=True))
     rows = Subscription.objects.filter(show_id__in=cuebot_shows).count()
 

@@ -61,6 +61,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.cache import cache  # noqa: E402
 from django.db import connection, connections, transaction  # noqa: E402
+from django.test import override_settings  # noqa: E402
 from django_redis import get_redis_connection  # noqa: E402
 
 from accounting.live import keys  # noqa: E402
@@ -74,8 +75,9 @@ from accounting.models import (  # noqa: E402
 )
 from accounting.operators.auth import grant_permissions, issue_token  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
-from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from infra.era import era, from_old_switches  # noqa: E402
+from infra.permissions import RELEASE_PROCS  # noqa: E402
+from infra.redis_factory import accounting_redis  # noqa: E402
 from shows.models import Alloc, Dept, Facility, Folder, Host, Job, Show  # noqa: E402
 from shows.selectors import flag_cache_key  # noqa: E402
 from simulator.farm_builder import (  # noqa: E402
@@ -152,7 +154,7 @@ class BenchFarm:
             layer_id=self.layer.id,
             dept_id=self.dept.id,
         )
-        if settings.ACCOUNTING_REDIS_ENABLED:  # the Maestro era keeps no acct:* keys
+        if era().keeps_redis:  # the Maestro era keeps no acct:* keys
             for key in self.redis_keys:  # high enough that no release clamps
                 accounting_redis().hset(key, mapping={"int_cores": 10**12, "int_gpus": 10**9})
         self.user = get_user_model().objects.create_user(username=f"bench-{run}")
@@ -249,7 +251,7 @@ class BenchFarm:
                     },
                 )
             self.user.delete()
-        if settings.ACCOUNTING_REDIS_ENABLED:
+        if era().keeps_redis:
             accounting_redis().delete(*self.redis_keys)
         cache.delete(flag_cache_key(show_id=self.show.id))
 
@@ -356,7 +358,7 @@ class Floor:
 
     def __init__(self) -> None:
         self.pg = psycopg.connect(settings.DATABASE_URL)
-        self.redis = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL) if settings.ACCOUNTING_REDIS_ENABLED else None
+        self.redis = redis.Redis.from_url(settings.ACCOUNTING_REDIS_URL) if era().keeps_redis else None
         self.sha = self.redis.script_load(FLOOR_SCRIPT) if self.redis is not None else None
 
     def publish(self, rows: list[tuple]) -> None:
@@ -961,12 +963,8 @@ def concurrent_releases(proc_ids: list[str], processes: int) -> tuple[float, lis
 
 @contextmanager
 def eras(*, redis_on: bool, notify_on: bool):
-    saved = settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = redis_on, notify_on
-    try:
+    with override_settings(ACCOUNTING_SCHEDULER=from_old_switches(redis=redis_on, notify=notify_on)):
         yield
-    finally:
-        settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = saved
 
 
 def notify_phase(n: int) -> None:

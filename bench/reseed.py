@@ -34,7 +34,7 @@ from django.db import connection, transaction  # noqa: E402
 from accounting.reconcile.drift import drift_report  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
 from accounting.reconcile.reseed import reseed_booked  # noqa: E402
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from infra.redis_factory import accounting_redis  # noqa: E402
 from shows.models import Job, Show  # noqa: E402
 from simulator.farm_builder import (  # noqa: E402
     ADD_HOST_STATS,

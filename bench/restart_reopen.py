@@ -41,7 +41,7 @@ from accounting import tasks  # noqa: E402
 from accounting.reconcile import failover  # noqa: E402
 from accounting.reconcile.reseed import bootstrap_if_empty  # noqa: E402
 from accounting.release import publish  # noqa: E402
-from cuebot_acct.redis_factory import accounting_redis  # noqa: E402
+from infra.redis_factory import accounting_redis  # noqa: E402
 from simulator.processes import private_redis  # noqa: E402
 
 RELEASERS = 2

@@ -42,6 +42,7 @@ from django_q.models import Schedule  # noqa: E402
 from accounting.ownership.toggle import set_scheduler_managed  # noqa: E402
 from accounting.reconcile.drift import drift_report  # noqa: E402
 from accounting.reconcile.reseed import seed_show  # noqa: E402
+from infra.era import era  # noqa: E402
 
 CLIENTS = 8
 ROUNDS = 3
@@ -216,7 +217,7 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=1500, help="procs per show and run")
     parser.add_argument("--seed", type=int, default=2533)
     options = parser.parse_args()
-    if not settings.ACCOUNTING_REDIS_ENABLED:
+    if not era().keeps_redis:
         raise SystemExit("bench/switch.py measures the Redis era: run it with ACCOUNTING_SCHEDULER=redis")
     rng = random.Random(options.seed)
     farms = [bench_release.BenchFarm(), bench_release.BenchFarm()]

@@ -39,7 +39,7 @@ from django.db import connection  # noqa: E402
 from release import gunicorn_server  # noqa: E402  (sets Django up)
 
 from accounting.operators.auth import grant_permissions, issue_token  # noqa: E402
-from cuebot_acct.permissions import RELEASE_PROCS  # noqa: E402
+from infra.permissions import RELEASE_PROCS  # noqa: E402
 from simulator.farm_builder import DemoFarmSize, build_demo_farm  # noqa: E402
 from simulator.processes import WebServer  # noqa: E402
 

@@ -1,2 +1,3 @@
-# Reported by every running process in its accounting.Instance record.
-__version__ = "0.1.0"
+"""The roof of the service: the entry points Django and the process managers load (urls, wsgi,
+asgi, taskcluster) and the admin's templates. They import everything below; nothing imports them
+(the ground floor is the package infra)."""

@@ -1,25 +1,7 @@
-"""`manage.py qcluster`: django-q2's task cluster, run so that a supervisor can rely on its exit.
-
-django-q2's own command starts the cluster and leaves the rest to the cluster's processes. With
-PostgreSQL gone the cluster goes on for ever, logging a traceback from every heartbeat,
-schedule and result; with its broker gone it keeps restarting its pusher; and its SIGTERM
-handler joins the cluster with no deadline, so a stop can wait on a worker's task or a dead
-server for minutes. systemd then sees a service that is "running" and cannot stop it cleanly.
-
-Here the command's main process does three things besides starting the same cluster:
-
-- a watchdog thread probes PostgreSQL and the broker every PROBE_SECONDS; when one has not
-  answered for TASK_OUTAGE_SECONDS (a restart or a failover is shorter), it names it in one
-  line on stderr, the cluster is stopped and the exit status is 1 (systemd's Restart=on-failure
-  then starts it again, and the start-up check refuses in one line until the service is back);
-- SIGTERM and SIGINT only ask the main loop to stop, and the cluster gets TASK_STOP_SECONDS to stop
-  by itself (django-q2's orderly stop: pusher, workers after their current task, monitor);
-  whatever of it is still running then is killed, said in one line, exit status 1;
-- a sentinel (django-q2's supervising process) that dies is said in one line, exit status 1.
-
-The start-up checks (secret key, PostgreSQL and every Redis it uses) run before this, in
-`cuebot_acct.startup.run_with_clear_service_errors`.
-"""
+"""`manage.py qcluster`: django-q2's task cluster, run so that a supervisor (systemd) can rely
+on its exit: status 1, with one line saying why, when PostgreSQL or the broker stays down, when
+a stop outlasts TASK_STOP_SECONDS, or when the cluster's sentinel dies. The start-up checks run
+before, in infra.startup.run_with_clear_service_errors."""
 
 import argparse
 import logging
@@ -34,9 +16,9 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
-from cuebot_acct.redis_factory import build_client
-from cuebot_acct.startup import ServiceUnreachable, postgres_problem, redis_problem, servers_line
-from cuebot_acct.writes import mode_line
+from infra.redis_factory import build_client
+from infra.startup import ServiceUnreachable, postgres_problem, redis_problem, servers_line
+from infra.writes import mode_line
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +26,13 @@ PROBE_SECONDS = 1.0
 KILL_WAIT_SECONDS = 5.0
 
 
+# django-q2's own command leaves everything to the cluster's processes: with PostgreSQL gone the
+# cluster logs a traceback from every heartbeat for ever, with its broker gone it keeps restarting
+# its pusher, and its SIGTERM handler joins the cluster with no deadline. So the main process
+# here runs a watchdog (PostgreSQL and the broker probed every PROBE_SECONDS; one silent for
+# TASK_OUTAGE_SECONDS stops the cluster, and Restart=on-failure starts it again once the start-up
+# check passes), makes SIGTERM and SIGINT only ask the main loop to stop (the cluster's orderly
+# stop gets TASK_STOP_SECONDS, then what still runs is killed), and watches the sentinel.
 def say(message: str) -> None:
     sys.stderr.write(f"cuebot-acct: {message}\n")
     sys.stderr.flush()

@@ -10,7 +10,7 @@ from accounting.operators.limits_api import router as limits_router
 from accounting.operators.pages import drift_index, drift_show, overview, repair_tables, reseed_show
 from accounting.operators.release_api import router as release_router
 from accounting.operators.shows_api import router as shows_router
-from cuebot_acct.api import api
+from infra.api import api
 
 api.add_router("/", release_router)
 api.add_router("/", drift_router)
@@ -18,9 +18,9 @@ api.add_router("/", limits_router)
 api.add_router("/shows", shows_router)
 
 # JSON under /api/, Django's pages elsewhere.
-handler400 = "cuebot_acct.api.bad_request"
-handler404 = "cuebot_acct.api.not_found"
-handler500 = "cuebot_acct.api.server_error"
+handler400 = "infra.api.bad_request"
+handler404 = "infra.api.not_found"
+handler500 = "infra.api.server_error"
 
 urlpatterns = [
     # First: Django tries the patterns in order at every request, and Cuebot's releases, the most

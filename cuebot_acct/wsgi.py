@@ -1,13 +1,8 @@
-"""WSGI entry point (gunicorn). Refuses to boot a worker with a malformed setting, the
-development secret key, against unreachable services, or against a site's Cuebot database
-that lacks what the project uses: one line, and exit status 3, gunicorn's "worker failed to boot", on which its
-arbiter stops instead of booting workers forever, so systemd sees the failure.
-
-Once the services answer, the worker records itself in the fleet register (and keeps
-doing so every 30 s), runs the publish guardrail, which warns but never stops it, and says in
-one line whether it writes Cuebot's tables or only observes (ACCOUNTING_WRITES) and which servers
-it uses.
-"""
+"""WSGI entry point (gunicorn). A worker that cannot work (a malformed setting, the development
+secret key, a service down, a site's Cuebot schema lacking what the project uses) exits with one
+line and status 3, gunicorn's "worker failed to boot", so the arbiter stops and systemd sees it.
+A worker that boots records itself in the fleet register every 30 s, runs the publish guardrail
+(which only warns) and says in one line what it writes and which servers it uses."""
 
 import logging
 import os
@@ -16,7 +11,7 @@ import sys
 import django
 from django.core.wsgi import get_wsgi_application
 
-from cuebot_acct.bad_setting import BadSetting
+from infra.bad_setting import BadSetting
 
 WORKER_BOOT_ERROR = 3  # gunicorn.arbiter.Arbiter.WORKER_BOOT_ERROR
 
@@ -27,7 +22,7 @@ except BadSetting as problem:
     sys.stderr.write(f"cuebot-acct: {problem}\n")
     sys.exit(WORKER_BOOT_ERROR)
 
-from cuebot_acct.startup import StartupRefused, check_secret_key, check_services, servers_line  # noqa: E402
+from infra.startup import StartupRefused, check_secret_key, check_services, servers_line  # noqa: E402
 from shows.attach import check_cuebot_schema  # noqa: E402
 
 try:
@@ -41,7 +36,7 @@ except StartupRefused as problem:
 from accounting.operators.release_lane import ReleaseLane  # noqa: E402
 from accounting.ownership.fleet import start_process_heartbeat  # noqa: E402
 from accounting.ownership.guardrail import run_guardrail_at_start  # noqa: E402
-from cuebot_acct.writes import mode_line  # noqa: E402
+from infra.writes import mode_line  # noqa: E402
 
 # Django's handler (its middleware: whitenoise, ...) built only once the worker may serve; Cuebot's
 # releases answered ahead of it when the API would take them as they stand (issue 35).

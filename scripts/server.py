@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
-from cuebot_acct.serving import gunicorn_args  # noqa: E402  (no Django: the command line only)
+from infra.serving import gunicorn_args  # noqa: E402  (no Django: the command line only)
 
 PROCESSES = ("gunicorn", "qcluster")
 KILL_WAIT_SECONDS = 5

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import environ
 
-from cuebot_acct import schedulers
-from cuebot_acct.bad_setting import BadSetting
-from cuebot_acct.redis_factory import check_redis_url, django_cache
-from cuebot_acct.writes import WRITES_WORDS
+from infra import era as eras
+from infra.bad_setting import BadSetting
+from infra.redis_factory import check_redis_url, django_cache
+from infra.writes import WRITES_WORDS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 # The development key lets commands, the suite and DEBUG run without configuration; a process
-# that serves (gunicorn, the task cluster) refuses it while DEBUG is off (cuebot_acct.startup).
+# that serves (gunicorn, the task cluster) refuses it while DEBUG is off (infra.startup).
 DEVELOPMENT_SECRET_KEY = "cuebot-acct-insecure-development-key"
 # An empty value counts as unset (refused in one line, not Django's "must not be empty" traceback).
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or DEVELOPMENT_SECRET_KEY
@@ -55,18 +55,18 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "cuebot_acct.api.JsonErrorsUnderApi",  # outermost: every error under /api/ leaves as JSON
+    "infra.api.JsonErrorsUnderApi",  # outermost: every error under /api/ leaves as JSON
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Django's session, user and message middleware, each skipped for an /api/ request
-    # carrying a bearer token, which uses none of them (cuebot_acct.browser_middleware).
-    "cuebot_acct.browser_middleware.BrowserSessionMiddleware",
+    # carrying a bearer token, which uses none of them (infra.browser_middleware).
+    "infra.browser_middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # Django's own, by name (check --deploy's security.W003 wants it so); it does nothing for
     # the API's endpoints, which django-ninja makes CSRF-exempt, beyond reading a cookie.
     "django.middleware.csrf.CsrfViewMiddleware",
-    "cuebot_acct.browser_middleware.BrowserAuthenticationMiddleware",
-    "cuebot_acct.browser_middleware.BrowserMessageMiddleware",
+    "infra.browser_middleware.BrowserAuthenticationMiddleware",
+    "infra.browser_middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # answers a locked-out login with 429
 ]
@@ -97,8 +97,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "cuebot_acct.writes.template_context",  # an observer's pages say so (admin/base_site.html)
-                "cuebot_acct.schedulers.template_context",  # pages explain the era's sources only
+                "infra.writes.template_context",  # an observer's pages say so (admin/base_site.html)
+                "infra.era.template_context",  # pages explain the era's sources only
             ],
         },
     },
@@ -107,8 +107,8 @@ TEMPLATES = [
 DATABASE_URL = env.str("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/cuebot_acct")
 DATABASES = {"default": env.db_url_config(DATABASE_URL)}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
-# Django's backend, but the per-request health check costs no round trip (cuebot_acct.postgresql).
-DATABASES["default"]["ENGINE"] = "cuebot_acct.postgresql"
+# Django's backend, but the per-request health check costs no round trip (infra.postgresql).
+DATABASES["default"]["ENGINE"] = "infra.postgresql"
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
 # psycopg's own default (Django passes None, which turns preparation off): the release
@@ -118,7 +118,7 @@ DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 
 # Who owns Cuebot's tables (show, proc, the accounting tables...): "create" (demo, tests)
 # lets the project's migration create them; "existing" attaches to a site's Cuebot
-# database, where they are never created, altered or dropped (cuebot_acct.db_router).
+# database, where they are never created, altered or dropped (infra.db_router).
 OPENCUE_TABLES = env.str("OPENCUE_TABLES", default="create")
 if OPENCUE_TABLES not in ("create", "existing"):
     raise BadSetting(
@@ -138,11 +138,11 @@ if OWN_TABLES_SCHEMA:
                 setting=name, problem=f"is {value!r}", accepted="a lower-case SQL identifier (letters, digits, _)"
             )
     DATABASES["default"]["OPTIONS"]["options"] = f"-c search_path={OWN_TABLES_SCHEMA},{CUEBOT_SCHEMA}"
-DATABASE_ROUTERS = ["cuebot_acct.db_router.CuebotTablesRouter"]
+DATABASE_ROUTERS = ["infra.db_router.CuebotTablesRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Which OpenCue scheduler the site runs (cuebot_acct.schedulers, docs/eras.md): maestro (OpenCue
+# Which OpenCue scheduler the site runs (infra.era, docs/eras.md): maestro (OpenCue
 # v1.34.20 and later: Cuebot owns the five accounting tables for every show), redis or notify
 # (the two eras of OpenCue's main branch that were never released), or redis,notify while a
 # site moves between those two. Deployments that set the two booleans of earlier versions keep
@@ -155,10 +155,8 @@ _flags = {
 }
 ACCOUNTING_SCHEDULER: str | None  # None: refused at start-up (below)
 if _scheduler.strip():
-    ACCOUNTING_SCHEDULER = schedulers.parse(value=_scheduler)
-    _named = dict(
-        zip(("ACCOUNTING_REDIS_ENABLED", "ACCOUNTING_NOTIFY_ENABLED"), schedulers.flags_of(name=ACCOUNTING_SCHEDULER))
-    )
+    ACCOUNTING_SCHEDULER = eras.parse(value=_scheduler)
+    _named = dict(zip(eras.OLD_SWITCHES, eras.named(ACCOUNTING_SCHEDULER).old_switches))
     for _name, _value in _flags.items():
         if _value != _named[_name]:
             raise BadSetting(
@@ -167,22 +165,22 @@ if _scheduler.strip():
                 accepted="leave it unset (ACCOUNTING_SCHEDULER decides) or make the two agree",
             )
 elif _flags or DEBUG:
-    ACCOUNTING_SCHEDULER = schedulers.from_flags(
+    ACCOUNTING_SCHEDULER = eras.from_old_switches(
         redis=_flags.get("ACCOUNTING_REDIS_ENABLED", True), notify=_flags.get("ACCOUNTING_NOTIFY_ENABLED", False)
     )
 else:
     # Refused once the settings are complete (a module built on these, like settings.test, may
     # still name it): accounting's AppConfig.ready(), which every process runs at start-up
-    # (a manage.py line that only prints help or a version is let through: cuebot_acct.startup).
+    # (a manage.py line that only prints help or a version is let through: infra.startup).
     ACCOUNTING_SCHEDULER = None
-# Derived, for the code that asks one era's question (the Redis era: after commit, a Lua script
-# in the Redis the scheduler books against; the NOTIFY era: pg_notify on acct_release and
-# acct_limit_change inside the writing transaction). cuebot_acct.schedulers reads them back.
-ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = schedulers.flags_of(name=ACCOUNTING_SCHEDULER or "")
+_ERA = eras.named(ACCOUNTING_SCHEDULER or eras.MAESTRO)
+# Derived, only for the modules that do not ask infra.era yet (issue 56: the release, the
+# drift checks, the simulator); the lead removes them with tests/test_era_reads.py's allowlist.
+ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = _ERA.old_switches
 # Whether this instance writes anything of Cuebot's (the release, repairs, limits, the toggle, the
 # scheduled recompute) and the scheduler's Redis counters: off, it observes (drift, the guardrail,
 # the admin's pages, /metrics) under a role that may only SELECT Cuebot's tables, and every write
-# face refuses in one line (cuebot_acct.writes, docs/attaching.md). Unset: off on a site's database,
+# face refuses in one line (infra.writes, docs/attaching.md). Unset: off on a site's database,
 # on where the project created Cuebot's tables itself (the demo, the suite).
 _writes = env.str("ACCOUNTING_WRITES", default="")
 if _writes.strip().lower() not in ("", *WRITES_WORDS):
@@ -199,10 +197,10 @@ ACCOUNTING_WRITES = WRITES_WORDS.get(_writes.strip().lower(), OPENCUE_TABLES == 
 # The defaults: one local server, a database index for each role.
 _LOCAL_REDIS = "redis://127.0.0.1:6379/{db}"
 # No era named (refused at start-up, but for a command that only prints): every default stays.
-_FLAG_ON_RELEASE_PATH = ACCOUNTING_SCHEDULER != schedulers.MAESTRO
+_FLAG_ON_RELEASE_PATH = ACCOUNTING_SCHEDULER is None or not _ERA.cuebot_owns_every_show
 # Replaces accounting.redis.host / accounting.redis.port: the Redis the scheduler reads.
 ACCOUNTING_REDIS_URL = env.str("ACCOUNTING_REDIS_URL", default="") or (
-    _LOCAL_REDIS.format(db=0) if ACCOUNTING_REDIS_ENABLED or ACCOUNTING_SCHEDULER is None else ""
+    _LOCAL_REDIS.format(db=0) if _ERA.keeps_redis or ACCOUNTING_SCHEDULER is None else ""
 )
 # Seconds before a Redis call from the release path gives up. It is never retried.
 ACCOUNTING_REDIS_TIMEOUT = env.float("ACCOUNTING_REDIS_TIMEOUT", default=2.0)
@@ -241,7 +239,7 @@ CACHE_REDIS_URL = env.str("CACHE_REDIS_URL", default="") or (_LOCAL_REDIS.format
 TASK_BROKER_REDIS_URL = env.str("TASK_BROKER_REDIS_URL", default="") or (
     _LOCAL_REDIS.format(db=2) if _FLAG_ON_RELEASE_PATH else ""
 )
-# A malformed URL stops the process here, in one line naming the variable (cuebot_acct.bad_setting).
+# A malformed URL stops the process here, in one line naming the variable (infra.bad_setting).
 for _name, _url in (
     ("ACCOUNTING_REDIS_URL", ACCOUNTING_REDIS_URL),
     ("CACHE_REDIS_URL", CACHE_REDIS_URL),
@@ -250,8 +248,8 @@ for _name, _url in (
     if _url:
         check_redis_url(setting=_name, url=_url)
 
-# Every Redis client (accounting, cache, broker) is built by cuebot_acct.redis_factory.
-DJANGO_REDIS_CONNECTION_FACTORY = "cuebot_acct.redis_factory.DjangoRedisConnectionFactory"
+# Every Redis client (accounting, cache, broker) is built by infra.redis_factory.
+DJANGO_REDIS_CONNECTION_FACTORY = "infra.redis_factory.DjangoRedisConnectionFactory"
 DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = True
 
 
@@ -293,13 +291,13 @@ def q_cluster_for(*, cache_url: str, broker_url: str) -> dict:
         "retry": 900,
         "max_attempts": 3,
         "catch_up": False,
-        # Either broker is made quiet and prompt to stop while its server is down (cuebot_acct.taskbroker).
+        # Either broker is made quiet and prompt to stop while its server is down (infra.taskbroker).
         **(
-            {"django_redis": "broker", "broker_class": "cuebot_acct.taskbroker.OutageTolerantRedis"}
+            {"django_redis": "broker", "broker_class": "infra.taskbroker.OutageTolerantRedis"}
             if broker_url
             # django-q2's broker on the Django ORM (its django_q_ormq table): an idle pusher asks
             # PostgreSQL once a second, as often as the Redis broker's blocking pop returns.
-            else {"orm": "default", "poll": 1.0, "broker_class": "cuebot_acct.taskbroker.OutageTolerantORM"}
+            else {"orm": "default", "poll": 1.0, "broker_class": "infra.taskbroker.OutageTolerantORM"}
         ),
         **({} if cache_url else {"cache": "task_status"}),
     }
@@ -334,8 +332,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    # An unreachable PostgreSQL or Redis is logged in one line, without a traceback (cuebot_acct.outages).
-    "filters": {"outage_in_one_line": {"()": "cuebot_acct.outages.OutageInOneLine"}},
+    # An unreachable PostgreSQL or Redis is logged in one line, without a traceback (infra.outages).
+    "filters": {"outage_in_one_line": {"()": "infra.outages.OutageInOneLine"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outage_in_one_line"]}
     },

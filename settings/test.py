@@ -7,6 +7,7 @@ between tests, so they must not be ones a running service uses.
 
 import os
 
+from infra.era import named
 from settings import *  # noqa: F403
 from settings import caches_for, env, q_cluster_for
 
@@ -19,12 +20,12 @@ TASK_BROKER_REDIS_URL = f"redis://{TEST_REDIS_HOST}/{TEST_REDIS_DB - 2}"
 # Built as the service builds them (a list LOCATION, the factory's options), so the suite
 # runs the shape production runs, whatever era the shell names.
 CACHES = caches_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL)
-# The suite runs the design's Redis era unless a test names another: the NOTIFY era's tests turn
-# NOTIFY on (tests/accounting/notify/), alone or beside Redis; the Maestro era's turn both off
-# (cuebot_acct.schedulers). Set in the environment too, so that the processes the suite starts
-# (gunicorn, manage.py) run it unless a test gives them another.
+# The suite runs the design's Redis era unless a test names another, one way: its
+# ACCOUNTING_SCHEDULER (infra.era; the fixtures maestro_era and notify_era). Set in the
+# environment too, so that the processes the suite starts (gunicorn, manage.py) run it unless a
+# test gives them another.
 ACCOUNTING_SCHEDULER = os.environ["ACCOUNTING_SCHEDULER"] = "redis"
-ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = True, False
+ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = named(ACCOUNTING_SCHEDULER).old_switches  # until issue 56 merges
 ACCOUNTING_REDIS_TIMEOUT = 1.0
 
 Q_CLUSTER = {**q_cluster_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL), "sync": True}

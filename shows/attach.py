@@ -18,8 +18,8 @@ from django.core.management import CommandError
 from django.db import connection, models
 from django.db.migrations.recorder import MigrationRecorder
 
-from cuebot_acct.startup import CuebotSchemaIncomplete
-from cuebot_acct.writes import writes_on
+from infra.startup import CuebotSchemaIncomplete
+from infra.writes import writes_on
 from shows.models import CuebotTable
 
 CUEBOT_TABLES_MIGRATION = ("shows", "0001_cuebot_tables")

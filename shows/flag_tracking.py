@@ -27,7 +27,7 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 
-from cuebot_acct.redis_factory import connection_options
+from infra.redis_factory import connection_options
 
 logger = logging.getLogger(__name__)
 

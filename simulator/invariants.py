@@ -15,7 +15,7 @@ from django.db import connection
 
 from accounting.live import keys
 from accounting.live.units import cores_from_centicores
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from simulator.report import OverCap
 
 # Booked cores per proc, truncated like accounting.live.units (PG's integer division of a

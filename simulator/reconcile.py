@@ -20,7 +20,7 @@ from accounting.ownership import switching
 from accounting.reconcile import reseed
 from accounting.reconcile.drift import drift_report
 from accounting.reconcile.snapshot import booked_rows, chunked, managed_show_ids
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 
 # The reference design's reseed write, kept here and not beside the service's scripts
 # (accounting/live/lua/): only the simulator's scheduler-like reseeder runs it.

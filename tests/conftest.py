@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import connection
 
 from accounting.operators.auth import grant_permissions, issue_token
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from tests import service_role
 from tests.farms import build_farm
@@ -116,7 +116,7 @@ def reader_client(token_with):
     """A test client that sends a token holding only the read right, as a dashboard would."""
     from django.test import Client
 
-    from cuebot_acct.permissions import VIEW_ACCOUNTING
+    from infra.permissions import VIEW_ACCOUNTING
 
     return Client(HTTP_AUTHORIZATION=f"Bearer {token_with(VIEW_ACCOUNTING)}")
 
@@ -154,7 +154,7 @@ def maestro_era(settings, fresh_accounting_client):
     pointed at a closed port: whatever reaches for it fails loudly."""
     from tests.processes import closed_port
 
-    settings.ACCOUNTING_REDIS_ENABLED = settings.ACCOUNTING_NOTIFY_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     return settings
 
@@ -165,6 +165,6 @@ def notify_era(settings, fresh_accounting_client):
     accounting Redis pointed at a closed port, as maestro_era does."""
     from tests.processes import closed_port
 
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    settings.ACCOUNTING_SCHEDULER = "notify"
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     return settings

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from accounting.usage.gauges import NAMES as READ_AT_SCRAPE
-from cuebot_acct import metrics  # noqa: F401 - registers every metric the rules may name
+from infra import metrics  # noqa: F401 - registers every metric the rules may name
 from tests.test_docs_links import anchors
 
 ROOT = Path(__file__).resolve().parent.parent

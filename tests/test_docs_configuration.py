@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE_DIRS = ("settings", "cuebot_acct", "accounting", "shows", "scripts")
+CODE_DIRS = ("settings", "cuebot_acct", "infra", "accounting", "shows", "scripts")
 READS = re.compile(
     r"""(?:env\.\w+\(|os\.environ\.get\(|os\.environ\.setdefault\(|os\.environ\[|os\.getenv\()\s*["']([A-Z][A-Z0-9_]+)["']"""
 )

@@ -87,7 +87,7 @@ def test_every_command_a_page_names_exists_and_takes_its_options(page, name, res
 def names_of_the_code() -> set[str]:
     """Module-level UPPER_CASE names the service's code defines (constants a page may cite)."""
     found = set()
-    for directory in ("accounting", "cuebot_acct", "shows", "settings", "simulator", "bench", "scripts"):
+    for directory in ("accounting", "cuebot_acct", "infra", "shows", "settings", "simulator", "bench", "scripts"):
         for path in (ROOT / directory).rglob("*.py"):
             found.update(re.findall(r"^([A-Z][A-Z0-9_]+)\s*(?::[^=\n]*)?=", path.read_text(), re.M))
     return found

@@ -34,8 +34,8 @@ from django.urls import reverse
 
 from accounting.models import Proc
 from accounting.operators.auth import grant_permissions, issue_token
-from cuebot_acct import metrics  # noqa: F401 - registers every metric a panel may name
-from cuebot_acct.permissions import RELEASE_PROCS
+from infra import metrics  # noqa: F401 - registers every metric a panel may name
+from infra.permissions import RELEASE_PROCS
 from shows.models import Show
 from simulator.processes import WebServer, web_server
 from tests.farms import build_farm

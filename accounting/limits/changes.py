@@ -25,7 +25,6 @@ import logging
 from typing import TypeVar, cast
 
 import redis
-from django.conf import settings
 from django.db import connection, models, transaction
 
 from accounting.live import keys
@@ -35,9 +34,10 @@ from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.notify import send as notify_send
 from accounting.notify.payloads import LIMIT_CHANGE, max_cores_payload, max_gpus_payload, subscription_burst_payload
 from accounting.reconcile.snapshot import redis_limits
-from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
-from cuebot_acct.redis_factory import accounting_redis
-from cuebot_acct.writes import Write
+from infra.era import era
+from infra.metrics import LIMIT_PUBLISH_FAILURES, LIMIT_WRITES_REFUSED
+from infra.redis_factory import accounting_redis
+from infra.writes import Write
 from shows.attach import writer_grant
 from shows.models import Show
 
@@ -167,7 +167,7 @@ def publish_limits_on_commit(*, instance: LimitInstance) -> None:
 
     Call inside the transaction that saved `instance` (the admin does, through save_model).
     """
-    if not settings.ACCOUNTING_REDIS_ENABLED:
+    if not era().keeps_redis:
         return  # no Redis era here: nothing reads acct:* keys
     show_id, key, fields = limit_fields(instance=instance)
     if isinstance(instance, JobResource) and instance.job.str_state == "FINISHED":
@@ -201,7 +201,7 @@ def limit_change_payloads(*, instance: LimitInstance, changed: list[str]) -> lis
 
 def notify_limit_changes(*, instance: LimitInstance, changed: list[str]) -> None:
     """NOTIFY era: queue the changed caps on this transaction, if the show is scheduler-managed."""
-    if not notify_send.enabled():
+    if not era().sends_notify:
         return
     payloads = limit_change_payloads(instance=instance, changed=changed)
     show_id = limit_fields(instance=instance)[0]

@@ -17,7 +17,7 @@ from django.conf import settings
 from accounting.live import keys
 from accounting.live.scripts import script
 from accounting.live.units import cores_from_centicores
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import redis
 from redis.exceptions import LockNotOwnedError
 from redis.lock import Lock
 
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 
 log = logging.getLogger(__name__)
 

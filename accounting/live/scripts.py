@@ -4,7 +4,7 @@
 again: NOSCRIPT means the server did not run the script (its cache was flushed or Redis
 restarted), so the second send cannot apply it twice. Nothing else is ever resent: a
 timeout or a broken connection may hide a script that ran, and every client from
-`cuebot_acct.redis_factory` has redis-py's own retries off.
+`infra.redis_factory` has redis-py's own retries off.
 
 What is ours, and why:
 - The client is passed on every call instead of being registered once
@@ -26,7 +26,7 @@ from pathlib import Path
 import redis
 from redis.commands.core import Script
 
-from cuebot_acct.redis_factory import held_connection
+from infra.redis_factory import held_connection
 
 LUA_DIR = Path(__file__).resolve().parent / "lua"
 SHARED_DIR = LUA_DIR / "shared"

@@ -9,19 +9,13 @@ after-commit step to lose and nothing to retry.
 from collections.abc import Sequence
 
 import psycopg
-from django.conf import settings
 from django.db import transaction
 
-from cuebot_acct.cursors import django_cursor
-from cuebot_acct.metrics import NOTIFICATIONS
+from infra.cursors import django_cursor
+from infra.metrics import NOTIFICATIONS
 
 _ONE = "SELECT pg_notify(%(channel)s, %(payload)s)"
 _MANY = "SELECT pg_notify(%(channel)s, n.payload) FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS n(payload, i) ORDER BY n.i"
-
-
-def enabled() -> bool:
-    """ACCOUNTING_NOTIFY_ENABLED: Cuebot's accounting.notify.enabled."""
-    return settings.ACCOUNTING_NOTIFY_ENABLED
 
 
 def notify(*, cursor, channel: str, payloads: Sequence[str]) -> None:

@@ -3,14 +3,13 @@
 Limits are entered in cores and saved through accounting.limits.changes (validation and the Redis
 publish the commands and the API get); booked counters, derived from `proc`, are read-only.
 Deleting a proc is a release (accounting.release.unbook.unbook_procs); procs are never added
-here. Rights follow cuebot_acct.permissions: CHANGE_LIMITS to edit a limit, RELEASE_PROCS
+here. Rights follow infra.permissions: CHANGE_LIMITS to edit a limit, RELEASE_PROCS
 to delete procs.
 """
 
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from django.conf import settings
 from django.contrib import admin
 from django.db.models import Q
 from django.template.loader import render_to_string
@@ -52,8 +51,9 @@ from accounting.operators.farm_admin import CuebotWrittenAdmin, DeclaredAdmin
 from accounting.operators.name_search import named_like, words
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
-from cuebot_acct import permissions
-from cuebot_acct.schedulers import template_context as scheduler_context
+from infra import permissions
+from infra.era import era
+from infra.era import template_context as era_context
 from shows.models import Host, Job, Show
 
 admin.site.site_header = "cuebot-acct"
@@ -173,13 +173,7 @@ class SubscriptionAdmin(LimitAdmin):
     def cores(self, obj) -> str:
         sources = _sources(obj)
         # Outside the Redis era nothing recomputes a scheduler-managed show's row until it moves back.
-        note = (
-            "Cuebot's count"
-            if not sources.managed
-            else "last recompute"
-            if settings.ACCOUNTING_REDIS_ENABLED
-            else "not kept"
-        )
+        note = "Cuebot's count" if not sources.managed else "last recompute" if era().keeps_redis else "not kept"
         return format_html('{} <span class="help">({})</span>', format_cores(obj.int_cores), note)
 
     @admin.display(description=f"booked: {REDIS_LIVE}")
@@ -221,7 +215,7 @@ class SubscriptionAdmin(LimitAdmin):
         return self._of_the_era(super().get_fields(request, obj))
 
     def _of_the_era(self, names) -> list[str]:
-        return [name for name in names if settings.ACCOUNTING_REDIS_ENABLED or name not in self.REDIS_ONLY]
+        return [name for name in names if era().keeps_redis or name not in self.REDIS_ONLY]
 
     def changelist_view(self, request, extra_context=None):
         """Read every source once for the page's rows (one Redis pipeline, one aggregate), not per row."""
@@ -244,7 +238,7 @@ class SubscriptionAdmin(LimitAdmin):
                 "Booked cores",
                 {
                     "fields": booked,
-                    "description": render_to_string("admin/accounting/_booked_sources.html", scheduler_context()),
+                    "description": render_to_string("admin/accounting/_booked_sources.html", era_context()),
                 },
             ),
         ]

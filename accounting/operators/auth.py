@@ -17,7 +17,7 @@ from django.utils.functional import SimpleLazyObject
 from ninja.security import HttpBearer
 
 from accounting.models import ApiToken, hash_token
-from cuebot_acct.api_types import MissingPermission, bearer_token
+from infra.api_types import MissingPermission, bearer_token
 
 
 def issue_token(*, user, name: str = "") -> str:
@@ -28,7 +28,7 @@ def issue_token(*, user, name: str = "") -> str:
 
 
 def grant_permissions(*, user, permissions: list[str]) -> None:
-    """Give `user` these cuebot_acct.permissions names ("app_label.codename") directly."""
+    """Give `user` these infra.permissions names ("app_label.codename") directly."""
     if any(not name.startswith("accounting.") for name in permissions):
         raise ValueError(f"not accounting permissions: {permissions}")
     codenames = {name.removeprefix("accounting.") for name in permissions}
@@ -105,7 +105,7 @@ def token_allows(*, raw: str, permission: str) -> bool:
 class BearerToken(HttpBearer):
     """A valid token (401 otherwise) of a user who holds `permission` (403 otherwise).
 
-    The permission is one of cuebot_acct.permissions, granted to users or groups in the
+    The permission is one of infra.permissions, granted to users or groups in the
     admin like any Django permission (a superuser holds them all).
     """
 

@@ -5,14 +5,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
-from django.conf import settings
 from django.db.models import F, Sum
 
 from accounting.live import keys
 from accounting.live.units import centicores_from_cores, cores_text, format_cores
 from accounting.models import Proc, Subscription
-from cuebot_acct.redis_factory import accounting_redis
-from cuebot_acct.schedulers import cuebot_owns_every_show
+from infra.era import era
+from infra.redis_factory import accounting_redis
 
 # --- Booked cores: where each number comes from ------------------------------------------
 #
@@ -109,9 +108,9 @@ def booked_sources(*, subscriptions: Sequence[Subscription]) -> tuple[dict[str, 
     be read. One Redis pipeline for the scheduler-managed ones; one PostgreSQL aggregate for
     those whose Redis value and row differ (to say why), none when none differs. In the Maestro era
     Cuebot counts every show in its row; only the redis era has counters in Redis to read."""
-    by_scheduler = {s.pk: s.show.b_scheduler_managed and not cuebot_owns_every_show() for s in subscriptions}
+    by_scheduler = {s.pk: s.show.b_scheduler_managed and not era().cuebot_owns_every_show for s in subscriptions}
     managed = [s for s in subscriptions if by_scheduler[s.pk]]
-    from_redis, error = _redis_booked(managed) if settings.ACCOUNTING_REDIS_ENABLED else ({}, None)
+    from_redis, error = _redis_booked(managed) if era().keeps_redis else ({}, None)
     sources = {}
     for sub in subscriptions:
         cores = from_redis.get(sub.pk)

@@ -4,7 +4,6 @@ named locks held."""
 import threading
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 from ninja import Router
 from ninja.errors import HttpError
@@ -16,8 +15,9 @@ from accounting.operators.shows_api import show_or_404
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import drift_report
 from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK, advisory_lock_holder
-from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
-from cuebot_acct.permissions import VIEW_ACCOUNTING
+from infra.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
+from infra.era import era
+from infra.permissions import VIEW_ACCOUNTING
 
 router = Router(tags=["accounting"])
 
@@ -57,7 +57,7 @@ def accounting_drift(request, show: DbText | None = None):
     if not _live_drift.acquire(blocking=False):
         raise HttpError(429, "a live drift report is being computed by this process; retry in a second")
     try:
-        redis = drift_report(show_ids=[found.id]) if settings.ACCOUNTING_REDIS_ENABLED else None
+        redis = drift_report(show_ids=[found.id]) if era().keeps_redis else None
         tables = cuebot_table_drift(show_ids=[found.id])
         return live_json(tables=tables, redis=redis, now=timezone.now(), show=found.str_name)
     finally:
@@ -74,7 +74,7 @@ def accounting_drift(request, show: DbText | None = None):
     "ends with its holder's transaction; `owner` names the backend).",
 )
 def locks(request):
-    leases = held_locks() if settings.ACCOUNTING_REDIS_ENABLED else []
+    leases = held_locks() if era().keeps_redis else []
     found = [{"name": lease.name, "owner": lease.owner, "ttl_ms": lease.ttl_ms} for lease in leases]
     if (pid := advisory_lock_holder()) is not None:
         found.append({"name": RECALCULATE_SUBS_LOCK, "owner": f"PostgreSQL backend {pid}", "ttl_ms": None})

@@ -14,7 +14,7 @@ from accounting.reconcile.drift import REDIS_FIELDS, DriftReport, DriftRow
 from accounting.reconcile.drift_check import SOURCES, DriftSource, ShowCount, check_status, era_sources
 from accounting.reconcile.drift_history import DriftAge, Drifted, Shown, ages, recorded
 from accounting.reconcile.recompute import TABLE_REPAIR
-from cuebot_acct.schedulers import cuebot_owns_every_show
+from infra.era import era
 from shows.models import Show
 
 
@@ -118,5 +118,5 @@ def table_repair(*, show: str | None) -> str:
         command = f"manage.py acct_reseed --show {show}"
     else:
         # Outside the Maestro era acct_reseed alone rebuilds the scheduler-managed shows' Redis.
-        command = "manage.py acct_reseed" if cuebot_owns_every_show() else "manage.py acct_reseed --cuebot-tables"
+        command = "manage.py acct_reseed" if era().cuebot_owns_every_show else "manage.py acct_reseed --cuebot-tables"
     return command if TABLE_REPAIR.allowed else f"{command} (where ACCOUNTING_WRITES is on)"

@@ -1,7 +1,6 @@
 """The admin over Cuebot's farm tables (shows, hosts, jobs, ...), and DeclaredAdmin, the base of every
 model admin of the project, which offers only the faces it declares."""
 
-from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import Q
@@ -16,11 +15,11 @@ from accounting.operators.estimated_count import EstimatedCountChangeList, Estim
 from accounting.operators.name_search import named_like, words
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import OWNERSHIP_TOGGLE, SHOW_CHANGE, change_show, set_scheduler_managed
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
-from accounting.reconcile.drift_check import CheckStatus, DriftSource, check_status
-from cuebot_acct import permissions, schedulers
-from cuebot_acct.writes import Write, refused_page
+from accounting.reconcile.drift_check import SOURCES, CheckStatus, DriftSource, check_status
+from infra import permissions
+from infra.era import era
+from infra.writes import Write, refused_page
 from shows.models import (
     Alloc,
     Dept,
@@ -110,14 +109,13 @@ class AllocAdmin(CuebotWrittenAdmin):
 
 def _drift_source(show: Show) -> DriftSource | None:
     """What the drift check compares for the show in this era (its drift page shows the same)."""
-    if not show.b_scheduler_managed or schedulers.cuebot_owns_every_show():
-        return CUEBOT_TABLES
-    return REDIS_FIELDS if settings.ACCOUNTING_REDIS_ENABLED else None
+    name = era().drift_source(flagged=show.b_scheduler_managed)
+    return None if name is None else SOURCES[name]
 
 
 def _drift_sources() -> tuple[DriftSource, ...]:
     """Every source _drift_source can name in this era: the acct:* fields in the Redis era alone."""
-    return (CUEBOT_TABLES, REDIS_FIELDS) if settings.ACCOUNTING_REDIS_ENABLED else (CUEBOT_TABLES,)
+    return tuple(SOURCES[name] for name in era().drift_sources)
 
 
 def drift_column(*, statuses: dict[DriftSource, CheckStatus]):

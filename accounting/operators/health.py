@@ -7,8 +7,9 @@ from django.views.decorators.http import require_GET
 from django_redis import get_redis_connection
 
 from accounting.usage import gauges
-from cuebot_acct.metrics import counter_total, note_redis_master, render
-from cuebot_acct.redis_factory import accounting_redis, master_address
+from infra.era import era
+from infra.metrics import counter_total, note_redis_master, render
+from infra.redis_factory import accounting_redis, master_address
 
 
 @require_GET
@@ -38,7 +39,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     if settings.CACHE_REDIS_URL:
         checks["cache_redis"] = _check(lambda: get_redis_connection("default").ping())
     body = {}
-    if settings.ACCOUNTING_REDIS_ENABLED:
+    if era().keeps_redis:
         checks["accounting_redis"] = _check(lambda: accounting_redis().ping())
         body["accounting_redis"] = _accounting_master()
     healthy = all(value == "ok" for value in checks.values())

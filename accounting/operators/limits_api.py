@@ -26,9 +26,9 @@ from accounting.limits.changes import (
 from accounting.live.units import CoresRefused, cores_number, cores_text, not_a_number, parse_cores
 from accounting.models import FolderResource, JobResource, Point, Subscription
 from accounting.operators.auth import BearerToken
-from cuebot_acct.api_types import LOOKUP_ERRORS, WRITE_ERRORS, DbText, JsonNumber, json_int
-from cuebot_acct.permissions import CHANGE_LIMITS
-from cuebot_acct.writes import writes
+from infra.api_types import LOOKUP_ERRORS, WRITE_ERRORS, DbText, JsonNumber, json_int
+from infra.permissions import CHANGE_LIMITS
+from infra.writes import writes
 
 router = Router(tags=["accounting"])
 

@@ -12,7 +12,7 @@ from accounting.ownership.guardrail import GuardrailReport, evaluate
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import CheckStatus, ShowCount, check_status
-from cuebot_acct.schedulers import cuebot_owns_every_show
+from infra.era import era
 from shows.models import Show
 
 # --- The farm overview -----------------------------------------------------------------
@@ -127,7 +127,7 @@ def farm_overview() -> FarmOverview:
         Subscription.objects.select_related("show", "alloc").order_by("show__str_name", "alloc__str_name")
     )
     # In the Maestro era Cuebot counts every show in its tables and no Redis holds any of them.
-    maestro = cuebot_owns_every_show()
+    maestro = era().cuebot_owns_every_show
     sources, redis_error = booked_sources(subscriptions=[] if maestro else subscriptions)
     sources |= {
         sub.pk: BookedSources(managed=False, pg_row=sub.int_cores, redis=None)

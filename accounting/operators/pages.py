@@ -7,7 +7,6 @@ page, logged: "reseed this show" (Redis, RESEED_REDIS) and "recompute Cuebot's t
 
 import logging
 
-from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
@@ -26,9 +25,9 @@ from accounting.reconcile.drift import CLOSED, IN_FLIGHT, REDIS_FIELDS, DriftRep
 from accounting.reconcile.drift_check import check_status
 from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
 from accounting.reconcile.reseed import REDIS_RESEED, ReseedReport, redis_is_empty, reseed
-from cuebot_acct import permissions
-from cuebot_acct.schedulers import cuebot_owns_every_show
-from cuebot_acct.writes import refused_page, writes
+from infra import permissions
+from infra.era import era
+from infra.writes import refused_page, writes
 from shows.models import Show
 
 logger = logging.getLogger(__name__)
@@ -60,7 +59,7 @@ DRIFTED_PER_PAGE = 100
 
 def drift_index(request: HttpRequest) -> HttpResponse:
     status, tables = check_status(REDIS_FIELDS), check_status(CUEBOT_TABLES)
-    redis_era, owned = settings.ACCOUNTING_REDIS_ENABLED, cuebot_owned_show_ids()
+    redis_era, owned = era().keeps_redis, cuebot_owned_show_ids()
     shows = [
         {
             "show": show,
@@ -89,7 +88,7 @@ def drift_show(request: HttpRequest, show_id: str) -> HttpResponse:
     show = get_object_or_404(Show, pk=show_id)
     # Redis holds nothing for a Cuebot-managed show (every limit would read as missing), and
     # nothing the scheduler reads outside the redis era.
-    redis_compared = show.b_scheduler_managed and settings.ACCOUNTING_REDIS_ENABLED
+    redis_compared = era().drift_source(flagged=show.b_scheduler_managed) == REDIS_FIELDS.source
     now = timezone.now()
     report = drift_report(show_ids=[show.id]) if redis_compared else DriftReport(shows=[], fields_checked=0, rows=[])
     tables = cuebot_table_drift(show_ids=[show.id])
@@ -153,10 +152,8 @@ def _no_reseed(show: Show, *, post: bool) -> str | None:
     Redis in this era, or (for the POST) Redis is empty and needs the whole farm's rebuild."""
     if not show.b_scheduler_managed:
         return f"{show.str_name} is Cuebot-managed: Redis holds nothing for it; {table_repair(show=show.str_name)} repairs its tables."
-    if cuebot_owns_every_show():
-        return f"Maestro era: no Redis to reseed; {table_repair(show=show.str_name)} repairs Cuebot's tables."
-    if not settings.ACCOUNTING_REDIS_ENABLED:
-        return "Notify era: no Redis to reseed; the scheduler recomputes its own counters from SUM(proc)."
+    if (refused := era().no_redis_reseed(repair=table_repair(show=show.str_name))) is not None:
+        return refused
     if post and redis_is_empty():
         return (
             "The accounting Redis is empty (restarted): it needs the whole-farm bootstrap "

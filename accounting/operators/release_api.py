@@ -15,8 +15,8 @@ from accounting.operators.auth import BearerToken
 from accounting.operators.names import release_names
 from accounting.release.types import Release
 from accounting.release.unbook import RELEASE, unbook_proc, unbook_procs
-from cuebot_acct.api import answered
-from cuebot_acct.api_types import (
+from infra.api import answered
+from infra.api_types import (
     LOOKUP_ERRORS,
     NO_NUL,
     WRITE_ERRORS,
@@ -26,9 +26,9 @@ from cuebot_acct.api_types import (
     OutcomeUnknownOut,
     storable,
 )
-from cuebot_acct.outages import first_line, is_postgresql_outage
-from cuebot_acct.permissions import RELEASE_PROCS
-from cuebot_acct.writes import writes
+from infra.outages import first_line, is_postgresql_outage
+from infra.permissions import RELEASE_PROCS
+from infra.writes import writes
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ MAX_BATCH = 1000
 
 # The release answers' schema (OpenAPI, docs/api.md): plain pydantic models, not ninja Schemas.
 # The endpoints build their answers from Release tuples, whose fields are typed already, and
-# return them rendered (cuebot_acct.api.answered), not validated again per request: the tests
+# return them rendered (infra.api.answered), not validated again per request: the tests
 # hold every kind of answer (released, not found, job gone) to these models.
 class ReleaseOut(BaseModel):
     proc_id: str

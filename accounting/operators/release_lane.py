@@ -34,7 +34,7 @@ request_finished signals, so the database connection is checked and closed as fo
 (close_old_connections). An observer's refusal (ACCOUNTING_WRITES off: 403, raised by the
 release before its first statement), a release cut off from PostgreSQL (503 with Retry-After,
 accounting.operators.release_api) and an unexpected error (logged, 500) are answered as the API's
-handlers answer them (cuebot_acct.api.error_answer). Like Django's SecurityMiddleware, the lane
+handlers answer them (infra.api.error_answer). Like Django's SecurityMiddleware, the lane
 reads its settings once, when it is built.
 
 tests/accounting/operators/test_api_release.py runs the release endpoints' tests through
@@ -60,10 +60,10 @@ from ninja.errors import HttpError
 
 from accounting.operators.auth import token_allows
 from accounting.operators.release_api import UnbookBatchIn, released_many, released_one
-from cuebot_acct.api import INTERNAL_ERROR, api, error_answer, log_unexpected, parsed_json, rendered
-from cuebot_acct.api_types import bearer_token
-from cuebot_acct.permissions import RELEASE_PROCS
-from cuebot_acct.writes import WritesOff
+from infra.api import INTERNAL_ERROR, api, error_answer, log_unexpected, parsed_json, rendered
+from infra.api_types import bearer_token
+from infra.permissions import RELEASE_PROCS
+from infra.writes import WritesOff
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +73,14 @@ WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
 # in this order, is what the lane gives (the browser middleware skips a token request; the rest
 # add the headers _middleware_headers re-states, or act on requests the lane hands over).
 REVIEWED_MIDDLEWARE = (
-    "cuebot_acct.api.JsonErrorsUnderApi",
+    "infra.api.JsonErrorsUnderApi",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "cuebot_acct.browser_middleware.BrowserSessionMiddleware",
+    "infra.browser_middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "cuebot_acct.browser_middleware.BrowserAuthenticationMiddleware",
-    "cuebot_acct.browser_middleware.BrowserMessageMiddleware",
+    "infra.browser_middleware.BrowserAuthenticationMiddleware",
+    "infra.browser_middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
 )

@@ -8,9 +8,9 @@ from pydantic import ConfigDict, StrictBool
 from accounting.operators.auth import BearerToken
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import OWNERSHIP_TOGGLE, set_scheduler_managed
-from cuebot_acct.api_types import AUTH_ERRORS, LOOKUP_ERRORS, WRITE_ERRORS, DbText, ErrorOut
-from cuebot_acct.permissions import CHANGE_OWNERSHIP, VIEW_ACCOUNTING
-from cuebot_acct.writes import writes
+from infra.api_types import AUTH_ERRORS, LOOKUP_ERRORS, WRITE_ERRORS, DbText, ErrorOut
+from infra.permissions import CHANGE_OWNERSHIP, VIEW_ACCOUNTING
+from infra.writes import writes
 from shows.models import Show
 from shows.selectors import ShowNameUnusable, list_shows, show_named
 

@@ -13,12 +13,12 @@ import socket
 import threading
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-import cuebot_acct
+import infra
 from accounting.models import Instance
+from infra.era import era
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +33,9 @@ def record_instance(*, role: str, started_at: datetime, now: datetime | None = N
         pid=os.getpid(),
         role=role,
         defaults={
-            "publishes_to_redis": settings.ACCOUNTING_REDIS_ENABLED,
-            "publishes_notify": settings.ACCOUNTING_NOTIFY_ENABLED,
-            "version": cuebot_acct.__version__,
+            "publishes_to_redis": era().keeps_redis,
+            "publishes_notify": era().sends_notify,
+            "version": infra.__version__,
             "started_at": started_at,
             "last_seen": now or timezone.now(),
         },

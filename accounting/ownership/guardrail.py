@@ -34,7 +34,8 @@ from django.utils import timezone
 
 from accounting.models import Instance
 from accounting.ownership.fleet import live_instances
-from cuebot_acct import metrics, schedulers
+from infra import metrics
+from infra.era import Era, era, told_by
 from shows.selectors import StrandedShow, count_scheduler_managed_shows, stranded_shows
 
 logger = logging.getLogger(__name__)
@@ -44,33 +45,23 @@ MESSAGE = (
     "fleet does (Redis, NOTIFY); bookings will silently over-count"
 )
 ERA_NAMES = {"redis": "Redis", "notify": "NOTIFY"}
-ERA_SETTINGS = {"redis": "ACCOUNTING_REDIS_ENABLED", "notify": "ACCOUNTING_NOTIFY_ENABLED"}
 # The shows last seen stranded, fleet-wide: the process that finds one no longer stranded sets its series to 0.
 STRANDED_CACHE_KEY = "guardrail:stranded_shows"
-
-
-def local_eras() -> frozenset[str]:
-    return frozenset(era for era, setting in ERA_SETTINGS.items() if getattr(settings, setting))
 
 
 def era_names(eras: frozenset[str]) -> str:
     return ", ".join(ERA_NAMES[e] for e in sorted(eras)) or "nothing"
 
 
-def stranded_fix(*, show: str, era: str) -> str:
+def stranded_fix(*, show: str, era: Era) -> str:
     """What to do about a stranded show, in one sentence: start what books flagged shows, or clear the flag."""
-    scheduler = (
-        "turn Maestro on for it (maestro.enabled=managed, or facility for every show)"
-        if era == schedulers.MAESTRO
-        else "start the Rust scheduler that books flagged shows"
-    )
-    return f"nothing books show {show}: {scheduler} or clear its flag: set_scheduler_managed {show} off"
+    return f"nothing books show {show}: {era.start_flagged_booker} or clear its flag: set_scheduler_managed {show} off"
 
 
 @dataclass(frozen=True)
 class GuardrailReport:
     managed_shows: int
-    era: str  # this process's scheduler (cuebot_acct.schedulers)
+    era: Era  # this process's (infra.era)
     local: frozenset[str]  # the eras this process publishes on
     fleet: frozenset[str]  # the eras any live instance publishes on, this one included
     stranded_minutes: int  # ACCOUNTING_STRANDED_MINUTES, as evaluated
@@ -80,7 +71,7 @@ class GuardrailReport:
     @property
     def publishes(self) -> bool:
         """Whether releases must reach a scheduler at all: not in the Maestro era."""
-        return self.era != schedulers.MAESTRO
+        return bool(self.era.release_told)
 
     @property
     def local_offends(self) -> bool:
@@ -100,7 +91,7 @@ class GuardrailReport:
 
     @property
     def hint(self) -> str:
-        wanted = schedulers.from_flags(redis="redis" in self.fleet, notify="notify" in self.fleet)
+        wanted = told_by(self.fleet)
         return (
             f"{self.managed_shows} show(s) are scheduler-managed. Set ACCOUNTING_SCHEDULER={wanted} on: "
             + "; ".join(self.culprits())
@@ -126,16 +117,16 @@ def evaluate(*, now: datetime | None = None) -> GuardrailReport:
     """Read-only: how many shows are managed, which of them nothing books, the fleet's eras and who misses one."""
     now = now or timezone.now()
     managed = count_scheduler_managed_shows()
-    era = schedulers.current()
-    local = local_eras()
-    instances = live_instances(now=now) if managed and era != schedulers.MAESTRO else []
+    current = era()
+    local = current.release_told
+    instances = live_instances(now=now) if managed and local else []
     fleet = local.union(*(i.eras for i in instances))
     offenders = [i for i in instances if not i.eras or i.eras != fleet]
     minutes = settings.ACCOUNTING_STRANDED_MINUTES
     stranded = stranded_shows(since=now - timedelta(minutes=minutes)) if managed else []
     return GuardrailReport(
         managed_shows=managed,
-        era=era,
+        era=current,
         local=local,
         fleet=fleet,
         offenders=offenders,

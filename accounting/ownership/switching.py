@@ -38,7 +38,8 @@ from django_q.tasks import async_task
 from accounting.live.leases import LockBusy, named_lock
 from accounting.reconcile.recompute import recompute_pg_accounting, xid_horizon
 from accounting.reconcile.reseed import FARM_LOCK, close_show, open_to_booking, reseed_booked, seed_show
-from cuebot_acct import metrics
+from infra import metrics
+from infra.era import era
 from shows.selectors import is_scheduler_managed, settling_cache_key, settling_mark
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def before_switch_to_scheduler(*, show_id: str) -> None:
     One MULTI, while the show's row is locked (an operator's action, bounded by the Redis
     client's timeout). A Redis that cannot be reached refuses the switch: the show's stale keys
     could still be open."""
-    if not settings.ACCOUNTING_REDIS_ENABLED:
+    if not era().keeps_redis:
         return
     try:
         close_show(show_id=show_id)
@@ -71,7 +72,7 @@ def before_switch_to_scheduler(*, show_id: str) -> None:
 
 
 def after_switch_to_scheduler(*, show_id: str) -> None:
-    if not settings.ACCOUNTING_REDIS_ENABLED:
+    if not era().keeps_redis:
         return
     _schedule_once(
         name=f"{SETTLE_RESEED_PREFIX}{show_id}",
@@ -191,7 +192,7 @@ def mark_settling(*, show_id: str, counted_below: int | None = None) -> None:
 
 def after_switch_to_cuebot(*, show_id: str) -> None:
     # Runs in on_commit: the switch has committed and its caller must not see it fail.
-    # The recompute already reran itself after a deadlock (cuebot_acct.transactions).
+    # The recompute already reran itself after a deadlock (infra.transactions).
     _schedule_once(
         name=f"{SETTLE_RECOMPUTE_PREFIX}{show_id}",
         func="accounting.tasks.settle_recompute",

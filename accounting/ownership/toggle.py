@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from django.db import transaction
 
 from accounting.ownership import switching
-from cuebot_acct.schedulers import cuebot_owns_every_show
-from cuebot_acct.writes import Write
+from infra.era import era
+from infra.writes import Write
 from shows.attach import writer_grant
 from shows.models import Show
 from shows.selectors import refresh_flag_cache
@@ -30,7 +30,7 @@ def change_show(*, show: Show, columns: Sequence[str]) -> None:
 def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     """Flip `show.b_scheduler_managed` with one UPDATE; returns (old, new). No drain step.
 
-    Maestro era (cuebot_acct.schedulers): that UPDATE, then the shared flag cache takes the new
+    Maestro era (infra.era): that UPDATE, then the shared flag cache takes the new
     value after commit, and nothing else. Cuebot keeps the five tables for flagged shows too, so
     there is nothing to hand over and the accounting Redis is never touched (cueadmin's
     `-scheduler-managed SHOW on|off` is the same one UPDATE).
@@ -47,7 +47,7 @@ def set_scheduler_managed(*, show: Show, managed: bool) -> tuple[bool, bool]:
     with transaction.atomic():
         old = Show.objects.select_for_update().values_list("b_scheduler_managed", flat=True).get(pk=show.pk)
         changed = old != managed
-        hand_over = changed and not cuebot_owns_every_show()
+        hand_over = changed and not era().cuebot_owns_every_show
         if hand_over and not managed:
             switching.mark_settling(show_id=show.pk)
         if hand_over and managed:

@@ -27,8 +27,8 @@ from django.db import DatabaseError, connection, transaction
 from accounting.live.units import signed_cores
 from accounting.models import DriftRecord
 from accounting.reconcile.drift_history import Drifted, Shown, cores_words, gpus_words
-from cuebot_acct import metrics
-from cuebot_acct.schedulers import cuebot_owns_every_show
+from infra import metrics
+from infra.schedulers import cuebot_owns_every_show
 from shows.models import Show
 
 # One statement per table: the stored rows of the shows, LEFT JOINed to the bare SUM(proc) of

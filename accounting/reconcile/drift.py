@@ -37,8 +37,8 @@ from accounting.live.units import UNLIMITED, cores_from_centicores
 from accounting.models import DriftRecord, Subscription
 from accounting.reconcile.drift_history import Drifted, Shown, cores_words, direction, gpus_words
 from accounting.reconcile.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
-from cuebot_acct import metrics
-from cuebot_acct.redis_factory import accounting_redis
+from infra import metrics
+from infra.redis_factory import accounting_redis
 from shows.models import Alloc, Dept, Folder, Job, Layer, Show
 
 CHUNK = 2000

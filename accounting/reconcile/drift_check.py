@@ -26,7 +26,7 @@ from django.core.cache import cache
 from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, CuebotTables
 from accounting.reconcile.drift import REDIS_FIELDS, RedisFields
 from accounting.reconcile.drift_history import forget_drift, record_drift
-from cuebot_acct import metrics
+from infra import metrics
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import cast
 
 import redis
-from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from accounting.live import keys
@@ -36,8 +35,9 @@ from accounting.live.scripts import script
 from accounting.reconcile.empty import rebuild_at_once
 from accounting.reconcile.reseed import FAILOVER_REBUILD, ReseedSkipped, bootstrap_if_owed
 from accounting.reconcile.snapshot import chunked, limit_rows, managed_show_ids
-from cuebot_acct.metrics import REDIS_FAILOVERS, note_redis_master
-from cuebot_acct.redis_factory import accounting_redis, master_address, replication_state
+from infra.era import era
+from infra.metrics import REDIS_FAILOVERS, note_redis_master
+from infra.redis_factory import accounting_redis, master_address, replication_state
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ _watching: list[threading.Thread] = []
 def start_master_watch() -> None:
     """Start this process's watch thread, once (a task worker calls it when it starts). Not on an
     observer (ACCOUNTING_WRITES=off): closing and rebuilding the keys writes the scheduler's Redis."""
-    if not settings.ACCOUNTING_REDIS_ENABLED or not FAILOVER_REBUILD.allowed:
+    if not era().keeps_redis or not FAILOVER_REBUILD.allowed:
         return
     with _watch_started:
         if _watching:

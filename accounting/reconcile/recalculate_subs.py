@@ -4,7 +4,6 @@ import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.live.leases import LockBusy, named_lock
@@ -15,9 +14,9 @@ from accounting.reconcile.recompute import (
     restore_moved_caps,
     run_row_by_row_on_failure,
 )
-from cuebot_acct import metrics
-from cuebot_acct.schedulers import cuebot_owns_every_show
-from cuebot_acct.writes import Write
+from infra import metrics
+from infra.era import era
+from infra.writes import Write
 from shows.attach import writer_grant
 
 logger = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ SELECT s.pk_subscription, c.str_name AS show_name, a.str_name AS alloc_name,
 """
 
 
-# By cuebot_owns_every_show(). Outside the Maestro era the shows are filtered at the proc scan
+# By era().cuebot_owns_every_show. Outside the Maestro era the shows are filtered at the proc scan
 # (the array is computed once), so only Cuebot-managed procs are joined to their host. A dry run
 # writes nothing, so it holds no show (and needs no more than SELECT, as an observer has).
 def _subscription_drift(*, every_show: bool, writing: bool) -> str:
@@ -187,10 +186,10 @@ def recalculate_subs(*, dry_run: bool = False) -> RecalculateSubsResult:
     """
     if not dry_run:
         RECALCULATE_SUBS.require()
-    pg_lock = not settings.ACCOUNTING_REDIS_ENABLED
+    pg_lock = not era().keeps_redis
     try:
         with nullcontext() if pg_lock else named_lock(name=RECALCULATE_SUBS_LOCK):
-            changes, failures = _drift(dry_run=dry_run, every_show=cuebot_owns_every_show(), pg_lock=pg_lock)
+            changes, failures = _drift(dry_run=dry_run, every_show=era().cuebot_owns_every_show, pg_lock=pg_lock)
     except LockBusy:
         metrics.RECALCULATE_SUBS_SKIPPED.inc()
         logger.info("recalculate_subs skipped: another instance is running it")

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connection, transaction
 
 from accounting.reconcile.cuebot_drift import TableDrift, drifted_rows, in_lock_order
-from cuebot_acct import metrics
-from cuebot_acct.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
-from cuebot_acct.writes import Write
+from infra import metrics
+from infra.transactions import TRANSIENT_SQLSTATES, retry_transient, sqlstate
+from infra.writes import Write
 from shows.attach import ACCOUNTING_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
@@ -346,7 +346,7 @@ def repair_pg_accounting(*, show_ids: Sequence[str]) -> Repair:
     repair is undone and run again with each table in a savepoint and, where one fails, each of
     its rows; the rows that still fail are logged, counted and returned. Idempotent (it reads the
     drift anew each run), so as the outermost transaction a deadlock victim is simply run again
-    (cuebot_acct.transactions); inside a caller's transaction that error propagates.
+    (infra.transactions); inside a caller's transaction that error propagates.
     """
     repair = _repaired(show_ids=show_ids)
     if repair.drifted:

@@ -40,9 +40,9 @@ from accounting.live.leases import named_lock
 from accounting.live.scripts import script
 from accounting.models import Subscription
 from accounting.reconcile.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
-from cuebot_acct.metrics import BOOTSTRAPS, REBUILDS, RESEED_SECONDS, RESEED_SKIPPED, RESEED_WRITES_REFUSED
-from cuebot_acct.redis_factory import accounting_redis
-from cuebot_acct.writes import REDIS_ONLY, Write
+from infra.metrics import BOOTSTRAPS, REBUILDS, RESEED_SECONDS, RESEED_SKIPPED, RESEED_WRITES_REFUSED
+from infra.redis_factory import accounting_redis
+from infra.writes import REDIS_ONLY, Write
 
 log = logging.getLogger(__name__)
 

@@ -36,13 +36,13 @@ from accounting.live import keys
 from accounting.live.scripts import script
 from accounting.reconcile.empty import FARM_LOCK_KEY, rebuild_at_once
 from accounting.release.types import KEY_IDS, Release
-from cuebot_acct.metrics import (
+from infra.metrics import (
     RELEASE_CLAMPED,
     RELEASE_PUBLISH_FAILURES,
     RELEASE_PUBLISH_SECONDS,
     RELEASE_PUBLISH_STALE,
 )
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 
 logger = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from accounting.reconcile.recompute import (
 from accounting.release.eras import Counting, ReleaseEra, release_era, show_ids_of
 from accounting.release.publish import PreparedRelease, made
 from accounting.release.types import Branch, Release
-from cuebot_acct import metrics
-from cuebot_acct.cursors import django_cursor
-from cuebot_acct.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS, RELEASES
-from cuebot_acct.transactions import retry_transient
-from cuebot_acct.writes import Write
+from infra import metrics
+from infra.cursors import django_cursor
+from infra.metrics import RELEASE_BATCH_SIZE, RELEASE_SECONDS, RELEASES
+from infra.transactions import retry_transient
+from infra.writes import Write
 from shows.attach import RELEASE_TABLES, writer_grant
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ logger = logging.getLogger(__name__)
 # memory and ping reports) comes back with the ctid of the version before, and the DELETE
 # would skip that proc (tests/accounting/release/test_cuebot_writes.py).
 # Writers outside this order (an operator's SQL) can still deadlock with a release: that
-# is what the rerun in cuebot_acct.transactions is for.
+# is what the rerun in infra.transactions is for.
 # The row the releasing statements and the pre-reads return, column by column, each from its
 # Cuebot table (PROC, HOST or JOB: the proc's, its host's, its job's) and column there: Release's
 # fields in Release's order, but for `cores` (Redis's unit, converted from cores_centicores) and
@@ -711,7 +711,7 @@ def _in_flight(pre: _PreRead | None, era: ReleaseEra) -> Iterator[_Registered | 
 
 def _release(proc_ids: list[str]) -> dict[str, Release]:
     # A deadlock victim is rerun whole when this is the outermost transaction (why that is
-    # safe: cuebot_acct.transactions); inside a caller's transaction the error propagates.
+    # safe: infra.transactions); inside a caller's transaction the error propagates.
     # The era is chosen once, here: every step of the release (and of a rerun) asks the same one.
     era = release_era()
     return retry_transient(lambda: _release_once(proc_ids, era), operation="release")

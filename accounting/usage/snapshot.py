@@ -23,8 +23,8 @@ from django.db import connection, transaction
 
 from accounting.live import keys
 from accounting.live.units import centicores_from_cores
-from cuebot_acct.redis_factory import accounting_redis
-from cuebot_acct.schedulers import cuebot_owns_every_show
+from infra.era import era
+from infra.redis_factory import accounting_redis
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def read_usage() -> Usage:
         cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(READ_TIMEOUT_MS)])
         cursor.execute(SNAPSHOT)
         rows = cursor.fetchall()
-    from_redis = _booked_in_redis(rows=rows) if not cuebot_owns_every_show() else {}
+    from_redis = _booked_in_redis(rows=rows) if not era().cuebot_owns_every_show else {}
     subscriptions, allocations, managed = [], [], {}
     for kind, show, allocation, facility, *amounts, flagged, show_id, alloc_id in rows:
         if kind == "subscription":

@@ -1,6 +1,6 @@
 -- The Cuebot tables the accounting touches, as Cuebot's own migrations (V1 ... V45) leave
 -- them: columns, types, NOT NULL and defaults in Cuebot's order, and Cuebot's constraint
--- and index names. Run only with OPENCUE_TABLES=create (see cuebot_acct.db_router); on a
+-- and index names. Run only with OPENCUE_TABLES=create (see infra.db_router); on a
 -- site's database these tables already exist and belong to Cuebot.
 --
 -- Deliberately absent, because Cuebot does not have them either: unique names on show,

@@ -1,7 +1,7 @@
 """Cuebot's tables, trigger behaviour included, for a database the project owns.
 
 The RunSQL carries the `cuebot_tables` hint: with OPENCUE_TABLES=existing the router
-(cuebot_acct.db_router) refuses it and Django records this migration without running it.
+(infra.db_router) refuses it and Django records this migration without running it.
 The CreateModel operations only tell Django about the unmanaged models; they emit no DDL.
 """
 
@@ -10,7 +10,7 @@ import django.utils.timezone
 from django.db import migrations, models
 
 import shows.models
-from cuebot_acct.db_router import CUEBOT_TABLES_HINT
+from infra.db_router import CUEBOT_TABLES_HINT
 from shows.cuebot_schema import DROP_SQL, TABLES_SQL, TRIGGERS_SQL
 
 

@@ -8,7 +8,7 @@ from accounting.live import keys
 from accounting.models import JobResource, Subscription
 from accounting.operators.auth import grant_permissions, issue_token
 from accounting.reconcile.reseed import reseed
-from cuebot_acct.permissions import VIEW_ACCOUNTING
+from infra.permissions import VIEW_ACCOUNTING
 from shows.models import Job, Show
 from tests.farms import build_farm
 from tests.service_role import as_cuebot

@@ -67,7 +67,7 @@ def test_a_notify_era_instance_runs_no_schedule_that_reads_or_writes_redis(setti
     settings.ACCOUNTING_RECONCILE_ENABLED = True
     call_command("setup_schedules")
     assert "acct-reconcile-booked" in ours() and "acct-drift-check" in ours()
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    settings.ACCOUNTING_SCHEDULER = "notify"
     call_command("setup_schedules")
     # The drift check stays: without Redis it checks Cuebot's own tables only.
     assert set(ours()) == {"accounting_guardrail", "acct-drift-check", "recalculate_subs"}

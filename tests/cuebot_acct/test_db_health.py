@@ -1,4 +1,4 @@
-"""The per-request connection health check (cuebot_acct.postgresql): no round trip on a live
+"""The per-request connection health check (infra.postgresql): no round trip on a live
 connection, and a connection the server ended is replaced before a request uses it."""
 
 import select

@@ -1,12 +1,12 @@
 """Commands that only print (help, a command's --help, --version) run on any settings, with no
 database and no scheduler named; every command that acts still refuses an unnamed scheduler
-in one line (cuebot_acct.schedulers.require_named, cuebot_acct.startup.only_prints)."""
+in one line (infra.era.require_named, infra.startup.only_prints)."""
 
 import socket
 
 import pytest
 
-from cuebot_acct.startup import only_prints
+from infra.startup import only_prints
 from tests.processes import closed_port, manage
 
 UNNAMED = {"ACCOUNTING_SCHEDULER": "", "DJANGO_DEBUG": "false"}

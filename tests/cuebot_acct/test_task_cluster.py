@@ -109,7 +109,7 @@ def test_losing_postgresql_stops_the_cluster_in_one_line_and_status_1(cluster_en
     assert line.startswith(f"cuebot-acct: cannot reach PostgreSQL at {url} (")
     assert line.endswith(f"the task cluster stopped after {OUTAGE_SECONDS} s without it")
     assert not any("Traceback" in line for line in cluster.lines), "\n".join(cluster.lines)
-    # The pusher waited for its broker (cuebot_acct.taskbroker) rather than died and was reincarnated.
+    # The pusher waited for its broker (infra.taskbroker) rather than died and was reincarnated.
     assert not any("Failed to pull" in line or "reincarnated" in line for line in cluster.lines), cluster.lines
     # The outage, the probe interval (1 s) and the orderly stop.
     assert OUTAGE_SECONDS <= seconds < OUTAGE_SECONDS + 1 + PROMPT_STOP_SECONDS

@@ -63,7 +63,7 @@ def short_run(*, faults: tuple[str, ...] = (), seed: int = 8) -> dict:
 
 @pytest.fixture(autouse=True)
 def maestro(settings):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
 
 
 def release_skips_the_point(monkeypatch):

@@ -106,7 +106,6 @@ def test_the_maestro_size_is_the_proof_farms_and_is_not_mixed_with_a_size_by_han
 
 @pytest.mark.django_db
 def test_in_the_maestro_era_the_demo_farm_seeds_no_redis(settings):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
     settings.ACCOUNTING_SCHEDULER = "maestro"
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     out = seed("--shows", "4", "--hosts", "4", "--procs", "40")

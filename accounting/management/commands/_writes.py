@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from django.core.management.base import BaseCommand, CommandError
 
-from cuebot_acct.writes import Write, WritesOff
+from infra.writes import Write, WritesOff
 
 
 def refused_while_observing(handle: Callable) -> Callable:

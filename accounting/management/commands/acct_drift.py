@@ -2,7 +2,6 @@
 
 import json
 
-from django.conf import settings
 from django.utils import timezone
 
 from accounting.management.commands._show_arg import show_argument
@@ -10,6 +9,7 @@ from accounting.management.commands._writes import DeclaredCommand
 from accounting.operators.drift_views import live_json, redis_shown, table_repair, table_shown
 from accounting.reconcile.cuebot_drift import cuebot_table_drift
 from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
+from infra.era import era
 
 EXPLANATIONS = {
     ROUNDING: "differ only by the scheduler's sum-then-convert rounding",
@@ -45,7 +45,7 @@ class Command(DeclaredCommand):
         show_ids = None if show is None else [show_argument(name=show).id]
         now = timezone.now()
         tables = cuebot_table_drift(show_ids=show_ids)
-        report = drift_report(show_ids=show_ids) if settings.ACCOUNTING_REDIS_ENABLED else None
+        report = drift_report(show_ids=show_ids) if era().keeps_redis else None
         if options["json"]:
             self.stdout.write(json.dumps(live_json(tables=tables, redis=report, now=now, show=show), indent=2))
         else:

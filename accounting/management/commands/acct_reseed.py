@@ -1,6 +1,5 @@
 """acct_reseed: rebuild what the scheduler books against from PostgreSQL's record, in the era the site runs."""
 
-from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
@@ -11,7 +10,7 @@ from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids
 from accounting.reconcile.failover import check_master
 from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
 from accounting.reconcile.reseed import REDIS_RESEED, reseed
-from cuebot_acct.schedulers import cuebot_owns_every_show
+from infra.era import era
 from shows.models import Show
 
 
@@ -43,7 +42,7 @@ class Command(DeclaredCommand):
 
     def handle(self, *args, limits: bool, booked: bool, show: str | None, cuebot_tables: bool, **options) -> None:
         found = show_argument(name=show) if show is not None else None
-        maestro = cuebot_owns_every_show()
+        maestro = era().cuebot_owns_every_show
         if found is not None and found.b_scheduler_managed and cuebot_tables and not maestro:
             raise CommandError(
                 f"show {show!r} is scheduler-managed: its tables are not Cuebot's in this era; nothing changed",
@@ -57,7 +56,7 @@ class Command(DeclaredCommand):
         if tables:
             self._recompute_tables(show_ids=cuebot_owned_show_ids(show_ids=[found.id] if found else None))
             return
-        if not settings.ACCOUNTING_REDIS_ENABLED:
+        if not era().keeps_redis:
             raise CommandError(
                 "the notify era keeps no Redis live view: its scheduler recomputes its own counters from SUM(proc) "
                 "and its limits from the tables; --cuebot-tables (or --show of a Cuebot-managed show) repairs "

@@ -1,8 +1,8 @@
 from django.conf import settings
 
 from accounting.management.commands._writes import DeclaredCommand
-from cuebot_acct.startup import check_services, redact, redis_urls, servers_line
-from cuebot_acct.writes import mode_line
+from infra.startup import check_services, redact, redis_urls, servers_line
+from infra.writes import mode_line
 from shows.attach import check_cuebot_schema
 
 

@@ -5,7 +5,7 @@ from django.core.management.base import CommandError
 
 from accounting.management.commands._writes import DeclaredCommand
 from accounting.operators.auth import grant_permissions, issue_token
-from cuebot_acct.permissions import DECLARED
+from infra.permissions import DECLARED
 
 
 def _permission(text: str) -> str:

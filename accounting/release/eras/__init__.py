@@ -1,4 +1,4 @@
-"""Who counts and who hears a release, in each OpenCue a site may run (cuebot_acct.schedulers).
+"""Who counts and who hears a release, in each OpenCue a site may run (infra.schedulers).
 
 The release path (accounting.release.unbook) asks its era, chosen once per release, what to do
 at its three moments: before any row lock (`publisher.prepare`: the Redis era registers the
@@ -20,7 +20,7 @@ from accounting.release.eras.maestro import MaestroEra
 from accounting.release.eras.notify import NotifyEra
 from accounting.release.eras.redis import RedisAndNotifyEra, RedisEra
 from accounting.release.publish import ReleasePublisher
-from cuebot_acct import schedulers
+from infra import schedulers
 
 __all__ = ["Counting", "ReleaseEra", "publishers_wrapped", "release_era"]
 

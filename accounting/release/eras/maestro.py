@@ -10,7 +10,7 @@ from collections.abc import Collection
 
 from accounting.release.eras.base import Counting, PublishesNothing, SendsNothing
 from accounting.release.types import Branch
-from cuebot_acct import schedulers
+from infra import schedulers
 
 
 class MaestroEra(PublishesNothing, SendsNothing):

@@ -13,7 +13,7 @@ from accounting.notify import send as notify_send
 from accounting.notify.payloads import RELEASE, ReleasedAmount, release_payloads
 from accounting.release.eras.base import FlagOwned, PublishesNothing
 from accounting.release.types import Branch, Release
-from cuebot_acct import metrics, schedulers
+from infra import metrics, schedulers
 
 
 def send_releases(*, cursor, releases: Sequence[Release], commit: bool) -> None:

@@ -13,7 +13,7 @@ from accounting.release.eras.base import FlagOwned, SendsNothing
 from accounting.release.eras.notify import send_releases
 from accounting.release.publish import RedisReleasePublisher, ReleasePublisher
 from accounting.release.types import Branch, Release
-from cuebot_acct import schedulers
+from infra import schedulers
 
 # Bound once: an enum member looked up on its class per release costs a batch a loop's worth of time.
 _SCHEDULER = Branch.SCHEDULER

@@ -20,8 +20,8 @@ from accounting.limits.changes import (
 from accounting.live import keys
 from accounting.live.units import NOT_UNLIMITED_HERE
 from accounting.models import FolderResource, JobResource, Point, Subscription
-from cuebot_acct.metrics import LIMIT_PUBLISH_FAILURES
-from cuebot_acct.permissions import CHANGE_LIMITS
+from infra.metrics import LIMIT_PUBLISH_FAILURES
+from infra.permissions import CHANGE_LIMITS
 from tests.processes import manage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]

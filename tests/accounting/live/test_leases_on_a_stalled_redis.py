@@ -8,7 +8,7 @@ import redis
 
 from accounting.live.leases import LEASE_SECONDS, PREFIX, LockBusy, named_lock
 from accounting.reconcile.reseed import FARM_LOCK, bootstrap_if_empty
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from tests.redis_topology import await_true, redis_server
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Scripts sent on a thread's held connection (LuaScript.run_held, cuebot_acct.redis_factory
+"""Scripts sent on a thread's held connection (LuaScript.run_held, infra.redis_factory
 held_connection): the same commands as through the client, and never a reply read twice."""
 
 import threading
@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from accounting.live.scripts import LuaScript
-from cuebot_acct.redis_factory import build_client, held_connection
+from infra.redis_factory import build_client, held_connection
 from tests.redis_topology import redis_server
 
 ECHO = LuaScript(name="echo", source="return ARGV[1]")

@@ -9,7 +9,7 @@ from accounting.notify.payloads import RELEASE
 
 @pytest.fixture
 def notify_on(settings):
-    settings.ACCOUNTING_NOTIFY_ENABLED = True
+    settings.ACCOUNTING_SCHEDULER = "redis,notify"
 
 
 class Ear:

@@ -18,14 +18,14 @@ from accounting.limits.changes import (
 from accounting.models import JobResource, Point
 from accounting.notify.listen import decode
 from accounting.notify.payloads import LIMIT_CHANGE
-from cuebot_acct.permissions import CHANGE_LIMITS
+from infra.permissions import CHANGE_LIMITS
 from tests.farms import build_farm
 
 pytestmark = pytest.mark.usefixtures("notify_on")
 
 
 def test_notify_alone_writes_no_limit_to_redis(ear, acct_redis, settings):
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "notify"
     farm = build_farm(managed=True)
     set_subscription_limits(subscription=farm.subscription, burst=25000)
     assert len(ear.collect()) == 1

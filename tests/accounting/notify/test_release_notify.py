@@ -9,7 +9,7 @@ from accounting.live import keys
 from accounting.notify.listen import decode
 from accounting.notify.payloads import RELEASE
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct import metrics
+from infra import metrics
 from tests.accounting.pg import protocol_exchanges, release_refused_at_commit
 from tests.accounting.release.test_unbook import hashes, seed_keys
 from tests.farms import build_farm
@@ -114,7 +114,7 @@ def test_a_finished_jobs_release_is_withheld_so_the_store_stays_high(ear):
 def test_the_redis_eras_rule_for_a_finished_job_has_no_part_in_this_era(ear, settings):
     """Withholding a FINISHED job's decrement from Redis (where the scheduler's own reseed runs)
     is the Redis era's rule: in the NOTIFY era, with no Redis, nothing is counted as left high there."""
-    settings.ACCOUNTING_SCHEDULER_RESEEDS, settings.ACCOUNTING_REDIS_ENABLED = True, False
+    settings.ACCOUNTING_SCHEDULER_RESEEDS, settings.ACCOUNTING_SCHEDULER = True, "notify"
     proc = finished_jobs_proc()
     redis_left_high = metrics.RELEASE_WITHHELD.labels(reason="job_finished")._value.get()
     unbook_proc(proc_id=proc.id)
@@ -140,7 +140,7 @@ def test_with_both_eras_on_redis_and_notify_both_carry_the_release(ear, acct_red
 
 
 def test_notify_alone_touches_no_redis(ear, acct_redis, settings):
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "notify"
     farm = build_farm(managed=True)
     proc = farm.add_proc(cores=200)
     unbook_proc(proc_id=proc.id)
@@ -149,7 +149,7 @@ def test_notify_alone_touches_no_redis(ear, acct_redis, settings):
 
 
 def test_notify_off_sends_nothing(ear, settings):
-    settings.ACCOUNTING_NOTIFY_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "redis"
     farm = build_farm(managed=True)
     unbook_proc(proc_id=farm.add_proc(cores=200).id)
     assert ear.collect() == []
@@ -167,7 +167,7 @@ def test_the_notifications_metric_counts_at_commit(ear):
 def test_a_release_that_is_its_own_transaction_sends_its_notification_with_its_commit(ear, settings):
     """BEGIN, the releasing statement (its answer read), then the notification and the COMMIT
     together: three waits on PostgreSQL, where one per statement would be four."""
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "notify"
     farm = build_farm(managed=True)
     unbook_proc(proc_id=farm.add_proc(cores=100).id)  # warm: the flag, the prepared statements
     assert len(ear.collect()) == 1

@@ -18,7 +18,7 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS, drift_report
 from accounting.reconcile.drift_check import run_check
 from accounting.reconcile.reseed import FARM_LOCK, seed_show
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from tests.farms import build_farm
 from tests.processes import closed_port
 from tests.service_role import as_cuebot
@@ -89,7 +89,7 @@ def test_the_overview_names_a_fleet_member_that_does_not_publish(admin_client):
 
 
 def test_maestro_era_the_overview_names_a_stranded_show_with_its_fix_and_asks_for_no_publishing(admin_client, settings):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     stranded, booking = build_farm(managed=True), build_farm(managed=True)
     for farm in (stranded, booking):
         farm.add_frame()
@@ -118,7 +118,7 @@ def test_maestro_era_the_overview_names_a_stranded_show_with_its_fix_and_asks_fo
 
 
 def test_maestro_era_every_show_is_counted_in_cuebots_tables_and_a_flagged_one_is_maestros(admin_client, settings):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"  # no Redis is read
     flagged = build_farm(managed=True)
     flagged.add_proc(cores=250)

@@ -8,8 +8,8 @@ import pytest
 
 from accounting.models import FolderResource, JobResource, Point, Proc, Subscription
 from accounting.operators import limits_api as accounting_api
-from cuebot_acct.api import bad_request, server_error
-from cuebot_acct.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, RELEASE_PROCS, VIEW_ACCOUNTING
+from infra.api import bad_request, server_error
+from infra.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, RELEASE_PROCS, VIEW_ACCOUNTING
 
 NUL = "%00"
 

@@ -1,4 +1,4 @@
-"""What a token may do follows its user's Django permissions (cuebot_acct.permissions): 401
+"""What a token may do follows its user's Django permissions (infra.permissions): 401
 without a valid token, 403 naming the missing permission, and nothing changes."""
 
 import json
@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group, Permission
 from accounting.models import Point, Proc, Subscription
 from accounting.operators.auth import issue_token
 from accounting.ownership import switching
-from cuebot_acct.permissions import (
+from infra.permissions import (
     CHANGE_LIMITS,
     CHANGE_OWNERSHIP,
     RELEASE_PROCS,

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 import accounting.operators.auth
 from accounting.models import ApiToken, Proc
-from cuebot_acct.permissions import RELEASE_PROCS
+from infra.permissions import RELEASE_PROCS
 from tests.accounting.release.test_unbook import hashes, seed_keys
 
 
@@ -200,7 +200,7 @@ def test_healthz_ok_when_everything_answers(db, client, settings):
 
 
 def test_healthz_503_when_accounting_redis_is_down(db, client, settings):
-    from cuebot_acct.redis_factory import accounting_redis
+    from infra.redis_factory import accounting_redis
     from tests.accounting.release.test_publish import closed_port
 
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
@@ -301,7 +301,7 @@ def test_a_first_release_reads_every_name_in_one_query_and_a_second_reads_none(f
 
 
 def test_every_kind_of_release_answer_is_what_the_openapi_schema_declares(farm, post):
-    # The endpoints return their answers rendered, not validated per request (cuebot_acct.api.answered):
+    # The endpoints return their answers rendered, not validated per request (infra.api.answered):
     # this holds a single answer and a batch's released, not-found and job-gone results to the models
     # the OpenAPI schema is built from, strictly (no coercion, nothing extra).
     from accounting.operators.release_api import ReleaseOut, UnbookBatchOut

@@ -16,7 +16,7 @@ from accounting.operators.auth import (
     grant_permissions,
     issue_token,
 )
-from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS
+from infra.permissions import CHANGE_LIMITS, RELEASE_PROCS
 
 
 def user_for_token(*, raw: str):

@@ -14,7 +14,7 @@ from django.urls import reverse
 from accounting.live import keys
 from accounting.live.units import NOT_UNLIMITED_HERE, TOO_FINE, WHOLE_CORES
 from accounting.models import FolderResource, JobResource, Point, Subscription
-from cuebot_acct.permissions import CHANGE_LIMITS
+from infra.permissions import CHANGE_LIMITS
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("seeded_redis")]
 

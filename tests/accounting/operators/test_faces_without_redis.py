@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from accounting.models import Point
 from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK
-from cuebot_acct.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, VIEW_ACCOUNTING
+from infra.permissions import CHANGE_LIMITS, CHANGE_OWNERSHIP, VIEW_ACCOUNTING
 from tests.farms import build_farm
 
 pytestmark = pytest.mark.django_db

@@ -23,7 +23,7 @@ from accounting.models import Point
 from accounting.operators.auth import issue_token
 from accounting.operators.farm_admin import DeclaredAdmin
 from accounting.tasks import SCHEDULES, TASKS, drift_check_task, recalculate_subs_task
-from cuebot_acct.writes import Write
+from infra.writes import Write
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from tests.accounting.operators.test_api_permissions import ENDPOINTS, call
 from tests.accounting.reconcile.test_cuebot_drift import acct_drift
@@ -245,7 +245,7 @@ OUR_APPS = ("accounting", "shows")  # the simulator's commands play Cuebot again
 def api_operations() -> list[tuple[str, str, object]]:
     """(method, path, view) of every operation the API serves, from its routers."""
     import cuebot_acct.urls  # noqa: F401 - the URLconf attaches the routers
-    from cuebot_acct.api import api
+    from infra.api import api
 
     found = []
     for prefix, router in api._routers:
@@ -263,7 +263,7 @@ def test_every_api_operation_that_writes_declares_it_and_the_observer_tests_call
             assert declared is None, f"GET {path} declares a write: a GET must write nothing"
         else:
             assert isinstance(declared, Write), (
-                f"{method} {path} ({view.__name__}) writes without declaring it (cuebot_acct.writes.writes)"
+                f"{method} {path} ({view.__name__}) writes without declaring it (infra.writes.writes)"
             )
     called = {(method.upper(), re.sub(r"\{\w+\}", "{}", url)) for method, url, _, _ in ENDPOINTS}
     served = {(method, re.sub(r"\{\w+\}", "{}", path)) for method, path, _ in api_operations()}

@@ -20,8 +20,8 @@ from django.db import connection, connections
 from accounting.live import keys
 from accounting.models import Proc
 from accounting.operators.release_api import CUT_OFF
-from cuebot_acct.api_types import OutcomeUnknown, OutcomeUnknownOut
-from cuebot_acct.permissions import RELEASE_PROCS
+from infra.api_types import OutcomeUnknown, OutcomeUnknownOut
+from infra.permissions import RELEASE_PROCS
 from tests.accounting.operators.test_release_lane import environ, with_proc
 from tests.accounting.pg import accounting_mismatches
 from tests.accounting.release.test_unbook import hashes, host_idle, seed_keys
@@ -42,7 +42,7 @@ def _dsn() -> str:
 
 def waiting_on(watcher: psycopg.Connection, holder_pid: int) -> int:
     """The backend that waits for a lock `holder_pid` holds, once PostgreSQL has it waiting
-    (no event to await: polled, as tests/cuebot_acct/test_transactions.py does)."""
+    (no event to await: polled, as tests/infra/test_transactions.py does)."""
     deadline = time.monotonic() + 30
     while True:
         row = watcher.execute(

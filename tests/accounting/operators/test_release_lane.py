@@ -22,7 +22,7 @@ from accounting.operators.release_lane import (
     ReleaseLane,
     off_because,
 )
-from cuebot_acct.permissions import RELEASE_PROCS, VIEW_ACCOUNTING
+from infra.permissions import RELEASE_PROCS, VIEW_ACCOUNTING
 from tests.wsgi_client import wsgi_call
 
 
@@ -229,7 +229,7 @@ def test_an_unexpected_error_is_logged_and_answered_500_as_the_api_answers_it(
         raise RuntimeError("names unreadable")
 
     monkeypatch.setattr(accounting.operators.release_lane, "released_one", broken)
-    with caplog.at_level(logging.ERROR, logger="cuebot_acct.api"):
+    with caplog.at_level(logging.ERROR, logger="infra.api"):
         answer, taken = served(environ(f"/api/v1/procs/{proc.id}/unbook", token=token))
 
     assert taken

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from accounting.ownership import switching
-from cuebot_acct.permissions import (
+from infra.permissions import (
     CHANGE_LIMITS,
     CHANGE_OWNERSHIP,
     RELEASE_PROCS,

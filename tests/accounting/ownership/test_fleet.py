@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-import cuebot_acct
+import infra
 from accounting.apps import task_worker_started
 from accounting.models import Instance
 from accounting.ownership import fleet as instances
@@ -25,7 +25,7 @@ from tests.service_role import service_database
 def test_record_instance_upserts_this_process(settings):
     started = timezone.now() - timedelta(minutes=5)
     first = record_instance(role="web", started_at=started)
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     second = record_instance(role="web", started_at=started)
     assert first.pk == second.pk and Instance.objects.count() == 1
     row = Instance.objects.get()
@@ -33,7 +33,7 @@ def test_record_instance_upserts_this_process(settings):
         socket.gethostname(),
         os.getpid(),
         "web",
-        cuebot_acct.__version__,
+        infra.__version__,
     )
     assert row.publishes_to_redis is False  # what the process is now, not what it was
     assert row.started_at == started and row.last_seen >= started

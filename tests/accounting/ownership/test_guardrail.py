@@ -17,6 +17,7 @@ from accounting.models import Instance, Proc
 from accounting.ownership.fleet import STALE_AFTER
 from accounting.ownership.guardrail import MESSAGE, evaluate, run_guardrail
 from accounting.tasks import accounting_guardrail_task
+from infra.era import era
 from shows.models import Job
 from tests.farms import build_farm
 from tests.processes import closed_port
@@ -58,11 +59,11 @@ def stranded_gauge(show: str) -> float | None:
 
 @pytest.fixture
 def maestro(settings):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
 
 
 def test_no_managed_show_is_fine_even_without_publishing(cuebot_farm, settings):
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     instance(host="web-a", pid=1, publishes=False)
     assert run_guardrail().misconfigured is False
     assert gauge() == 0
@@ -81,8 +82,7 @@ def test_maestro_era_flagged_shows_need_no_publishing_and_nothing_advises_redis_
 
 
 def test_managed_show_with_publishing_missing_here_warns_sets_the_gauge_and_the_check(farm, settings, caplog):
-    settings.ACCOUNTING_REDIS_ENABLED = False
-    settings.ACCOUNTING_NOTIFY_ENABLED = True  # while the fleet publishes to Redis
+    settings.ACCOUNTING_SCHEDULER = "notify"  # while the fleet publishes to Redis
     instance(host="web-a", pid=1, publishes=True)
     with caplog.at_level(logging.WARNING, logger="accounting.ownership.guardrail"):
         report = run_guardrail()
@@ -105,7 +105,7 @@ def test_managed_show_with_every_live_instance_publishing_is_fine(farm):
 
 
 def test_fleet_wide_a_live_instance_elsewhere_that_does_not_publish_is_named(farm):
-    assert settings.ACCOUNTING_REDIS_ENABLED  # this process is fine; the fleet is not
+    assert era().keeps_redis  # this process is fine; the fleet is not
     instance(host="web-a", pid=1, publishes=True)
     instance(host="old-cuebot", pid=4242, publishes=False, role="tasks")
     report = run_guardrail()
@@ -204,7 +204,7 @@ def test_the_gauge_is_on_metrics(client, farm):
 
 
 def test_a_notify_era_fleet_is_fine_without_redis(farm, settings):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    settings.ACCOUNTING_SCHEDULER = "notify"
     instance(host="web-a", pid=1, publishes=False, notify=True)
     report = run_guardrail()
     assert report.misconfigured is False and report.fleet == {"notify"}
@@ -214,7 +214,7 @@ def test_a_notify_era_fleet_is_fine_without_redis(farm, settings):
 
 def test_an_instance_that_misses_one_of_the_fleets_eras_is_named(farm, settings):
     """A site moving between eras runs both; an instance with only one leaves the other scheduler high."""
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = True, True
+    settings.ACCOUNTING_SCHEDULER = "redis,notify"
     instance(host="web-a", pid=1, publishes=True, notify=True)
     instance(host="old-web", pid=2, publishes=True, notify=False)
     report = run_guardrail()
@@ -227,7 +227,7 @@ def test_an_instance_that_misses_one_of_the_fleets_eras_is_named(farm, settings)
 
 
 def test_this_process_missing_an_era_the_fleet_uses_is_named(farm, settings):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = True, False
+    settings.ACCOUNTING_SCHEDULER = "redis"
     instance(host="web-a", pid=1, publishes=False, notify=True)
     report = run_guardrail()
     assert report.misconfigured and report.fleet == {"redis", "notify"}
@@ -252,7 +252,7 @@ def test_the_maestro_era_command_says_so(farm, maestro, capsys):
 
 
 def test_the_command_says_which_eras_the_fleet_publishes_on(farm, settings, capsys):
-    settings.ACCOUNTING_NOTIFY_ENABLED = True
+    settings.ACCOUNTING_SCHEDULER = "redis,notify"
     call_command("accounting_guardrail")
     assert (
         capsys.readouterr().out.strip()

@@ -155,7 +155,7 @@ def test_a_switch_on_an_empty_redis_leaves_the_marker_to_the_bootstrap_when_othe
 def test_a_notify_era_switch_writes_no_redis_the_scheduler_seeds_itself(
     busy_cuebot_farm, acct_redis, settings, django_capture_on_commit_callbacks
 ):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, True
+    settings.ACCOUNTING_SCHEDULER = "notify"
     switch(busy_cuebot_farm, managed=True, capture=django_capture_on_commit_callbacks)
     assert acct_redis.keys("*") == []
 
@@ -281,7 +281,7 @@ def test_a_switch_to_the_scheduler_schedules_a_settling_reseed_one_flag_ttl_late
 def released_on_the_old_flag(farm, proc) -> None:
     """A release by a process whose flag cache still said Cuebot: the proc and the PG rows go,
     nothing is registered in flight and nothing reaches Redis."""
-    with override_settings(ACCOUNTING_REDIS_ENABLED=False):  # the Maestro era's release: the five tables only
+    with override_settings(ACCOUNTING_SCHEDULER="maestro"):  # the Maestro era's release: the five tables only
         unbook_proc(proc_id=proc.id)
 
 

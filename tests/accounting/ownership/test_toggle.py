@@ -80,7 +80,7 @@ CUEBOT_ROWS = (
 @pytest.fixture
 def maestro(settings, fresh_accounting_client):
     """Maestro era, with the accounting Redis gone: any call to it would fail the toggle or log a failure."""
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     settings.ACCOUNTING_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
 
 

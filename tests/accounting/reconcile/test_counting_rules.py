@@ -9,7 +9,7 @@ from accounting.reconcile.drift import drift_report
 from accounting.reconcile.reseed import reseed_booked
 from accounting.reconcile.snapshot import booked_rows
 from accounting.release.unbook import unbook_procs
-from cuebot_acct.metrics import RELEASE_WITHHELD
+from infra.metrics import RELEASE_WITHHELD
 from simulator.reconcile import reseed_like_scheduler
 
 pytestmark = pytest.mark.django_db

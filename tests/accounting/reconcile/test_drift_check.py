@@ -12,7 +12,7 @@ from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import check_status, run_check, status_key
 from accounting.reconcile.reseed import seed_show
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from shows.models import Show
 from tests.farms import build_farm
 from tests.processes import closed_port
@@ -102,7 +102,7 @@ def test_maestro_era_checks_cuebots_tables_of_every_show_without_redis(maestro_e
     scraped = client.get("/metrics").content.decode()
     assert f'cuebot_acct_cuebot_table_drift_rows{{show="{flagged.show.str_name}"}} 2.0' in scraped
     # Redis era: the flagged show is the scheduler's, its gauge goes to 0 rather than stay stale.
-    maestro_era.ACCOUNTING_REDIS_ENABLED = True
+    maestro_era.ACCOUNTING_SCHEDULER = "redis"
     assert run_check(CUEBOT_TABLES).drifted == {unflagged.show.str_name: 0}
     assert table_gauge(flagged.show.str_name) == 0
 

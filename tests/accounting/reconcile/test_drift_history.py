@@ -220,7 +220,7 @@ def test_redis_era_a_flagged_shows_redis_subscription_and_a_cuebot_shows_layer(
     seeded_redis.hset(keys.sub(show_id=farm.show.id, alloc_id=farm.alloc.id), "int_cores", 6)
     drift_check_task()
     assert DriftRecord.objects.filter(source="redis").exists()
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     drift_check_task()
     assert not DriftRecord.objects.filter(source="redis").exists()
 
@@ -253,7 +253,7 @@ def test_the_check_writes_its_own_table_only_and_only_what_changed(maestro_era, 
 def test_a_check_that_cannot_read_redis_leaves_the_records_as_they_were(farm, seeded_redis, settings):
     from accounting.reconcile.drift import REDIS_FIELDS
     from accounting.reconcile.drift_check import run_check
-    from cuebot_acct.redis_factory import accounting_redis
+    from infra.redis_factory import accounting_redis
     from tests.processes import closed_port
 
     seed_show(show_id=farm.show.id)

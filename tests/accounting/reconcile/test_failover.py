@@ -17,8 +17,8 @@ from accounting.reconcile.reseed import bootstrap_if_empty, reseed_booked
 from accounting.reconcile.snapshot import booked_rows
 from accounting.release import publish as publisher
 from accounting.release.unbook import unbook_proc
-from cuebot_acct.metrics import counter_total
-from cuebot_acct.redis_factory import (
+from infra.metrics import counter_total
+from infra.redis_factory import (
     BadRedisUrl,
     accounting_redis,
     django_cache,
@@ -60,7 +60,7 @@ def test_a_malformed_sentinel_url_stops_the_process_with_its_name(setting):
 
     done = manage("check", **{setting: "redis+sentinel://sentinel-a:x/acct/0"})
     assert done.returncode == 1
-    (line,) = done.stderr.splitlines()  # every entry point: tests/cuebot_acct/test_bad_settings.py
+    (line,) = done.stderr.splitlines()  # every entry point: tests/infra/test_bad_settings.py
     assert line.startswith(
         f"cuebot-acct: {setting} is 'redis+sentinel://sentinel-a:x/acct/0': sentinel 'sentinel-a:x' "
         "is not host:port; accepted: "
@@ -77,7 +77,7 @@ def test_cache_and_broker_run_on_django_redis_sentinel_support(topology):
     from django_redis.cache import RedisCache
 
     entry = django_cache(url=topology.url(1), options={"CLIENT_CLASS": "django_redis.client.DefaultClient"})
-    assert entry["OPTIONS"]["CONNECTION_FACTORY"] == "cuebot_acct.redis_factory.DjangoRedisSentinelConnectionFactory"
+    assert entry["OPTIONS"]["CONNECTION_FACTORY"] == "infra.redis_factory.DjangoRedisSentinelConnectionFactory"
     cache = RedisCache(entry["LOCATION"], {"OPTIONS": entry["OPTIONS"]})
     cache.set("sentinel-probe", 42)
     assert cache.get("sentinel-probe") == 42

@@ -15,7 +15,7 @@ from accounting.tasks import (
     reconcile_limits,
     watch_empty_redis,
 )
-from cuebot_acct.permissions import CHANGE_LIMITS
+from infra.permissions import CHANGE_LIMITS
 from tests.accounting.pg import accounting_mismatches
 
 pytestmark = pytest.mark.django_db

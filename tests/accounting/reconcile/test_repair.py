@@ -12,10 +12,10 @@ from prometheus_client import REGISTRY
 
 from accounting.models import LayerResource
 from accounting.reconcile.recompute import TABLES, Repair, recompute_pg_accounting, repair_pg_accounting
-from cuebot_acct.metrics import RECOMPUTED_TABLES
+from infra.metrics import RECOMPUTED_TABLES
 from simulator.pg_truth import mismatches
-from tests.cuebot_acct.test_transactions import behind_cuebot
 from tests.farms import Farm, build_farm
+from tests.infra.test_transactions import behind_cuebot
 from tests.service_role import as_cuebot
 
 ROWS = (

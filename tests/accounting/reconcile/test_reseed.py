@@ -17,8 +17,8 @@ from accounting.reconcile.reseed import (
     seed_show,
 )
 from accounting.release.unbook import unbook_proc
-from cuebot_acct.metrics import RESEED_SKIPPED, RESEED_WRITES_REFUSED
-from cuebot_acct.redis_factory import accounting_redis
+from infra.metrics import RESEED_SKIPPED, RESEED_WRITES_REFUSED
+from infra.redis_factory import accounting_redis
 from tests.farms import build_farm
 from tests.redis_topology import redis_server
 

@@ -23,8 +23,8 @@ from tests.accounting.release.test_unbook import (
     host_idle,
     seed_keys,
 )
-from tests.cuebot_acct.test_transactions import behind_cuebot, retries
 from tests.farms import build_farm, unique
+from tests.infra.test_transactions import behind_cuebot, retries
 from tests.service_role import as_cuebot
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from accounting.models import FolderResource, JobResource, LayerResource, Point,
 from accounting.release.eras import release_era
 from accounting.release.types import Branch
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct import schedulers
+from infra.era import MAESTRO
 from tests.accounting.release.test_unbook import booked, host_idle
 from tests.farms import build_farm
 
@@ -24,7 +24,7 @@ CLOSED_PORT_REDIS = "redis://127.0.0.1:1/0"
 
 @pytest.fixture(autouse=True)
 def maestro(settings):
-    settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = False, False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     settings.ACCOUNTING_REDIS_URL = CLOSED_PORT_REDIS
 
 
@@ -59,8 +59,8 @@ def truth(farm) -> dict[str, tuple[int, int]]:
     }
 
 
-def test_the_maestro_era_is_what_both_flags_off_name():
-    assert schedulers.current() == schedulers.MAESTRO
+def test_the_release_runs_the_era_the_setting_names():
+    assert release_era().name == MAESTRO
     assert release_era().name == "maestro" and not release_era().reads_before_lock
 
 

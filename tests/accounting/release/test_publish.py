@@ -22,7 +22,7 @@ from accounting.release.publish import (
     breaker,
 )
 from accounting.release.unbook import unbook_proc
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from tests.accounting.release.test_unbook import hashes, seed_keys
 from tests.processes import closed_port
 
@@ -72,9 +72,9 @@ def evalsha_sends(monkeypatch):
 def test_publisher_is_chosen_by_the_setting_at_call_time(settings):
     from accounting.release.eras import release_era
 
-    settings.ACCOUNTING_REDIS_ENABLED = True
+    settings.ACCOUNTING_SCHEDULER = "redis"
     assert isinstance(release_era().publisher, RedisReleasePublisher)
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     assert isinstance(release_era().publisher, NoopReleasePublisher)
 
 

@@ -9,7 +9,7 @@ from accounting.models import Proc
 from accounting.release.eras import publishers_wrapped, release_era
 from accounting.release.publish import RedisReleasePublisher, breaker
 from accounting.release.unbook import unbook_proc
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from tests.accounting.release.test_unbook import hashes, seed_keys
 from tests.processes import closed_port
 

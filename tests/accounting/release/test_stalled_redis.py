@@ -16,7 +16,7 @@ from django.db import connection, connections
 from accounting.live import keys, scripts
 from accounting.release import publish
 from accounting.release.unbook import unbook_proc
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from shows.models import Host
 from tests.farms import build_farm
 from tests.redis_topology import redis_server

@@ -23,7 +23,7 @@ from accounting.reconcile.cuebot_drift import LOCK_ORDER
 from accounting.release import unbook
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct.metrics import RELEASE_WITHHELD
+from infra.metrics import RELEASE_WITHHELD
 from shows.models import Alloc, Host, HostStat, Job
 from tests.accounting.pg import accounting_mismatches, protocol_exchanges, release_refused_at_commit
 from tests.farms import build_farm, unique
@@ -462,7 +462,7 @@ def test_missing_keys_are_not_created_and_counters_clamp_at_zero(farm, acct_redi
 def test_redis_disabled_is_the_maestro_era_which_credits_the_tables_and_publishes_nothing(
     farm, acct_redis, django_capture_on_commit_callbacks, settings
 ):
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     proc = farm.add_proc(cores=200)
     names = seed_keys(acct_redis, farm, cores=2)
 
@@ -536,7 +536,7 @@ def test_round_trips_of_a_scheduler_managed_release_with_a_warm_flag(
     from django.test.utils import CaptureQueriesContext
     from django_redis import get_redis_connection
 
-    from cuebot_acct.redis_factory import accounting_redis
+    from infra.redis_factory import accounting_redis
 
     procs = [farm.add_proc(cores=100) for _ in range(5)]
     with django_capture_on_commit_callbacks(execute=True):  # warm: the flag is kept, the statements prepared

@@ -1,11 +1,11 @@
 """ACCOUNTING_WRITES as a process reads it: its default follows who made Cuebot's tables, and each
-process says at start whether it writes or only observes (cuebot_acct.writes)."""
+process says at start whether it writes or only observes (infra.writes)."""
 
 import pytest
 import redis
 
-from cuebot_acct.startup import settings_of_failed_redis
-from cuebot_acct.writes import mode_line
+from infra.startup import settings_of_failed_redis
+from infra.writes import mode_line
 from tests.processes import manage
 
 PRINT_WRITES = "from django.conf import settings; print(settings.ACCOUNTING_WRITES)"
@@ -34,7 +34,7 @@ def test_the_start_up_line_says_what_the_instance_may_change(settings):
     assert mode_line() == (
         "ACCOUNTING_WRITES=off: this instance observes and writes nothing of Cuebot's (nor the scheduler's Redis counters)"
     )
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     assert mode_line() == "ACCOUNTING_WRITES=off: this instance observes and writes nothing of Cuebot's"
     settings.ACCOUNTING_WRITES = True
     assert mode_line() == "ACCOUNTING_WRITES=on: this instance writes Cuebot's tables when its faces are asked to"
@@ -49,7 +49,7 @@ def test_a_failed_redis_call_names_the_setting_of_the_redis_it_went_to(settings)
     assert settings_of_failed_redis(redis.ConnectionError("Error connecting to sentinel-b:26380.")) == [
         "TASK_BROKER_REDIS_URL"
     ]
-    settings.ACCOUNTING_REDIS_ENABLED = False
+    settings.ACCOUNTING_SCHEDULER = "maestro"
     assert settings_of_failed_redis(redis.TimeoutError("Timeout reading from socket")) == [
         "CACHE_REDIS_URL",
         "TASK_BROKER_REDIS_URL",

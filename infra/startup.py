@@ -10,12 +10,13 @@ import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 
-from cuebot_acct.bad_setting import BadSetting
-from cuebot_acct.outages import first_line, is_postgresql_outage
-from cuebot_acct.redis_factory import build_client, sentinel_target
+from infra.bad_setting import BadSetting
+from infra.era import era
+from infra.outages import first_line, is_postgresql_outage
+from infra.redis_factory import build_client, sentinel_target
 
 # The one URL redactor (PostgreSQL's URLs too), by the name the commands that print a server use.
-from cuebot_acct.redis_factory import hide_password as redact
+from infra.redis_factory import hide_password as redact
 
 
 class StartupRefused(Exception):
@@ -73,7 +74,7 @@ def redis_urls() -> dict[str, str]:
     """Every Redis the process talks to, by the setting that names it: none in the Maestro era
     where no URL is set."""
     urls = {setting: getattr(settings, setting) for setting in ("CACHE_REDIS_URL", "TASK_BROKER_REDIS_URL")}
-    if settings.ACCOUNTING_REDIS_ENABLED:
+    if era().keeps_redis:
         urls["ACCOUNTING_REDIS_URL"] = settings.ACCOUNTING_REDIS_URL
     return {setting: url for setting, url in urls.items() if url}
 
@@ -166,10 +167,10 @@ def run_with_clear_service_errors(argv: list[str], *, serving: dict[str, Callabl
     once, in one line, when they could not work (the development key, a service down)."""
     from django.core.management import execute_from_command_line
 
-    from cuebot_acct import schedulers
+    from infra.era import let_printing_through
 
     if only_prints(argv):
-        schedulers.let_printing_through()
+        let_printing_through()
     try:
         if len(argv) > 1 and argv[1] in serving:
             import django

@@ -1,14 +1,6 @@
-"""What counts as "a backing service is not answering", and a log filter that reports it in one line.
-
-While PostgreSQL or Redis is down, every periodic job of a process (the instance heartbeat,
-django-q2's scheduler, its monitor saving results) fails the same way, and each failure logged
-with a traceback buries the one fact an operator needs, which service at which address, under
-dozens of lines of library frames. An outage is a condition, not a bug in the code: the filter
-keeps the record (its level, its message) and replaces the traceback with the error's first
-line. Any other exception keeps its traceback, including PostgreSQL errors that are not about
-the connection (a deadlock or a cancelled statement is an OperationalError too, and its
-traceback matters).
-"""
+"""What counts as "a backing service is not answering", and a log filter that reports it in one
+line (which service, at which address) instead of a traceback: an outage is a condition, not a
+bug in the code, and dozens of library frames per periodic job would bury that one fact."""
 
 import logging
 
@@ -62,6 +54,8 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+# Any other exception keeps its traceback, including PostgreSQL errors that are not about the
+# connection (a deadlock or a cancelled statement is an OperationalError too).
 class OutageInOneLine(logging.Filter):
     """On a handler: a record whose exception is an outage loses its traceback and gains the
     error's first line, so one failed call is one log line."""

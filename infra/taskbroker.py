@@ -1,17 +1,6 @@
-"""The task cluster's brokers (django-q2's Redis broker, through the django-redis "broker" cache,
-or its broker on the Django ORM where no TASK_BROKER_REDIS_URL is set), made quiet and prompt
-while their server is down.
-
-django-q2's pusher treats a failed dequeue as a dead broker: it logs a traceback, sleeps 10 s
-and exits, and the sentinel starts a new pusher, which does the same, for as long as the server
-is down; a SIGTERM meanwhile waits out the sleep. And the cluster's status key, written every
-half second, logs one error per write. Whether the cluster should go on at all is decided in
-one place, the watchdog of `cuebot_acct.taskcluster`, which names the outage in one line and
-stops the cluster when it lasts. So here a dequeue that cannot reach its server waits a moment
-and returns nothing (the pusher then checks its stop event, as after an empty queue), and a
-status write that cannot reach it is skipped (the key lives 3 s and only feeds `qmonitor`).
-Anything else fails as django-q2 would have it fail.
-"""
+"""The task cluster's brokers (django-q2's on Redis, or on the Django ORM where no
+TASK_BROKER_REDIS_URL is set), quiet and prompt while their server is down: whether the
+cluster goes on is decided once, by the watchdog of cuebot_acct.taskcluster."""
 
 import logging
 import threading
@@ -21,7 +10,7 @@ from django_q.brokers import Broker
 from django_q.brokers.orm import ORM
 from django_q.brokers.redis_broker import Redis
 
-from cuebot_acct.outages import is_postgresql_outage
+from infra.outages import is_postgresql_outage
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +20,12 @@ logger = logging.getLogger(__name__)
 RETRY_PAUSE_SECONDS = 1.0
 
 
+# django-q2's pusher treats a failed dequeue as a dead broker: it logs a traceback, sleeps 10 s
+# and exits, and the sentinel starts another that does the same (a SIGTERM meanwhile waits out the
+# sleep); the cluster's status key, written every half second, logs an error per write. Here a
+# dequeue that cannot reach its server waits a moment and returns nothing (the pusher then checks
+# its stop event, as after an empty queue), and such a status write is skipped (the key lives 3 s
+# and only feeds qmonitor). Anything else fails as django-q2 would have it fail.
 class OutageTolerant(Broker):
     """Put before a django-q2 broker: its dequeue and status write, tolerant of the outages
     `unreachable` recognises."""

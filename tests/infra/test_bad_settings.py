@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from cuebot_acct.bad_setting import BadSetting
-from cuebot_acct.redis_factory import check_redis_url
+from infra.bad_setting import BadSetting
+from infra.redis_factory import check_redis_url
 from tests.processes import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))

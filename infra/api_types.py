@@ -1,12 +1,5 @@
-"""Input types shared by every endpoint of the API.
-
-PostgreSQL text cannot hold a NUL character: a string carrying one reaches the database
-only to fail there (a 500). Every string that is used to look something up is this type,
-so such input is refused up front with a 422 and nothing is touched. The error schemas
-below document the answers every endpoint may give (docs/api.md, "Errors"). The bearer token
-of a request is read here once, for every reader of it (the API's authentication, the release
-lane, the browser middleware that a token request skips).
-"""
+"""Input types, error schemas and the bearer token's reading shared by every endpoint of the API
+(docs/api.md, "Errors")."""
 
 from typing import Annotated, Any, Literal
 
@@ -15,6 +8,8 @@ from ninja.errors import HttpError
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 
+# PostgreSQL text cannot hold a NUL: a string carrying one would fail in the database (a 500).
+# Every string used to look something up is DbText, so such input is a 422 and touches nothing.
 def storable(value: str) -> str:
     if "\x00" in value:
         raise ValueError("must not contain NUL characters")
@@ -29,7 +24,7 @@ DbText = Annotated[str, AfterValidator(storable), WithJsonSchema({"type": "strin
 class JsonNumber:
     """A JSON number written with a fraction or an exponent (`2.5`, `1e3`), kept as its text.
 
-    The API's parser (cuebot_acct.api.JsonOnly) reads such numbers into this instead of a
+    The API's parser (infra.api.JsonOnly) reads such numbers into this instead of a
     float: a float cannot hold 0.1 or 2.675 exactly, and cores are stored in exact
     hundredths, so a cores field reads the digits the client wrote. Every other field
     refuses it, as it refused a float: a JSON integer (an int) is all a count takes."""
@@ -71,7 +66,7 @@ class InvalidOut(Schema):
     )
 
 
-# The error answers of an endpoint, for its `response=` (cuebot_acct.api makes them JSON).
+# The error answers of an endpoint, for its `response=` (infra.api makes them JSON).
 LOOKUP_ERRORS = {404: ErrorOut, 422: InvalidOut}
 AUTH_ERRORS = {401: ErrorOut, 403: MissingPermissionOut}
 
@@ -82,7 +77,7 @@ class WritesOffOut(Schema):
     grant: str = Field(description="What the write needs beyond the observer's SELECT, with ACCOUNTING_WRITES=on.")
 
 
-# A face that writes: also refused, 403 with the setting named, while ACCOUNTING_WRITES is off.
+# An operation that writes: also refused, 403 with the setting named, while ACCOUNTING_WRITES is off.
 WRITE_ERRORS = {401: ErrorOut, 403: MissingPermissionOut | WritesOffOut}
 
 

@@ -1,20 +1,5 @@
 """Rerun a whole transaction that PostgreSQL rolled back as a deadlock victim (40P01) or a
-serialization failure (40001).
-
-Why a rerun is safe here, and only here: PostgreSQL aborted the transaction whole, so the
-attempt had no effect in PostgreSQL, and nothing reached Redis, because every Redis write
-of a transaction runs in `transaction.on_commit`, which only the attempt that commits
-fires (Django drops the callbacks of a rolled-back block). The only trace an aborted
-release can leave is its `acct:inflight` entry, written before the block ends: it adds the
-released amounts to a reseed while it lives and then expires (Redis high for at most the
-TTL, the safe direction). A rerun is a fresh transaction that reads everything again (a
-proc released meanwhile is simply not found), so it is not a resend of a release whose
-outcome is unknown, which stays forbidden.
-
-This holds only when the function opens the outermost transaction. Inside a caller's
-transaction the abort took the caller's earlier work with it, and only the caller can
-redo that: the error propagates unchanged.
-"""
+serialization failure (40001), when the caller opened the outermost transaction."""
 
 import logging
 import time
@@ -24,7 +9,7 @@ from typing import TypeVar
 from django.db import OperationalError, connection
 from redis.backoff import FullJitterBackoff
 
-from cuebot_acct import metrics
+from infra import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +29,13 @@ def sqlstate(error: BaseException) -> str | None:
     return getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None)
 
 
+# Why a rerun is safe: PostgreSQL aborted the transaction whole, and every Redis write of a
+# transaction runs in transaction.on_commit, which only the attempt that commits fires. The only
+# trace an aborted release leaves is its acct:inflight entry, which adds the released amounts to
+# a reseed while it lives and then expires (Redis high for at most the TTL, the safe direction).
+# A rerun reads everything again (a proc released meanwhile is not found), so it is no resend of
+# a release whose outcome is unknown, which stays forbidden. Inside a caller's transaction the
+# abort took the caller's earlier work too, which only the caller can redo: the error propagates.
 def retry_transient(fn: Callable[[], T], *, operation: str) -> T:
     """Run fn (which opens its own transaction.atomic()); rerun it on 40P01/40001, at most
     ATTEMPTS times in all, when it is the outermost transaction. Reruns are counted in

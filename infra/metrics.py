@@ -198,7 +198,7 @@ BOOTSTRAPS = Counter(
 )
 
 
-# Transactions rerun after PostgreSQL rolled them back whole (cuebot_acct.transactions).
+# Transactions rerun after PostgreSQL rolled them back whole (infra.transactions).
 
 TRANSACTION_RETRIES = Counter(
     "cuebot_acct_transaction_retries_total",

@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.db import OperationalError, connection
 
-from cuebot_acct.outages import OutageInOneLine, is_outage
+from infra.outages import OutageInOneLine, is_outage
 from tests.processes import closed_port
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from accounting.models import JobResource, Proc
-from cuebot_acct.permissions import CHANGE_LIMITS, RELEASE_PROCS
+from infra.permissions import CHANGE_LIMITS, RELEASE_PROCS
 
 pytestmark = pytest.mark.django_db
 

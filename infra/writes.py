@@ -1,14 +1,6 @@
-"""ACCOUNTING_WRITES: whether this instance changes anything of Cuebot's, or only observes.
-
-A site on current OpenCue wants to see drift, stranded shows and its counters in cores before it
-lets a new service write its farm's tables. With writes off the service runs under a role that
-may only SELECT Cuebot's tables (shows.attach lists both roles' grants). Each kind of write is
-one `Write`, beside its service, which `require()`s it before its first statement: while
-observing that raises WritesOff, one sentence naming this setting and the grant the write needs.
-Every face that writes declares its Write (API operations and pages here, admin faces, commands
-and tasks in theirs) and each kind of face answers the refusal in its one form: the API's JSON
-body, a page's 403 line, a command's CommandError, a task's warning. Tests enumerate the faces.
-"""
+"""ACCOUNTING_WRITES: whether this instance changes anything of Cuebot's, or only observes (a
+site on current OpenCue watches drift and its counters before it lets a new service write).
+Each kind of write is one `Write`, declared beside its service, which refuses it while observing."""
 
 import functools
 from collections.abc import Callable
@@ -18,14 +10,20 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseForbidden
 
+from infra.era import era
+
 # How the setting is spelt; unset, it follows OPENCUE_TABLES (settings).
 WRITES_WORDS = {"on": True, "true": True, "off": False, "false": False}
 # What a write of the scheduler's Redis counters (the Redis era's reseeds and rebuilds) needs.
 REDIS_ONLY = "no grant in PostgreSQL (it writes the scheduler's acct:* counters in Redis)"
 
 
+# While observing the service runs under a role that may only SELECT Cuebot's tables
+# (shows.attach lists both roles' grants). Every entry point that writes (API operations, pages,
+# admin actions, commands, tasks) declares its Write and answers the refusal in its own form:
+# the API's JSON body, a page's 403 line, a command's CommandError, a task's warning.
 class WritesOff(Exception):
-    """A write face was asked to change something while ACCOUNTING_WRITES is off."""
+    """An entry point that writes was asked to change something while ACCOUNTING_WRITES is off."""
 
     def __init__(self, *, action: str, grant: str) -> None:
         self.action, self.grant = action, grant
@@ -65,14 +63,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def writes(write: Write, *, refused: Callable[[Write], Any] = Write.require) -> Callable[[F], F]:
-    """Declare that a face makes `write`: while observing, `refused(write)` answers in its stead, by
-    default WritesOff before its body runs (an API operation's, which the API answers); a page's
-    view is declared with refused=refused_page."""
+    """Declare that an entry point (a view, an API operation, an action) makes `write`: while
+    observing, `refused(write)` answers in its stead, by default WritesOff before its body runs
+    (an API operation's, which the API answers); a page's view is declared with refused=refused_page."""
 
-    def declare(face: F) -> F:
-        @functools.wraps(face)
+    def declare(entry: F) -> F:
+        @functools.wraps(entry)
         def declared(*args, **kwargs):
-            return face(*args, **kwargs) if write.allowed else refused(write)
+            return entry(*args, **kwargs) if write.allowed else refused(write)
 
         declared.writes = write  # type: ignore[attr-defined]
         return declared  # type: ignore[return-value]
@@ -89,12 +87,12 @@ def refused_page(write: Write) -> HttpResponse:
 def mode_line() -> str:
     """What a process says at start about what it may change."""
     if writes_on():
-        redis = " and the scheduler's Redis counters" if settings.ACCOUNTING_REDIS_ENABLED else ""
+        redis = " and the scheduler's Redis counters" if era().keeps_redis else ""
         return f"ACCOUNTING_WRITES=on: this instance writes Cuebot's tables{redis} when its faces are asked to"
-    redis = " (nor the scheduler's Redis counters)" if settings.ACCOUNTING_REDIS_ENABLED else ""
+    redis = " (nor the scheduler's Redis counters)" if era().keeps_redis else ""
     return f"ACCOUNTING_WRITES=off: this instance observes and writes nothing of Cuebot's{redis}"
 
 
 def template_context(request) -> dict:
-    """For every page: whether writes are on, and an observer's reason for the faces it leaves out."""
+    """For every page: whether writes are on, and an observer's reason for the actions it leaves out."""
     return {"accounting_writes": writes_on(), "observing": mode_line()}

@@ -4,7 +4,7 @@ The release path sends some statements through psycopg cursors Django does not m
 (prepared server-side statements; several statements in one simple query). They still go
 through Django's cursor wrapper, as every other statement does: the query log, execute
 wrappers and Django's error translation (a deadlock raised as the OperationalError that
-`cuebot_acct.transactions` reruns).
+`infra.transactions` reruns).
 """
 
 import psycopg

@@ -1,21 +1,5 @@
-"""The one place Redis clients are built: accounting, cache and task broker alike.
-
-Every role takes a plain URL (`redis://host:port/db`) or a Sentinel one,
-`redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>`: the client
-then asks the sentinels for the current master, and asks again after a connection to it
-fails, so a failover needs no restart. The password is the data nodes'; the sentinels
-are reached without one. The accounting client uses redis-py's Sentinel pool directly;
-the cache and the task broker (django-q2 runs on the django-redis "broker" cache) use
-django-redis's own Sentinel connection factory, set up by `django_cache()`.
-
-Retry policy, decided on purpose: redis-py retries a command on connection errors and
-timeouts by default. A release script that timed out may already have run on the
-server, so resending it could decrement twice, the one bug this service must never
-have. Every client built here has retries switched off; a failed call fails once and
-the caller decides (the release publisher logs it and lets the recompute heal Redis
-high). A pooled connection that died while idle is still replaced before use:
-redis-py checks it when handing it out, which is before anything is sent.
-"""
+"""Every Redis client of the service (accounting, cache, task broker) is built here, from a
+plain URL or a Sentinel one, and none of them retries a command."""
 
 import os
 import threading
@@ -32,8 +16,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from cuebot_acct.bad_setting import BadSetting
+from infra.bad_setting import BadSetting
 
+# A Sentinel URL: the client asks the sentinels for the current master, and asks again after a
+# connection to it fails, so a failover needs no restart. The password is the data nodes'; the
+# sentinels are reached without one. The accounting client uses redis-py's Sentinel pool; the
+# cache and the task broker (django-q2 on the django-redis "broker" cache) use django-redis's
+# Sentinel connection factory, set up by django_cache().
 SENTINEL_SCHEME = "redis+sentinel://"
 SENTINEL_DEFAULT_PORT = 26379
 SENTINEL_FORM = "redis+sentinel://[:password@]host:port[,host:port...]/<master name>/<db>"
@@ -106,6 +95,11 @@ def check_redis_url(*, setting: str, url: str) -> None:
     raise BadSetting(setting=setting, problem=f"is {hide_password(url)!r}: {reason}", accepted=ACCEPTED_FORMS)
 
 
+# redis-py retries a command on connection errors and timeouts by default. A release script that
+# timed out may already have run on the server, so a resend could decrement twice, the one bug
+# this service must never have: a failed call fails once and the caller decides (the release
+# publisher logs it and the recompute heals Redis high). A pooled connection that died while
+# idle is still replaced before use: redis-py checks it when handing it out.
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), retries=0)
 
@@ -206,7 +200,7 @@ def django_cache(*, url: str, options: dict) -> dict:
         "LOCATION": [f"redis://{target.master_name}/{target.db}"],
         "OPTIONS": {
             **options,
-            "CONNECTION_FACTORY": "cuebot_acct.redis_factory.DjangoRedisSentinelConnectionFactory",
+            "CONNECTION_FACTORY": "infra.redis_factory.DjangoRedisSentinelConnectionFactory",
             "SENTINELS": list(target.sentinels),
             "PASSWORD": target.password,
         },

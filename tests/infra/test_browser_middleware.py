@@ -8,7 +8,7 @@ from django.contrib.sessions.models import Session
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from cuebot_acct.permissions import RELEASE_PROCS
+from infra.permissions import RELEASE_PROCS
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_token_release_reads_nothing_for_sessions_or_users(farm, client, token
     assert "django_session" not in touched and "auth_user" not in touched and "api_token" not in touched
 
 
-# The header read by the API's one parser (cuebot_acct.api_types.bearer_token), as django-ninja reads
+# The header read by the API's one parser (infra.api_types.bearer_token), as django-ninja reads
 # it: the scheme in any case, and a bare scheme is an empty token, which the endpoint refuses.
 @pytest.mark.parametrize("authorization", ["bearer not-a-token", "BEARER not-a-token", "Bearer"])
 def test_a_wrong_token_is_401_with_no_session_either(db, client, authorization):

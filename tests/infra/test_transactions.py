@@ -1,5 +1,5 @@
 """Deadlocks and serialization failures: the lock order of a release, and the rerun of an
-outermost release or recompute that PostgreSQL aborted (cuebot_acct.transactions).
+outermost release or recompute that PostgreSQL aborted (infra.transactions).
 
 The deadlocks are real and forced step by step: a second PostgreSQL session (its own
 thread and connection) locks a row, the release or recompute runs up to a chosen
@@ -25,7 +25,7 @@ from accounting.ownership import switching
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.release.types import Branch
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct.transactions import ATTEMPTS, retry_transient, sqlstate
+from infra.transactions import ATTEMPTS, retry_transient, sqlstate
 from shows.models import Show
 from tests.accounting.pg import accounting_mismatches, drift_all_tables
 from tests.accounting.release.test_unbook import booked, hashes, host_idle, seed_keys

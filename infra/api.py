@@ -21,8 +21,8 @@ from ninja.parser import Parser
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 
-from cuebot_acct.api_types import JsonNumber, MissingPermission, NotJson, OutcomeUnknown
-from cuebot_acct.writes import WritesOff
+from infra.api_types import JsonNumber, MissingPermission, NotJson, OutcomeUnknown
+from infra.writes import WritesOff
 
 log = logging.getLogger(__name__)
 

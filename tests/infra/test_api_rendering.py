@@ -1,4 +1,4 @@
-"""The API's answers are written by orjson (cuebot_acct.api.OrjsonRenderer), in the JSON ninja's
+"""The API's answers are written by orjson (infra.api.OrjsonRenderer), in the JSON ninja's
 own encoder wrote before: the same values, datetimes in Django's format."""
 
 import json
@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from ninja.responses import NinjaJSONEncoder
 
-from cuebot_acct.api import OrjsonRenderer, api
+from infra.api import OrjsonRenderer, api
 
 
 def test_the_api_renders_with_orjson():
