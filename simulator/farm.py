@@ -10,7 +10,8 @@ from django.core.cache import cache
 from django.db import connection, transaction
 
 from accounting.live import keys
-from cuebot_acct.redis_factory import accounting_redis
+from infra.era import era
+from infra.redis_factory import accounting_redis
 from shows.models import (
     Alloc,
     Dept,
@@ -21,7 +22,6 @@ from shows.models import (
     Show,
 )
 from shows.selectors import flag_cache_key
-from simulator import service_era
 from simulator.farm_builder import KB_PER_GB
 from simulator.farm_rules import refuse_without_cuebots_rights
 from simulator.invariants import farm_keys
@@ -105,7 +105,7 @@ def remove_sim_farm() -> None:
         params = {"shows": show_ids, "allocs": alloc_ids, "depts": dept_ids, "facilities": facility_ids}
         for statement in REMOVE_STATEMENTS:
             cursor.execute(statement, params)
-    if service_era.keeps_accounting_redis():  # only the Redis era has the scheduler's keys to clear
+    if era().keeps_redis:  # only the Redis era has the scheduler's keys to clear
         client = accounting_redis()
         for start in range(0, len(redis_keys), 1000):
             client.delete(*redis_keys[start : start + 1000])

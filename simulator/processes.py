@@ -28,7 +28,7 @@ from django.conf import settings
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from cuebot_acct.serving import gunicorn_args
+from infra.serving import gunicorn_args
 from simulator import service_era
 
 ROOT = Path(__file__).resolve().parent.parent  # the project root, where gunicorn finds cuebot_acct
@@ -162,7 +162,7 @@ class WebServer:
 
 @contextmanager
 def web_server(*, token: str, database_url: str | None = None) -> Iterator[WebServer]:
-    """gunicorn as deployed (cuebot_acct.serving), on this run's database (as `database_url`'s
+    """gunicorn as deployed (infra.serving), on this run's database (as `database_url`'s
     role when given) and Redis, with the run's settings, its era included, where the simulation
     overrides them."""
     port = _free_port()

@@ -1,31 +1,19 @@
-"""The one place the simulator sets or asks the service's era (cuebot_acct.schedulers): an era
-run holds its own for the length of the run, and the farm's clean-up and the web server follow
-the era in force."""
+"""The one place the simulator sets the service's era (infra.era): a NOTIFY or Maestro run holds
+its own for the length of the run (the Redis era's run keeps the one it was started in), and the
+web server it starts is told the era in force."""
 
-from django.conf import settings
 from django.test.utils import override_settings
 
-from cuebot_acct import schedulers
+from infra.era import OLD_SWITCHES, era
 
 
 def held(name: str):
-    """The service in era `name` (schedulers.REDIS, NOTIFY or MAESTRO) for the block, as a site
-    sets it; the Redis era's run keeps the era it was started in."""
-    if name == schedulers.REDIS:
-        return override_settings()
-    redis, notify = schedulers.flags_of(name=name)
-    return override_settings(ACCOUNTING_REDIS_ENABLED=redis, ACCOUNTING_NOTIFY_ENABLED=notify)
-
-
-def keeps_accounting_redis() -> bool:
-    """Only the Redis era has the scheduler's acct:* keys."""
-    return settings.ACCOUNTING_REDIS_ENABLED
+    """The service in era `name` (infra.era.NOTIFY, MAESTRO...) for the block, as a site sets it."""
+    return override_settings(ACCOUNTING_SCHEDULER=name)
 
 
 def environment() -> dict[str, str]:
-    """The era in force, for a process the run starts (the web server)."""
-    return {
-        "ACCOUNTING_SCHEDULER": schedulers.current(),
-        "ACCOUNTING_REDIS_ENABLED": str(settings.ACCOUNTING_REDIS_ENABLED),
-        "ACCOUNTING_NOTIFY_ENABLED": str(settings.ACCOUNTING_NOTIFY_ENABLED),
-    }
+    """The era in force, for a process the run starts (the web server): its name, and the old
+    switches in step with it (an environment that named them otherwise is refused at start-up)."""
+    now = era()
+    return {"ACCOUNTING_SCHEDULER": now.name, **dict(zip(OLD_SWITCHES, map(str, now.old_switches)))}

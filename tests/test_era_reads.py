@@ -31,7 +31,6 @@ NOT_YET_CONVERTED = (
     "accounting/reconcile/drift.py",
     "accounting/reconcile/cuebot_drift.py",
     "accounting/reconcile/drift_check.py",
-    "simulator/",
 )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import connection, connections, transaction
 from prometheus_client import REGISTRY
 
-from cuebot_acct import schedulers
+from infra.era import MAESTRO
 from simulator import pg_truth, service_era
 from simulator.era import Role, RunOptions
 from simulator.farm import PROC_MEM_KB
@@ -66,7 +66,7 @@ class MaestroEra:
     def played(self, options: RunOptions) -> Iterator[MaestroPlay]:
         """The era as a site sets it (no accounting Redis written), the farm built and prepared,
         the service's role made and, given a token, the web server started as that role."""
-        with service_era.held(schedulers.MAESTRO), ExitStack() as stack:
+        with service_era.held(MAESTRO), ExitStack() as stack:
             farm = build_sim_farm(
                 shows=options.shows, hosts=options.hosts, jobs=options.jobs, rng=random.Random(options.seed)
             )

@@ -1,8 +1,8 @@
 """The NOTIFY era's simulation (OpenCue main, #2472 to #2533): a model of that era's scheduler
 keeps its counters in memory, books against them, INSERTs the procs, hears releases and cap
 changes on its own LISTEN connection and recomputes from SUM(proc) on its interval. Cuebot's
-side is this project's release path and limit services with ACCOUNTING_NOTIFY_ENABLED (Redis
-off). Its workers are simulator.workers.notify's.
+side is this project's release path and limit services in the NOTIFY era (ACCOUNTING_SCHEDULER=notify,
+no Redis). Its workers are simulator.workers.notify's.
 
 Invariants, checked on quiet samples (every worker between two operations, every notification
 heard up to a marker) and at the end: the store never below SUM(proc), GPUs as well as cores;
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from cuebot_acct import schedulers
+from infra.era import NOTIFY
 from simulator import service_era
 from simulator.era import Role, RunOptions
 from simulator.own_farm import build_sim_farm
@@ -57,7 +57,7 @@ class NotifyEra:
     def played(self, options: RunOptions) -> Iterator[NotifyPlay]:
         """The model listens until the final checks are done (the report is made inside this
         block); the workers stop before them."""
-        with service_era.held(schedulers.NOTIFY):
+        with service_era.held(NOTIFY):
             farm = build_sim_farm(
                 shows=options.shows, hosts=options.hosts, jobs=options.jobs, rng=random.Random(options.seed)
             )

@@ -17,8 +17,8 @@ from accounting.live.leases import LEASE_SECONDS
 from accounting.reconcile import reseed
 from accounting.release.eras import publishers_wrapped
 from accounting.release.publish import ReleasePublisher
-from cuebot_acct.redis_factory import accounting_redis, sentinel_target
-from cuebot_acct.startup import redact
+from infra.redis_factory import accounting_redis, sentinel_target
+from infra.startup import redact
 from simulator import pg_truth, reconcile
 from simulator.era import Role, RunOptions
 from simulator.farm import SimFarm, foreign_redis_keys, load_existing_farm, sim_show_ids

@@ -2,14 +2,14 @@
 
 import time
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
-from cuebot_acct.writes import require_writes
+from infra.era import era
+from infra.writes import require_writes
 from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, DemoFarmSummary, build_demo_farm, refuse_demo_farm_here
 from simulator.farm_rules import PLAYS_CUEBOT, FarmRefused
 
@@ -61,9 +61,9 @@ class Command(BaseCommand):
             f"{summary.hosts} hosts ({summary.host_cores // 100:,} cores), {summary.procs} procs "
             f"({summary.procs_added} new), built in {took:.1f} s"
         )
-        if not settings.ACCOUNTING_REDIS_ENABLED:
+        if not era().keeps_redis:
             self.stdout.write(
-                f"redis: nothing to seed (ACCOUNTING_SCHEDULER={settings.ACCOUNTING_SCHEDULER}: "
+                f"redis: nothing to seed (ACCOUNTING_SCHEDULER={era().name}: "
                 "no scheduler counts in the accounting Redis)"
             )
             return

@@ -11,8 +11,8 @@ from tqdm import tqdm
 from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
 from accounting.operators.auth import grant_permissions, issue_token
-from cuebot_acct.permissions import RELEASE_PROCS
-from cuebot_acct.writes import require_writes
+from infra.permissions import RELEASE_PROCS
+from infra.writes import require_writes
 from simulator.era import EraSimulation, RunOptions, RunReport
 from simulator.eras.maestro import MaestroEra
 from simulator.eras.notify import NotifyEra

@@ -15,7 +15,7 @@ from django.db import InterfaceError as DjangoInterfaceError
 from django.db import OperationalError as DjangoOperationalError
 from django.db import connections
 
-from cuebot_acct.transactions import sqlstate
+from infra.transactions import sqlstate
 from simulator.era import RunOptions
 from simulator.farm import LayerRef, SimFarm
 from simulator.faults import FaultPlan

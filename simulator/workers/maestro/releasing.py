@@ -10,7 +10,7 @@ from django.db import OperationalError as DjangoOperationalError
 from django.db import connection, transaction
 
 from accounting.release.unbook import unbook_proc, unbook_procs
-from cuebot_acct.transactions import sqlstate
+from infra.transactions import sqlstate
 from simulator.workers.maestro.cuebot_release import cuebot_release
 from simulator.workers.maestro.operating import kill_a_job
 from simulator.workers.maestro.play import Lost, MaestroPlay, attempt, lost, reconnect

@@ -10,7 +10,7 @@ from django.db import connection
 
 from accounting.ownership.toggle import set_scheduler_managed
 from accounting.release.unbook import unbook_proc
-from cuebot_acct.redis_factory import accounting_redis, sentinel_target
+from infra.redis_factory import accounting_redis, sentinel_target
 from shows.models import Show
 from simulator import reconcile
 from simulator.farm import finish_a_job

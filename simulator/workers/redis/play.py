@@ -12,7 +12,7 @@ import redis
 from django.db import OperationalError, connections
 
 from accounting.ownership.switching import SwitchRefused
-from cuebot_acct.transactions import TRANSIENT_SQLSTATES, sqlstate
+from infra.transactions import TRANSIENT_SQLSTATES, sqlstate
 from simulator.era import RunOptions
 from simulator.farm import SimFarm
 from simulator.faults import FaultPlan

@@ -11,7 +11,7 @@ import redis
 
 from accounting.live import keys
 from accounting.release.publish import PreparedRelease, RedisReleasePublisher, ReleasePublisher
-from cuebot_acct.redis_factory import accounting_redis
+from infra.redis_factory import accounting_redis
 from simulator.report import Stats
 
 

@@ -13,7 +13,7 @@ from django.db import close_old_connections
 from accounting.live import keys
 from accounting.reconcile import failover
 from accounting.reconcile.reseed import open_to_booking
-from cuebot_acct.redis_factory import accounting_redis, replication_state
+from infra.redis_factory import accounting_redis, replication_state
 from simulator import pg_truth, reconcile
 from simulator.farm import SimFarm
 from simulator.invariants import AgainstTruth, SchedulerBound, against_truth
