@@ -108,7 +108,7 @@ def booked_sources(*, subscriptions: Sequence[Subscription]) -> tuple[dict[str, 
     be read. One Redis pipeline for the scheduler-managed ones; one PostgreSQL aggregate for
     those whose Redis value and row differ (to say why), none when none differs. In the Maestro era
     Cuebot counts every show in its row; only the redis era has counters in Redis to read."""
-    by_scheduler = {s.pk: s.show.b_scheduler_managed and not era().cuebot_owns_every_show for s in subscriptions}
+    by_scheduler = {s.pk: not era().cuebot_owns(flagged=s.show.b_scheduler_managed) for s in subscriptions}
     managed = [s for s in subscriptions if by_scheduler[s.pk]]
     from_redis, error = _redis_booked(managed) if era().keeps_redis else ({}, None)
     sources = {}
