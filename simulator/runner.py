@@ -9,6 +9,7 @@ from simulator.era import EraSimulation, RunOptions, RunReport
 from simulator.stopping import Threads
 
 Progress = Callable[[float, dict[str, int]], None]
+PROGRESS_SECONDS = 0.25  # between two updates of the progress bar
 
 
 def run(*, era: EraSimulation, options: RunOptions, progress: Progress = lambda elapsed, counts: None) -> RunReport:
@@ -19,9 +20,12 @@ def run(*, era: EraSimulation, options: RunOptions, progress: Progress = lambda 
             for role in era.roles(play):
                 for index in range(role.count):
                     workers.start(role.body, play, index, name=f"sim-{role.name}-{index}")
+            shown = 0.0
             while (remaining := era.stop_at(play) - time.monotonic()) > 0:
                 pause = era.tick(play)
-                progress(time.monotonic() - started, era.counts(play))
+                if (now := time.monotonic()) >= shown + PROGRESS_SECONDS:  # not at every tick: a bar costs
+                    progress(now - started, era.counts(play))
+                    shown = now
                 if play.stop.wait(min(pause, remaining)):
                     break
         seconds = time.monotonic() - started
