@@ -207,6 +207,10 @@ class Scheduler:
                     condition.notify_all()
         finally:
             connections.close_all()
+            # Its own session too: an error's traceback kept for the log can keep this object,
+            # and the session with it, alive past the run.
+            if self.listener is not None:
+                self.listener.close()
 
     def _listen(self) -> None:
         self._connect()
