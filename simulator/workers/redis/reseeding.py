@@ -95,7 +95,10 @@ def sample_low_now(play: RedisPlay, *, moment: str) -> None:
     caller holds the gate quiet."""
     publish_expired(play)
     play.stats.add(quiet_samples=1)
-    found = low_counters(farm=play.farm, bound=scheduler_bound(play.stats, reseeder=play.reseeder))
+    # The faults that empty or replace Redis wait: one landing between the check that Redis is
+    # open and the read of its counters would have every key read 0, low.
+    with play.redis_faults:
+        found = low_counters(farm=play.farm, bound=scheduler_bound(play.stats, reseeder=play.reseeder))
     for low in found.low:
         play.stats.record("low_counters", (moment, *low))
     play.stats.add(low_within_scheduler_bound=len(found.tolerated))
