@@ -51,9 +51,9 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
 from maestro_farm import drift_targets, make_drift  # noqa: E402
 
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES  # noqa: E402
 from accounting.reconcile.drift_check import run_check  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES  # noqa: E402
 from shows.models import Host, Job, Show  # noqa: E402
 
 GOAL_MS = 300.0

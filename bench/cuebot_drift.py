@@ -3,7 +3,7 @@
 
 Baseline: the five bare aggregates of SUM(proc) (per show and host allocation, per folder, per
 job, per layer, per department and show; local procs where the counting rules put them),
-fetched, nothing compared. accounting.reconcile.cuebot_drift.cuebot_table_drift reads the same
+fetched, nothing compared. accounting.reconcile.tables_against_procs.cuebot_table_drift reads the same
 sums and the five tables and returns the rows that differ. Prints the median of each and the
 ratio, in the era ACCOUNTING_SCHEDULER names (maestro: every show). Run after
 `manage.py migrate` (it completes the demo farm to the size asked for).
@@ -24,7 +24,7 @@ django.setup()
 from demo_sized import demo_farm_from_arguments, timed  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from accounting.reconcile.cuebot_drift import cuebot_table_drift  # noqa: E402
+from accounting.reconcile.tables_against_procs import cuebot_table_drift  # noqa: E402
 
 BARE_SUMS = (
     """SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved), SUM(p.int_gpus_reserved)

@@ -14,7 +14,7 @@ once, each size runs in a process of its own on a database of its own (DATABASE_
 `_x<scale>`, created and migrated if missing), and every ratio is printed again at the end with
 each size side by side. Each figure is a ratio to a baseline run in the same process:
 
-- the drift check (accounting.reconcile.cuebot_drift.cuebot_table_drift), the periodic check the
+- the drift check (accounting.reconcile.tables_against_procs.cuebot_table_drift), the periodic check the
   task cluster runs (accounting.reconcile.drift_check.run_check of Cuebot's tables: the same read, then
   its gauges, its status in the cache and its record of when each drifted row was first seen),
   each with nothing drifted and with --drifted rows of each table a core low (the periodic check
@@ -86,9 +86,9 @@ from release import (  # noqa: E402
     vacuum_churned,
 )
 
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_table_drift  # noqa: E402
 from accounting.reconcile.drift_check import run_check  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, cuebot_table_drift  # noqa: E402
 from accounting.release.unbook import unbook_proc, unbook_procs  # noqa: E402
 from infra.era import era  # noqa: E402
 from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, demo_id  # noqa: E402

@@ -3,7 +3,7 @@
 
 Baselines: the bare aggregate (SUM(proc) of the non-local procs per show and allocation of the
 shows Cuebot owns in the era ACCOUNTING_SCHEDULER names, every show in the Maestro era, fetched,
-nothing written), accounting.reconcile.recompute.SUBSCRIPTIONS for those shows, i.e. the
+nothing written), accounting.reconcile.recompute_sql.SUBSCRIPTIONS for those shows, i.e. the
 plain set-based rewrite of every subscription row from SUM(proc), with no lock, no drift
 filter and no FOR SHARE on the shows, and OpenCue's own recalculate_subs() (V45's, which
 skips flagged shows; the test suite's rendering of it, in a pg_temp function). Prints the
@@ -28,7 +28,7 @@ from django.db.models import F  # noqa: E402
 
 from accounting.models import Subscription  # noqa: E402
 from accounting.reconcile.recalculate_subs import recalculate_subs  # noqa: E402
-from accounting.reconcile.recompute import SUBSCRIPTIONS  # noqa: E402
+from accounting.reconcile.recompute_sql import SUBSCRIPTIONS  # noqa: E402
 from infra.era import era  # noqa: E402
 from shows.models import Show  # noqa: E402
 from tests.accounting.reconcile.test_recalculate_subs import CUEBOT_RECALCULATE_SUBS  # noqa: E402

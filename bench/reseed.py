@@ -31,8 +31,8 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
-from accounting.reconcile.drift import drift_report  # noqa: E402
 from accounting.reconcile.recompute import recompute_pg_accounting  # noqa: E402
+from accounting.reconcile.redis_against_pg import drift_report  # noqa: E402
 from accounting.reconcile.reseed import reseed_booked  # noqa: E402
 from infra.redis_factory import accounting_redis  # noqa: E402
 from shows.models import Job, Show  # noqa: E402

@@ -40,7 +40,7 @@ from django.conf import settings  # noqa: E402
 from django_q.models import Schedule  # noqa: E402
 
 from accounting.ownership.toggle import set_scheduler_managed  # noqa: E402
-from accounting.reconcile.drift import drift_report  # noqa: E402
+from accounting.reconcile.redis_against_pg import drift_report  # noqa: E402
 from accounting.reconcile.reseed import seed_show  # noqa: E402
 from infra.era import era  # noqa: E402
 

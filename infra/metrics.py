@@ -77,7 +77,7 @@ RECOMPUTE_ROW_FAILURES = Counter(
     "Accounting rows a recompute (or recalculate_subs) could not set to SUM(proc); the other rows were set.",
     ["table"],
 )
-# The tables a recompute sets (accounting.reconcile.recompute.TABLES): each series exists at 0 from
+# The tables a recompute sets (accounting.reconcile.recompute_sql.TABLES): each series exists at 0 from
 # the start, so the alert on its increase sees a table's first failure.
 RECOMPUTED_TABLES = ("subscription", "layer_resource", "job_resource", "folder_resource", "point")
 for _table in RECOMPUTED_TABLES:

@@ -112,7 +112,7 @@ DATABASES["default"]["ENGINE"] = "infra.postgresql"
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
 # psycopg's own default (Django passes None, which turns preparation off): the release
-# path's server-binding cursor prepares its statements (accounting.release.unbook); Django's
+# path's server-binding cursor prepares its statements (accounting.release.transport); Django's
 # client-binding cursors never prepare whatever this says.
 DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 

@@ -1,5 +1,5 @@
 """The simulator's calls into the reconciliation side (accounting.reconcile.reseed, accounting.limits.changes,
-accounting.reconcile.drift), in one place: the reconciler thread, the operator and the final check use them.
+accounting.reconcile.redis_against_pg), in one place: the reconciler thread, the operator and the final check use them.
 """
 
 import random
@@ -18,7 +18,7 @@ from accounting.live.units import UNLIMITED
 from accounting.models import FolderResource, JobResource, Subscription
 from accounting.ownership import switching
 from accounting.reconcile import reseed
-from accounting.reconcile.drift import drift_report
+from accounting.reconcile.redis_against_pg import drift_report
 from accounting.reconcile.snapshot import booked_rows, chunked, managed_show_ids
 from infra.redis_factory import accounting_redis
 
@@ -140,7 +140,7 @@ def changed(*, rng: random.Random, old: int) -> int:
 
 
 def drift_rows(*, show_ids: list[str]) -> list:
-    """accounting.reconcile.drift's rows for these shows: every (key, field) where Redis differs from PostgreSQL."""
+    """accounting.reconcile.redis_against_pg's rows for these shows: every (key, field) where Redis differs from PostgreSQL."""
     return drift_report(show_ids=show_ids).rows if show_ids else []
 
 

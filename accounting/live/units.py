@@ -10,7 +10,7 @@ reserve 5 cores and count 4, so the scheduler can book into the fractions (the u
 direction, by less than one core per fractional proc). The scheduler's own recompute sums
 centicores and converts once, and writes 5: a key it wrote differs from this project's
 value by that rounding only, which the drift inspector reports apart from drift
-(accounting.reconcile.drift). GPUs are whole units and never pass through here.
+(accounting.reconcile.redis_against_pg). GPUs are whole units and never pass through here.
 
 It is also where cores meet people: how a stored value reads (cores_text, format_cores,
 cores_number) and the one policy for cores a person types (parse_cores), which the admin,

@@ -12,9 +12,9 @@ from accounting.live.leases import held_locks
 from accounting.operators.auth import BearerToken
 from accounting.operators.drift_views import last_checks_json, live_json
 from accounting.operators.shows_api import show_or_404
-from accounting.reconcile.cuebot_drift import cuebot_table_drift
-from accounting.reconcile.drift import drift_report
 from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS_LOCK, advisory_lock_holder
+from accounting.reconcile.redis_against_pg import drift_report
+from accounting.reconcile.tables_against_procs import cuebot_table_drift
 from infra.api_types import AUTH_ERRORS, LOOKUP_ERRORS, DbText, ErrorOut
 from infra.era import era
 from infra.permissions import VIEW_ACCOUNTING

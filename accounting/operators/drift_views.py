@@ -3,37 +3,78 @@ their source, with how long each has drifted; a live report of a show, or of the
 checks' last results and the rows they recorded; and the command that repairs Cuebot's tables."""
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from django.utils import timezone
 
-from accounting.reconcile import cuebot_drift, drift
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, TableDriftReport
-from accounting.reconcile.drift import REDIS_FIELDS, DriftReport, DriftRow
+from accounting.live.units import signed_cores
+from accounting.models import DriftRecord
+from accounting.operators.names import field_label, key_labels
 from accounting.reconcile.drift_check import SOURCES, DriftSource, ShowCount, check_status, era_sources
 from accounting.reconcile.drift_history import DriftAge, Drifted, Shown, ages, recorded
 from accounting.reconcile.recompute import TABLE_REPAIR
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS, DriftReport, DriftRow, drifted_field
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, TableDrift, TableDriftReport, drifted_table_row
 from infra.era import era
 from shows.models import Show
 
 
+def named_fields(rows: Sequence[Drifted]) -> list[Shown]:
+    """Redis fields: each key named (show / allocation, job, ...) and each field labelled, the raw
+    field kept beside its label for scripts and for HGET."""
+    labels = key_labels(redis_keys={row.subject for row in rows})
+    found = []
+    for row in rows:
+        name, label = labels.get(row.subject, row.subject), field_label(key=row.subject, field=row.detail)
+        numbers: dict[str, Any] = {}
+        if (raw := row.raw) is not None:
+            cause = f"\tcause: {raw.cause}" if raw.cause else ""
+            numbers = {
+                "values": {**asdict(raw), "names": labels.get(row.subject), "label": label},
+                "numbers": f"redis={raw.redis}\tpg={raw.pg}\tdiff={raw.difference:+d}{cause}",
+                "ref": row.subject,
+            }
+        found.append(Shown(row=row, name=name, what=f"{label} ({row.detail})", **numbers))
+    return found
+
+
+def named_table_rows(rows: Sequence[Drifted]) -> list[Shown]:
+    """Rows of Cuebot's tables, each as its name says it (show / allocation, job / layer, ...), its
+    numbers in cores."""
+    return [Shown(row=row, name=row.subject, what=row.detail, **(_numbers(row.raw) if row.raw else {})) for row in rows]
+
+
+def _numbers(raw: TableDrift) -> dict:
+    cores = f"stored={signed_cores(raw.stored_cores)} true={signed_cores(raw.true_cores)} diff={signed_cores(raw.cores_difference):+}"
+    gpus = f"stored={raw.stored_gpus} true={raw.true_gpus} diff={raw.gpus_difference:+d}"
+    return {"values": raw.as_dict(), "numbers": f"cores {cores}\tgpus {gpus}", "ref": raw.pk}
+
+
+# How the faces name each source's rows.
+NAMED: dict[str, Callable[[Sequence[Drifted]], list[Shown]]] = {
+    DriftRecord.Source.REDIS: named_fields,
+    DriftRecord.Source.CUEBOT_TABLES: named_table_rows,
+}
+
+
 def shown(rows: Sequence[Drifted], *, now: datetime | None = None) -> list[Shown]:
-    """The rows named by their sources and, read drifted at `now`, aged."""
+    """The rows named as their sources' rows are named and, read drifted at `now`, aged."""
     named: dict[int, Shown] = {}
     for source in {row.source for row in rows}:
         mine = [i for i, row in enumerate(rows) if row.source == source]
-        named |= dict(zip(mine, SOURCES[source].named([rows[i] for i in mine]), strict=True))
+        named |= dict(zip(mine, NAMED[source]([rows[i] for i in mine]), strict=True))
     found = ages(rows, now=now) if now is not None else [None] * len(rows)
     return [replace(named[i], age=age) for i, age in enumerate(found)]
 
 
 def redis_shown(rows: Sequence[DriftRow], *, now: datetime | None = None) -> list[Shown]:
-    return shown([drift.drifted(row, show_id="") for row in rows], now=now)
+    return shown([drifted_field(row, show_id="") for row in rows], now=now)
 
 
 def table_shown(report: TableDriftReport, *, now: datetime) -> list[Shown]:
-    return shown([cuebot_drift.drifted(row) for row in report.rows], now=now)
+    return shown([drifted_table_row(row) for row in report.rows], now=now)
 
 
 def live_json(*, tables: TableDriftReport, redis: DriftReport | None, now: datetime, show: str | None) -> dict:

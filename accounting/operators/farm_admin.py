@@ -15,8 +15,8 @@ from accounting.operators.estimated_count import EstimatedCountChangeList, Estim
 from accounting.operators.name_search import named_like, words
 from accounting.ownership.switching import SwitchRefused
 from accounting.ownership.toggle import OWNERSHIP_TOGGLE, SHOW_CHANGE, change_show, set_scheduler_managed
-from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import SOURCES, CheckStatus, DriftSource, check_status
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS
 from infra import permissions
 from infra.era import era
 from infra.writes import Write, refused_page

@@ -9,9 +9,9 @@ from accounting.models import Instance, Subscription
 from accounting.operators.booked_sources import PG_ROW, REDIS_LIVE, BookedSources, booked_sources
 from accounting.ownership.fleet import live_instances
 from accounting.ownership.guardrail import GuardrailReport, evaluate
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
-from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import CheckStatus, ShowCount, check_status
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES
 from infra.era import era
 from shows.models import Show
 

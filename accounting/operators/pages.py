@@ -20,11 +20,12 @@ from django.views.decorators.http import require_http_methods
 from accounting.live.leases import LockBusy
 from accounting.operators.drift_views import recorded_drift, redis_shown, table_repair, table_shown
 from accounting.operators.overview import farm_overview
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, cuebot_owned_show_ids, cuebot_table_drift
-from accounting.reconcile.drift import CLOSED, IN_FLIGHT, REDIS_FIELDS, DriftReport, drift_report, subscription_bars
+from accounting.operators.subscription_bars import subscription_bars
 from accounting.reconcile.drift_check import check_status
 from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
+from accounting.reconcile.redis_against_pg import CLOSED, IN_FLIGHT, REDIS_FIELDS, DriftReport, drift_report
 from accounting.reconcile.reseed import REDIS_RESEED, ReseedReport, redis_is_empty, reseed
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, cuebot_owned_show_ids, cuebot_table_drift
 from infra import permissions
 from infra.era import era
 from infra.writes import refused_page, writes

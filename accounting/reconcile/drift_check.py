@@ -20,13 +20,13 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.conf import settings
 from django.core.cache import cache
 
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES, CuebotTables
-from accounting.reconcile.drift import REDIS_FIELDS, RedisFields
 from accounting.reconcile.drift_history import forget_drift, record_drift
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS, RedisFields
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, CuebotTables
 from infra import metrics
+from infra.era import era
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,8 @@ WORST_NAMED = 5
 
 # A source: the DriftRecord.Source it is, what drift means for it and what it counts (for the log),
 # its gauges, the read errors it records as a failed check; the shows it checks (id -> name), their
-# drifted rows with per show how many it compared (where it counts them), and their names for faces.
+# drifted rows with per show how many it compared (where it counts them). The faces name the rows
+# (accounting.operators.drift_views.NAMED).
 DriftSource = CuebotTables | RedisFields
 
 
@@ -48,8 +49,8 @@ SOURCES: dict[str, DriftSource] = {source.source: source for source in (CUEBOT_T
 
 
 def era_sources() -> list[DriftSource]:
-    """What the checks read in the site's era: Cuebot's tables always, Redis in the redis era."""
-    return [CUEBOT_TABLES, REDIS_FIELDS] if settings.ACCOUNTING_REDIS_ENABLED else [CUEBOT_TABLES]
+    """What the checks read in the site's era (infra.era.Era.drift_sources)."""
+    return [SOURCES[name] for name in era().drift_sources]
 
 
 @dataclass(frozen=True)

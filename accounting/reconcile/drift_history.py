@@ -1,4 +1,4 @@
-"""Drift as one idea: the row every source (accounting.reconcile.cuebot_drift, .drift) reports drifted,
+"""Drift as one idea: the row every source (accounting.reconcile.tables_against_procs, .redis_against_pg) reports drifted,
 which the check, the record, the gauges and every face take; and when each was first seen.
 
 A check reads drift at one instant: a row 4 cores high reads the same whether it drifted a second

@@ -8,12 +8,12 @@ from django.db import connection, transaction
 
 from accounting.live.leases import LockBusy, named_lock
 from accounting.reconcile.recompute import (
-    RESTORE_BURSTS,
     RowFailure,
     report_row_failures,
     restore_moved_caps,
     run_row_by_row_on_failure,
 )
+from accounting.reconcile.recompute_sql import RESTORE_BURSTS
 from infra import metrics
 from infra.era import era
 from infra.writes import Write

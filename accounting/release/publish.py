@@ -108,7 +108,7 @@ class ReleasePublisher(Protocol):
 
 
 class NoopReleasePublisher:
-    """ACCOUNTING_REDIS_ENABLED=false: deployments without Redis."""
+    """The eras that keep no accounting Redis (keeps_redis false in infra.era.Era)."""
 
     def prepare(self, *, releases: Sequence[Release]) -> PreparedRelease | None:
         return None

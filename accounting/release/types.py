@@ -14,8 +14,8 @@ class Release(NamedTuple):
     """What one release gave back. Cores in both units: PG's centicores and Redis's cores.
 
     A named tuple, not a frozen dataclass: a batch builds one per proc on the release path,
-    and a tuple is built in much less time (docs/benchmarks.md, "Figures behind the release
-    path's comments").
+    and a tuple is built in much less time (bench/release_micro.py; docs/benchmarks.md,
+    "Figures behind the release path's comments").
 
     folder_id, dept_id, point_show_id and job_state come from the proc's job, read in the
     releasing statement: None when the job row is gone. The point is (the job's department,

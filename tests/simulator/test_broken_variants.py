@@ -22,7 +22,7 @@ from accounting.live.scripts import script as real_script
 from accounting.notify import send as notify_send
 from accounting.notify.payloads import LIMIT_CHANGE, RELEASE
 from accounting.reconcile import reseed
-from accounting.release import publish, unbook
+from accounting.release import after_commit, publish, transport, unbook
 from accounting.release.types import Release
 from simulator.era import RunOptions
 from simulator.eras.redis import RedisEra
@@ -131,12 +131,12 @@ def finished_jobs_decrements_published(monkeypatch):
 def published_before_commit(monkeypatch):
     """The decrement sent at once instead of from transaction.on_commit: a rolled-back
     release still takes its procs off."""
-    real = unbook._published_and_counted
+    real = unbook.publish_and_count_on_commit
 
     def at_once(releases, registered, *, era, at_commit):
-        real(releases, registered, era=era, at_commit=unbook._now)
+        real(releases, registered, era=era, at_commit=after_commit.at_once)
 
-    monkeypatch.setattr(unbook, "_published_and_counted", at_once)
+    monkeypatch.setattr(unbook, "publish_and_count_on_commit", at_once)
 
 
 # A counter seen low: in a quiet sample, by a release that found it below what it took off,
@@ -214,13 +214,13 @@ def test_the_same_runs_of_the_unbroken_protocol_hold_every_invariant(config, fau
 
 def release_credits_cuebots_rows_twice(monkeypatch):
     """A Cuebot-managed show's accounting rows credited twice per release."""
-    real = unbook._adjust_pg_accounting
+    real = transport.write_accounting
 
-    def twice(cursor, plan):
-        real(cursor, plan)
-        real(cursor, plan)
+    def twice(cursor, *, plan):
+        real(cursor, plan=plan)
+        real(cursor, plan=plan)
 
-    monkeypatch.setattr(unbook, "_adjust_pg_accounting", twice)
+    monkeypatch.setattr(transport, "write_accounting", twice)
 
 
 def reseed_writes_below_zero(monkeypatch):

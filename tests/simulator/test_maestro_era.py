@@ -15,7 +15,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from accounting.reconcile import recompute
-from accounting.release import unbook
+from accounting.release import statements, transport
 from shows.models import Show
 from simulator.era import RunOptions
 from simulator.eras.maestro import MaestroEra
@@ -68,18 +68,18 @@ def maestro(settings):
 
 def release_skips_the_point(monkeypatch):
     """The point's statement, for one row and for several, writes nothing."""
-    monkeypatch.setitem(unbook.ONE_ROW_ADJUSTMENT_SQL, "point", "SELECT 1")
-    monkeypatch.setitem(unbook.ADJUSTMENT_SQL, "point", "SELECT 1")
+    monkeypatch.setitem(statements.ONE_ROW_ADJUSTMENT_SQL, "point", "SELECT 1")
+    monkeypatch.setitem(statements.ADJUSTMENT_SQL, "point", "SELECT 1")
 
 
 def release_credits_twice(monkeypatch):
-    real = unbook._adjust_pg_accounting
+    real = transport.write_accounting
 
-    def twice(cursor, plan):
-        real(cursor, plan)
-        real(cursor, plan)
+    def twice(cursor, *, plan):
+        real(cursor, plan=plan)
+        real(cursor, plan=plan)
 
-    monkeypatch.setattr(unbook, "_adjust_pg_accounting", twice)
+    monkeypatch.setattr(transport, "write_accounting", twice)
 
 
 def booking_skips_the_layer(monkeypatch):

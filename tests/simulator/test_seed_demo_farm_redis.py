@@ -3,7 +3,7 @@
 import pytest
 from django.core.management import call_command
 
-from accounting.reconcile.drift import drift_report
+from accounting.reconcile.redis_against_pg import drift_report
 from shows.models import Show
 from tests.service_role import as_cuebot
 

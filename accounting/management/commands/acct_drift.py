@@ -7,8 +7,16 @@ from django.utils import timezone
 from accounting.management.commands._show_arg import show_argument
 from accounting.management.commands._writes import DeclaredCommand
 from accounting.operators.drift_views import live_json, redis_shown, table_repair, table_shown
-from accounting.reconcile.cuebot_drift import cuebot_table_drift
-from accounting.reconcile.drift import CLOSED, IN_FLIGHT, NOT_DRIFT, ROUNDING, SEEDED, DriftReport, drift_report
+from accounting.reconcile.redis_against_pg import (
+    CLOSED,
+    IN_FLIGHT,
+    NOT_DRIFT,
+    ROUNDING,
+    SEEDED,
+    DriftReport,
+    drift_report,
+)
+from accounting.reconcile.tables_against_procs import cuebot_table_drift
 from infra.era import era
 
 EXPLANATIONS = {

@@ -6,10 +6,10 @@ from tqdm import tqdm
 from accounting.live.leases import LockBusy
 from accounting.management.commands._show_arg import show_argument
 from accounting.management.commands._writes import DeclaredCommand
-from accounting.reconcile.cuebot_drift import cuebot_owned_show_ids
 from accounting.reconcile.failover import check_master
 from accounting.reconcile.recompute import TABLE_REPAIR, repair_pg_accounting
 from accounting.reconcile.reseed import REDIS_RESEED, reseed
+from accounting.reconcile.tables_against_procs import cuebot_owned_show_ids
 from infra.era import era
 from shows.models import Show
 

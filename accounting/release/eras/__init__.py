@@ -1,4 +1,4 @@
-"""Who counts and who hears a release, in each OpenCue a site may run (infra.schedulers).
+"""Who counts and who hears a release, in each OpenCue a site may run (infra.era).
 
 The release path (accounting.release.unbook) asks its era, chosen once per release, what to do
 at its three moments: before any row lock (`publisher.prepare`: the Redis era registers the
@@ -12,7 +12,7 @@ counters (the simulator's publish-drop fault, tests): nothing patches this packa
 """
 
 import copy
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from accounting.release.eras.base import Counting, ReleaseEra
@@ -20,15 +20,15 @@ from accounting.release.eras.maestro import MaestroEra
 from accounting.release.eras.notify import NotifyEra
 from accounting.release.eras.redis import RedisAndNotifyEra, RedisEra
 from accounting.release.publish import ReleasePublisher
-from infra import schedulers
+from infra.era import MAESTRO, NOTIFY, REDIS, REDIS_AND_NOTIFY, era
 
 __all__ = ["Counting", "ReleaseEra", "publishers_wrapped", "release_era"]
 
 _ERAS: dict[str, ReleaseEra] = {
-    schedulers.MAESTRO: MaestroEra(),
-    schedulers.REDIS: RedisEra(),
-    schedulers.NOTIFY: NotifyEra(),
-    schedulers.REDIS_AND_NOTIFY: RedisAndNotifyEra(),
+    MAESTRO: MaestroEra(),
+    REDIS: RedisEra(),
+    NOTIFY: NotifyEra(),
+    REDIS_AND_NOTIFY: RedisAndNotifyEra(),
 }
 
 
@@ -38,7 +38,7 @@ _WRAPPED: dict[str, ReleaseEra] = {}
 
 def release_era() -> ReleaseEra:
     """The era of this release, from the settings as they are now (a test's override included)."""
-    name = schedulers.current()
+    name = era().name
     return _WRAPPED.get(name) or _ERAS[name]
 
 
@@ -60,9 +60,3 @@ def _with_publisher(era: ReleaseEra, publisher: ReleasePublisher) -> ReleaseEra:
     twin = copy.copy(era)  # the era's other answers stay its class's
     twin.publisher = publisher
     return twin
-
-
-def show_ids_of(rows: Iterable[tuple], *, show: int, local: int) -> set[str]:
-    """The shows of a releasing statement's rows whose procs are not local (a local proc's
-    counting does not depend on its show's owner)."""
-    return {row[show] for row in rows if not row[local]}

@@ -10,11 +10,11 @@ from collections.abc import Collection
 
 from accounting.release.eras.base import Counting, PublishesNothing, SendsNothing
 from accounting.release.types import Branch
-from infra import schedulers
+from infra.era import MAESTRO
 
 
 class MaestroEra(PublishesNothing, SendsNothing):
-    name = schedulers.MAESTRO
+    name = MAESTRO
 
     def counting(self, *, show_ids: Collection[str]) -> Counting:
         return Counting(branches=dict.fromkeys(show_ids, Branch.CUEBOT), settling=frozenset())

@@ -13,7 +13,8 @@ from accounting.notify import send as notify_send
 from accounting.notify.payloads import RELEASE, ReleasedAmount, release_payloads
 from accounting.release.eras.base import FlagOwned, PublishesNothing
 from accounting.release.types import Branch, Release
-from infra import metrics, schedulers
+from infra import metrics
+from infra.era import NOTIFY
 
 
 def send_releases(*, cursor, releases: Sequence[Release], commit: bool) -> None:
@@ -70,7 +71,7 @@ def _heard(releases: Sequence[Release]) -> tuple[list[ReleasedAmount], Counter[s
 
 
 class NotifyEra(FlagOwned, PublishesNothing):
-    name = schedulers.NOTIFY
+    name = NOTIFY
     sends_in_transaction = True
 
     def send(self, *, cursor, releases: Sequence[Release], commit: bool) -> None:

@@ -13,9 +13,10 @@ from accounting.release.eras.base import FlagOwned, SendsNothing
 from accounting.release.eras.notify import send_releases
 from accounting.release.publish import RedisReleasePublisher, ReleasePublisher
 from accounting.release.types import Branch, Release
-from infra import schedulers
+from infra.era import REDIS, REDIS_AND_NOTIFY
 
-# Bound once: an enum member looked up on its class per release costs a batch a loop's worth of time.
+# Bound once: an enum member looked up on its class per release costs a batch a loop's worth of time
+# (bench/release_micro.py; docs/benchmarks.md, "Figures behind the release path's comments").
 _SCHEDULER = Branch.SCHEDULER
 
 
@@ -41,12 +42,12 @@ class PublishesToRedis:
 
 
 class RedisEra(FlagOwned, PublishesToRedis, SendsNothing):
-    name = schedulers.REDIS
+    name = REDIS
     publisher: ReleasePublisher = RedisReleasePublisher()
 
 
 class RedisAndNotifyEra(FlagOwned, PublishesToRedis):
-    name = schedulers.REDIS_AND_NOTIFY
+    name = REDIS_AND_NOTIFY
     publisher: ReleasePublisher = RedisReleasePublisher()
     sends_in_transaction = True
 

@@ -25,8 +25,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.selenium_manager import SeleniumManager
 
 from accounting.models import DriftRecord, Subscription
-from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import run_check
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS
 from accounting.reconcile.reseed import seed_show
 from tests.farms import build_farm
 from tests.processes import ROOT

@@ -14,10 +14,10 @@ from accounting.live import keys
 from accounting.live.leases import named_lock
 from accounting.models import FolderResource, Instance, Subscription
 from accounting.operators import pages
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
-from accounting.reconcile.drift import REDIS_FIELDS, drift_report
 from accounting.reconcile.drift_check import run_check
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS, drift_report
 from accounting.reconcile.reseed import FARM_LOCK, seed_show
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES
 from infra.redis_factory import accounting_redis
 from tests.farms import build_farm
 from tests.processes import closed_port

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from accounting.live import keys
 from accounting.models import Proc, Subscription
-from accounting.reconcile.drift import drift_report
+from accounting.reconcile.redis_against_pg import drift_report
 from accounting.reconcile.reseed import seed_show
 from shows.models import Host
 from tests.farms import build_farm

@@ -7,10 +7,10 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
 from accounting.reconcile.drift_check import run_check
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES
 from tests.accounting.operators.test_admin_overview import staff, visible_text
-from tests.accounting.reconcile.test_cuebot_drift import drifted_farms, pg_mismatches  # noqa: F401 - the fixture
+from tests.accounting.reconcile.test_tables_against_procs import drifted_farms, pg_mismatches  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db
 

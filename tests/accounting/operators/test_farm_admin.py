@@ -11,10 +11,10 @@ from accounting.live import keys
 from accounting.models import Subscription
 from accounting.operators.farm_admin import ShowAdmin
 from accounting.ownership import switching
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
-from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import run_check
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS
 from accounting.reconcile.reseed import seed_show
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES
 from settings import caches_for
 from shows.models import Show
 from tests.farms import build_farm

@@ -9,7 +9,8 @@ from django.core.management import call_command
 
 from accounting.live import keys
 from accounting.models import FolderResource, JobResource, Point, Subscription
-from accounting.reconcile.drift import BOOKED_FIELDS, field_label
+from accounting.operators.names import field_label
+from accounting.reconcile.redis_against_pg import BOOKED_FIELDS
 from accounting.reconcile.reseed import seed_show
 from accounting.reconcile.snapshot import LIMIT_FIELDS
 

@@ -4,7 +4,7 @@ acct_drift), and a row that is gone says so instead of borrowing another row's n
 import pytest
 
 from accounting.live import keys
-from accounting.reconcile.drift import key_labels
+from accounting.operators.names import key_labels
 from tests.farms import build_farm
 
 pytestmark = pytest.mark.django_db
@@ -48,3 +48,22 @@ def test_rows_that_are_gone_say_so(db):
         point: "show gone / department gone",
         job: "job gone (00000000…)",
     }
+
+
+def test_every_kind_of_key_is_named_in_four_queries_whatever_their_number(farm, django_assert_num_queries):
+    """The parents of the folders, the jobs and the layers (a query each), then every name at once."""
+    farms = [farm, build_farm(managed=True), build_farm(managed=False)]
+    wanted = [
+        key
+        for f in farms
+        for key in (
+            keys.sub(show_id=f.show.id, alloc_id=f.alloc.id),
+            keys.point(dept_id=f.dept.id, show_id=f.show.id),
+            keys.folder(folder_id=f.folder.id),
+            keys.job(job_id=f.job.id),
+            keys.layer(layer_id=f.layer.id),
+        )
+    ]
+    with django_assert_num_queries(4):
+        labels = key_labels(redis_keys=wanted)
+    assert len(labels) == 15 and not any("gone" in label for label in labels.values())

@@ -26,7 +26,7 @@ from accounting.tasks import SCHEDULES, TASKS, drift_check_task, recalculate_sub
 from infra.writes import Write
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from tests.accounting.operators.test_api_permissions import ENDPOINTS, call
-from tests.accounting.reconcile.test_cuebot_drift import acct_drift
+from tests.accounting.reconcile.test_tables_against_procs import acct_drift
 from tests.farms import build_farm
 from tests.service_role import as_cuebot, as_observer
 from tests.wsgi_client import LaneClient

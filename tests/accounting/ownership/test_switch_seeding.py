@@ -24,7 +24,7 @@ from accounting.models import (
 )
 from accounting.ownership.switching import SwitchRefused, settle_reseed
 from accounting.ownership.toggle import set_scheduler_managed
-from accounting.reconcile.drift import drift_report
+from accounting.reconcile.redis_against_pg import drift_report
 from accounting.reconcile.reseed import redis_is_empty, reseed
 from accounting.release.unbook import unbook_proc
 from shows.models import Show

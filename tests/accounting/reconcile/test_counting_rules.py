@@ -5,7 +5,7 @@ procs (FINISHED first, released after) go, whichever reseeder ran in between."""
 import pytest
 
 from accounting.live import keys
-from accounting.reconcile.drift import drift_report
+from accounting.reconcile.redis_against_pg import drift_report
 from accounting.reconcile.reseed import reseed_booked
 from accounting.reconcile.snapshot import booked_rows
 from accounting.release.unbook import unbook_procs

@@ -8,10 +8,10 @@ from django_q.tasks import async_task, result
 from prometheus_client import REGISTRY
 
 from accounting.live import keys
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
-from accounting.reconcile.drift import REDIS_FIELDS
 from accounting.reconcile.drift_check import check_status, run_check, status_key
+from accounting.reconcile.redis_against_pg import REDIS_FIELDS
 from accounting.reconcile.reseed import seed_show
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES
 from infra.redis_factory import accounting_redis
 from shows.models import Show
 from tests.farms import build_farm

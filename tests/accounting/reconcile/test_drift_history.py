@@ -18,14 +18,14 @@ from accounting.live import keys
 from accounting.models import DriftRecord
 from accounting.operators import pages
 from accounting.operators.drift_views import recorded_drift
-from accounting.reconcile.cuebot_drift import CUEBOT_TABLES
-from accounting.reconcile.drift import DriftRow, drifted
 from accounting.reconcile.drift_check import run_check
 from accounting.reconcile.drift_history import DriftAge, age_text, cores_words, gpus_words
+from accounting.reconcile.redis_against_pg import DriftRow, drifted_field
 from accounting.reconcile.reseed import seed_show
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES
 from accounting.tasks import drift_check_task
 from tests.accounting.operators.test_admin_overview import visible_text
-from tests.accounting.reconcile.test_cuebot_drift import acct_drift, drifted_farms, set_as_cuebot  # noqa: F401
+from tests.accounting.reconcile.test_tables_against_procs import acct_drift, drifted_farms, set_as_cuebot  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -251,8 +251,8 @@ def test_the_check_writes_its_own_table_only_and_only_what_changed(maestro_era, 
 
 
 def test_a_check_that_cannot_read_redis_leaves_the_records_as_they_were(farm, seeded_redis, settings):
-    from accounting.reconcile.drift import REDIS_FIELDS
     from accounting.reconcile.drift_check import run_check
+    from accounting.reconcile.redis_against_pg import REDIS_FIELDS
     from infra.redis_factory import accounting_redis
     from tests.processes import closed_port
 
@@ -279,7 +279,9 @@ def test_words_and_durations():
     assert [gpus_words(g) for g in (1, -2)] == ["1 GPU high", "2 GPUs low"]
     key = "acct:job:x"
     assert [
-        drifted(DriftRow(key=key, field=field, redis=redis, pg=pg, difference=(redis or 0) - pg), show_id="").difference
+        drifted_field(
+            DriftRow(key=key, field=field, redis=redis, pg=pg, difference=(redis or 0) - pg), show_id=""
+        ).difference
         for field, redis, pg in (
             ("int_max_cores", None, 300),
             ("int_max_cores", -1, 300),

@@ -11,8 +11,8 @@ from django.db import connection
 
 from accounting.live import keys
 from accounting.models import Proc
-from accounting.reconcile.drift import drift_report
 from accounting.reconcile.failover import check_master, watch_master
+from accounting.reconcile.redis_against_pg import drift_report
 from accounting.reconcile.reseed import bootstrap_if_empty, reseed_booked
 from accounting.reconcile.snapshot import booked_rows
 from accounting.release import publish as publisher

@@ -10,7 +10,7 @@ import pytest
 
 from accounting.live import keys
 from accounting.reconcile import reseed as reseed_module
-from accounting.reconcile.drift import drift_report
+from accounting.reconcile.redis_against_pg import drift_report
 from accounting.reconcile.reseed import bootstrap_if_empty, reseed_booked, seed_show
 from accounting.release.unbook import unbook_proc
 from tests.farms import build_farm

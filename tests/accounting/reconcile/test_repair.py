@@ -11,7 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
 from accounting.models import LayerResource
-from accounting.reconcile.recompute import TABLES, Repair, recompute_pg_accounting, repair_pg_accounting
+from accounting.reconcile.recompute import Repair, recompute_pg_accounting, repair_pg_accounting
+from accounting.reconcile.recompute_sql import TABLES
 from infra.metrics import RECOMPUTED_TABLES
 from simulator.pg_truth import mismatches
 from tests.farms import Farm, build_farm

@@ -5,8 +5,9 @@ import re
 
 import pytest
 
+from accounting.release.rows import ROW
+from accounting.release.statements import PRE_READ_MANY, PRE_READ_ONE, RELEASE_MANY, RELEASE_ONE
 from accounting.release.types import Release
-from accounting.release.unbook import PRE_READ_MANY, PRE_READ_ONE, RELEASE_MANY, RELEASE_ONE, ROW
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from accounting.live import keys
+from accounting.lock_order import LOCK_ORDER
 from accounting.models import (
     FolderResource,
     HostLocal,
@@ -19,8 +20,7 @@ from accounting.models import (
     Subscription,
 )
 from accounting.reconcile import recompute
-from accounting.reconcile.cuebot_drift import LOCK_ORDER
-from accounting.release import unbook
+from accounting.release.eras import publishers_wrapped
 from accounting.release.types import Branch, Release
 from accounting.release.unbook import unbook_proc, unbook_procs
 from infra.metrics import RELEASE_WITHHELD
@@ -339,26 +339,33 @@ def test_a_batch_sends_its_ids_to_postgresql_in_key_order_and_answers_in_the_cal
 
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
 def test_a_proc_resized_between_its_registration_and_its_delete_is_released_but_left_out_of_the_publish(
-    farm, acct_redis, monkeypatch, batch, django_capture_on_commit_callbacks
+    farm, acct_redis, batch, django_capture_on_commit_callbacks
 ):
     """What reaches Redis is what was registered in flight: a proc Cuebot resized after the read
     before any lock is released at its delete-time amounts in PostgreSQL and in the answer, but its
     decrement is withheld (a reseed in between counted neither amount), which leaves Redis high."""
     resized, unchanged = farm.add_proc(cores=200), farm.add_proc(cores=100)
     names = seed_keys(acct_redis, farm, cores=10)
-    register = unbook._register
 
-    def registered_then_resized_by_cuebot(pre, era):
-        registered = register(pre, era)
-        with as_cuebot():
-            Proc.objects.filter(pk=resized.id).update(int_cores_reserved=500)
-        return registered
+    class ResizedByCuebotOnceRegistered:
+        """The era's publisher, with Cuebot resizing the proc right after the registration."""
 
-    monkeypatch.setattr(unbook, "_register", registered_then_resized_by_cuebot)
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def prepare(self, *, releases):
+            prepared = self.inner.prepare(releases=releases)
+            with as_cuebot():
+                Proc.objects.filter(pk=resized.id).update(int_cores_reserved=500)
+            return prepared
+
+        def publish(self, *, prepared):
+            return self.inner.publish(prepared=prepared)
+
     withheld = RELEASE_WITHHELD.labels(reason="changed_since_registered")
     before = withheld._value.get()
 
-    with django_capture_on_commit_callbacks(execute=True):
+    with publishers_wrapped(ResizedByCuebotOnceRegistered), django_capture_on_commit_callbacks(execute=True):
         released = unbook_procs(proc_ids=[resized.id, unchanged.id]) if batch else [unbook_proc(proc_id=resized.id)]
 
     assert released[0].cores_centicores == 500

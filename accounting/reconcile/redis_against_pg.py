@@ -1,4 +1,4 @@
-"""Drift inspector: Redis against PostgreSQL for every key of the scheduler-managed shows.
+"""Redis against PostgreSQL: every field of the scheduler-managed shows' keys, compared.
 
 Booked counters are compared with what a reseed would write at this moment: SUM(proc)
 converted per proc (accounting.reconcile.snapshot.BOOKED) plus the live in-flight amounts, so an
@@ -24,22 +24,21 @@ Neither are two other states, each named as such and never counted as drift:
 """
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, cast
+from typing import cast
 
 import redis
-from django.db.models import Model
 
 from accounting.live import keys
 from accounting.live.scripts import script
-from accounting.live.units import UNLIMITED, cores_from_centicores
-from accounting.models import DriftRecord, Subscription
-from accounting.reconcile.drift_history import Drifted, Shown, cores_words, direction, gpus_words
+from accounting.live.units import UNLIMITED
+from accounting.models import DriftRecord
+from accounting.reconcile.drift_history import Drifted, cores_words, direction, gpus_words
 from accounting.reconcile.snapshot import booked_rows, chunked, limit_rows, managed_show_ids
 from infra import metrics
 from infra.redis_factory import accounting_redis
-from shows.models import Alloc, Dept, Folder, Job, Layer, Show
+from shows.models import Show
 
 CHUNK = 2000
 
@@ -235,49 +234,7 @@ def drift_report(*, show_ids: Sequence[str] | None = None) -> DriftReport:
     )
 
 
-@dataclass(frozen=True)
-class SubscriptionBar:
-    """A subscription's booked cores (Redis live, SUM(proc) as Redis counts it) against its size and
-    burst; each also as a percentage of the bar, which is as long as the largest of the four."""
-
-    alloc: str
-    booked_redis: int | None
-    booked_pg: int
-    size: int
-    burst: int
-
-    def _percent(self, value: int | None) -> float:
-        return round(
-            100 * max(0, value or 0) / max(self.burst, self.size, self.booked_pg, self.booked_redis or 0, 1), 1
-        )
-
-    redis_pct = property(lambda self: self._percent(self.booked_redis))
-    pg_pct = property(lambda self: self._percent(self.booked_pg))
-    size_pct = property(lambda self: self._percent(self.size))
-    burst_pct = property(lambda self: self._percent(self.burst))
-
-
-def subscription_bars(*, show: Show) -> list[SubscriptionBar]:
-    """Per subscription of the show: booked (Redis and PG, cores) against size and burst."""
-    booked = {key: cores for key, cores, _, _ in booked_rows(show_ids=[show.id]) if key.startswith("acct:sub:")}
-    inflight = live_inflight_amounts()
-    client = accounting_redis()
-    bars = []
-    for sub in Subscription.objects.filter(show=show).select_related("alloc").order_by("alloc__str_name"):
-        key = keys.sub(show_id=show.id, alloc_id=sub.alloc_id)
-        bars.append(
-            SubscriptionBar(
-                alloc=sub.alloc.str_name,
-                booked_redis=_as_int(client.hget(key, "int_cores")),
-                booked_pg=booked.get(key, 0) + inflight.get(key, (0, 0))[0],
-                size=cores_from_centicores(sub.int_size),
-                burst=cores_from_centicores(sub.int_burst),
-            )
-        )
-    return bars
-
-
-# --- The Redis era's drift source (accounting.reconcile.drift_check) ---------------------------
+# The Redis era's drift source (accounting.reconcile.drift_check).
 
 # The fields that hold cores (whole cores: Redis's unit) and those that hold GPUs; any other (a
 # job's priority) is a plain number.
@@ -289,7 +246,7 @@ def _limit(value: int) -> str:
     return "unlimited" if value == UNLIMITED else str(value)
 
 
-def drifted(row: DriftRow, *, show_id: str) -> Drifted:
+def drifted_field(row: DriftRow, *, show_id: str) -> Drifted:
     """A field that differs, as every face and the record take it: its difference in centicores if
     it holds cores, in GPUs if it holds GPUs, and in words."""
     cores, gpus = None, None
@@ -335,104 +292,9 @@ class RedisFields:
         rows, checked = [], {}
         for show_id in show_ids:
             report = drift_report(show_ids=[show_id])
-            rows += [drifted(row, show_id=show_id) for row in report.rows]
+            rows += [drifted_field(row, show_id=show_id) for row in report.rows]
             checked[show_id] = report.fields_checked
         return rows, checked
 
-    def named(self, rows: Sequence[Drifted]) -> list[Shown]:
-        """Each key named (show / allocation, job, ...) and each field labelled, the raw field kept
-        beside its label for scripts and for HGET."""
-        labels = key_labels(redis_keys={row.subject for row in rows})
-        found = []
-        for row in rows:
-            name, label = labels.get(row.subject, row.subject), field_label(key=row.subject, field=row.detail)
-            numbers: dict[str, Any] = {}
-            if (raw := row.raw) is not None:
-                cause = f"\tcause: {raw.cause}" if raw.cause else ""
-                numbers = {
-                    "values": {**asdict(raw), "names": labels.get(row.subject), "label": label},
-                    "numbers": f"redis={raw.redis}\tpg={raw.pg}\tdiff={raw.difference:+d}{cause}",
-                    "ref": row.subject,
-                }
-            found.append(Shown(row=row, name=name, what=f"{label} ({row.detail})", **numbers))
-        return found
-
 
 REDIS_FIELDS = RedisFields()
-
-
-def labelled(report: DriftReport) -> dict:
-    """A report as its JSON gives it, each row of every list named and labelled (one lookup)."""
-    lists = {"rows": report.rows, "rounding_only": report.rounding_only, "explained": report.explained}
-    named = iter(REDIS_FIELDS.named([drifted(row, show_id="") for rows in lists.values() for row in rows]))
-    return {**report.as_dict(), **{name: [next(named).values for _ in rows] for name, rows in lists.items()}}
-
-
-# The rows that name a folder's, a job's and a layer's key, and their name's columns.
-_OWN_NAMES = {
-    "folder": (Folder, ("show__str_name", "str_name")),
-    "job": (Job, ("show__str_name", "str_name")),
-    "layer": (Layer, ("job__show__str_name", "job__str_name", "str_name")),
-}
-
-
-def _names(model: type[Model], ids: set[str], *columns: str) -> dict[str, str]:
-    rows = model._default_manager.filter(pk__in=ids).values_list("pk", *columns) if ids else []
-    return {pk: " / ".join(parts) for pk, *parts in rows}
-
-
-def key_labels(*, redis_keys: Iterable[str]) -> dict[str, str]:
-    """A readable name per accounting key, in six queries at most whatever the number of keys."""
-    by_kind: dict[str, list[list[str]]] = {}
-    for key in redis_keys:
-        _, kind, *ids = key.split(":")
-        by_kind.setdefault(kind, []).append(ids)
-    # acct:sub:<show>:<alloc> names its show first, acct:point:<dept>:<show> last.
-    subs, points = by_kind.get("sub", []), by_kind.get("point", [])
-    shows = _names(Show, {ids[0] for ids in subs} | {ids[1] for ids in points}, "str_name")
-    allocs, depts = (
-        _names(Alloc, {ids[1] for ids in subs}, "str_name"),
-        _names(Dept, {ids[0] for ids in points}, "str_name"),
-    )
-    own = {
-        kind: _names(model, {ids[0] for ids in by_kind.get(kind, [])}, *columns)
-        for kind, (model, columns) in _OWN_NAMES.items()
-    }
-    labels = {}
-    for kind, entries in by_kind.items():
-        for ids in entries:
-            key = ":".join(["acct", kind, *ids])
-            if kind == "sub":
-                labels[key] = f"{shows.get(ids[0], 'show gone')} / {allocs.get(ids[1], 'allocation gone')}"
-            elif kind == "point":
-                labels[key] = f"{shows.get(ids[1], 'show gone')} / {depts.get(ids[0], 'department gone')}"
-            else:
-                found = own.get(kind, {}).get(ids[0])
-                labels[key] = f"{kind} {found}" if found else f"{kind} gone ({ids[0][:8]}…)"
-    return labels
-
-
-# What each field of each kind of key holds (docs/redis-protocol.md), in an operator's words.
-# Every face that lists Redis fields (the drift page, acct_drift, the drift API) names them
-# through field_label and keeps the raw field beside the name, for scripts and for HGET.
-_BOOKED = {"int_cores": "cores booked", "int_gpus": "GPUs booked"}
-FIELD_LABELS = {
-    "sub": {**_BOOKED, "size": "size in cores", "burst": "burst in cores"},
-    "folder": {
-        **_BOOKED,
-        "int_min_cores": "min cores",
-        "int_max_cores": "max cores",
-        "int_min_gpus": "min GPUs",
-        "int_max_gpus": "max GPUs",
-    },
-    "job": {**_BOOKED, "int_max_cores": "max cores", "int_max_gpus": "max GPUs", "int_priority": "priority"},
-    "layer": _BOOKED,
-    "point": {**_BOOKED, "int_min_cores": "min cores", "int_min_gpus": "min GPUs"},
-}
-
-
-def field_label(*, key: str, field: str) -> str:
-    """An operator's name for `field` of the accounting key `key`; a field its kind of key
-    does not hold (a stray one someone wrote by hand) reads as itself."""
-    kind = key.split(":")[1] if key.count(":") >= 2 else ""
-    return FIELD_LABELS.get(kind, {}).get(field, field)

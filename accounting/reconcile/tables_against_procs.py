@@ -5,7 +5,7 @@ layer_resource, job_resource, folder_resource and point for every show, flagged 
 Maestro plans each tick from those rows. Nothing upstream re-derives them any more except
 recalculate_subs() (subscriptions of unflagged shows only), so a counter that drifted from
 its procs stays wrong and Maestro books against it. In the redis and NOTIFY eras Cuebot owns
-only the unflagged shows' rows; the flagged ones are the scheduler's (accounting.reconcile.drift).
+only the unflagged shows' rows; the flagged ones are the scheduler's (accounting.reconcile.redis_against_pg).
 
 Counting rules are accounting.reconcile.recompute's, the repair's: a non-local proc counts in
 the subscription (its show, its host's allocation), its job's folder, its job, its layer and
@@ -18,22 +18,23 @@ statement for all five, scanning proc once with grouping sets, was 2x the five b
 centicores here; accounting.live.units.signed_cores is the one conversion every face shows.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
 from accounting.live.units import signed_cores
+from accounting.lock_order import LOCK_ORDER
 from accounting.models import DriftRecord
-from accounting.reconcile.drift_history import Drifted, Shown, cores_words, gpus_words
+from accounting.reconcile.drift_history import Drifted, cores_words, gpus_words
 from infra import metrics
-from infra.schedulers import cuebot_owns_every_show
+from infra.era import era
 from shows.models import Show
+from shows.names import name_sql
 
 # One statement per table: the stored rows of the shows, LEFT JOINed to the bare SUM(proc) of
 # their key (which PostgreSQL may aggregate in parallel workers, as it would the bare sum), kept
-# where they differ; names are looked up for those rows only. %(shows)s NULL: every show (the
+# where they differ; names are looked up for those rows only (shows.names). %(shows)s NULL: every show (the
 # Maestro era's farm-wide check, with no array to test per proc); an array: those shows. Each
 # yields the row's key, its show, the six names (show, allocation, folder, job, layer,
 # department; NULL where the table has none), then stored and true centicores and GPUs.
@@ -47,18 +48,22 @@ _FOLDER_SHOW = "(SELECT pk_show FROM folder WHERE pk_folder = r.pk_folder)"
 _OF_SHOWS = (
     "(%(shows)s::text[] IS NULL OR {column} IN (SELECT pk_{parent} FROM {parent} WHERE pk_show = ANY(%(shows)s)))"
 )
-_NAMES = """COALESCE((SELECT str_name FROM show WHERE pk_show = {show}), {show}),
+_NAMES = """COALESCE({show_name}, {show}),
        {alloc}, {folder}, {job}, {layer}, {dept}"""
 
 
-def _names(
+def _name_columns(
     *, show: str, alloc: str = "NULL", folder: str = "NULL", job: str = "NULL", layer: str = "NULL", dept: str = "NULL"
 ) -> str:
-    def looked_up(table: str, key: str) -> str:
-        return "NULL" if key == "NULL" else f"(SELECT str_name FROM {table} WHERE pk_{table} = {key})"
+    """The six names of a row by the SQL expressions of its ids (shows.names.name_sql); a show
+    gone reads as its id."""
+
+    def looked_up(kind: str, key: str) -> str:
+        return "NULL" if key == "NULL" else name_sql(kind=kind, id_sql=key)
 
     return _NAMES.format(
         show=show,
+        show_name=name_sql(kind="show", id_sql=show),
         alloc=looked_up("alloc", alloc),
         folder=looked_up("folder", folder),
         job=looked_up("job", job),
@@ -69,7 +74,7 @@ def _names(
 
 QUERIES = {
     "subscription": f"""
-SELECT s.pk_subscription, s.pk_show, {_names(show="s.pk_show", alloc="s.pk_alloc")},
+SELECT s.pk_subscription, s.pk_show, {_name_columns(show="s.pk_show", alloc="s.pk_alloc")},
        s.int_cores, COALESCE(t.cores, 0), s.int_gpus, COALESCE(t.gpus, 0)
   FROM subscription s
   LEFT JOIN (SELECT p.pk_show, h.pk_alloc, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
@@ -79,7 +84,7 @@ SELECT s.pk_subscription, s.pk_show, {_names(show="s.pk_show", alloc="s.pk_alloc
  WHERE {_SHOWS.format(column="s.pk_show")}
    AND (s.int_cores::bigint, s.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
     "layer_resource": f"""
-SELECT r.pk_layer_resource, {_JOB_SHOW}, {_names(show=_JOB_SHOW, job="r.pk_job", layer="r.pk_layer")},
+SELECT r.pk_layer_resource, {_JOB_SHOW}, {_name_columns(show=_JOB_SHOW, job="r.pk_job", layer="r.pk_layer")},
        r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0)
   FROM layer_resource r
   LEFT JOIN (SELECT p.pk_layer, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
@@ -88,7 +93,7 @@ SELECT r.pk_layer_resource, {_JOB_SHOW}, {_names(show=_JOB_SHOW, job="r.pk_job",
  WHERE {_OF_SHOWS.format(column="r.pk_job", parent="job")}
    AND (r.int_cores::bigint, r.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
     "job_resource": f"""
-SELECT r.pk_job_resource, {_JOB_SHOW}, {_names(show=_JOB_SHOW, job="r.pk_job")},
+SELECT r.pk_job_resource, {_JOB_SHOW}, {_name_columns(show=_JOB_SHOW, job="r.pk_job")},
        r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0),
        r.int_local_cores, COALESCE(t.local_cores, 0), r.int_local_gpus, COALESCE(t.local_gpus, 0)
   FROM job_resource r
@@ -103,7 +108,7 @@ SELECT r.pk_job_resource, {_JOB_SHOW}, {_names(show=_JOB_SHOW, job="r.pk_job")},
    AND (r.int_cores::bigint, r.int_gpus::bigint, r.int_local_cores::bigint, r.int_local_gpus::bigint)
        IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0), COALESCE(t.local_cores, 0), COALESCE(t.local_gpus, 0))""",
     "folder_resource": f"""
-SELECT r.pk_folder_resource, {_FOLDER_SHOW}, {_names(show=_FOLDER_SHOW, folder="r.pk_folder")},
+SELECT r.pk_folder_resource, {_FOLDER_SHOW}, {_name_columns(show=_FOLDER_SHOW, folder="r.pk_folder")},
        r.int_cores, COALESCE(t.cores, 0), r.int_gpus, COALESCE(t.gpus, 0)
   FROM folder_resource r
   LEFT JOIN (SELECT j.pk_folder, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
@@ -113,7 +118,7 @@ SELECT r.pk_folder_resource, {_FOLDER_SHOW}, {_names(show=_FOLDER_SHOW, folder="
  WHERE {_OF_SHOWS.format(column="r.pk_folder", parent="folder")}
    AND (r.int_cores::bigint, r.int_gpus::bigint) IS DISTINCT FROM (COALESCE(t.cores, 0), COALESCE(t.gpus, 0))""",
     "point": f"""
-SELECT pt.pk_point, pt.pk_show, {_names(show="pt.pk_show", dept="pt.pk_dept")},
+SELECT pt.pk_point, pt.pk_show, {_name_columns(show="pt.pk_show", dept="pt.pk_dept")},
        pt.int_cores, COALESCE(t.cores, 0), pt.int_gpus, COALESCE(t.gpus, 0)
   FROM point pt
   LEFT JOIN (SELECT j.pk_dept, j.pk_show, SUM(p.int_cores_reserved) AS cores, SUM(p.int_gpus_reserved) AS gpus
@@ -126,25 +131,6 @@ SELECT pt.pk_point, pt.pk_show, {_names(show="pt.pk_show", dept="pt.pk_dept")},
 # The column pairs a query's values come in, four values each (stored cores, true cores, stored
 # GPUs, true GPUs): job_resource has both, the other tables the first.
 PAIRS = ("int_cores, int_gpus", "int_local_cores, int_local_gpus")
-
-# The lock order across the accounting tables, Cuebot's, stated here only: every writer here (a
-# release, its settling recount, a repair) takes its tables' rows in it (in_lock_order), so they and
-# Cuebot wait for each other one way only (accounting.release.unbook says how); the faces list rows
-# by table in it too. host_local is a release's alone (nothing recomputes it).
-LOCK_ORDER = ("subscription", "layer_resource", "job_resource", "host_local", "folder_resource", "point")
-
-
-class _OfTable(Protocol):
-    @property
-    def table(self) -> str: ...
-
-
-_Statement = TypeVar("_Statement", bound=_OfTable)
-
-
-def in_lock_order(statements: Iterable[_Statement]) -> tuple[_Statement, ...]:
-    """`statements`, each for one table, sorted by LOCK_ORDER."""
-    return tuple(sorted(statements, key=lambda statement: LOCK_ORDER.index(statement.table)))
 
 
 @dataclass(frozen=True)
@@ -203,7 +189,7 @@ class TableDriftReport:
 def cuebot_owned_show_ids(*, show_ids: Sequence[str] | None = None) -> list[str] | None:
     """The shows whose five tables Cuebot writes, among `show_ids` (default: all). None means
     every show (the Maestro era without a filter), which the query reads without an array."""
-    if cuebot_owns_every_show():
+    if era().cuebot_owns_every_show:
         return None if show_ids is None else list(show_ids)
     owned = Show.objects.filter(b_scheduler_managed=False)
     if show_ids is not None:
@@ -272,7 +258,7 @@ def cuebot_table_drift(*, show_ids: Sequence[str] | None = None) -> TableDriftRe
     return TableDriftReport(shows=shows, rows=rows)
 
 
-def drifted(row: TableDrift) -> Drifted:
+def drifted_table_row(row: TableDrift) -> Drifted:
     """A drifted row of Cuebot's tables as every face and the record take it: job_resource's two
     column pairs are two rows; its difference in words ('2.50 cores low, 2 GPUs high')."""
     words = [cores_words(row.cores_difference)] if row.cores_difference else []
@@ -309,19 +295,7 @@ class CuebotTables:
     def read(self, *, show_ids: list[str]) -> tuple[list[Drifted], dict[str, int]]:
         """Every owned show's drifted rows (`show_ids` are the owned shows: read as every show
         where Cuebot owns each); no count of rows compared."""
-        return [drifted(row) for row in cuebot_table_drift().rows], {}
-
-    def named(self, rows: Sequence[Drifted]) -> list[Shown]:
-        """Each row as its name says it (show / allocation, job / layer, ...), its numbers in cores."""
-        return [
-            Shown(row=row, name=row.subject, what=row.detail, **(_numbers(row.raw) if row.raw else {})) for row in rows
-        ]
-
-
-def _numbers(raw: TableDrift) -> dict:
-    cores = f"stored={signed_cores(raw.stored_cores)} true={signed_cores(raw.true_cores)} diff={signed_cores(raw.cores_difference):+}"
-    gpus = f"stored={raw.stored_gpus} true={raw.true_gpus} diff={raw.gpus_difference:+d}"
-    return {"values": raw.as_dict(), "numbers": f"cores {cores}\tgpus {gpus}", "ref": raw.pk}
+        return [drifted_table_row(row) for row in cuebot_table_drift().rows], {}
 
 
 CUEBOT_TABLES = CuebotTables()

@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from accounting.live.units import signed_cores
-from accounting.reconcile.cuebot_drift import cuebot_table_drift
+from accounting.reconcile.tables_against_procs import cuebot_table_drift
 from simulator.pg_truth import mismatches
 from tests.farms import build_farm
 from tests.service_role import as_cuebot

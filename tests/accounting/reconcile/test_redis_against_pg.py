@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from accounting.live import keys
 from accounting.live.booking import book
-from accounting.reconcile.drift import (
+from accounting.reconcile.redis_against_pg import (
     CLOSED,
     IN_FLIGHT,
     NOT_SEEDED,
@@ -147,7 +147,7 @@ def test_reseed_command_unknown_show_exits_2(farm, acct_redis):
 
 
 def test_reseed_command_on_a_cuebot_managed_show_writes_no_redis_key(cuebot_farm, acct_redis):
-    """Its five tables are what it is booked against (tests/accounting/reconcile/test_cuebot_drift.py)."""
+    """Its five tables are what it is booked against (tests/accounting/reconcile/test_tables_against_procs.py)."""
     cuebot_farm.add_proc(cores=100)
     call_command("acct_reseed", "--show", cuebot_farm.show.str_name)
     assert acct_redis.keys("acct:*") == []
@@ -252,8 +252,8 @@ def test_keys_a_rebuild_without_our_marker_opened_are_still_compared(farm, acct_
 
 
 def test_api_drift_without_a_show_answers_the_last_check_not_a_farm_wide_read(farm, acct_redis, reader_client):
-    from accounting.reconcile.drift import REDIS_FIELDS
     from accounting.reconcile.drift_check import run_check
+    from accounting.reconcile.redis_against_pg import REDIS_FIELDS
 
     seed_show(show_id=farm.show.id)
     acct_redis.hset(sub_key(farm), "int_gpus", 2)
