@@ -163,16 +163,7 @@ def pages() -> list[tuple[str, str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--url", default="http://127.0.0.1:8000", help="the running service (default: http://127.0.0.1:8000)"
-    )
-    parser.add_argument(
-        "--out", default=str(ROOT / "docs" / "screenshots"), help="directory for the PNGs (default: docs/screenshots)"
-    )
-    parser.add_argument("--width", type=int, default=1280, help="page width in pixels (default: 1280)")
-    args = parser.parse_args()
-
+    args = arguments()
     if problem := missing():
         print(f"screenshots: {problem}", file=sys.stderr)
         return 2
@@ -182,8 +173,6 @@ def main() -> int:
     import django
 
     django.setup()
-    from django.contrib.auth import get_user_model
-
     shots = pages()
     if not shots:
         print(
@@ -193,26 +182,44 @@ def main() -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    take(shots=shots, base=args.url.rstrip("/"), out=out, width=args.width)
+    return 0
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="the running service (default: http://127.0.0.1:8000)"
+    )
+    parser.add_argument(
+        "--out", default=str(ROOT / "docs" / "screenshots"), help="directory for the PNGs (default: docs/screenshots)"
+    )
+    parser.add_argument("--width", type=int, default=1280, help="page width in pixels (default: 1280)")
+    return parser.parse_args()
+
+
+def take(*, shots: list[tuple[str, str]], base: str, out: Path, width: int) -> None:
+    """Every page as a superuser made for the run (removed afterwards), the login page first."""
+    from django.contrib.auth import get_user_model
+
     password = secrets.token_urlsafe(24)
     User = get_user_model()
     User.objects.filter(username=USERNAME).delete()
     User.objects.create_superuser(USERNAME, "", password)
-    base = args.url.rstrip("/")
     with tempfile.TemporaryDirectory(prefix="acct-screenshots-") as profile:
-        driver = start_browser(profile=profile, width=args.width)
+        driver = start_browser(profile=profile, width=width)
         try:
             # The login page first, as a person meets it, then the rest logged in.
             for name, path in [("login.png", "/admin/login/"), *shots]:
                 if name != "login.png" and path_of(driver).startswith("/admin/login"):
                     log_in(driver, base, username=USERNAME, password=password)
-                set_viewport(driver, width=args.width, height=HEIGHT)
+                set_viewport(driver, width=width, height=HEIGHT)
                 driver.get(base + path)
-                size = screenshot(driver, out / name, width=args.width)
+                size = screenshot(driver, out / name, width=width)
                 print(f"screenshots: {out / name} ({size // 1024} KB) <- {path}")
         finally:
             driver.quit()
             User.objects.filter(username=USERNAME).delete()
-    return 0
 
 
 if __name__ == "__main__":

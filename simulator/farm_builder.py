@@ -14,21 +14,17 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from accounting.models import Point, Subscription
 from accounting.reconcile.recompute import recompute_pg_accounting
 from shows.models import Alloc, Dept, Facility, Folder, Job, Layer, Show
+from simulator.farm_rules import HOST_IDLE, refuse_foreign_shows, refuse_without_cuebots_rights
 
 DEMO_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "cuebot-acct/demo-farm")
 DEPARTMENTS = ("lighting", "animation", "fx")
 PROC_CORES = (100, 250, 400, 200)  # centicores; 250 keeps fractional cores in every demo
 KB_PER_GB = 1024 * 1024
-
-
-class FarmRefused(Exception):
-    """Building here would mix a generated farm into a site's own data."""
 
 
 def demo_id(name: str) -> str:
@@ -112,7 +108,22 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
     Alloc.objects.bulk_create(allocs, ignore_conflicts=True)
     depts = [Dept(id=demo_id(f"dept:{name}"), str_name=name) for name in DEPARTMENTS]
     Dept.objects.bulk_create(depts, ignore_conflicts=True)
+    shows, folders = demo_shows(size=size, allocs=allocs, depts=depts)
+    jobs = demo_jobs(size=size, shows=shows, folders=folders, facility_id=facility.id)
+    Job.objects.bulk_create(jobs, ignore_conflicts=True, batch_size=2000)
+    layers = [
+        new_layer(id=demo_id(f"layer:{j.id}:{kind}"), job_id=j.id, name=kind, mem_min=4 * KB_PER_GB)
+        for j in jobs
+        for kind in ("render", "comp")
+    ]
+    Layer.objects.bulk_create(layers, ignore_conflicts=True, batch_size=2000)
+    job_state = {j.id: j.str_state for j in jobs}
+    running_layers = [l for l in layers if job_state[l.job_id] != "FINISHED"]
+    return shows, allocs, running_layers
 
+
+def demo_shows(*, size: DemoFarmSize, allocs: list[Alloc], depts: list[Dept]) -> tuple[list[Show], list[Folder]]:
+    """The demo's shows with their subscriptions, points and folders."""
     # Shows with an even index (demo01, demo03, ...) start scheduler-managed, the others Cuebot-managed; a re-run
     # keeps whatever an operator has switched since.
     shows = [
@@ -148,90 +159,54 @@ def build_structure(*, size: DemoFarmSize) -> tuple[list[Show], list[Alloc], lis
         for d in depts
     ]
     Folder.objects.bulk_create(folders, ignore_conflicts=True)
+    return shows, folders
+
+
+def demo_jobs(*, size: DemoFarmSize, shows: list[Show], folders: list[Folder], facility_id: str) -> list[Job]:
+    """size.jobs_per_folder pending jobs in each folder, and one finished job: reseeds and drift
+    checks must leave it out. Cuebot clears a finished job's visible name, so its name is free
+    for a new launch."""
     jobs = []
     for f in folders:
         show_name = next(s.str_name for s in shows if s.id == f.show_id)
         for n in range(size.jobs_per_folder):
             name = f"{show_name}-{f.str_name}-job{n + 1:04d}"
-            jobs.append(
-                Job(
-                    id=demo_id(f"job:{name}"),
-                    folder_id=f.id,
-                    show_id=f.show_id,
-                    dept_id=f.dept_id,
-                    facility_id=facility.id,
-                    str_name=name,
-                    str_visible_name=name,
-                    str_shot=f"sh{n % 100:03d}",
-                    str_user="demo",
-                    str_state="PENDING",
-                )
-            )
-        # One finished job per folder: reseeds and drift checks must leave it out. Cuebot
-        # clears a finished job's visible name, so its name is free for a new launch.
+            jobs.append(demo_job(folder=f, facility_id=facility_id, name=name, visible=True, shot=f"sh{n % 100:03d}"))
         name = f"{show_name}-{f.str_name}-finished"
-        jobs.append(
-            Job(
-                id=demo_id(f"job:{name}"),
-                folder_id=f.id,
-                show_id=f.show_id,
-                dept_id=f.dept_id,
-                facility_id=facility.id,
-                str_name=name,
-                str_shot="sh999",
-                str_user="demo",
-                str_state="FINISHED",
-            )
-        )
-    Job.objects.bulk_create(jobs, ignore_conflicts=True, batch_size=2000)
-    layers = [
-        new_layer(id=demo_id(f"layer:{j.id}:{kind}"), job_id=j.id, name=kind, mem_min=4 * KB_PER_GB)
-        for j in jobs
-        for kind in ("render", "comp")
-    ]
-    Layer.objects.bulk_create(layers, ignore_conflicts=True, batch_size=2000)
-    job_state = {j.id: j.str_state for j in jobs}
-    running_layers = [l for l in layers if job_state[l.job_id] != "FINISHED"]
-    return shows, allocs, running_layers
+        jobs.append(demo_job(folder=f, facility_id=facility_id, name=name, visible=False, shot="sh999"))
+    return jobs
 
 
+def demo_job(*, folder: Folder, facility_id: str, name: str, visible: bool, shot: str) -> Job:
+    return Job(
+        id=demo_id(f"job:{name}"),
+        folder_id=folder.id,
+        show_id=folder.show_id,
+        dept_id=folder.dept_id,
+        facility_id=facility_id,
+        str_name=name,
+        str_visible_name=name if visible else None,
+        str_shot=shot,
+        str_user="demo",
+        str_state="PENDING" if visible else "FINISHED",
+    )
+
+
+# The columns the demo farm COPYs.
+# fmt: off
 HOST_COLUMNS = [
-    "pk_host",
-    "pk_alloc",
-    "str_name",
-    "str_lock_state",
-    "int_cores",
-    "int_cores_idle",
-    "int_mem",
-    "int_mem_idle",
-    "int_gpus",
-    "int_gpus_idle",
-    "int_gpu_mem",
-    "int_gpu_mem_idle",
+    "pk_host", "pk_alloc", "str_name", "str_lock_state", "int_cores", "int_cores_idle", "int_mem", "int_mem_idle",
+    "int_gpus", "int_gpus_idle", "int_gpu_mem", "int_gpu_mem_idle"
 ]
 FRAME_COLUMNS = [
-    "pk_frame",
-    "pk_layer",
-    "pk_job",
-    "str_name",
-    "str_state",
-    "int_number",
-    "int_layer_order",
-    "int_cores",
-    "str_host",
+    "pk_frame", "pk_layer", "pk_job", "str_name", "str_state", "int_number", "int_layer_order", "int_cores",
+    "str_host"
 ]
 PROC_COLUMNS = [
-    "pk_proc",
-    "pk_host",
-    "pk_job",
-    "pk_show",
-    "pk_layer",
-    "pk_frame",
-    "int_cores_reserved",
-    "int_gpus_reserved",
-    "int_mem_reserved",
-    "int_gpu_mem_reserved",
+    "pk_proc", "pk_host", "pk_job", "pk_show", "pk_layer", "pk_frame", "int_cores_reserved", "int_gpus_reserved",
+    "int_mem_reserved", "int_gpu_mem_reserved"
 ]
+# fmt: on
 GPU_HOST_GPUS = 4
 GPU_MEM_KB = 16 * KB_PER_GB
 
@@ -364,80 +339,6 @@ def proc_rows(
     progress(count % 1000)
 
 
-# Idle = capacity - what the host's procs reserve. A larger demo re-run puts more procs on
-# the hosts it made before: their capacity grows to fit, as Cuebot's host check demands.
-HOST_IDLE = """
-UPDATE host h
-   SET int_cores = GREATEST(h.int_cores, COALESCE(t.cores, 0)), int_mem = GREATEST(h.int_mem, COALESCE(t.mem, 0)),
-       int_cores_idle = GREATEST(h.int_cores, COALESCE(t.cores, 0)) - COALESCE(t.cores, 0),
-       int_mem_idle = GREATEST(h.int_mem, COALESCE(t.mem, 0)) - COALESCE(t.mem, 0),
-       int_gpus = GREATEST(h.int_gpus, COALESCE(t.gpus, 0)), int_gpu_mem = GREATEST(h.int_gpu_mem, COALESCE(t.gpu_mem, 0)),
-       int_gpus_idle = GREATEST(h.int_gpus, COALESCE(t.gpus, 0)) - COALESCE(t.gpus, 0),
-       int_gpu_mem_idle = GREATEST(h.int_gpu_mem, COALESCE(t.gpu_mem, 0)) - COALESCE(t.gpu_mem, 0)
-  FROM host h2
-  LEFT JOIN (
-        SELECT pk_host, SUM(int_cores_reserved) AS cores, SUM(int_mem_reserved) AS mem,
-               SUM(int_gpus_reserved) AS gpus, SUM(int_gpu_mem_reserved) AS gpu_mem
-          FROM proc GROUP BY pk_host
-       ) t ON t.pk_host = h2.pk_host
- WHERE h.pk_host = h2.pk_host AND h2.pk_host = ANY(%(hosts)s)
-"""
-
-
-# What a generated farm inserts: Cuebot's own rows (and the scheduler's procs), which the
-# service's documented role may not write (shows.attach.grant_statements): on a scratch
-# Cuebot database the demo and the simulator run as Cuebot's role, or the database owner.
-FARM_INSERTS = (
-    "facility",
-    "alloc",
-    "show",
-    "dept",
-    "subscription",
-    "point",
-    "folder",
-    "job",
-    "layer",
-    "host",
-    "host_stat",
-    "frame",
-    "proc",
-)
-
-
-# What the simulator's commands need, named by their refusal while ACCOUNTING_WRITES is off: they
-# write what Cuebot and the scheduler write, and release and repair through the service.
-PLAYS_CUEBOT = "Cuebot's own rights on a scratch Cuebot database (it writes what Cuebot writes)"
-
-
-def refuse_without_cuebots_rights(*, command: str) -> None:
-    """Stop in one line, before writing anything, when this role may not insert Cuebot's rows
-    (the service's documented role may not: a traceback half-way was what it got before)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(t, 'INSERT')",
-            [list(FARM_INSERTS)],
-        )
-        denied = [table for (table,) in cursor.fetchall()]
-    if denied:
-        raise FarmRefused(
-            f"{command} refuses: it writes Cuebot's own rows as Cuebot and the scheduler do, and this database role "
-            f"may not INSERT on {', '.join(denied)} (the service's role of docs/attaching.md never may); "
-            "run it as Cuebot's database role or the database owner, on a scratch Cuebot database"
-        )
-
-
-def refuse_foreign_shows(*, own_show_ids: Iterable[str], command: str) -> None:
-    """On a site's database (OPENCUE_TABLES=existing) generated farms go only where no other show is."""
-    if settings.OPENCUE_TABLES != "existing":
-        return
-    foreign = Show.objects.exclude(pk__in=list(own_show_ids)).count()
-    if foreign:
-        raise FarmRefused(
-            f"{command} refuses: this Cuebot database (OPENCUE_TABLES=existing) holds {foreign} show(s) it did not create; "
-            "it only fills a scratch Cuebot database that has no show yet"
-        )
-
-
 def refuse_demo_farm_here(*, size: DemoFarmSize) -> None:
     """FarmRefused, before anything is written, where the demo farm may not go."""
     refuse_without_cuebots_rights(command="seed_demo_farm")
@@ -447,29 +348,13 @@ def refuse_demo_farm_here(*, size: DemoFarmSize) -> None:
 def build_demo_farm(*, size: DemoFarmSize, progress: Callable[[int], None] = lambda n: None) -> DemoFarmSummary:
     """Create (or complete) the demo farm in PostgreSQL, with accounting equal to SUM(proc)."""
     refuse_demo_farm_here(size=size)
+    host_ids = [demo_id(f"host:{h}") for h in range(size.hosts)]
     with transaction.atomic():
         shows, allocs, layers = build_structure(size=size)
-        host_ids = [demo_id(f"host:{h}") for h in range(size.hosts)]
         copy_rows(table="host", columns=HOST_COLUMNS, rows=host_rows(size=size, allocs=allocs))
         with connection.cursor() as cursor:
             cursor.execute(ADD_HOST_STATS, {"hosts": host_ids})
-        added = 0
-        if size.procs and layers and size.hosts:
-            show_of_job = dict(Job.objects.filter(pk__in={l.job_id for l in layers}).values_list("pk", "show_id"))
-            copy_rows(
-                table="frame",
-                columns=FRAME_COLUMNS,
-                rows=frame_rows(procs=demo_procs(size=size, allocs=allocs, layers=layers)),
-            )
-            added = copy_rows(
-                table="proc",
-                columns=PROC_COLUMNS,
-                rows=proc_rows(
-                    procs=demo_procs(size=size, allocs=allocs, layers=layers),
-                    show_of_job=show_of_job,
-                    progress=progress,
-                ),
-            )
+        added = copy_procs(size=size, allocs=allocs, layers=layers, progress=progress)
         with connection.cursor() as cursor:
             cursor.execute(HOST_IDLE, {"hosts": host_ids})
         recompute_pg_accounting(show_ids=[s.id for s in shows])
@@ -488,4 +373,21 @@ def build_demo_farm(*, size: DemoFarmSize, progress: Callable[[int], None] = lam
         procs=size.procs,
         procs_added=added,
         scheduler_managed_show_ids=managed,
+    )
+
+
+def copy_procs(*, size: DemoFarmSize, allocs: list[Alloc], layers: list[Layer], progress: Callable[[int], None]) -> int:
+    """The demo's running frames and their procs, by COPY; returns the procs added."""
+    if not (size.procs and layers and size.hosts):
+        return 0
+    show_of_job = dict(Job.objects.filter(pk__in={l.job_id for l in layers}).values_list("pk", "show_id"))
+    copy_rows(
+        table="frame", columns=FRAME_COLUMNS, rows=frame_rows(procs=demo_procs(size=size, allocs=allocs, layers=layers))
+    )
+    return copy_rows(
+        table="proc",
+        columns=PROC_COLUMNS,
+        rows=proc_rows(
+            procs=demo_procs(size=size, allocs=allocs, layers=layers), show_of_job=show_of_job, progress=progress
+        ),
     )

@@ -186,80 +186,33 @@ def over_cap_after_booking(
     `started` is when the booking began (time.monotonic()): with the check's own time it
     bounds the window in which a cap lowered or a show switched may excuse it.
     """
+    params = dict(show=show_id, alloc=alloc_id, folder=folder_id, job=job_id, layer=layer_id, finished=finished_jobs)
     with connection.cursor() as cursor:
-        cursor.execute(
-            BOOKED_AND_CAPS,
-            {
-                "show": show_id,
-                "alloc": alloc_id,
-                "folder": folder_id,
-                "job": job_id,
-                "layer": layer_id,
-                "finished": finished_jobs,
-            },
-        )
-        (
-            sub_cores,
-            burst,
-            folder_cores,
-            folder_max,
-            folder_gpus,
-            folder_max_gpus,
-            job_cores,
-            job_max,
-            job_gpus,
-            job_max_gpus,
-            frame_centicores,
-            layer_max_centicores,
-            frame_gpus,
-            layer_max_gpus,
-        ) = (None if v is None else int(v) for v in cursor.fetchone())
+        cursor.execute(BOOKED_AND_CAPS, params)
+        values = [None if v is None else int(v) for v in cursor.fetchone()]
+    sub, folder = keys.sub(show_id=show_id, alloc_id=alloc_id), keys.folder(folder_id=folder_id)
+    job, layer = keys.job(job_id=job_id), keys.layer(layer_id=layer_id)
     found: list[OverCap] = []
-    sub, folder, job = (
-        keys.sub(show_id=show_id, alloc_id=alloc_id),
-        keys.folder(folder_id=folder_id),
-        keys.job(job_id=job_id),
-    )
-    _over(found, "subscription", sub, show_id, sub_cores, burst, unit="cores", started=started, centicores=True)
-    _over(found, "folder", folder, show_id, folder_cores, folder_max, unit="cores", started=started, centicores=True)
-    _over(found, "job", job, show_id, job_cores, job_max, unit="cores", started=started, centicores=True)
-    if gpus > 0:
-        _over(
-            found,
-            "folder",
-            folder,
-            show_id,
-            folder_gpus,
-            folder_max_gpus,
-            unit="gpus",
-            started=started,
-            centicores=False,
-        )
-        _over(found, "job", job, show_id, job_gpus, job_max_gpus, unit="gpus", started=started, centicores=False)
-    layer = keys.layer(layer_id=layer_id)
-    _over(
-        found,
-        "layer",
-        layer,
-        show_id,
-        frame_centicores,
-        layer_max_centicores,
-        unit="centicores per frame",
-        started=started,
-        centicores=False,
-    )
-    _over(
-        found,
-        "layer",
-        layer,
-        show_id,
-        frame_gpus,
-        layer_max_gpus,
-        unit="gpus per frame",
-        started=started,
-        centicores=False,
-    )
+    for table, key, unit, centicores, column in cap_checks(sub=sub, folder=folder, job=job, layer=layer):
+        if unit == "gpus" and gpus <= 0:
+            continue
+        booked, cap = values[column], values[column + 1]
+        _over(found, table, key, show_id, booked, cap, unit=unit, started=started, centicores=centicores)
     return found
+
+
+def cap_checks(*, sub: str, folder: str, job: str, layer: str) -> list[tuple[str, str, str, bool, int]]:
+    """Each cap over_cap_after_booking judges, in its order: (table, key, unit, whether the cap is
+    in centicores, the BOOKED_AND_CAPS column of its SUM; its cap is the next column)."""
+    return [
+        ("subscription", sub, "cores", True, 0),
+        ("folder", folder, "cores", True, 2),
+        ("job", job, "cores", True, 6),
+        ("folder", folder, "gpus", False, 4),
+        ("job", job, "gpus", False, 8),
+        ("layer", layer, "centicores per frame", False, 10),
+        ("layer", layer, "gpus per frame", False, 12),
+    ]
 
 
 def negative_counters(*, redis_keys: list[str]) -> list[tuple[str, str, int]]:

@@ -28,8 +28,8 @@ from django.conf import settings
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from infra import schedulers
 from infra.serving import gunicorn_args
+from simulator import service_era
 
 ROOT = Path(__file__).resolve().parent.parent  # the project root, where gunicorn finds cuebot_acct
 START_SECONDS = 30
@@ -174,15 +174,13 @@ def web_server(*, token: str, database_url: str | None = None) -> Iterator[WebSe
             "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
             "DJANGO_SECRET_KEY": uuid.uuid4().hex * 2,
             "DATABASE_URL": database_url or _database_url(),
-            "ACCOUNTING_SCHEDULER": schedulers.current(),
+            **service_era.environment(),
             "ACCOUNTING_REDIS_URL": settings.ACCOUNTING_REDIS_URL,
             "CACHE_REDIS_URL": settings.CACHE_REDIS_URL,
             "TASK_BROKER_REDIS_URL": settings.TASK_BROKER_REDIS_URL,
             "ACCOUNTING_REDIS_TIMEOUT": str(settings.ACCOUNTING_REDIS_TIMEOUT),
             "ACCOUNTING_INFLIGHT_TTL_SECONDS": str(settings.ACCOUNTING_INFLIGHT_TTL_SECONDS),
             "ACCOUNTING_SCHEDULER_RESEEDS": str(settings.ACCOUNTING_SCHEDULER_RESEEDS),
-            "ACCOUNTING_REDIS_ENABLED": str(settings.ACCOUNTING_REDIS_ENABLED),
-            "ACCOUNTING_NOTIFY_ENABLED": str(settings.ACCOUNTING_NOTIFY_ENABLED),
         }
         process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", *gunicorn_args(bind=f"127.0.0.1:{port}"), "--log-level", "warning"],

@@ -177,6 +177,9 @@ class Report:
         return not any(self.invariants.values())
 
     def as_dict(self) -> dict:
+        return {**self._counts(), **self._judged(), "ok": self.ok}
+
+    def _counts(self) -> dict:
         s = self.stats
         return {
             "seed": self.seed,
@@ -213,6 +216,11 @@ class Report:
                 "low_counters_sampled": s.low_within_scheduler_bound,
                 "over_cap": s.over_cap_within_scheduler_bound,
             },
+        }
+
+    def _judged(self) -> dict:
+        s = self.stats
+        return {
             "exactness_judged": self.exactness_judged,
             "releases_after_last_reseed": s.releases_after_last_reseed,
             "over_cap_excluded": len(s.over_cap) - len(s.counted_over_cap()),
@@ -230,12 +238,36 @@ class Report:
             "negative_pg_examples": [list(n) for n in self.stats.negative_pg_rows[:10]],
             "expired_applied_examples": [list(n) for n in self.stats.expired_inflight_applied[:10]],
             "pg_drift_examples": [list(n) for n in self.pg_drift_rows[:10]],
-            "ok": self.ok,
         }
 
-    def as_table(self) -> str:
+    def as_text(self) -> str:
         d = self.as_dict()
-        lines = [
+        lines = [*self._summary(d), "", "invariants (all must be 0):"]
+        lines += [
+            f"  {name:<26}{value:>6}  {'ok' if value == 0 else 'FAILED'}" for name, value in d["invariants"].items()
+        ]
+        if d["faults_not_injected"]:
+            lines.append(f"faults scheduled but not injected: {d['faults_not_injected']}")
+        for title, rows in (
+            ("errors", d["errors"].items()),
+            ("over cap", d["over_cap_examples"]),
+            ("drift", d["drift_examples"]),
+            ("negative", d["negative_examples"]),
+            ("low", d["low_examples"]),
+            ("low before the final reseed", d["final_low_examples"]),
+            ("expired in-flight entry applied", d["expired_applied_examples"]),
+            ("high before the final reseed", d["final_high_examples"]),
+            ("negative PG", d["negative_pg_examples"]),
+            ("PG drift", d["pg_drift_examples"]),
+        ):
+            for row in rows:
+                lines.append(f"  {title}: {row}")
+        lines.append("")
+        lines.append("OK: every invariant holds" if self.ok else "FAILED: an invariant does not hold")
+        return "\n".join(lines)
+
+    def _summary(self, d: dict) -> list[str]:
+        return [
             f"farm simulation: seed {d['seed']}, {d['seconds']} s, {d['farm']}",
             "",
             f"  bookings              {d['bookings']:>10}  ({d['bookings_per_second']}/s)",
@@ -269,28 +301,22 @@ class Report:
                 else "(a fault of this run may leave Redis high, or no scheduler-managed proc was released after "
                 f"the last reseed: {d['releases_after_last_reseed']} were)"
             ),
-            "",
-            "invariants (all must be 0):",
         ]
-        lines += [
-            f"  {name:<26}{value:>6}  {'ok' if value == 0 else 'FAILED'}" for name, value in d["invariants"].items()
-        ]
-        if d["faults_not_injected"]:
-            lines.append(f"faults scheduled but not injected: {d['faults_not_injected']}")
-        for title, rows in (
-            ("errors", d["errors"].items()),
-            ("over cap", d["over_cap_examples"]),
-            ("drift", d["drift_examples"]),
-            ("negative", d["negative_examples"]),
-            ("low", d["low_examples"]),
-            ("low before the final reseed", d["final_low_examples"]),
-            ("expired in-flight entry applied", d["expired_applied_examples"]),
-            ("high before the final reseed", d["final_high_examples"]),
-            ("negative PG", d["negative_pg_examples"]),
-            ("PG drift", d["pg_drift_examples"]),
-        ):
-            for row in rows:
-                lines.append(f"  {title}: {row}")
-        lines.append("")
-        lines.append("OK: every invariant holds" if self.ok else "FAILED: an invariant does not hold")
-        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class EraReport:
+    """The NOTIFY and Maestro eras' report: their counts and invariants as one dict, printed one
+    line a value; `ok` only when every invariant is 0."""
+
+    data: dict
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.data["ok"])
+
+    def as_dict(self) -> dict:
+        return self.data
+
+    def as_text(self) -> str:
+        return "\n".join(f"{name:34s} {value}" for name, value in self.data.items())

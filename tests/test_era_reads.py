@@ -25,10 +25,7 @@ ALLOWED_TREES = ("settings/",)
 # Issue 56's other branches convert these after merging the era object; until then the era module
 # keeps the two booleans in step and infra/schedulers.py answers them. The lead removes this
 # allowlist, infra/schedulers.py and the booleans when the branches are merged.
-NOT_YET_CONVERTED = (
-    "infra/schedulers.py",
-    "simulator/",
-)
+NOT_YET_CONVERTED = ("infra/schedulers.py",)
 
 
 def direct_reads(text: str) -> list[str]:

@@ -7,7 +7,6 @@ the variant's doing.
 """
 
 import json
-import random
 from io import StringIO
 
 import pytest
@@ -18,11 +17,12 @@ from django.db import connection
 from accounting.reconcile import recompute
 from accounting.release import statements, transport
 from shows.models import Show
-from simulator import maestro_cuebot, maestro_workers
-from simulator.farm import build_sim_farm
-from simulator.maestro_cuebot import CAP_KINDS
-from simulator.maestro_era import run_maestro_simulation
-from simulator.maestro_run import MAESTRO_FAULTS
+from simulator.era import RunOptions
+from simulator.eras.maestro import MaestroEra
+from simulator.runner import run
+from simulator.workers.maestro import booking, cuebot_booking, cuebot_release, operating, releasing
+from simulator.workers.maestro.cuebot_rows import CAP_KINDS
+from simulator.workers.maestro.play import MAESTRO_FAULTS
 
 # It books as Maestro (INSERT on proc and frame), kills jobs and ends other sessions: more than
 # the service's role may do. The service's own writes run as a role the run makes with the
@@ -57,10 +57,8 @@ def short_run(*, faults: tuple[str, ...] = (), seed: int = 8) -> dict:
     """A small busy farm for a few seconds, in process (no web server: the seams are here). No
     repair but the deadlock-order fault's: the lock order is then shown by that fault alone, not
     by a periodic repair's luck, and no repair rewrites a drift before a sample sees it."""
-    farm = build_sim_farm(shows=3, hosts=8, jobs=24, rng=random.Random(seed))
-    return run_maestro_simulation(
-        farm=farm, seconds=4, bookers=3, releasers=2, faults=faults, seed=seed, repair_seconds=3600
-    )
+    options = RunOptions(shows=3, hosts=8, jobs=24, seconds=4, bookers=3, releasers=2, faults=faults, seed=seed)
+    return run(era=MaestroEra(repair_seconds=3600), options=options).as_dict()
 
 
 @pytest.fixture(autouse=True)
@@ -86,18 +84,18 @@ def release_credits_twice(monkeypatch):
 
 def booking_skips_the_layer(monkeypatch):
     monkeypatch.setattr(
-        maestro_cuebot, "BOOKING_WRITES", tuple(t for t in maestro_cuebot.BOOKING_WRITES if t != "layer_resource")
+        cuebot_booking, "BOOKING_WRITES", tuple(t for t in cuebot_booking.BOOKING_WRITES if t != "layer_resource")
     )
 
 
 def booking_ignores_the_caps(monkeypatch):
     """Every cap check dropped; the host's room still checked (PostgreSQL's own trigger guards it)."""
-    real = maestro_cuebot._fits
+    real = cuebot_booking.fits
 
     def fits(*, plan, host, rows):
         return "host" if real(plan=plan, host=host, rows=rows) == "host" else None
 
-    monkeypatch.setattr(maestro_cuebot, "_fits", fits)
+    monkeypatch.setattr(cuebot_booking, "fits", fits)
 
 
 def repair_locks_point_first(monkeypatch):
@@ -110,7 +108,7 @@ def flip_recomputes_the_show(monkeypatch):
     """A flip that hands the show's rows over as the Redis and NOTIFY eras' switch back did: every
     row rewritten from its sums, changed or not (here job_resource's, the values kept; the
     service's repair no longer writes a row that has not drifted, so it cannot stand in)."""
-    real = maestro_workers.set_scheduler_managed
+    real = operating.set_scheduler_managed
 
     def flip(*, show, managed):
         changed = real(show=show, managed=managed)
@@ -121,7 +119,28 @@ def flip_recomputes_the_show(monkeypatch):
             )
         return changed
 
-    monkeypatch.setattr(maestro_workers, "set_scheduler_managed", flip)
+    monkeypatch.setattr(operating, "set_scheduler_managed", flip)
+
+
+def release_leaves_the_host_full(monkeypatch):
+    """Cuebot's release takes its procs off the five tables but gives their hosts nothing back."""
+    monkeypatch.setattr(cuebot_release, "REFUND_HOST", "SELECT %(host)s, %(cores)s, %(mem)s, %(gpus)s, %(gpu_mem)s")
+
+
+def release_says_nothing_was_released(monkeypatch):
+    """The service's release deletes the procs and answers that it found none of them."""
+    real_one, real_many = releasing.unbook_proc, releasing.unbook_procs
+    monkeypatch.setattr(releasing, "unbook_proc", lambda *, proc_id: real_one(proc_id=proc_id) and None)
+    monkeypatch.setattr(releasing, "unbook_procs", lambda *, proc_ids: [None for _ in real_many(proc_ids=proc_ids)])
+
+
+def booker_fails(monkeypatch):
+    """An unexpected error in a booker's tick: the worker ends, and the run says so."""
+
+    def tick(**_):
+        raise RuntimeError("a booker fails here on purpose")
+
+    monkeypatch.setattr(booking, "tick", tick)
 
 
 VARIANTS = {
@@ -132,6 +151,9 @@ VARIANTS = {
     booking_ignores_the_caps: ((), "over_cap", ""),
     repair_locks_point_first: (("deadlock-order",), "lock_order_deadlocks", ""),
     flip_recomputes_the_show: ((), "flag_flip_wrote_accounting", "job_resource"),
+    release_leaves_the_host_full: ((), "host_idle_differs", "host"),
+    release_says_nothing_was_released: ((), "released_differs_from_gone", ""),
+    booker_fails: ((), "worker_errors", ""),
 }
 
 

@@ -20,9 +20,12 @@ from django.db import connection, transaction
 from accounting.notify import payloads
 from accounting.notify.listen import open_listener
 from shows.models import Show
-from simulator import notify_era
-from simulator.notify_era import NOTIFY_FAULTS, NotifyStats, Scheduler, Store
 from simulator.stopping import RunFailed, Threads
+from simulator.workers.notify import scheduler as notify_scheduler
+from simulator.workers.notify.faults import NOTIFY_FAULTS
+from simulator.workers.notify.model import Store
+from simulator.workers.notify.scheduler import Scheduler
+from simulator.workers.notify.stats import NotifyStats
 
 # simulate_farm plays the scheduler too (it books procs, INSERT on proc) and, for its faults,
 # ends other backends: more than the service's role may do.
@@ -141,7 +144,7 @@ def test_a_marker_sent_while_the_listener_is_away_is_sent_again_not_waited_for(m
 
     scheduler, model = _model_listening()
     with model:
-        monkeypatch.setattr(notify_era, "open_listener", listener_after_the_marker)
+        monkeypatch.setattr(notify_scheduler, "open_listener", listener_after_the_marker)
         send = scheduler._marker
         monkeypatch.setattr(scheduler, "_marker", lambda marker: (send(marker), marker_sent.set()))
         scheduler.disconnect()
@@ -162,7 +165,7 @@ import sys
 import django
 django.setup()
 from django.core.management import execute_from_command_line
-from simulator.notify_era import Store
+from simulator.workers.notify.model import Store
 def fail(self, fields):
     raise RuntimeError("the model fails here on purpose")
 Store.release = fail

@@ -13,14 +13,17 @@ from accounting.live import keys
 from accounting.reconcile import reseed
 from accounting.reconcile.reseed import open_to_booking
 from shows.models import Show
-from simulator import reconcile, workers
+from simulator import reconcile
+from simulator.era import RunOptions
+from simulator.eras.redis import RELEASES_TO_JUDGE, RedisEra
 from simulator.farm import foreign_redis_keys, sim_show_ids
 from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
-from simulator.maestro_run import MAESTRO_FAULTS
 from simulator.management.commands.simulate_farm import Command as SimulateFarm
 from simulator.reconcile import FarmReseed
 from simulator.report import CAP_KINDS
-from simulator.runner import RELEASES_TO_JUDGE, SimConfig, run_simulation
+from simulator.runner import run
+from simulator.workers.maestro.play import MAESTRO_FAULTS
+from simulator.workers.redis import releasing, reseeding
 from tests.service_role import as_cuebot
 
 
@@ -231,11 +234,10 @@ def test_a_last_reseed_that_outlasts_the_run_is_followed_by_releases_that_are_ju
     final check still judges releases (with none after it, a lost decrement went unseen)."""
     # Every wait of the last reseed for in-flight entries runs to its deadline, one TTL and a
     # second: past the end of a run shorter than that.
-    monkeypatch.setattr(workers, "inflight_keys_pending", lambda: True)
-    config = SimConfig(seconds=3, seed=7, reconcile_interval=0.5, faults=())
-    report = run_simulation(config=config)
+    monkeypatch.setattr(reseeding, "inflight_keys_pending", lambda: True)
+    report = run(era=RedisEra(reconcile_interval=0.5), options=RunOptions(seconds=3, seed=7))
     assert report.stats.releases_after_last_reseed >= RELEASES_TO_JUDGE
-    assert report.ok and report.exactness_judged, report.as_table()
+    assert report.ok and report.exactness_judged, report.as_text()
 
 
 @pytest.mark.slow
@@ -245,19 +247,19 @@ def test_a_farm_with_nothing_to_release_after_the_last_reseed_runs_on_until_it_h
     """A farm that has just refilled has nothing old enough to release for a while (every frame
     runs FRAME_SECONDS at least): when that outlasts the run's last fifth, the run goes on until
     enough procs were released after the last reseed for the final check to judge them."""
-    config = SimConfig(seconds=3, seed=7, reconcile_interval=0.5, faults=())
-    real = workers.release_some
+    options = RunOptions(seconds=3, seed=7)
+    real = releasing.release_some
 
     def nothing_old_enough_yet(ctx, *, proc_ids):
         if (
             ctx.last_reseed_done_at is not None
-            and time.monotonic() < ctx.last_reseed_done_at + 0.2 * config.seconds + 0.5
+            and time.monotonic() < ctx.last_reseed_done_at + 0.2 * options.seconds + 0.5
         ):
             ctx.stop.wait(0.05)  # the releaser's own wait when it finds nothing to release
             return
         real(ctx, proc_ids=proc_ids)
 
-    monkeypatch.setattr(workers, "release_some", nothing_old_enough_yet)
-    report = run_simulation(config=config)
+    monkeypatch.setattr(releasing, "release_some", nothing_old_enough_yet)
+    report = run(era=RedisEra(reconcile_interval=0.5), options=options)
     assert report.stats.releases_after_last_reseed >= RELEASES_TO_JUDGE
-    assert report.ok and report.exactness_judged, report.as_table()
+    assert report.ok and report.exactness_judged, report.as_text()

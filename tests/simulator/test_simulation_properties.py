@@ -35,7 +35,7 @@ from simulator.invariants import (
     over_cap_after_booking,
 )
 from simulator.report import overlaps
-from simulator.workers import CLAIM_HOST, INSERT_PROC
+from simulator.workers.scheduler_view import CLAIM_HOST, INSERT_PROC
 from tests.farms import build_farm
 from tests.service_role import as_cuebot
 

@@ -4,9 +4,9 @@ import threading
 
 import pytest
 
-from simulator import workers
 from simulator.stopping import RunFailed
-from simulator.workers import Gate
+from simulator.workers import gate as workers
+from simulator.workers.gate import Gate
 
 
 def test_a_quiet_sample_gives_up_on_an_operation_that_does_not_end(monkeypatch):

@@ -2,22 +2,16 @@
 
 import time
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
+from infra.era import era
 from infra.writes import require_writes
-from simulator.farm_builder import (
-    MAESTRO_PROOF,
-    PLAYS_CUEBOT,
-    DemoFarmSize,
-    FarmRefused,
-    build_demo_farm,
-    refuse_demo_farm_here,
-)
+from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, DemoFarmSummary, build_demo_farm, refuse_demo_farm_here
+from simulator.farm_rules import PLAYS_CUEBOT, FarmRefused
 
 
 def positive(value: str) -> int:
@@ -53,18 +47,7 @@ class Command(BaseCommand):
     @refused_while_observing
     def handle(self, *args, maestro_size: bool, **options) -> None:
         require_writes(action="seed_demo_farm", grant=PLAYS_CUEBOT)
-        given = {name: options[name] for name in ("shows", "hosts", "procs", "cores_per_host")}
-        if maestro_size and any(value is not None for value in given.values()):
-            raise CommandError("--maestro-size is a whole size: give it alone or give the size by hand", returncode=2)
-        size = (
-            MAESTRO_PROOF
-            if maestro_size
-            else DemoFarmSize(**{name: value for name, value in given.items() if value is not None})
-        )
-        if size.procs and not size.hosts:
-            raise CommandError("--procs needs at least one host", returncode=2)
-        if size.shows < 2:
-            raise CommandError("--shows must be at least 2 (one scheduler-managed, one Cuebot-managed)", returncode=2)
+        size = self._size(maestro_size=maestro_size, options=options)
         try:
             refuse_demo_farm_here(size=size)  # before the progress bar, so that a refusal is one line
             started = time.monotonic()
@@ -78,12 +61,31 @@ class Command(BaseCommand):
             f"{summary.hosts} hosts ({summary.host_cores // 100:,} cores), {summary.procs} procs "
             f"({summary.procs_added} new), built in {took:.1f} s"
         )
-        if not settings.ACCOUNTING_REDIS_ENABLED:
+        if not era().keeps_redis:
             self.stdout.write(
-                f"redis: nothing to seed (ACCOUNTING_SCHEDULER={settings.ACCOUNTING_SCHEDULER}: "
+                f"redis: nothing to seed (ACCOUNTING_SCHEDULER={era().name}: "
                 "no scheduler counts in the accounting Redis)"
             )
             return
+        self._seed_redis(summary=summary)
+
+    def _size(self, *, maestro_size: bool, options: dict) -> DemoFarmSize:
+        """The size asked for, or the refusal (exit 2) of one the demo cannot be."""
+        given = {name: options[name] for name in ("shows", "hosts", "procs", "cores_per_host")}
+        if maestro_size and any(value is not None for value in given.values()):
+            raise CommandError("--maestro-size is a whole size: give it alone or give the size by hand", returncode=2)
+        size = (
+            MAESTRO_PROOF
+            if maestro_size
+            else DemoFarmSize(**{name: value for name, value in given.items() if value is not None})
+        )
+        if size.procs and not size.hosts:
+            raise CommandError("--procs needs at least one host", returncode=2)
+        if size.shows < 2:
+            raise CommandError("--shows must be at least 2 (one scheduler-managed, one Cuebot-managed)", returncode=2)
+        return size
+
+    def _seed_redis(self, *, summary: DemoFarmSummary) -> None:
         # The PG build bypasses the booking path: seed Redis for the managed shows from it.
         # An empty Redis is bootstrapped without the in-flight wait: the demo farm is built
         # before anything books on it (make run starts the server afterwards).

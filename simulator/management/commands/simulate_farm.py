@@ -1,31 +1,32 @@
 import json
-import random
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.test.utils import override_settings
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
 from accounting.operators.auth import grant_permissions, issue_token
 from infra.permissions import RELEASE_PROCS
-from infra.startup import redact
 from infra.writes import require_writes
-from simulator.farm import SimFarm, build_sim_farm, foreign_redis_keys, remove_sim_farm, sim_show_ids
-from simulator.farm_builder import PLAYS_CUEBOT, FarmRefused, refuse_without_cuebots_rights
-from simulator.faults import FAULT_KINDS, parse_faults
-from simulator.maestro_era import run_maestro_simulation
-from simulator.maestro_run import MAESTRO_FAULTS, parse_maestro_faults
-from simulator.notify_era import NOTIFY_FAULTS, parse_notify_faults, run_notify_simulation
-from simulator.processes import ProcessRefused, web_server
-from simulator.runner import SimConfig, run_simulation
+from simulator.era import EraSimulation, RunOptions, RunReport
+from simulator.eras.maestro import MaestroEra
+from simulator.eras.notify import NotifyEra
+from simulator.eras.redis import RedisEra
+from simulator.farm import remove_sim_farm
+from simulator.farm_rules import PLAYS_CUEBOT, FarmRefused, refuse_without_cuebots_rights
+from simulator.processes import ProcessRefused
+from simulator.runner import run
 from simulator.stopping import RunFailed
-from simulator.workers import RESEEDERS
+from simulator.workers.redis.reseeding import RESEEDERS
+
+ERAS: dict[str, EraSimulation] = {"redis": RedisEra(), "notify": NotifyEra(), "maestro": MaestroEra()}
+# The options a run takes as they are (the others: --faults parsed, --json, --keep-farm, --era).
+RUN_OPTIONS = ("shows", "hosts", "jobs", "seconds", "bookers", "releasers", "seed", "existing", "reseeder")
 
 
 def at_least(minimum: int):
@@ -37,17 +38,6 @@ def at_least(minimum: int):
 
     parse.__name__ = f"integer >= {minimum}"
     return parse
-
-
-def _run_args(options: dict, *, faults: tuple[str, ...]) -> dict:
-    """What the NOTIFY and Maestro eras' runs take from the command line."""
-    return {
-        "seconds": options["seconds"],
-        "bookers": options["bookers"],
-        "releasers": options["releasers"],
-        "faults": faults,
-        "seed": options["seed"],
-    }
 
 
 class Command(BaseCommand):
@@ -84,11 +74,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--faults",
             default="none",
-            help=f"'all', 'none' or a comma list of: {', '.join(FAULT_KINDS)} (default: %(default)s)",
+            help=f"'all', 'none' or a comma list of: {', '.join(RedisEra.fault_kinds)} (default: %(default)s)",
         )
         parser.add_argument(
             "--seed", type=ascii_int, default=1, help="seed of every random choice (default: %(default)s)"
         )
+        self._add_what_and_how(parser)
+
+    def _add_what_and_how(self, parser) -> None:
+        """The report's form, the farm, the era and the reseeder."""
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--existing", action="store_true", help="play on the farm already in the database")
         parser.add_argument(
@@ -108,10 +102,10 @@ class Command(BaseCommand):
             choices=["redis", "notify", "maestro"],
             default="redis",
             help="which OpenCue scheduler to play: the Redis era's (acct:* hashes), the NOTIFY era's "
-            "(in-memory counters fed by LISTEN; faults: " + ", ".join(NOTIFY_FAULTS) + ") or the Maestro "
+            "(in-memory counters fed by LISTEN; faults: " + ", ".join(NotifyEra.fault_kinds) + ") or the Maestro "
             "era's (Cuebot owns the five tables for every show: Maestro's bookings and Cuebot's releases "
             "beside this service's, the tables equal to SUM(proc) in every snapshot; faults: "
-            + ", ".join(MAESTRO_FAULTS)
+            + ", ".join(MaestroEra.fault_kinds)
             + ") (default: %(default)s)",
         )
         parser.add_argument(
@@ -125,132 +119,50 @@ class Command(BaseCommand):
     @refused_while_observing
     def handle(self, *args, faults: str, json: bool, allow_flush_foreign_keys: bool, **options) -> None:
         require_writes(action="simulate_farm", grant=PLAYS_CUEBOT)
-        if options["era"] == "notify":
-            return self._notify_era(faults=faults, as_json=json, **options)
-        if options["era"] == "maestro":
-            return self._maestro_era(faults=faults, as_json=json, **options)
-        try:
-            kinds = parse_faults(faults)
-        except ValueError as error:
-            raise CommandError(str(error), returncode=2) from None
-        # With redis-kill (part of "all") the run has a Redis of its own, which a redis-restart
-        # flushes harmlessly; named without it, the flush would hit the configured Redis.
-        if "redis-restart" in kinds and "redis-kill" not in kinds and not allow_flush_foreign_keys:
-            foreign = foreign_redis_keys(own_show_ids=[] if options["existing"] else sim_show_ids())
-            if foreign:
-                raise CommandError(
-                    f"refused: the redis-restart fault would flush {redact(settings.ACCOUNTING_REDIS_URL)}, which holds "
-                    f"{len(foreign)} key(s) of shows the simulator did not create (e.g. {', '.join(foreign[:3])}); "
-                    "add redis-kill (the run then uses a Redis of its own), point ACCOUNTING_REDIS_URL at a scratch "
-                    "Redis, or pass --allow-flush-foreign-keys",
-                    returncode=2,
-                )
-        self._refuse_without_cuebots_rights()
-        with http_release_token(wanted="http-release" in kinds) as token:
-            report = self._run(
-                SimConfig(
-                    shows=options["shows"],
-                    hosts=options["hosts"],
-                    jobs=options["jobs"],
-                    seconds=options["seconds"],
-                    bookers=options["bookers"],
-                    releasers=options["releasers"],
-                    faults=kinds,
-                    seed=options["seed"],
-                    existing=options["existing"],
-                    reseeder=options["reseeder"],
-                    http_token=token,
-                )
-            )
-        self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_table())
+        era = ERAS[options["era"]]
+        run_options = self._run_options(era, faults=faults, allow_flush=allow_flush_foreign_keys, options=options)
+        with http_release_token(wanted=era.wants_http_token(run_options)) as token:
+            report = self._run(era, replace(run_options, http_token=token))
+        self.stdout.write(_json_dumps(report.as_dict()) if json else report.as_text())
         if not options["existing"]:
             self._remove_farm(keep=options["keep_farm"])
         if not report.ok:
             raise CommandError("an invariant does not hold", returncode=1)
 
-    def _run(self, config: SimConfig):
+    def _run_options(self, era: EraSimulation, *, faults: str, allow_flush: bool, options: dict) -> RunOptions:
+        """The run the options name, or the refusal (exit 2) of a fault the era does not know, of
+        a role that may not book, or of what the era refuses (simulator.era.EraSimulation.refusal)."""
+        try:
+            kinds = era.parse_faults(faults)
+        except ValueError as error:
+            raise CommandError(str(error), returncode=2) from None
+        run_options = RunOptions(
+            **{name: options[name] for name in RUN_OPTIONS}, faults=kinds, allow_flush_foreign_keys=allow_flush
+        )
+        self._refuse_without_cuebots_rights()
+        refusal = era.refusal(run_options)
+        if refusal:
+            raise CommandError(refusal, returncode=2)
+        return run_options
+
+    def _run(self, era: EraSimulation, options: RunOptions) -> RunReport:
         with tqdm(
-            total=config.seconds,
+            total=options.seconds,
             desc="simulating",
             unit="s",
             file=self.stderr,
             bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s {postfix}",
         ) as bar:
 
-            def progress(elapsed, stats) -> None:
-                bar.n = min(elapsed, config.seconds)
-                bar.set_postfix(
-                    booked=stats.bookings,
-                    rejected=sum(stats.rejections.values()),
-                    released=stats.releases,
-                    faults=sum(stats.faults.values()),
-                    refresh=False,
-                )
+            def progress(elapsed: float, counts: dict[str, int]) -> None:
+                bar.n = min(elapsed, options.seconds)
+                bar.set_postfix(**counts, refresh=False)
                 bar.refresh()
 
             try:
-                return run_simulation(config=config, progress=progress)
+                return run(era=era, options=options, progress=progress)
             except (FarmRefused, ProcessRefused, ValueError) as refused:
                 raise CommandError(str(refused), returncode=2) from None
-
-    def _notify_era(self, *, faults: str, as_json: bool, **options) -> None:
-        kinds = self._own_farm_era(era="notify", parse=parse_notify_faults, faults=faults, options=options)
-        with override_settings(ACCOUNTING_NOTIFY_ENABLED=True, ACCOUNTING_REDIS_ENABLED=False):
-            report = run_notify_simulation(farm=self._build_farm(options=options), **_run_args(options, faults=kinds))
-        self._remove_farm(keep=options["keep_farm"])
-        self._report(report=report, as_json=as_json)
-
-    def _maestro_era(self, *, faults: str, as_json: bool, **options) -> None:
-        kinds = self._own_farm_era(
-            era="maestro", parse=lambda text: parse_maestro_faults(text=text), faults=faults, options=options
-        )
-        # The era as a site sets it: both scheduler flags off, no accounting Redis written.
-        with override_settings(ACCOUNTING_REDIS_ENABLED=False, ACCOUNTING_NOTIFY_ENABLED=False), ExitStack() as stack:
-            farm = self._build_farm(options=options)
-            token = stack.enter_context(http_release_token(wanted=True))
-            try:
-                report = run_maestro_simulation(
-                    farm=farm,
-                    **_run_args(options, faults=kinds),
-                    web=lambda database_url: web_server(token=token, database_url=database_url),
-                )
-            except ProcessRefused as refused:
-                raise CommandError(str(refused), returncode=2) from None
-        self._remove_farm(keep=options["keep_farm"])
-        self._report(report=report, as_json=as_json)
-
-    def _own_farm_era(
-        self, *, era: str, parse: Callable[[str], tuple[str, ...]], faults: str, options: dict
-    ) -> tuple[str, ...]:
-        """The faults of an era that builds its own farm (NOTIFY, Maestro), or the refusal (exit 2)
-        of a fault list it does not know, of a role that may not book, or of --existing."""
-        try:
-            kinds = parse(faults)
-        except ValueError as error:
-            raise CommandError(str(error), returncode=2) from None
-        self._refuse_without_cuebots_rights()
-        if options["existing"]:
-            raise CommandError(f"--era {era} builds its own farm; --existing is for the Redis era", returncode=2)
-        return kinds
-
-    def _build_farm(self, *, options: dict) -> SimFarm:
-        """The NOTIFY and Maestro eras' own farm (the Redis era's runner builds its own)."""
-        try:
-            return build_sim_farm(
-                shows=options["shows"], hosts=options["hosts"], jobs=options["jobs"], rng=random.Random(options["seed"])
-            )
-        except (FarmRefused, ValueError) as refused:
-            raise CommandError(str(refused), returncode=2) from None
-
-    def _report(self, *, report: dict, as_json: bool) -> None:
-        """An era's report as JSON or one line a value; exit 1 unless every invariant held."""
-        if as_json:
-            self.stdout.write(_json_dumps(report))
-        else:
-            for name, value in report.items():
-                self.stdout.write(f"{name:34s} {value}")
-        if not report["ok"]:
-            raise CommandError("an invariant does not hold", returncode=1)
 
     def _refuse_without_cuebots_rights(self) -> None:
         """Before the progress bar, so that a role that may not book is refused in one line."""

@@ -26,7 +26,7 @@ from infra.redis_factory import (
     sentinel_target,
 )
 from shows.flag_tracking import TrackedKeys
-from simulator.workers import inflight_keys_pending
+from simulator.workers.redis.reseeding import inflight_keys_pending
 from tests.farms import build_farm
 from tests.redis_topology import await_true, sentinel_topology
 from tests.service_role import as_cuebot

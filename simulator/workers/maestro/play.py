@@ -1,10 +1,6 @@
-"""The state a `simulate_farm --era maestro` run shares between its threads, and how each of
-them meets a transaction's outcome.
-
-Why it exists apart: the workers (simulator.maestro_workers) and the run that starts and judges
-them (simulator.maestro_era) both need the run's state (its farm, fault clock and counts) and the
-one rule for a transaction that did not commit: a deadlock victim was rolled back whole and is run
-again, counted; a lost connection leaves the outcome unknown, so nothing is retried blindly.
+"""A Maestro-era run's shared state (`MaestroPlay`), and how each of its threads meets a
+transaction's outcome: a deadlock victim was rolled back whole and is run again, counted; a lost
+connection leaves the outcome unknown, so nothing is retried blindly.
 """
 
 import random
@@ -20,6 +16,7 @@ from django.db import OperationalError as DjangoOperationalError
 from django.db import connections
 
 from infra.transactions import sqlstate
+from simulator.era import RunOptions
 from simulator.farm import LayerRef, SimFarm
 from simulator.faults import FaultPlan
 from simulator.processes import WebServer
@@ -60,7 +57,7 @@ def parse_maestro_faults(*, text: str) -> tuple[str, ...]:
 class MaestroStats:
     bookings: Counter = field(default_factory=Counter)  # by planner: maestro, dispatcher, local
     chunks: int = 0
-    rejections: Counter = field(default_factory=Counter)  # by cap kind (maestro_cuebot.CAP_KINDS)
+    rejections: Counter = field(default_factory=Counter)  # by cap kind (cuebot_rows.CAP_KINDS)
     releases: Counter = field(default_factory=Counter)  # procs released, by kind of releaser
     release_requests: int = 0
     release_answers: Counter = field(default_factory=Counter)  # by outcome
@@ -110,11 +107,11 @@ class MaestroStats:
 
 
 @dataclass
-class MaestroRun:
+class MaestroPlay:
+    options: RunOptions
     farm: SimFarm
     stats: MaestroStats
     faults: FaultPlan
-    seed: int
     web: WebServer | None = None
     repair_seconds: float = REPAIR_SECONDS  # between two of the operator's repairs
     restarted_at: float = float("-inf")  # the last pg-restart (time.monotonic())
@@ -124,6 +121,17 @@ class MaestroRun:
     reservations: dict[str, list[str]] = field(default_factory=dict)  # host id -> jobs reserved on it
     layers_by_job: dict[str, list[LayerRef]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # What the report compares with, read before the workers start; the main thread's clock.
+    procs_before: int = 0
+    retries_before: float = 0.0
+    http_retries_before: float = 0.0
+    started: float = 0.0
+    next_sample: float = 0.0
+    role: str = ""  # the service's role for the run
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed
 
     def rng(self, role: str, index: int = 0) -> random.Random:
         return random.Random(f"{self.seed}:{role}:{index}")
@@ -150,7 +158,7 @@ def lost(*, error: BaseException) -> bool:
     return False
 
 
-def attempt(*, run: MaestroRun, where: str, body: Callable[[], T]) -> T:
+def attempt(*, run: MaestroPlay, where: str, body: Callable[[], T]) -> T:
     """Run `body` (it opens its own transaction). A deadlock victim was rolled back whole, so
     running it again is safe and it is, counted; a lost connection is raised as Lost."""
     attempts = 1
@@ -173,15 +181,16 @@ def attempt(*, run: MaestroRun, where: str, body: Callable[[], T]) -> T:
             raise Lost(where) from error
 
 
-def reconnect(*, run: MaestroRun, where: str) -> None:
+def reconnect(*, run: MaestroPlay, where: str) -> None:
     run.stats.count("lost_connections", where)
     connections.close_all()
 
 
 def worker(*, name: str, body: Callable[..., None]) -> Callable[..., None]:
-    """Run a worker's loop; an unexpected exception is a failed invariant, never silent."""
+    """Run a worker's loop, `body(run=, index=)`; an unexpected exception is a failed invariant,
+    never silent."""
 
-    def run_worker(*, run: MaestroRun, index: int) -> None:
+    def run_worker(run: MaestroPlay, index: int) -> None:
         try:
             body(run=run, index=index)
         except Exception as error:  # noqa: BLE001 - reported as worker_errors
