@@ -11,7 +11,6 @@ which era it is; a new era is one more instance below. Tests set the era one way
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.signals import setting_changed
 
 from infra.bad_setting import BadSetting
 
@@ -169,18 +168,3 @@ def require_named() -> None:
 def template_context(request=None) -> dict:
     """For every page (a context processor): the era, so that a page explains only what it has."""
     return era().template_context()
-
-
-# Until the release, the drift checks and the simulator ask era() too (issue 56, their branches),
-# the two derived booleans they read follow ACCOUNTING_SCHEDULER, and an override of the booleans
-# moves the name: one era either way. The lead removes this with the test's allowlist.
-def _old_switches_follow(*, setting: str, **kwargs) -> None:
-    if setting == "ACCOUNTING_SCHEDULER":
-        settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED = era().old_switches
-    elif setting in OLD_SWITCHES:
-        name = from_old_switches(redis=settings.ACCOUNTING_REDIS_ENABLED, notify=settings.ACCOUNTING_NOTIFY_ENABLED)
-        if era().name != name:
-            settings.ACCOUNTING_SCHEDULER = name
-
-
-setting_changed.connect(_old_switches_follow, dispatch_uid="infra.era.old_switches")

@@ -196,9 +196,6 @@ else:
     # (a manage.py line that only prints help or a version is let through: infra.startup).
     ACCOUNTING_SCHEDULER = None
 _ERA = eras.named(ACCOUNTING_SCHEDULER or eras.MAESTRO)
-# Derived, only for the modules that do not ask infra.era yet (issue 56: the release, the
-# drift checks, the simulator); the lead removes them with tests/test_era_reads.py's allowlist.
-ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = _ERA.old_switches
 # Whether this instance writes anything of Cuebot's (the release, repairs, limits, the toggle, the
 # scheduled recompute) and the scheduler's Redis counters: off, it observes (drift, the guardrail,
 # the admin's pages, /metrics) under a role that may only SELECT Cuebot's tables, and every write

@@ -7,7 +7,6 @@ between tests, so they must not be ones a running service uses.
 
 import os
 
-from infra.era import named
 from settings import *  # noqa: F403
 from settings import caches_for, env, q_cluster_for
 
@@ -25,7 +24,6 @@ CACHES = caches_for(cache_url=CACHE_REDIS_URL, broker_url=TASK_BROKER_REDIS_URL)
 # environment too, so that the processes the suite starts (gunicorn, manage.py) run it unless a
 # test gives them another.
 ACCOUNTING_SCHEDULER = os.environ["ACCOUNTING_SCHEDULER"] = "redis"
-ACCOUNTING_REDIS_ENABLED, ACCOUNTING_NOTIFY_ENABLED = named(ACCOUNTING_SCHEDULER).old_switches  # until issue 56 merges
 ACCOUNTING_REDIS_TIMEOUT = 1.0
 
 # The suite reads Cuebot's tables from its own test database whatever the shell names: the standby

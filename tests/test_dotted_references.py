@@ -9,6 +9,7 @@ id (`accounting.W002`), a model's label (`accounting.Instance`), a permission
 import ast
 import dataclasses
 import importlib
+import importlib.util
 import io
 import re
 import tokenize
@@ -71,11 +72,20 @@ def djangos(reference: str) -> bool:
         return False
 
 
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def resolves(reference: str) -> bool:
     """The longest importable prefix, then each remaining part found on what came before."""
     if reference in CUEBOTS or djangos(reference):
         return True
     parts = reference.split(".")
+    if _is_module(reference):
+        return True  # found without importing it: an entry point like cuebot_acct.wsgi starts the service
     for cut in range(len(parts), 0, -1):
         try:
             found: object = importlib.import_module(".".join(parts[:cut]))

@@ -18,14 +18,10 @@ DIRECT_READS = re.compile(
     r"|\bschedulers\.|\b(?:cuebot_acct|infra)\.schedulers\b|\bimport schedulers\b"
     r"|\bcuebot_owns_every_show\(|\bsend\.enabled\(|_send\.enabled\("
 )
-# The era module, its test (which holds the bridge below to account) and the settings, which
-# still map the old switches of earlier deployments to a name.
+# The era module, its test and the settings, which still map the old switches of earlier
+# deployments to a name.
 ALLOWED = {"infra/era.py", "tests/infra/test_era.py", "tests/test_era_reads.py"}
 ALLOWED_TREES = ("settings/",)
-# Issue 56's other branches convert these after merging the era object; until then the era module
-# keeps the two booleans in step and infra/schedulers.py answers them. The lead removes this
-# allowlist, infra/schedulers.py and the booleans when the branches are merged.
-NOT_YET_CONVERTED = ("infra/schedulers.py",)
 
 
 def direct_reads(text: str) -> list[str]:
@@ -62,7 +58,7 @@ def test_no_module_reads_the_derived_settings_outside_the_era_object():
     offenders = {
         name: reads
         for name in source_files()
-        if name not in ALLOWED and not name.startswith(ALLOWED_TREES + NOT_YET_CONVERTED)
+        if name not in ALLOWED and not name.startswith(ALLOWED_TREES)
         if (reads := direct_reads((ROOT / name).read_text()))
     }
     assert offenders == {}, "ask infra.era.era() instead"

@@ -28,8 +28,8 @@ from django.utils import timezone
 
 from accounting.checks import writes_over_standby
 from accounting.models import DriftRecord
-from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, cuebot_table_drift
 from accounting.reconcile.drift_check import check_status, run_check
+from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, cuebot_table_drift
 from accounting.usage import gauges
 from accounting.usage.snapshot import SNAPSHOT, read_usage
 from infra import cuebot_database

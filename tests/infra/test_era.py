@@ -1,7 +1,6 @@
 """The era object (infra.era): one answer per question, picked by ACCOUNTING_SCHEDULER alone."""
 
 import pytest
-from django.conf import settings
 from django.test import override_settings
 
 from infra import era as eras
@@ -82,12 +81,3 @@ def test_parse_refuses_an_unknown_name_in_one_line():
 
 def test_the_old_switches_name_an_era():
     assert [eras.told_by(told) for told in (set(), {"redis"}, {"notify"}, {"redis", "notify"})] == list(eras.CHOICES)
-
-
-def test_the_old_switches_follow_the_name_and_the_name_follows_them():
-    """Transitional (issue 56): code not yet converted reads the two booleans; one era either way."""
-    with override_settings(ACCOUNTING_SCHEDULER="notify"):
-        assert (settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED) == (False, True)
-    with override_settings(ACCOUNTING_REDIS_ENABLED=False, ACCOUNTING_NOTIFY_ENABLED=False):
-        assert era().name == "maestro"
-    assert (era().name, settings.ACCOUNTING_REDIS_ENABLED, settings.ACCOUNTING_NOTIFY_ENABLED) == ("redis", True, False)
