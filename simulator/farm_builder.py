@@ -401,6 +401,8 @@ FARM_INSERTS = (
     "host_stat",
     "frame",
     "proc",
+    "job_history",
+    "frame_history",
 )
 
 

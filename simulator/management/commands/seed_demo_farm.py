@@ -10,6 +10,7 @@ from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
 from cuebot_acct.writes import require_writes
+from simulator.farm_history import HistoryShape, write_history
 from simulator.farm_builder import (
     MAESTRO_PROOF,
     PLAYS_CUEBOT,
@@ -27,6 +28,10 @@ def positive(value: str) -> int:
     return number
 
 
+# What the demo's usage report has to show: the last three days, and what runs now.
+HISTORY_DAYS = 3
+
+
 class Command(BaseCommand):
     help = (
         "Build the demo farm: shows (scheduler- and Cuebot-managed), subscriptions, folders, jobs, "
@@ -42,6 +47,12 @@ class Command(BaseCommand):
             "--cores-per-host", type=positive, help="default 0: enough for any host's share of the procs"
         )
         parser.add_argument(
+            "--history-days",
+            type=positive,
+            default=HISTORY_DAYS,
+            help=f"days of Cuebot's history to write before now, as its triggers would (default {HISTORY_DAYS}; 0: none)",
+        )
+        parser.add_argument(
             "--maestro-size",
             action="store_true",
             help=(
@@ -51,7 +62,7 @@ class Command(BaseCommand):
         )
 
     @refused_while_observing
-    def handle(self, *args, maestro_size: bool, **options) -> None:
+    def handle(self, *args, maestro_size: bool, history_days: int, **options) -> None:
         require_writes(action="seed_demo_farm", grant=PLAYS_CUEBOT)
         given = {name: options[name] for name in ("shows", "hosts", "procs", "cores_per_host")}
         if maestro_size and any(value is not None for value in given.values()):
@@ -78,6 +89,8 @@ class Command(BaseCommand):
             f"{summary.hosts} hosts ({summary.host_cores // 100:,} cores), {summary.procs} procs "
             f"({summary.procs_added} new), built in {took:.1f} s"
         )
+        if history_days:
+            self._write_history(size=size, days=history_days)
         if not settings.ACCOUNTING_REDIS_ENABLED:
             self.stdout.write(
                 f"redis: nothing to seed (ACCOUNTING_SCHEDULER={settings.ACCOUNTING_SCHEDULER}: "
@@ -99,3 +112,13 @@ class Command(BaseCommand):
                 "Redis booked counters not seeded (acct:seq kept changing); run manage.py acct_reseed", returncode=1
             )
         self.stdout.write(f"redis: {report.booked.keys} booked keys and {report.limit_fields} limit fields seeded")
+
+    def _write_history(self, *, size: DemoFarmSize, days: int) -> None:
+        """frame_history and job_history over the last `days`, a run a proc an hour (one-hour frames)."""
+        started = time.monotonic()
+        shape = HistoryShape(until=int(time.time()), days=days, runs_per_day=24 * max(1, size.procs))
+        written = write_history(shape=shape, hosts=size.hosts)
+        self.stdout.write(
+            f"history: {written.runs:,} runs of {written.jobs:,} finished jobs over {days} days, "
+            f"{written.open_runs:,} running, written in {time.monotonic() - started:.1f} s"
+        )
