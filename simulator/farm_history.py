@@ -92,7 +92,7 @@ SELECT md5(%(ns)s || ':job:' || j)::uuid::text,
        (%(dept_ids)s::text[])[1 + (j / cardinality(%(show_ids)s::text[])) %% cardinality(%(dept_ids)s::text[])],
        %(since)s + (j * %(frames)s)::bigint * %(span)s / %(runs)s,
        0, %(frames)s, 1, true, current_date
-  FROM generate_series(0, %(jobs)s - 1) AS j
+  FROM generate_series(%(first_job)s, %(last_job)s) AS j
 ON CONFLICT DO NOTHING
 """
 
@@ -116,7 +116,7 @@ SELECT md5(%(ns)s || ':run:' || i)::uuid::text,
        (%(alloc_ids)s::text[])[1 + (i %% %(hosts)s) %% cardinality(%(alloc_ids)s::text[])],
        started, started + 1800 + (i * 7919) %% 3600, current_date,
        gpus, gpus * 16777216, gpus * 8388608
-  FROM generate_series(0, %(runs)s - 1) AS i,
+  FROM generate_series(%(first_run)s::bigint, %(last_run)s::bigint) AS i,
        LATERAL (SELECT CASE WHEN i %% 10 = 4  -- the retry starts a minute after the failed run stopped
                             THEN %(since)s + (i - 1)::bigint * %(span)s / %(runs)s + ((i - 1) %% 5) * 60
                                  + 1800 + ((i - 1) * 7919) %% 3600 + 60
@@ -142,34 +142,50 @@ UPDATE job_history jh
                COALESCE(SUM((int_ts_stopped - int_ts_started)::bigint * int_gpus)
                    FILTER (WHERE int_exit_status <> 0), 0) AS gpu_fail,
                MAX(int_ts_stopped) AS stopped
-          FROM frame_history WHERE pk_job = ANY(%(jobs)s::text[]) GROUP BY pk_job) t
+          FROM frame_history
+         WHERE pk_job IN (SELECT md5(%(ns)s || ':job:' || j)::uuid::text
+                            FROM generate_series(%(first_job)s, %(last_job)s) AS j)
+         GROUP BY pk_job) t
  WHERE jh.pk_job = t.pk_job AND jh.int_ts_stopped = 0
 """
 
 
-def write_past(*, shape: HistoryShape, structure: dict[str, list], hosts: int) -> int:
-    """The finished jobs and their runs; returns the runs added."""
-    span = shape.days * DAY - 4 * 3600  # the last runs (a failed one and its retry) stop before `until`
-    params = {
-        **structure,
-        "ns": shape.namespace,
-        "since": shape.since,
-        "span": span,
-        "runs": shape.runs,
-        "jobs": shape.jobs,
-        "frames": shape.frames_per_job,
-        "hosts": max(1, hosts),
-    }
+def write_past(
+    *, shape: HistoryShape, structure: dict[str, list], hosts: int, runs: range | None = None, settle: bool = True
+) -> int:
+    """The finished jobs and their runs (`runs`, a part of the shape's: all by default, the runs
+    of whole jobs), and with `settle` their totals (settle_jobs); returns the runs added."""
+    params = past_params(shape=shape, structure=structure, hosts=hosts, runs=runs)
     with connection.cursor() as cursor:
         cursor.execute(PAST_JOBS, params)
         cursor.execute(RUNS, params)
         added = cursor.rowcount
-        cursor.execute(
-            "SELECT md5(%s || ':job:' || j)::uuid::text FROM generate_series(0, %s - 1) AS j",
-            [shape.namespace, shape.jobs],
-        )
-        cursor.execute(JOB_TOTALS, {"jobs": [pk for (pk,) in cursor.fetchall()]})
+        if settle:
+            cursor.execute(JOB_TOTALS, params)
     return added
+
+
+def settle_jobs(*, shape: HistoryShape, runs: range | None = None) -> None:
+    """Each finished job's core time and stop, from its runs, as job_usage would have copied them."""
+    with connection.cursor() as cursor:
+        cursor.execute(JOB_TOTALS, past_params(shape=shape, structure={}, hosts=1, runs=runs))
+
+
+def past_params(*, shape: HistoryShape, structure: dict[str, list], hosts: int, runs: range | None) -> dict:
+    runs = runs if runs is not None else range(shape.runs)
+    return {
+        **structure,
+        "ns": shape.namespace,
+        "since": shape.since,
+        "span": shape.days * DAY - 4 * 3600,  # the last runs (a failed one and its retry) stop before `until`
+        "runs": shape.runs,
+        "first_run": runs.start,
+        "last_run": runs.stop - 1,
+        "first_job": runs.start // shape.frames_per_job,
+        "last_job": (runs.stop - 1) // shape.frames_per_job,
+        "frames": shape.frames_per_job,
+        "hosts": max(1, hosts),
+    }
 
 
 # The running frames' jobs as Cuebot's launch wrote them (nothing finished yet), started two hours

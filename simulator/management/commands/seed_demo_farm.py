@@ -1,6 +1,7 @@
 """seed_demo_farm: a farm to try the service on, built as Cuebot writes its rows, of any size up to Maestro's proof farm."""
 
 import time
+from datetime import datetime, timezone
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -8,9 +9,10 @@ from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
+from accounting.models import SubscriptionTerm
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
+from accounting.usage.terms import record_terms
 from cuebot_acct.writes import require_writes
-from simulator.farm_history import HistoryShape, write_history
 from simulator.farm_builder import (
     MAESTRO_PROOF,
     PLAYS_CUEBOT,
@@ -19,6 +21,7 @@ from simulator.farm_builder import (
     build_demo_farm,
     refuse_demo_farm_here,
 )
+from simulator.farm_history import HistoryShape, write_history
 
 
 def positive(value: str) -> int:
@@ -114,10 +117,14 @@ class Command(BaseCommand):
         self.stdout.write(f"redis: {report.booked.keys} booked keys and {report.limit_fields} limit fields seeded")
 
     def _write_history(self, *, size: DemoFarmSize, days: int) -> None:
-        """frame_history and job_history over the last `days`, a run a proc an hour (one-hour frames)."""
+        """frame_history and job_history over the last `days`, a run a proc an hour (one-hour frames),
+        and the subscriptions' terms as if the service had recorded them since the history starts
+        (a service first started now would know no promise before now)."""
         started = time.monotonic()
         shape = HistoryShape(until=int(time.time()), days=days, runs_per_day=24 * max(1, size.procs))
         written = write_history(shape=shape, hosts=size.hosts)
+        if not SubscriptionTerm.objects.exists():
+            record_terms(now=datetime.fromtimestamp(shape.since, tz=timezone.utc))
         self.stdout.write(
             f"history: {written.runs:,} runs of {written.jobs:,} finished jobs over {days} days, "
             f"{written.open_runs:,} running, written in {time.monotonic() - started:.1f} s"
