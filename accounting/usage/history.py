@@ -1,0 +1,272 @@
+"""Reads of Cuebot's history (frame_history, job_history, config), the one place that reads them.
+
+Every read goes through `reading_history()`: a read-only transaction (or savepoint) on the
+database that holds Cuebot's tables, bounded by a statement timeout, taking plain SELECT's
+ACCESS SHARE locks and nothing more. It first checks that the role may read the history and
+answers one line naming the GRANT if not (HistoryNotGranted), so a site that has not granted
+the history yet loses the report alone.
+
+A run is a frame_history row: cores (centicores) and GPUs from `int_ts_started` to
+`int_ts_stopped`, or to `now` while that is 0 (open). Figures leave here as integers:
+centicore-seconds and GPU-seconds. Runs are found through Cuebot's index on int_ts_stopped
+(`> edge OR = 0`), which reaches a period's runs without reading the years before it.
+"""
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+from shows.attach import history_grant_problem
+
+# The database alias whose connection reaches Cuebot's tables.
+CUEBOT_DATABASE = DEFAULT_DB_ALIAS
+# A report or a rollup reads a farm's biggest table: cancelled past this rather than left running.
+STATEMENT_TIMEOUT_MS = 120_000
+
+# How each grouping key is read from a run (frame_history fh) and its job (job_history jh).
+KEY_COLUMNS = {
+    "show": "jh.pk_show",
+    "allocation": "fh.pk_alloc",
+    "facility": "jh.pk_facility",
+    "department": "jh.pk_dept",
+    "user": "jh.str_user",
+    "shot": "jh.str_shot",
+}
+OUTCOME = (
+    "CASE WHEN fh.int_ts_stopped = 0 THEN 'running' WHEN fh.int_exit_status = 0 THEN 'succeeded' ELSE 'failed' END"
+)
+
+
+class HistoryNotGranted(Exception):
+    """The role may not read Cuebot's history; str() is the one line naming the GRANT."""
+
+
+@contextmanager
+def reading_cuebot() -> Iterator:
+    """A cursor for reads of Cuebot's tables: read-only, under the statement timeout."""
+    with transaction.atomic(using=CUEBOT_DATABASE), connections[CUEBOT_DATABASE].cursor() as cursor:
+        cursor.execute("SET TRANSACTION READ ONLY")
+        cursor.execute(f"SET LOCAL statement_timeout = {int(STATEMENT_TIMEOUT_MS)}")
+        yield cursor
+
+
+@contextmanager
+def reading_history() -> Iterator:
+    """reading_cuebot(), once the role is known to read the history tables."""
+    with reading_cuebot() as cursor:
+        problem = history_grant_problem(cursor=cursor)
+        if problem:
+            raise HistoryNotGranted(problem)
+        yield cursor
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch [lo, hi) of a report's bucket `bucket`, read from the runs that stopped after
+    `after` or are open (after = 0: every run that meets the stretch)."""
+
+    lo: int
+    hi: int
+    bucket: int
+    after: int = 0
+
+
+def _clipped(now: int) -> str:
+    return (
+        f"LEAST(CASE WHEN fh.int_ts_stopped = 0 THEN {int(now)} ELSE fh.int_ts_stopped END, p.hi) "
+        "- GREATEST(fh.int_ts_started, p.lo)"
+    )
+
+
+def used_sql(*, keys: Sequence[str], now: int) -> str:
+    """Per piece's bucket, the asked keys and the outcome: centicore-seconds and GPU-seconds."""
+    columns = "".join(f", {KEY_COLUMNS[key]}" for key in keys)
+    return (
+        f"SELECT p.bucket{columns}, {OUTCOME}, SUM(fh.int_cores::bigint * s.seconds), "
+        "SUM(fh.int_gpus::bigint * s.seconds) "
+        "FROM unnest(%(lo)s::int[], %(hi)s::int[], %(after)s::int[], %(bucket)s::int[]) AS p(lo, hi, after, bucket) "
+        "JOIN frame_history fh ON fh.int_ts_started < p.hi "
+        "AND (fh.int_ts_stopped > GREATEST(p.lo, p.after) OR fh.int_ts_stopped = 0) "
+        "JOIN job_history jh ON jh.pk_job = fh.pk_job "
+        f"CROSS JOIN LATERAL (SELECT {_clipped(now)} AS seconds) s WHERE s.seconds > 0 "
+        f"GROUP BY {', '.join(str(n) for n in range(1, len(keys) + 3))}"
+    )
+
+
+def pieces_params(pieces: Sequence[Piece]) -> dict[str, list[int]]:
+    return {
+        "lo": [piece.lo for piece in pieces],
+        "hi": [piece.hi for piece in pieces],
+        "after": [piece.after for piece in pieces],
+        "bucket": [piece.bucket for piece in pieces],
+    }
+
+
+def used(*, cursor, pieces: Sequence[Piece], keys: Sequence[str], now: int) -> list[tuple]:
+    """(bucket, *key values, outcome, centicore-seconds, GPU-seconds) rows of the runs in `pieces`."""
+    if not pieces:
+        return []
+    cursor.execute(used_sql(keys=keys, now=now), pieces_params(pieces))
+    return cursor.fetchall()
+
+
+@dataclass(frozen=True)
+class Term:
+    """A subscription's size (centicores) in force over [lo, hi), epoch seconds."""
+
+    show_id: str
+    alloc_id: str
+    size: int
+    lo: int
+    hi: int
+
+
+# The cores a subscription's runs hold at each instant against the size in force then: events
+# (+cores at a run's start, -cores at its stop, +size and -size at a term's edges), clipped to each
+# piece, summed into steps, and each step's excess over the size times its length.
+ABOVE_SQL = """
+WITH p AS (SELECT * FROM unnest(%(lo)s::int[], %(hi)s::int[], %(bucket)s::int[]) AS p(lo, hi, bucket)),
+runs AS (
+    SELECT p.bucket, jh.pk_show AS s, fh.pk_alloc AS a, GREATEST(fh.int_ts_started, p.lo) AS t0,
+           LEAST(CASE WHEN fh.int_ts_stopped = 0 THEN %(now)s ELSE fh.int_ts_stopped END, p.hi) AS t1,
+           fh.int_cores::bigint AS cores
+      FROM p JOIN frame_history fh ON fh.int_ts_started < p.hi AND (fh.int_ts_stopped > p.lo OR fh.int_ts_stopped = 0)
+      JOIN job_history jh ON jh.pk_job = fh.pk_job
+),
+terms AS (
+    SELECT p.bucket, t.s, t.a, GREATEST(t.t0, p.lo) AS t0, LEAST(t.t1, p.hi) AS t1, t.size
+      FROM p JOIN unnest(%(t_show)s::text[], %(t_alloc)s::text[], %(t_lo)s::int[], %(t_hi)s::int[], %(t_size)s::bigint[])
+           AS t(s, a, t0, t1, size) ON t.t0 < p.hi AND t.t1 > p.lo
+),
+events AS (
+    SELECT bucket, s, a, t0 AS t, cores AS dc, 0::bigint AS ds FROM runs WHERE t1 > t0
+    UNION ALL SELECT bucket, s, a, t1, -cores, 0 FROM runs WHERE t1 > t0
+    UNION ALL SELECT bucket, s, a, t0, 0, size FROM terms
+    UNION ALL SELECT bucket, s, a, t1, 0, -size FROM terms
+),
+steps AS (SELECT bucket, s, a, t, SUM(dc) AS dc, SUM(ds) AS ds FROM events GROUP BY 1, 2, 3, 4),
+levels AS (
+    SELECT bucket, s, a, t, SUM(dc) OVER w AS cores, SUM(ds) OVER w AS size, LEAD(t) OVER w AS next_t
+      FROM steps WINDOW w AS (PARTITION BY bucket, s, a ORDER BY t)
+)
+SELECT bucket, s, a, SUM(GREATEST(cores - size, 0) * (next_t - t))::bigint
+  FROM levels WHERE next_t IS NOT NULL GROUP BY 1, 2, 3
+"""
+
+
+def above_size(*, cursor, pieces: Sequence[Piece], terms: Sequence[Term], now: int) -> list[tuple]:
+    """(bucket, show id, alloc id, centicore-seconds above size) for every subscription whose runs
+    held more than its size at some instant of the pieces (a run with no term counts in full)."""
+    if not pieces:
+        return []
+    params = {
+        "lo": [piece.lo for piece in pieces],
+        "hi": [piece.hi for piece in pieces],
+        "bucket": [piece.bucket for piece in pieces],
+        "now": now,
+        "t_show": [term.show_id for term in terms],
+        "t_alloc": [term.alloc_id for term in terms],
+        "t_lo": [term.lo for term in terms],
+        "t_hi": [term.hi for term in terms],
+        "t_size": [term.size for term in terms],
+    }
+    cursor.execute(ABOVE_SQL, params)
+    return [row for row in cursor.fetchall() if row[3]]
+
+
+NAMES_SQL = """
+SELECT 'show', pk_show, str_name FROM show WHERE pk_show = ANY(%(show)s)
+UNION ALL SELECT 'allocation', pk_alloc, str_name FROM alloc WHERE pk_alloc = ANY(%(allocation)s)
+UNION ALL SELECT 'facility', pk_facility, str_name FROM facility WHERE pk_facility = ANY(%(facility)s)
+UNION ALL SELECT 'department', pk_dept, str_name FROM dept WHERE pk_dept = ANY(%(department)s)
+"""
+NAMED_KEYS = ("show", "allocation", "facility", "department")
+
+
+def names(*, cursor, ids: dict[str, set[str]]) -> dict[tuple[str, str], str]:
+    """(key, id) -> the name Cuebot's table gives it now."""
+    cursor.execute(NAMES_SQL, {key: sorted(ids.get(key, ())) for key in NAMED_KEYS})
+    return {(key, pk): name for key, pk, name in cursor.fetchall()}
+
+
+SUBSCRIPTIONS_SQL = """
+SELECT s.pk_subscription, s.pk_show, s.pk_alloc, sh.str_name, a.str_name, s.int_size, s.int_burst
+  FROM subscription s JOIN show sh ON sh.pk_show = s.pk_show JOIN alloc a ON a.pk_alloc = s.pk_alloc
+"""
+
+
+def subscriptions(*, cursor) -> dict[str, tuple[str, str, str, str, int, int]]:
+    """pk_subscription -> (show id, alloc id, show name, alloc name, size, burst), as they are now."""
+    cursor.execute(SUBSCRIPTIONS_SQL)
+    return {row[0]: tuple(row[1:]) for row in cursor.fetchall()}
+
+
+# Jobs that finished in [lo, hi): job_history's core time against their runs, exact and as
+# Cuebot rounds each frame (max(1, floor(seconds * cores / 100)) core-seconds).
+JOBS_SQL = """
+SELECT jh.pk_job, jh.str_name, COALESCE(sh.str_name, jh.pk_show), jh.int_ts_stopped,
+       jh.int_core_time_success + jh.int_core_time_fail,
+       COALESCE(SUM(fh.int_cores::bigint * (fh.int_ts_stopped - fh.int_ts_started)) FILTER (WHERE fh.int_ts_stopped > 0), 0),
+       COALESCE(SUM(GREATEST(1, fh.int_cores::bigint * (fh.int_ts_stopped - fh.int_ts_started) / 100))
+                FILTER (WHERE fh.int_ts_stopped > 0), 0),
+       COUNT(fh.pk_frame_history) FILTER (WHERE fh.int_ts_stopped = 0)
+  FROM job_history jh LEFT JOIN show sh ON sh.pk_show = jh.pk_show
+  LEFT JOIN frame_history fh ON fh.pk_job = jh.pk_job
+ WHERE jh.int_ts_started < %(hi)s AND jh.int_ts_stopped >= %(lo)s AND jh.int_ts_stopped < %(hi)s
+ GROUP BY jh.pk_job, sh.str_name
+"""
+
+
+def finished_jobs(*, cursor, lo: int, hi: int) -> list[tuple]:
+    """(job id, name, show, stopped, job_history core-seconds, runs' centicore-seconds, runs'
+    core-seconds as Cuebot rounds them, open runs) per job finished in [lo, hi)."""
+    cursor.execute(JOBS_SQL, {"lo": lo, "hi": hi})
+    return cursor.fetchall()
+
+
+HEALTH_SQL = """
+SELECT EXISTS (SELECT 1 FROM config WHERE str_key = 'DISABLE_HISTORY'),
+       (SELECT count(*) FROM frame_history fh WHERE fh.int_ts_stopped = 0 AND NOT EXISTS
+            (SELECT 1 FROM frame f WHERE f.pk_frame = fh.pk_frame AND f.str_state = 'RUNNING')),
+       (SELECT count(*) FROM proc p WHERE p.pk_frame IS NOT NULL AND NOT EXISTS
+            (SELECT 1 FROM frame_history fh WHERE fh.pk_frame = p.pk_frame AND fh.int_ts_stopped = 0))
+"""
+
+
+def health(*, cursor) -> tuple[bool, int, int]:
+    """(DISABLE_HISTORY set, open runs of frames not running, procs booked now with no open run)."""
+    cursor.execute(HEALTH_SQL)
+    return cursor.fetchone()
+
+
+def rollup_sql() -> str:
+    """used_sql's runs for rolled days: closed runs that stopped after the piece's `after` and at
+    or before %(by)s, per day (the piece's bucket) and every key, by id."""
+    columns = ", ".join(KEY_COLUMNS.values())
+    return (
+        f"SELECT p.bucket, {columns}, {OUTCOME}, SUM(fh.int_cores::bigint * s.seconds), "
+        "SUM(fh.int_gpus::bigint * s.seconds) "
+        "FROM unnest(%(lo)s::int[], %(hi)s::int[], %(after)s::int[], %(bucket)s::int[]) AS p(lo, hi, after, bucket) "
+        "JOIN frame_history fh ON fh.int_ts_started < p.hi "
+        "AND fh.int_ts_stopped > GREATEST(p.lo, p.after) AND fh.int_ts_stopped <= %(by)s "
+        "JOIN job_history jh ON jh.pk_job = fh.pk_job "
+        "CROSS JOIN LATERAL (SELECT LEAST(fh.int_ts_stopped, p.hi) - GREATEST(fh.int_ts_started, p.lo) AS seconds) s "
+        f"WHERE s.seconds > 0 GROUP BY {', '.join(str(n) for n in range(1, len(KEY_COLUMNS) + 3))}"
+    )
+
+
+def closed_used(*, cursor, pieces: Sequence[Piece], stopped_by: int) -> list[tuple]:
+    """(piece's bucket, show, alloc, facility, dept, user, shot ids, outcome, centicore-seconds,
+    GPU-seconds) of the runs closed by `stopped_by` in `pieces`."""
+    if not pieces:
+        return []
+    cursor.execute(rollup_sql(), {**pieces_params(pieces), "by": stopped_by})
+    return cursor.fetchall()
+
+
+def first_run_started(*, cursor) -> int | None:
+    """When the oldest run started (Cuebot's index on (int_ts_started, int_ts_stopped))."""
+    cursor.execute("SELECT min(int_ts_started) FROM frame_history")
+    return cursor.fetchone()[0]
