@@ -96,8 +96,8 @@ SELECT md5(%(ns)s || ':job:' || j)::uuid::text,
 ON CONFLICT DO NOTHING
 """
 
-# Run i of job i / frames, on host i modulo the hosts (and that host's allocation, as farm_builder
-# deals them): starts spread evenly over the period (frames of a job a minute apart
+# Run i of job i / frames, on host i / 3 modulo the hosts (and that host's allocation, as farm_builder
+# deals them; not i itself, whose parity would put every failure on one allocation): starts spread evenly over the period (frames of a job a minute apart
 # in fives), 30 to 90 minutes long, so that about runs_per_day / 24 run at any time; run 3 of
 # every ten fails and run 4 is its retry (the same pk_frame, a second row, after it).
 RUNS = """
@@ -111,9 +111,9 @@ SELECT md5(%(ns)s || ':run:' || i)::uuid::text,
        lpad((i %% %(frames)s - (i %% 10 = 4)::int + 1)::text, 4, '0') || '-render',
        'RUNNING', 4194304, 2097152 + (i * 7919) %% 1572864,
        (ARRAY[100, 250, 400, 200])[1 + i %% 4],
-       'demo-host-' || lpad((1 + i %% %(hosts)s)::text, 5, '0'),
+       'demo-host-' || lpad((1 + i / 3 %% %(hosts)s)::text, 5, '0'),
        CASE WHEN i %% 10 = 3 THEN 1 ELSE 0 END,
-       (%(alloc_ids)s::text[])[1 + (i %% %(hosts)s) %% cardinality(%(alloc_ids)s::text[])],
+       (%(alloc_ids)s::text[])[1 + (i / 3 %% %(hosts)s) %% cardinality(%(alloc_ids)s::text[])],
        started, started + 1800 + (i * 7919) %% 3600, current_date,
        gpus, gpus * 16777216, gpus * 8388608
   FROM generate_series(%(first_run)s::bigint, %(last_run)s::bigint) AS i,
@@ -121,7 +121,7 @@ SELECT md5(%(ns)s || ':run:' || i)::uuid::text,
                             THEN %(since)s + (i - 1)::bigint * %(span)s / %(runs)s + ((i - 1) %% 5) * 60
                                  + 1800 + ((i - 1) * 7919) %% 3600 + 60
                             ELSE %(since)s + i::bigint * %(span)s / %(runs)s + (i %% 5) * 60 END AS started,
-                       CASE WHEN (%(alloc_gpus)s::boolean[])[1 + (i %% %(hosts)s) %% cardinality(%(alloc_ids)s::text[])]
+                       CASE WHEN (%(alloc_gpus)s::boolean[])[1 + (i / 3 %% %(hosts)s) %% cardinality(%(alloc_ids)s::text[])]
                             THEN 1 ELSE 0 END AS gpus) AS run
 ON CONFLICT DO NOTHING
 """

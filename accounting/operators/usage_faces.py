@@ -5,8 +5,14 @@ than a traceback. The chart's bars of the page are drawn from the report's rows 
 from dataclasses import dataclass
 from decimal import Decimal
 
-from accounting.usage.history import HistoryNotGranted
-from accounting.usage.report import UsageQueryError, UsageReport, parse_query, usage_report
+from accounting.usage.report import (
+    HistoryNotGranted,
+    UsageQueryError,
+    UsageReport,
+    notes,
+    parse_query,
+    usage_report,
+)
 
 FORMATS = ("json", "csv")
 
@@ -34,6 +40,18 @@ def usage_or_refusal(*, since: str | None, until: str | None, by: str, per: str 
         return usage_report(query=query)
     except HistoryNotGranted as refused:
         return Refusal(403, str(refused))
+
+
+@dataclass(frozen=True)
+class Note:
+    text: str
+    warn: bool
+
+
+def report_notes(*, report: UsageReport) -> list[Note]:
+    """The report's notes as the command prints them, its history's problems marked to stand out."""
+    problems = {f"history: {problem}" for problem in report.problems}
+    return [Note(text=line, warn=line in problems) for line in notes(report)]
 
 
 @dataclass(frozen=True)

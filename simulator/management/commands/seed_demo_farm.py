@@ -33,6 +33,7 @@ def positive(value: str) -> int:
 
 # What the demo's usage report has to show: the last three days, and what runs now.
 HISTORY_DAYS = 3
+TERMS_DAYS = 7
 
 
 class Command(BaseCommand):
@@ -118,13 +119,14 @@ class Command(BaseCommand):
 
     def _write_history(self, *, size: DemoFarmSize, days: int) -> None:
         """frame_history and job_history over the last `days`, a run a proc an hour (one-hour frames),
-        and the subscriptions' terms as if the service had recorded them since the history starts
-        (a service first started now would know no promise before now)."""
+        and the subscriptions' terms as if the service had recorded them for TERMS_DAYS (a service
+        first started now would know no promise before now, and the admin's usage page opens on a week)."""
         started = time.monotonic()
         shape = HistoryShape(until=int(time.time()), days=days, runs_per_day=24 * max(1, size.procs))
         written = write_history(shape=shape, hosts=size.hosts)
         if not SubscriptionTerm.objects.exists():
-            record_terms(now=datetime.fromtimestamp(shape.since, tz=timezone.utc))
+            watched = shape.until - TERMS_DAYS * 86_400
+            record_terms(now=datetime.fromtimestamp(watched, tz=timezone.utc))
         self.stdout.write(
             f"history: {written.runs:,} runs of {written.jobs:,} finished jobs over {days} days, "
             f"{written.open_runs:,} running, written in {time.monotonic() - started:.1f} s"
