@@ -219,6 +219,14 @@ def write_running(*, now: int, namespace: str) -> int:
         return cursor.rowcount
 
 
+def history_tables_here() -> bool:
+    """Whether this database has Cuebot's history tables (a site's always has; a database this
+    project attached to may have been built from Cuebot's tables alone)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('frame_history') IS NOT NULL AND to_regclass('job_history') IS NOT NULL")
+        return cursor.fetchone()[0]
+
+
 def write_history(*, shape: HistoryShape, hosts: int) -> HistoryWritten:
     """The demo farm's past (finished jobs and their runs up to `shape.until`) and present (an
     open run per running frame), in one transaction."""

@@ -21,7 +21,7 @@ from simulator.farm_builder import (
     build_demo_farm,
     refuse_demo_farm_here,
 )
-from simulator.farm_history import HistoryShape, write_history
+from simulator.farm_history import HistoryShape, history_tables_here, write_history
 
 
 def positive(value: str) -> int:
@@ -121,6 +121,9 @@ class Command(BaseCommand):
         """frame_history and job_history over the last `days`, a run a proc an hour (one-hour frames),
         and the subscriptions' terms as if the service had recorded them for TERMS_DAYS (a service
         first started now would know no promise before now, and the admin's usage page opens on a week)."""
+        if not history_tables_here():
+            self.stdout.write("history: none written (this database has no frame_history and job_history)")
+            return
         started = time.monotonic()
         shape = HistoryShape(until=int(time.time()), days=days, runs_per_day=24 * max(1, size.procs))
         written = write_history(shape=shape, hosts=size.hosts)
@@ -128,6 +131,6 @@ class Command(BaseCommand):
             watched = shape.until - TERMS_DAYS * 86_400
             record_terms(now=datetime.fromtimestamp(watched, tz=timezone.utc))
         self.stdout.write(
-            f"history: {written.runs:,} runs of {written.jobs:,} finished jobs over {days} days, "
+            f"history: {written.runs:,} runs of {written.jobs:,} finished jobs over {days} day{'s' if days != 1 else ''}, "
             f"{written.open_runs:,} running, written in {time.monotonic() - started:.1f} s"
         )
