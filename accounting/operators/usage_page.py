@@ -13,6 +13,8 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
 from accounting.operators.usage_faces import CHARTED, Refusal, chart_bars, chart_key, report_notes, usage_or_refusal
 from accounting.usage.report import KEYS, PERIODS, report_csv
@@ -71,7 +73,9 @@ def _table(*, report) -> dict:
     """The table is the CSV laid out: the same header and the same cells, so that the CSV link
     downloads exactly what the page shows."""
     header, *rows = csv.reader(io.StringIO(report_csv(report)))
-    return {"header": header, "table_rows": rows, "notes": report_notes(report=report)}
+    # A line may break after an underscore: nine column names on one line ran past the page.
+    breakable = [mark_safe("_<wbr>".join(escape(part) for part in name.split("_"))) for name in header]
+    return {"header": breakable, "table_rows": rows, "notes": report_notes(report=report)}
 
 
 def _chart(*, report, by: list[str]) -> dict:

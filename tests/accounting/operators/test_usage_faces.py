@@ -129,12 +129,16 @@ def test_the_api_needs_the_read_permission(client, token_with):
 
 
 def cells(page: str, selector: str) -> list[list[str]]:
-    """The text of each row's cells of the table `selector` (an id), as the page shows them."""
+    """The text of each row's cells of the table `selector` (an id), as the page shows them (a
+    header's line-break opportunities, <wbr>, are no text)."""
     table = re.search(rf'<table id="{selector}".*?</table>', page, flags=re.S)
     assert table is not None
     rows = re.findall(r"<tr>(.*?)</tr>", table.group(0), flags=re.S)
     return [
-        [html.unescape(cell.strip()) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, flags=re.S)]
+        [
+            html.unescape(re.sub(r"<[^>]+>", "", cell).strip())
+            for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, flags=re.S)
+        ]
         for row in rows
     ]
 
