@@ -1,11 +1,13 @@
 """manage.py acct_usage: the report in table, CSV or JSON, --reconcile's exit status, bad input in one line."""
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
+from accounting.models import UsageRollup
 from accounting.usage.report import parse_query, report_csv, usage_report
 from tests.accounting.usage.history_rows import Run, add_job_history, add_runs
 from tests.farms import build_farm
@@ -67,7 +69,7 @@ def test_reconcile_lists_the_differing_jobs_and_exits_1(history, capsys):
     [
         (("--since", "2026-11-02", "--until", "2026-11-01"), "the period ends (2026-11-01) before or when it starts"),
         (("--since", "2026-11-01", "--until", "2026-11-02", "--by", "team"), "unknown grouping 'team'"),
-        (("--since", "2026-11-01", "--until", "yesterday"), "until 'yesterday' is not an ISO 8601 date"),
+        (("--since", "2026-11-01", "--until", "day"), "until 'day' is not an ISO 8601 date"),
         (("--since", "2026-11-01", "--until", "2026-11-02", "--per", "hour"), "unknown period 'hour'"),
         (("--since", "2026-11-01", "--until", "2026-11-02", "--format", "xml"), "unknown format 'xml'"),
         (
@@ -84,3 +86,21 @@ def test_bad_input_is_one_line_and_exit_2(db, args, line):
         call_command("acct_usage", *args)
     assert refused.value.returncode == 2
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
+
+
+def test_the_rollup_command_rolls_up_and_rebuilds_a_day(db, capsys):
+    farm = build_farm(managed=False)
+    day = (timezone.now() - timedelta(days=2)).date()  # whole, and past the roll-up's lag
+    started = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())
+    job = add_job_history(farm, started=started)
+    add_runs(Run(job, farm.alloc.id, 100, started, started + 60, exit_status=0))
+
+    call_command("acct_usage_rollup")
+
+    assert capsys.readouterr().out in ("1 day(s) rolled up\n", "2 day(s) rolled up\n")  # yesterday, past the lag
+    assert UsageRollup.objects.get(day=day).centicore_seconds == 6000
+    call_command("acct_usage_rollup", "--rebuild", day.isoformat())
+    assert capsys.readouterr().out == f"{day} rebuilt from frame_history\n"
+    with pytest.raises(CommandError) as refused:
+        call_command("acct_usage_rollup", "--rebuild", "1999-01-01")
+    assert refused.value.returncode == 2 and str(refused.value).startswith("1999-01-01 is not rolled up yet")
