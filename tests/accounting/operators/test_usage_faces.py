@@ -5,10 +5,12 @@ the history may not be read."""
 import csv
 import html
 import io
+import json
 import re
 from datetime import UTC, datetime
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from accounting.operators import usage_faces
@@ -47,6 +49,12 @@ def expected(**asked: str) -> tuple[dict, str]:
     return report_json(report), report_csv(report)
 
 
+def command(*args: str) -> str:
+    out = io.StringIO()
+    call_command("acct_usage", *args, stdout=out)
+    return out.getvalue()
+
+
 def test_the_api_answers_the_commands_rows_as_json_and_as_csv(history, reader_client):
     rows, as_csv = expected(**QUERY)
     answer = reader_client.get("/api/v1/usage", QUERY)
@@ -67,7 +75,9 @@ def test_the_api_answers_the_commands_rows_as_json_and_as_csv(history, reader_cl
     assert body["promise_unknown"] == []
     answer = reader_client.get("/api/v1/usage", {**QUERY, "format": "csv"})
     assert answer.status_code == 200 and answer["Content-Type"] == "text/csv; charset=utf-8"
-    assert answer.content.decode() == as_csv
+    asked = ("--since", "2026-11-01", "--until", "2026-11-08", "--by", "show,allocation")
+    assert answer.content.decode() == as_csv == command(*asked, "--format", "csv")
+    assert json.loads(command(*asked, "--format", "json"))["rows"] == body["rows"]
 
 
 @pytest.mark.parametrize(
