@@ -75,24 +75,26 @@ def demo_structure() -> dict[str, list]:
     }
 
 
-# A past job j: its show, department, user and shot dealt round; it ran from its first run's
-# start to its last run's stop (the formulas of RUNS below).
+# A past job j: its show (the first shows busier: job j's is the show at the square of j's golden-ratio
+# fraction of the list, so that the first has half the jobs of four shows and the last an eighth),
+# department, user and shot dealt round; it ran from its first run's start to its last run's stop
+# (the formulas of RUNS below).
 PAST_JOBS = """
 INSERT INTO job_history (pk_job, pk_show, str_name, str_shot, str_user, pk_facility, pk_dept,
                          int_ts_started, int_ts_stopped, int_frame_count, int_layer_count, b_archived,
                          dt_last_modified)
 SELECT md5(%(ns)s || ':job:' || j)::uuid::text,
-       (%(show_ids)s::text[])[1 + j %% cardinality(%(show_ids)s::text[])],
-       (%(show_names)s::text[])[1 + j %% cardinality(%(show_ids)s::text[])] || '-'
-           || (%(dept_names)s::text[])[1 + (j / cardinality(%(show_ids)s::text[])) %% cardinality(%(dept_ids)s::text[])]
-           || '-past' || lpad(j::text, 7, '0'),
+       (%(show_ids)s::text[])[show],
+       (%(show_names)s::text[])[show] || '-' || (%(dept_names)s::text[])[dept] || '-past' || lpad(j::text, 7, '0'),
        'sh' || lpad((j %% 40)::text, 3, '0'),
        'artist' || (j %% 7),
        (%(facility)s::text[])[1],
-       (%(dept_ids)s::text[])[1 + (j / cardinality(%(show_ids)s::text[])) %% cardinality(%(dept_ids)s::text[])],
+       (%(dept_ids)s::text[])[dept],
        %(since)s + (j * %(frames)s)::bigint * %(span)s / %(runs)s,
        0, %(frames)s, 1, true, current_date
-  FROM generate_series(%(first_job)s, %(last_job)s) AS j
+  FROM generate_series(%(first_job)s, %(last_job)s) AS j,
+       LATERAL (SELECT 1 + floor(cardinality(%(show_ids)s::text[]) * power(j * 0.6180339887 %% 1, 2))::int AS show,
+                       1 + j %% cardinality(%(dept_ids)s::text[]) AS dept) AS dealt
 ON CONFLICT DO NOTHING
 """
 
