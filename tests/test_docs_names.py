@@ -39,6 +39,7 @@ NOT_OURS = {
     "ATOMIC_REQUESTS": "a key of Django's DATABASES",
     "CONN_HEALTH_CHECKS": "a key of Django's DATABASES",
     "OPT_NON_STR_KEYS": "orjson's",
+    "DISABLE_HISTORY": "a key of Cuebot's config table",
 }
 
 
