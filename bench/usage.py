@@ -82,16 +82,18 @@ def load(*, shape: HistoryShape, hosts: int) -> None:
             cursor.execute(f"DROP INDEX {name}")
         cursor.execute("SET session_replication_role = replica")
     started = time.perf_counter()
-    for day in range(shape.days):
-        with transaction.atomic():
-            runs = range(day * shape.runs_per_day, (day + 1) * shape.runs_per_day)
-            write_past(shape=shape, structure=structure, hosts=hosts, runs=runs, settle=False)
-        print(f"  day {day + 1}/{shape.days}: {shape.runs_per_day:,} runs, {time.perf_counter() - started:.0f} s")
-    with connection.cursor() as cursor:
-        cursor.execute("SET session_replication_role = DEFAULT")
-        for name, sql in indexes:
-            cursor.execute(sql)
-        print(f"  indexes built again, {time.perf_counter() - started:.0f} s")
+    try:
+        for day in range(shape.days):
+            with transaction.atomic():
+                runs = range(day * shape.runs_per_day, (day + 1) * shape.runs_per_day)
+                write_past(shape=shape, structure=structure, hosts=hosts, runs=runs, settle=False)
+            print(f"  day {day + 1}/{shape.days}: {shape.runs_per_day:,} runs, {time.perf_counter() - started:.0f} s")
+    finally:  # a load stopped half-way leaves Cuebot's indexes, or a rerun would find none to keep
+        with connection.cursor() as cursor:
+            cursor.execute("SET session_replication_role = DEFAULT")
+            for _, sql in indexes:
+                cursor.execute(sql)
+    print(f"  indexes built again, {time.perf_counter() - started:.0f} s")
     settle_jobs(shape=shape)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE frame_history")
