@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
-from accounting.operators.usage_faces import CHARTED, Refusal, chart_bars, chart_key, report_notes, usage_or_refusal
+from accounting.operators.usage_faces import Refusal, chart_bars, chart_key, report_notes, usage_or_refusal
 from accounting.usage.report import KEYS, PERIODS, report_csv
 
 # A page opened without a query shows the last week (today included), per show and allocation:
@@ -81,6 +81,6 @@ def _table(*, report) -> dict:
 def _chart(*, report, by: list[str]) -> dict:
     key = chart_key(by=by)
     if key is None:
-        return {"chart_key": None, "charted": CHARTED}
+        return {"chart_key": None}
     bars = chart_bars(rows=report.rows, key=key)
     return {"chart_key": key, "bars": bars[:CHARTED_BARS], "bars_left": max(0, len(bars) - CHARTED_BARS)}
