@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The usage report's rollups and reads on a month of Cuebot's history at Maestro's proof size.
 
-    DATABASE_URL=postgres://.../cuebot_acct_bench ACCOUNTING_SCHEDULER=maestro \
+    DATABASE_URL=postgres://.../usage_bench ACCOUNTING_SCHEDULER=maestro \
         nice -n 10 .venv/bin/python bench/usage.py [--days 30] [--runs-per-day 480000] [--rounds 5]
 
 Why: frame_history is a farm's biggest table and is never pruned; Maestro's proof farm (20,000
