@@ -270,3 +270,20 @@ def first_run_started(*, cursor) -> int | None:
     """When the oldest run started (Cuebot's index on (int_ts_started, int_ts_stopped))."""
     cursor.execute("SELECT min(int_ts_started) FROM frame_history")
     return cursor.fetchone()[0]
+
+
+def open_runs_before(*, cursor, hi: int) -> list[str]:
+    """The runs open now that started before `hi` (Cuebot's index on int_ts_stopped finds them)."""
+    cursor.execute("SELECT pk_frame_history FROM frame_history WHERE int_ts_stopped = 0 AND int_ts_started < %s", [hi])
+    return [run_id for (run_id,) in cursor.fetchall()]
+
+
+def still_open(*, cursor, run_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+    """Of these runs, (those still open, those gone from frame_history)."""
+    cursor.execute(
+        "SELECT r.id, fh.int_ts_stopped FROM unnest(%s::text[]) AS r(id) "
+        "LEFT JOIN frame_history fh ON fh.pk_frame_history = r.id",
+        [list(run_ids)],
+    )
+    rows = cursor.fetchall()
+    return {run_id for run_id, stopped in rows if stopped == 0}, {run_id for run_id, stopped in rows if stopped is None}

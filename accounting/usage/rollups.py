@@ -12,7 +12,8 @@ adds nothing twice. `rebuild` recomputes one day.
 
 The time above size is not a sum of runs (it depends on every run at each instant), so a day's
 is computed once from every run that met it, open ones to the day's end (where they still are
-when the day is over), and kept as is.
+when the day is over). Those open runs are watched (UsageOpenRun) until they close: Cuebot
+deletes an open run stopped with exit status 299, and a day that counted one is recomputed.
 """
 
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from datetime import date, datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Sum
 
-from accounting.models import UsageAboveSize, UsageRolledDay, UsageRollup, UsageWatermark
+from accounting.models import UsageAboveSize, UsageOpenRun, UsageRolledDay, UsageRollup, UsageWatermark
 from accounting.usage import history
 from accounting.usage.history import Piece
 from accounting.usage.periods import Bucket, days_within, epoch, midnight, site_zone
@@ -100,6 +101,9 @@ def lock_rollups(*, shared: bool) -> None:
 def roll_up(*, now: datetime) -> int:
     """Bring the rollups up to `now` minus the lag; returns how many days it rolled."""
     target = epoch(moment=now) - LAG_SECONDS
+    with transaction.atomic():
+        lock_rollups(shared=False)
+        _recheck_open_runs(now=now)
     rolled = 0
     while True:
         with transaction.atomic():
@@ -167,9 +171,31 @@ def _roll_above(*, day: date, lo: int, hi: int, now: datetime) -> None:
     terms = terms_between(since=midnight(day=day), until=midnight(day=day + timedelta(days=1)), now=now)
     with history.reading_history() as cursor:
         rows = history.above_size(cursor=cursor, pieces=[Piece(lo, hi, 0)], terms=terms.terms, now=epoch(moment=now))
+        open_runs = history.open_runs_before(cursor=cursor, hi=hi)
     UsageAboveSize.objects.bulk_create(
         [UsageAboveSize(day=day, show_id=show, alloc_id=alloc, centicore_seconds=ccs) for _, show, alloc, ccs in rows]
     )
+    UsageOpenRun.objects.bulk_create([UsageOpenRun(day=day, run_id=run_id) for run_id in open_runs], batch_size=5000)
+
+
+def _recheck_open_runs(*, now: datetime) -> None:
+    """Stop watching the runs that closed; recompute the time above size of the days that
+    counted a run Cuebot has since deleted."""
+    watched = list(UsageOpenRun.objects.values_list("day", "run_id"))
+    if not watched:
+        return
+    with history.reading_history() as cursor:
+        still, gone = history.still_open(cursor=cursor, run_ids=sorted({run_id for _, run_id in watched}))
+    UsageOpenRun.objects.exclude(run_id__in=still).delete()
+    for day in sorted({day for day, run_id in watched if run_id in gone}):
+        _redo_above(day=day, now=now)
+
+
+def _redo_above(*, day: date, now: datetime) -> None:
+    rolled = UsageRolledDay.objects.get(day=day)
+    UsageAboveSize.objects.filter(day=day).delete()
+    UsageOpenRun.objects.filter(day=day).delete()
+    _roll_above(day=day, lo=rolled.lo, hi=rolled.hi, now=now)
 
 
 def rebuild(*, day: date, now: datetime) -> bool:
@@ -181,11 +207,10 @@ def rebuild(*, day: date, now: datetime) -> bool:
             return False
         watermark = UsageWatermark.objects.get(id=1)
         UsageRollup.objects.filter(day=day).delete()
-        UsageAboveSize.objects.filter(day=day).delete()
         with history.reading_history() as cursor:
             rows = history.closed_used(
                 cursor=cursor, pieces=[Piece(rolled.lo, rolled.hi, 0)], stopped_by=watermark.stopped_by
             )
         _store_used(rows=rows, days=[day])
-        _roll_above(day=day, lo=rolled.lo, hi=rolled.hi, now=now)
+        _redo_above(day=day, now=now)
         return True
