@@ -58,7 +58,19 @@ def plan(*, buckets: list[Bucket], use_rollups: bool = True) -> Plan:
                 piece = Piece(max(lo, bucket.lo), min(hi, bucket.hi), index)
                 raw.append(piece)
                 above_raw.append(piece)
-    return Plan(raw=raw, above_raw=above_raw, rolled=rolled)
+    return Plan(raw=_merged(raw), above_raw=_merged(above_raw), rolled=rolled)
+
+
+def _merged(pieces: list[Piece]) -> list[Piece]:
+    """Adjacent pieces of one bucket read alike as one: a month of rolled days is one read of its tail."""
+    merged: list[Piece] = []
+    for piece in pieces:
+        last = merged[-1] if merged else None
+        if last and (last.bucket, last.after, last.hi) == (piece.bucket, piece.after, piece.lo):
+            merged[-1] = Piece(last.lo, piece.hi, last.bucket, last.after)
+        else:
+            merged.append(piece)
+    return merged
 
 
 def _rolled_state() -> tuple[set[date], int]:
