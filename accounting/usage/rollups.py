@@ -31,6 +31,7 @@ from accounting.usage.terms import terms_between
 
 # How long after a run's stamped stop it may still commit: runs are rolled up only past it.
 LAG_SECONDS = 600
+DAYS_PER_TRANSACTION = 31
 ROLLUP_LOCK = 0x61637572  # "acur": one roll-up at a time, and a report's reads of the rollups beside it
 KEY_FIELDS = ("show_id", "alloc_id", "facility_id", "dept_id", "user", "shot")
 
@@ -112,8 +113,20 @@ def lock_rollups(*, shared: bool) -> None:
 
 
 def roll_up(*, now: datetime) -> int:
-    """Bring the rollups up to `now` minus the lag, in one transaction; returns the days rolled."""
+    """Bring the rollups up to `now` minus the lag; returns the days rolled. A site's first
+    roll-up of a long history goes a month of days a transaction (each statement bounded)."""
     target = epoch(moment=now) - LAG_SECONDS
+    rolled = 0
+    while True:
+        days = _roll_once(now=now, target=target)
+        rolled += days
+        if days < DAYS_PER_TRANSACTION:
+            return rolled
+
+
+def _roll_once(*, now: datetime, target: int) -> int:
+    """One transaction: the runs closed since the watermark into the rolled days, and the next
+    days (a month at most) that ended by `target`."""
     with transaction.atomic():
         lock_rollups(shared=False)
         _recheck_open_runs(now=now)
@@ -122,7 +135,7 @@ def roll_up(*, now: datetime) -> int:
         stopped_by = max(target, watermark.stopped_by)
         added: list[tuple] = []
         with history.reading_history() as cursor:
-            new = _new_days(cursor=cursor, last=days[-1][0] if days else None, target=target)
+            new = _new_days(cursor=cursor, last=days[-1][0] if days else None, target=target)[:DAYS_PER_TRANSACTION]
             if watermark.stopped_by < target:  # the runs that closed since, into the days rolled
                 added = history.closed_used(
                     cursor=cursor, edges=_edges(days), after=watermark.stopped_by, stopped_by=stopped_by

@@ -136,3 +136,18 @@ def test_a_day_that_counted_a_run_cuebot_then_deleted_is_recomputed(farms):
     later = rolled_at + timedelta(hours=1)
     assert figures(query=query, now=later, use_rollups=True) == figures(query=query, now=later, use_rollups=False)
     assert figures(query=query, now=later, use_rollups=True)[1] == {}
+
+
+def test_a_long_history_is_rolled_a_month_a_transaction_to_the_same_figures(farms):
+    first, second, jobs = farms
+    add_runs(
+        Run(jobs[0], first.alloc.id, 250, T0 + 3600, T0 + 45 * DAY, exit_status=0),  # six weeks long
+        Run(jobs[2], second.alloc.id, 100, T0 + 33 * DAY, T0 + 33 * DAY + 60, exit_status=1),
+        Run(jobs[1], first.alloc.id, 400, T0 + 38 * DAY, 0),
+    )
+    now = START + timedelta(days=40, seconds=LAG_SECONDS)
+
+    assert roll_up(now=now) == 40  # 31, then 9
+
+    query = UsageQuery(since=START, until=now, by=("show", "allocation"), per="week")
+    assert figures(query=query, now=now, use_rollups=True) == figures(query=query, now=now, use_rollups=False)
