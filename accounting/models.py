@@ -391,3 +391,16 @@ class UsageWatermark(models.Model):
 
     class Meta:
         db_table = "acct_usage_watermark"
+
+
+class UsageOpenRun(models.Model):
+    """A run still open when its day's time above size was rolled up (counted to the day's end):
+    watched until it closes, for Cuebot deletes an open run (exit status 299), and then the day's
+    time above size is recomputed without it."""
+
+    day = models.DateField()
+    run_id = models.TextField(help_text="frame_history.pk_frame_history")
+
+    class Meta:
+        db_table = "acct_usage_open_run"
+        indexes = [models.Index(fields=["day"], name="acct_usage_open_run_day")]

@@ -1,4 +1,4 @@
-"""The usage report's own tables (accounting.models): subscription terms over time, the daily rollups of Cuebot's runs and their watermark."""
+"""The usage report's own tables (accounting.models): subscription terms over time, the daily rollups of Cuebot's runs, their watermark and the open runs they watch."""
 
 from django.db import migrations, models
 
@@ -70,6 +70,18 @@ class Migration(migrations.Migration):
             options={
                 "db_table": "acct_usage_above_size",
                 "indexes": [models.Index(fields=["day"], name="acct_usage_above_size_day")],
+            },
+        ),
+        migrations.CreateModel(
+            name="UsageOpenRun",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("day", models.DateField()),
+                ("run_id", models.TextField(help_text="frame_history.pk_frame_history")),
+            ],
+            options={
+                "db_table": "acct_usage_open_run",
+                "indexes": [models.Index(fields=["day"], name="acct_usage_open_run_day")],
             },
         ),
         migrations.CreateModel(

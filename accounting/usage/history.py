@@ -38,6 +38,16 @@ OUTCOME = (
     "CASE WHEN fh.int_ts_stopped = 0 THEN 'running' WHEN fh.int_exit_status = 0 THEN 'succeeded' ELSE 'failed' END"
 )
 
+# Contiguous days given by their edges (%(edges)s: n days, n + 1 edges): each run is read once and
+# cut into the days it meets (width_bucket finds the first and last), so rolling a month of days
+# is one pass over its runs, not one index scan per day.
+DAYS_OF_RUN = (
+    "CROSS JOIN LATERAL generate_series(GREATEST(width_bucket(fh.int_ts_started, %(edges)s::int[]), 1), "
+    "LEAST(width_bucket({stop} - 1, %(edges)s::int[]), cardinality(%(edges)s::int[]) - 1)) AS d(i) "
+    "CROSS JOIN LATERAL (SELECT LEAST({stop}, (%(edges)s::int[])[d.i + 1]) "
+    "- GREATEST(fh.int_ts_started, (%(edges)s::int[])[d.i]) AS seconds) s "
+)
+
 
 class HistoryNotGranted(Exception):
     """The role may not read Cuebot's history; str() is the one line naming the GRANT."""
@@ -91,16 +101,25 @@ def used_sql(*, keys: Sequence[str], now: int) -> str:
         "AND (fh.int_ts_stopped > GREATEST(p.lo, p.after) OR fh.int_ts_stopped = 0) "
         "JOIN job_history jh ON jh.pk_job = fh.pk_job "
         f"CROSS JOIN LATERAL (SELECT {_clipped(now)} AS seconds) s WHERE s.seconds > 0 "
+        f"AND {BOUNDS} "
         f"GROUP BY {', '.join(str(n) for n in range(1, len(keys) + 3))}"
     )
 
 
-def pieces_params(pieces: Sequence[Piece]) -> dict[str, list[int]]:
+# The pieces' outer bounds as constants: the planner knows nothing of an unnest's rows, and with
+# these it reads Cuebot's index on int_ts_stopped (a bitmap of "> floor" and "= 0") rather than
+# the whole table.
+BOUNDS = "(fh.int_ts_stopped > %(floor)s OR fh.int_ts_stopped = 0) AND fh.int_ts_started < %(ceiling)s"
+
+
+def pieces_params(pieces: Sequence[Piece]) -> dict:
     return {
         "lo": [piece.lo for piece in pieces],
         "hi": [piece.hi for piece in pieces],
         "after": [piece.after for piece in pieces],
         "bucket": [piece.bucket for piece in pieces],
+        "floor": min(max(piece.lo, piece.after) for piece in pieces),
+        "ceiling": max(piece.hi for piece in pieces),
     }
 
 
@@ -125,16 +144,9 @@ class Term:
 
 # The cores a subscription's runs hold at each instant against the size in force then: events
 # (+cores at a run's start, -cores at its stop, +size and -size at a term's edges), clipped to each
-# piece, summed into steps, and each step's excess over the size times its length.
-ABOVE_SQL = """
-WITH p AS (SELECT * FROM unnest(%(lo)s::int[], %(hi)s::int[], %(bucket)s::int[]) AS p(lo, hi, bucket)),
-runs AS (
-    SELECT p.bucket, jh.pk_show AS s, fh.pk_alloc AS a, GREATEST(fh.int_ts_started, p.lo) AS t0,
-           LEAST(CASE WHEN fh.int_ts_stopped = 0 THEN %(now)s ELSE fh.int_ts_stopped END, p.hi) AS t1,
-           fh.int_cores::bigint AS cores
-      FROM p JOIN frame_history fh ON fh.int_ts_started < p.hi AND (fh.int_ts_stopped > p.lo OR fh.int_ts_stopped = 0)
-      JOIN job_history jh ON jh.pk_job = fh.pk_job
-),
+# piece (p) or day, summed into steps, and each step's excess over the size times its length.
+OPEN_TO_NOW = "CASE WHEN fh.int_ts_stopped = 0 THEN %(now)s ELSE fh.int_ts_stopped END"
+ABOVE_TAIL = """
 terms AS (
     SELECT p.bucket, t.s, t.a, GREATEST(t.t0, p.lo) AS t0, LEAST(t.t1, p.hi) AS t1, t.size
       FROM p JOIN unnest(%(t_show)s::text[], %(t_alloc)s::text[], %(t_lo)s::int[], %(t_hi)s::int[], %(t_size)s::bigint[])
@@ -154,17 +166,42 @@ levels AS (
 SELECT bucket, s, a, SUM(GREATEST(cores - size, 0) * (next_t - t))::bigint
   FROM levels WHERE next_t IS NOT NULL GROUP BY 1, 2, 3
 """
+ABOVE_SQL = (
+    """
+WITH p AS (SELECT * FROM unnest(%(lo)s::int[], %(hi)s::int[], %(bucket)s::int[]) AS p(lo, hi, bucket)),
+runs AS (
+    SELECT p.bucket, jh.pk_show AS s, fh.pk_alloc AS a, GREATEST(fh.int_ts_started, p.lo) AS t0,
+           LEAST("""
+    + OPEN_TO_NOW
+    + """, p.hi) AS t1, fh.int_cores::bigint AS cores
+      FROM p JOIN frame_history fh ON fh.int_ts_started < p.hi AND (fh.int_ts_stopped > p.lo OR fh.int_ts_stopped = 0)
+      JOIN job_history jh ON jh.pk_job = fh.pk_job
+     WHERE """
+    + BOUNDS
+    + """
+),"""
+    + ABOVE_TAIL
+)
+ABOVE_DAYS_SQL = (
+    """
+WITH p AS (SELECT i AS bucket, (%(edges)s::int[])[i] AS lo, (%(edges)s::int[])[i + 1] AS hi
+             FROM generate_series(1, cardinality(%(edges)s::int[]) - 1) AS i),
+runs AS (
+    SELECT d.i AS bucket, jh.pk_show AS s, fh.pk_alloc AS a,
+           GREATEST(fh.int_ts_started, (%(edges)s::int[])[d.i]) AS t0,
+           GREATEST(fh.int_ts_started, (%(edges)s::int[])[d.i]) + s.seconds AS t1, fh.int_cores::bigint AS cores
+      FROM frame_history fh JOIN job_history jh ON jh.pk_job = fh.pk_job """
+    + DAYS_OF_RUN.format(stop=OPEN_TO_NOW)
+    + """
+     WHERE (fh.int_ts_stopped > (%(edges)s::int[])[1] OR fh.int_ts_stopped = 0)
+       AND fh.int_ts_started < (%(edges)s::int[])[cardinality(%(edges)s::int[])]
+),"""
+    + ABOVE_TAIL
+)
 
 
-def above_size(*, cursor, pieces: Sequence[Piece], terms: Sequence[Term], now: int) -> list[tuple]:
-    """(bucket, show id, alloc id, centicore-seconds above size) for every subscription whose runs
-    held more than its size at some instant of the pieces (a run with no term counts in full)."""
-    if not pieces:
-        return []
-    params = {
-        "lo": [piece.lo for piece in pieces],
-        "hi": [piece.hi for piece in pieces],
-        "bucket": [piece.bucket for piece in pieces],
+def _terms_params(terms: Sequence[Term], now: int) -> dict:
+    return {
         "now": now,
         "t_show": [term.show_id for term in terms],
         "t_alloc": [term.alloc_id for term in terms],
@@ -172,7 +209,23 @@ def above_size(*, cursor, pieces: Sequence[Piece], terms: Sequence[Term], now: i
         "t_hi": [term.hi for term in terms],
         "t_size": [term.size for term in terms],
     }
-    cursor.execute(ABOVE_SQL, params)
+
+
+def above_size(*, cursor, pieces: Sequence[Piece], terms: Sequence[Term], now: int) -> list[tuple]:
+    """(bucket, show id, alloc id, centicore-seconds above size) for every subscription whose runs
+    held more than its size at some instant of the pieces (a run with no term counts in full)."""
+    if not pieces:
+        return []
+    cursor.execute(ABOVE_SQL, {**pieces_params(pieces), **_terms_params(terms, now)})
+    return [row for row in cursor.fetchall() if row[3]]
+
+
+def above_size_by_day(*, cursor, edges: Sequence[int], terms: Sequence[Term], now: int) -> list[tuple]:
+    """above_size over contiguous days (their edges), in one pass over their runs; the bucket is
+    the day's index from 1."""
+    if len(edges) < 2:
+        return []
+    cursor.execute(ABOVE_DAYS_SQL, {"edges": list(edges), **_terms_params(terms, now)})
     return [row for row in cursor.fetchall() if row[3]]
 
 
@@ -242,27 +295,25 @@ def health(*, cursor) -> tuple[bool, int, int]:
 
 
 def rollup_sql() -> str:
-    """used_sql's runs for rolled days: closed runs that stopped after the piece's `after` and at
-    or before %(by)s, per day (the piece's bucket) and every key, by id."""
+    """Per day (its index, from 1) and every key by id: the closed runs that stopped after %(after)s
+    and at or before %(by)s, clipped to each day they meet."""
     columns = ", ".join(KEY_COLUMNS.values())
     return (
-        f"SELECT p.bucket, {columns}, {OUTCOME}, SUM(fh.int_cores::bigint * s.seconds), "
-        "SUM(fh.int_gpus::bigint * s.seconds) "
-        "FROM unnest(%(lo)s::int[], %(hi)s::int[], %(after)s::int[], %(bucket)s::int[]) AS p(lo, hi, after, bucket) "
-        "JOIN frame_history fh ON fh.int_ts_started < p.hi "
-        "AND fh.int_ts_stopped > GREATEST(p.lo, p.after) AND fh.int_ts_stopped <= %(by)s "
-        "JOIN job_history jh ON jh.pk_job = fh.pk_job "
-        "CROSS JOIN LATERAL (SELECT LEAST(fh.int_ts_stopped, p.hi) - GREATEST(fh.int_ts_started, p.lo) AS seconds) s "
-        f"WHERE s.seconds > 0 GROUP BY {', '.join(str(n) for n in range(1, len(KEY_COLUMNS) + 3))}"
+        f"SELECT d.i, {columns}, {OUTCOME}, SUM(fh.int_cores::bigint * s.seconds), SUM(fh.int_gpus::bigint * s.seconds) "
+        "FROM frame_history fh JOIN job_history jh ON jh.pk_job = fh.pk_job "
+        + DAYS_OF_RUN.format(stop="fh.int_ts_stopped")
+        + "WHERE fh.int_ts_stopped > GREATEST(%(after)s, (%(edges)s::int[])[1]) AND fh.int_ts_stopped <= %(by)s "
+        "AND fh.int_ts_started < (%(edges)s::int[])[cardinality(%(edges)s::int[])] AND s.seconds > 0 "
+        f"GROUP BY {', '.join(str(n) for n in range(1, len(KEY_COLUMNS) + 3))}"
     )
 
 
-def closed_used(*, cursor, pieces: Sequence[Piece], stopped_by: int) -> list[tuple]:
-    """(piece's bucket, show, alloc, facility, dept, user, shot ids, outcome, centicore-seconds,
-    GPU-seconds) of the runs closed by `stopped_by` in `pieces`."""
-    if not pieces:
+def closed_used(*, cursor, edges: Sequence[int], after: int, stopped_by: int) -> list[tuple]:
+    """(day index from 1, show, alloc, facility, dept, user, shot ids, outcome, centicore-seconds,
+    GPU-seconds) of the runs that stopped in (after, stopped_by], over the days of `edges`."""
+    if len(edges) < 2:
         return []
-    cursor.execute(rollup_sql(), {**pieces_params(pieces), "by": stopped_by})
+    cursor.execute(rollup_sql(), {"edges": list(edges), "after": after, "by": stopped_by})
     return cursor.fetchall()
 
 
@@ -270,3 +321,24 @@ def first_run_started(*, cursor) -> int | None:
     """When the oldest run started (Cuebot's index on (int_ts_started, int_ts_stopped))."""
     cursor.execute("SELECT min(int_ts_started) FROM frame_history")
     return cursor.fetchone()[0]
+
+
+def open_runs_before(*, cursor, hi: int) -> list[tuple[str, int]]:
+    """(run id, started) of the runs open now that started before `hi` (Cuebot's index on
+    int_ts_stopped finds them)."""
+    cursor.execute(
+        "SELECT pk_frame_history, int_ts_started FROM frame_history WHERE int_ts_stopped = 0 AND int_ts_started < %s",
+        [hi],
+    )
+    return cursor.fetchall()
+
+
+def still_open(*, cursor, run_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+    """Of these runs, (those still open, those gone from frame_history)."""
+    cursor.execute(
+        "SELECT r.id, fh.int_ts_stopped FROM unnest(%s::text[]) AS r(id) "
+        "LEFT JOIN frame_history fh ON fh.pk_frame_history = r.id",
+        [list(run_ids)],
+    )
+    rows = cursor.fetchall()
+    return {run_id for run_id, stopped in rows if stopped == 0}, {run_id for run_id, stopped in rows if stopped is None}

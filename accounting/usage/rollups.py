@@ -7,12 +7,14 @@ runs that stopped after W or are still open; an unrolled stretch from the runs a
 moves W to `now` minus a lag (a run is stamped stopped at its closing transaction's start and
 may commit a little later), adds the runs that stopped in between to the days already rolled
 (a run open when its day was rolled is counted when it closes), then rolls the whole days that
-ended by the new W, one transaction a day: W and the rows it covers change together, so a rerun
-adds nothing twice. `rebuild` recomputes one day.
+ended by the new W, all in one transaction: W and the rows it covers change together, so a
+rerun adds nothing twice. Rolled days are contiguous, so each step is one pass over its runs.
+`rebuild` recomputes one day.
 
 The time above size is not a sum of runs (it depends on every run at each instant), so a day's
 is computed once from every run that met it, open ones to the day's end (where they still are
-when the day is over), and kept as is.
+when the day is over). Those open runs are watched (UsageOpenRun) until they close: Cuebot
+deletes an open run stopped with exit status 299, and a day that counted one is recomputed.
 """
 
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from datetime import date, datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Sum
 
-from accounting.models import UsageAboveSize, UsageRolledDay, UsageRollup, UsageWatermark
+from accounting.models import UsageAboveSize, UsageOpenRun, UsageRolledDay, UsageRollup, UsageWatermark
 from accounting.usage import history
 from accounting.usage.history import Piece
 from accounting.usage.periods import Bucket, days_within, epoch, midnight, site_zone
@@ -29,6 +31,7 @@ from accounting.usage.terms import terms_between
 
 # How long after a run's stamped stop it may still commit: runs are rolled up only past it.
 LAG_SECONDS = 600
+DAYS_PER_TRANSACTION = 31
 ROLLUP_LOCK = 0x61637572  # "acur": one roll-up at a time, and a report's reads of the rollups beside it
 KEY_FIELDS = ("show_id", "alloc_id", "facility_id", "dept_id", "user", "shot")
 
@@ -56,7 +59,19 @@ def plan(*, buckets: list[Bucket], use_rollups: bool = True) -> Plan:
                 piece = Piece(max(lo, bucket.lo), min(hi, bucket.hi), index)
                 raw.append(piece)
                 above_raw.append(piece)
-    return Plan(raw=raw, above_raw=above_raw, rolled=rolled)
+    return Plan(raw=_merged(raw), above_raw=_merged(above_raw), rolled=rolled)
+
+
+def _merged(pieces: list[Piece]) -> list[Piece]:
+    """Adjacent pieces of one bucket read alike as one: a month of rolled days is one read of its tail."""
+    merged: list[Piece] = []
+    for piece in pieces:
+        last = merged[-1] if merged else None
+        if last and (last.bucket, last.after, last.hi) == (piece.bucket, piece.after, piece.lo):
+            merged[-1] = Piece(last.lo, piece.hi, last.bucket, last.after)
+        else:
+            merged.append(piece)
+    return merged
 
 
 def _rolled_state() -> tuple[set[date], int]:
@@ -98,59 +113,74 @@ def lock_rollups(*, shared: bool) -> None:
 
 
 def roll_up(*, now: datetime) -> int:
-    """Bring the rollups up to `now` minus the lag; returns how many days it rolled."""
+    """Bring the rollups up to `now` minus the lag; returns the days rolled. A site's first
+    roll-up of a long history goes a month of days a transaction (each statement bounded)."""
     target = epoch(moment=now) - LAG_SECONDS
     rolled = 0
     while True:
-        with transaction.atomic():
-            lock_rollups(shared=False)
-            if not _advance(target=target, now=now):
-                return rolled
-        rolled += 1
+        days = _roll_once(now=now, target=target)
+        rolled += days
+        if days < DAYS_PER_TRANSACTION:
+            return rolled
 
 
-def _advance(*, target: int, now: datetime) -> bool:
-    """Add the runs stopped since the watermark to the rolled days and roll the next whole day
-    if it ended by `target`; True when a day was rolled."""
-    watermark, _ = UsageWatermark.objects.get_or_create(id=1, defaults={"stopped_by": 0})
-    days = list(UsageRolledDay.objects.order_by("day"))
-    with history.reading_history() as cursor:
-        following = _next_day(cursor=cursor, days=days, target=target)
-        if watermark.stopped_by >= target and following is None:
-            return False
-        moved = watermark.stopped_by < target
-        pieces = [Piece(day.lo, day.hi, index, after=watermark.stopped_by) for index, day in enumerate(days) if moved]
-        if following is not None:
-            pieces.append(Piece(following[1], following[2], len(days)))
-        rows = history.closed_used(cursor=cursor, pieces=pieces, stopped_by=max(target, watermark.stopped_by))
-    _store_used(rows=rows, days=[day.day for day in days] + ([following[0]] if following else []))
-    watermark.stopped_by = max(target, watermark.stopped_by)
-    watermark.save(update_fields=["stopped_by"])
-    if following is None:
-        return False
-    _roll_above(day=following[0], lo=following[1], hi=following[2], now=now)
-    UsageRolledDay.objects.create(day=following[0], lo=following[1], hi=following[2], rolled_at=now)
-    return True
+def _roll_once(*, now: datetime, target: int) -> int:
+    """One transaction: the runs closed since the watermark into the rolled days, and the next
+    days (a month at most) that ended by `target`."""
+    with transaction.atomic():
+        lock_rollups(shared=False)
+        _recheck_open_runs(now=now)
+        watermark, _ = UsageWatermark.objects.get_or_create(id=1, defaults={"stopped_by": 0})
+        days = [(row.day, row.lo, row.hi) for row in UsageRolledDay.objects.order_by("day")]
+        stopped_by = max(target, watermark.stopped_by)
+        added: list[tuple] = []
+        with history.reading_history() as cursor:
+            new = _new_days(cursor=cursor, last=days[-1][0] if days else None, target=target)[:DAYS_PER_TRANSACTION]
+            if watermark.stopped_by < target:  # the runs that closed since, into the days rolled
+                added = history.closed_used(
+                    cursor=cursor, edges=_edges(days), after=watermark.stopped_by, stopped_by=stopped_by
+                )
+            fresh = history.closed_used(cursor=cursor, edges=_edges(new), after=0, stopped_by=stopped_by)
+        _store_used(rows=added, days=days)
+        _store_used(rows=fresh, days=new)
+        watermark.stopped_by = stopped_by
+        watermark.save(update_fields=["stopped_by"])
+        _roll_above(days=new, now=now)
+        UsageRolledDay.objects.bulk_create(
+            [UsageRolledDay(day=day, lo=lo, hi=hi, rolled_at=now) for day, lo, hi in new]
+        )
+    return len(new)
 
 
-def _next_day(*, cursor, days: list[UsageRolledDay], target: int) -> tuple[date, int, int] | None:
-    """The day after the last rolled one (or the first run's), if it ended by `target`."""
-    if days:
-        day = days[-1].day + timedelta(days=1)
+Day = tuple[date, int, int]  # a site day and its edges in epoch seconds
+
+
+def _edges(days: list[Day]) -> list[int]:
+    """Contiguous days' edges: each day's start, then the last one's end."""
+    return [lo for _, lo, _ in days] + [days[-1][2]] if days else []
+
+
+def _new_days(*, cursor, last: date | None, target: int) -> list[Day]:
+    """The days after the last rolled one (or from the first run's) that ended by `target`."""
+    if last is not None:
+        day = last + timedelta(days=1)
     else:
         first = history.first_run_started(cursor=cursor)
         if first is None:
-            return None
+            return []
         day = datetime.fromtimestamp(first, tz=site_zone()).date()
-    lo, hi = epoch(moment=midnight(day=day)), epoch(moment=midnight(day=day + timedelta(days=1)))
-    return (day, lo, hi) if hi <= target else None
+    found = []
+    while (hi := epoch(moment=midnight(day=day + timedelta(days=1)))) <= target:
+        found.append((day, epoch(moment=midnight(day=day)), hi))
+        day += timedelta(days=1)
+    return found
 
 
-def _store_used(*, rows: list[tuple], days: list[date]) -> None:
+def _store_used(*, rows: list[tuple], days: list[Day]) -> None:
     UsageRollup.objects.bulk_create(
         [
             UsageRollup(
-                day=days[row[0]],
+                day=days[row[0] - 1][0],
                 **dict(zip(KEY_FIELDS, row[1:7], strict=True)),
                 outcome=row[7],
                 centicore_seconds=row[8],
@@ -162,14 +192,53 @@ def _store_used(*, rows: list[tuple], days: list[date]) -> None:
     )
 
 
-def _roll_above(*, day: date, lo: int, hi: int, now: datetime) -> None:
-    """The day's time above size, from every run that met it and the sizes in force then."""
-    terms = terms_between(since=midnight(day=day), until=midnight(day=day + timedelta(days=1)), now=now)
+def _roll_above(*, days: list[Day], now: datetime) -> None:
+    """The days' time above size, from every run that met them and the sizes in force then; the
+    runs still open are watched from the first of these days they met."""
+    if not days:
+        return
+    terms = terms_between(since=midnight(day=days[0][0]), until=midnight(day=days[-1][0] + timedelta(days=1)), now=now)
     with history.reading_history() as cursor:
-        rows = history.above_size(cursor=cursor, pieces=[Piece(lo, hi, 0)], terms=terms.terms, now=epoch(moment=now))
+        rows = history.above_size_by_day(cursor=cursor, edges=_edges(days), terms=terms.terms, now=epoch(moment=now))
+        open_runs = history.open_runs_before(cursor=cursor, hi=days[-1][2])
     UsageAboveSize.objects.bulk_create(
-        [UsageAboveSize(day=day, show_id=show, alloc_id=alloc, centicore_seconds=ccs) for _, show, alloc, ccs in rows]
+        [
+            UsageAboveSize(day=days[i - 1][0], show_id=show, alloc_id=alloc, centicore_seconds=ccs)
+            for i, show, alloc, ccs in rows
+        ],
+        batch_size=5000,
     )
+    watched = set(UsageOpenRun.objects.values_list("run_id", flat=True))
+    UsageOpenRun.objects.bulk_create(
+        [
+            UsageOpenRun(day=next(day for day, _, hi in days if started < hi), run_id=run_id)
+            for run_id, started in open_runs
+            if run_id not in watched
+        ],
+        batch_size=5000,
+    )
+
+
+def _recheck_open_runs(*, now: datetime) -> None:
+    """Stop watching the runs that closed; recompute the time above size of the days from the
+    first that counted a run Cuebot has since deleted."""
+    watched = list(UsageOpenRun.objects.values_list("day", "run_id"))
+    if not watched:
+        return
+    with history.reading_history() as cursor:
+        still, gone = history.still_open(cursor=cursor, run_ids=sorted({run_id for _, run_id in watched}))
+    UsageOpenRun.objects.exclude(run_id__in=still).delete()
+    stale = [day for day, run_id in watched if run_id in gone]
+    if stale:
+        _redo_above(since=min(stale), now=now)
+
+
+def _redo_above(*, since: date, now: datetime) -> None:
+    """Recompute the time above size of the rolled days from `since` on."""
+    days = [(row.day, row.lo, row.hi) for row in UsageRolledDay.objects.filter(day__gte=since).order_by("day")]
+    UsageAboveSize.objects.filter(day__gte=since).delete()
+    UsageOpenRun.objects.filter(day__gte=since).delete()
+    _roll_above(days=days, now=now)
 
 
 def rebuild(*, day: date, now: datetime) -> bool:
@@ -181,11 +250,10 @@ def rebuild(*, day: date, now: datetime) -> bool:
             return False
         watermark = UsageWatermark.objects.get(id=1)
         UsageRollup.objects.filter(day=day).delete()
-        UsageAboveSize.objects.filter(day=day).delete()
         with history.reading_history() as cursor:
             rows = history.closed_used(
-                cursor=cursor, pieces=[Piece(rolled.lo, rolled.hi, 0)], stopped_by=watermark.stopped_by
+                cursor=cursor, edges=[rolled.lo, rolled.hi], after=0, stopped_by=watermark.stopped_by
             )
-        _store_used(rows=rows, days=[day])
-        _roll_above(day=day, lo=rolled.lo, hi=rolled.hi, now=now)
+        _store_used(rows=rows, days=[(day, rolled.lo, rolled.hi)])
+        _redo_above(since=day, now=now)
         return True

@@ -27,8 +27,15 @@ def figures(*, query: UsageQuery, now: datetime, use_rollups: bool) -> tuple[dic
 
 
 def close_runs(*, at: int, count: int, exit_status: int) -> None:
-    """As the trigger closes runs: the oldest open ones, stamped `at`."""
+    """As the trigger closes runs: the oldest open ones, stamped `at`; exit status 299 deletes them."""
     with as_cuebot(), connection.cursor() as cursor:
+        if exit_status == 299:
+            cursor.execute(
+                "DELETE FROM frame_history WHERE pk_frame_history IN (SELECT pk_frame_history FROM frame_history "
+                "WHERE int_ts_stopped = 0 ORDER BY int_ts_started, pk_frame_history LIMIT %s)",
+                [count],
+            )
+            return
         cursor.execute(
             "UPDATE frame_history SET int_ts_stopped = %s, int_exit_status = %s WHERE pk_frame_history IN "
             "(SELECT pk_frame_history FROM frame_history WHERE int_ts_stopped = 0 AND int_ts_started <= %s "
@@ -53,7 +60,7 @@ steps = st.lists(
             max_size=4,
         ),  # runs that start: (job, allocation, cores, seconds ago)
         st.integers(0, 3),  # runs that stop now
-        st.sampled_from([0, 1]),  # with this exit status
+        st.sampled_from([0, 1, 299]),  # with this exit status (299: Cuebot deletes the run)
         st.booleans(),  # a roll-up after the step
     ),
     min_size=2,
@@ -113,3 +120,34 @@ def test_a_roll_up_run_twice_adds_nothing_and_a_rebuilt_day_is_the_same(farms):
         START.date(),
         START.date() + timedelta(days=1),
     ]
+
+
+def test_a_day_that_counted_a_run_cuebot_then_deleted_is_recomputed(farms):
+    first, _, jobs = farms  # the first subscription's size is 3 cores
+    add_runs(Run(jobs[0], first.alloc.id, 500, T0 + DAY - 3600, 0))  # 5 cores from the day's last hour, open
+    rolled_at = START + timedelta(days=1, seconds=LAG_SECONDS)
+    query = UsageQuery(since=START, until=START + timedelta(days=1), by=("show", "allocation"), per=None)
+    assert roll_up(now=rolled_at) == 1
+    assert sum(figures(query=query, now=rolled_at, use_rollups=True)[1].values()) == 200 * 3600
+
+    close_runs(at=T0 + DAY + 3600, count=1, exit_status=299)
+    roll_up(now=rolled_at + timedelta(hours=1))
+
+    later = rolled_at + timedelta(hours=1)
+    assert figures(query=query, now=later, use_rollups=True) == figures(query=query, now=later, use_rollups=False)
+    assert figures(query=query, now=later, use_rollups=True)[1] == {}
+
+
+def test_a_long_history_is_rolled_a_month_a_transaction_to_the_same_figures(farms):
+    first, second, jobs = farms
+    add_runs(
+        Run(jobs[0], first.alloc.id, 250, T0 + 3600, T0 + 45 * DAY, exit_status=0),  # six weeks long
+        Run(jobs[2], second.alloc.id, 100, T0 + 33 * DAY, T0 + 33 * DAY + 60, exit_status=1),
+        Run(jobs[1], first.alloc.id, 400, T0 + 38 * DAY, 0),
+    )
+    now = START + timedelta(days=40, seconds=LAG_SECONDS)
+
+    assert roll_up(now=now) == 40  # 31, then 9
+
+    query = UsageQuery(since=START, until=now, by=("show", "allocation"), per="week")
+    assert figures(query=query, now=now, use_rollups=True) == figures(query=query, now=now, use_rollups=False)
