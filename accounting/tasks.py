@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 from django_q.models import Schedule
 
 from accounting.live.leases import LockBusy
@@ -33,6 +34,9 @@ from accounting.reconcile.recalculate_subs import RECALCULATE_SUBS, recalculate_
 from accounting.reconcile.recompute import TABLE_REPAIR, recompute_pg_accounting
 from accounting.reconcile.reseed import REDIS_REBUILD, REDIS_RESEED, ReseedSkipped, bootstrap_if_empty, reseed
 from accounting.reconcile.snapshot import managed_show_ids
+from accounting.usage.history import HistoryNotGranted
+from accounting.usage.rollups import roll_up
+from accounting.usage.terms import record_terms
 from infra.era import era
 from infra.writes import Write
 
@@ -82,6 +86,19 @@ def drift_check_task() -> int:
     """Shows with drift at this check, in Cuebot's tables or (redis era) in Redis; the gauges and
     the admin's pages get the detail."""
     return run_drift_checks()
+
+
+@task()  # the usage report's own tables: sizes over time and the rollups
+def usage_task() -> int:
+    """Records the subscriptions' sizes and bursts that changed since the last run, then rolls up
+    the days that ended; returns the days rolled, -1 where the history may not be read (said once)."""
+    now = timezone.now()
+    record_terms(now=now)
+    try:
+        return roll_up(now=now)
+    except HistoryNotGranted as refused:
+        log.warning("usage roll-up skipped: %s", refused)
+        return -1
 
 
 @task(writes=(REDIS_RESEED,))
@@ -188,6 +205,13 @@ SCHEDULES = (
     ScheduleSpec(
         name="acct-drift-check",
         func="accounting.tasks.drift_check_task",
+        minutes=2,
+        minutes_setting="ACCOUNTING_DRIFT_CHECK_MINUTES",
+    ),
+    # Every drift check interval too: a size change is dated at most one interval late.
+    ScheduleSpec(
+        name="acct-usage",
+        func="accounting.tasks.usage_task",
         minutes=2,
         minutes_setting="ACCOUNTING_DRIFT_CHECK_MINUTES",
     ),

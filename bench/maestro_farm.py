@@ -371,6 +371,7 @@ def size_arguments(*, size: DemoFarmSize) -> list[str]:
     return [
         *("--shows", str(size.shows), "--hosts", str(size.hosts), "--procs", str(size.procs)),
         *("--cores-per-host", str(size.cores_per_host)),
+        *("--history-days", "0"),  # the history is bench/usage.py's
     ]
 
 

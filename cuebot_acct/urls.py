@@ -10,12 +10,15 @@ from accounting.operators.limits_api import router as limits_router
 from accounting.operators.pages import drift_index, drift_show, overview, repair_tables, reseed_show
 from accounting.operators.release_api import router as release_router
 from accounting.operators.shows_api import router as shows_router
+from accounting.operators.usage_api import router as usage_router
+from accounting.operators.usage_page import usage_page
 from infra.api import api
 
 api.add_router("/", release_router)
 api.add_router("/", drift_router)
 api.add_router("/", limits_router)
 api.add_router("/shows", shows_router)
+api.add_router("/", usage_router)
 
 # JSON under /api/, Django's pages elsewhere.
 handler400 = "infra.api.bad_request"
@@ -34,6 +37,7 @@ urlpatterns = [
     path(
         "admin/accounting/drift/<str:show_id>/repair/", admin.site.admin_view(repair_tables), name="acct-drift-repair"
     ),
+    path("admin/accounting/usage/", admin.site.admin_view(usage_page), name="acct-usage"),
     path("admin/", admin.site.urls),
     path("metrics", health.metrics, name="metrics"),
     path("healthz", health.healthz, name="healthz"),

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Screenshots of the operator's admin pages, taken by headless Chromium against a running
 service (`make run`): the login page, the farm overview, the subscription list and a
-subscription's change form, the drift index and a show's drift page, a show's page and a
-proc's page (the list is `pages` below).
+subscription's change form, the drift index and a show's drift page, the usage page, a show's
+page and a proc's page (the list is `pages` below).
 
 It logs in through the admin's login form as a temporary superuser it creates for the run
 and deletes afterwards. Selenium drives Chromium through Debian's chromedriver, named by its
@@ -157,6 +157,7 @@ def pages() -> list[tuple[str, str]]:
         ("subscription-form.png", f"/admin/accounting/subscription/{subscription.pk}/change/"),
         ("drift-index.png", "/admin/accounting/drift/"),
         ("drift.png", f"/admin/accounting/drift/{show_id}/"),
+        ("usage.png", "/admin/accounting/usage/"),
         ("show.png", f"/admin/shows/show/{show_id}/change/"),
         *([("proc.png", f"/admin/accounting/proc/{proc.pk}/change/")] if proc else []),
     ]

@@ -21,6 +21,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from infra.cuebot_database import cuebot_connection
 from infra.startup import CuebotSchemaIncomplete
 from infra.writes import writes_on
+from shows.cuebot_schema import HISTORY_TABLES
 from shows.models import CuebotTable
 
 CUEBOT_TABLES_MIGRATION = ("shows", "0001_cuebot_tables")
@@ -139,8 +140,11 @@ def expected_columns() -> dict[str, dict[str, str]]:
 
 
 def schema_problems() -> list[SchemaProblem]:
-    """What a site's database lacks for this project, read from the catalogue (read-only)."""
-    expected, writes = expected_columns(), writes_on()
+    """What a site's database lacks for this project, read from the catalogue (read-only).
+    Cuebot's history tables are left to `history_grant_problem`: only the usage report reads
+    them, so a site that has not granted them yet keeps the rest of the service."""
+    expected = {table: columns for table, columns in expected_columns().items() if table not in HISTORY_TABLES}
+    writes = writes_on()
     with cuebot_connection().cursor() as cursor:
         cursor.execute(
             "SELECT t.name, a.attname, format_type(a.atttypid, NULL) FROM unnest(%s::text[]) AS t(name) "
@@ -227,6 +231,22 @@ def _grant_problems(*, cursor, tables: list[str], writes: bool) -> list[SchemaPr
         )
         for (table,) in cursor.fetchall()
     ]
+
+
+def history_grant_problem(*, cursor) -> str | None:
+    """One line naming the GRANT when the role may not read Cuebot's history tables (the usage
+    report's sources), on the cursor the report reads them with; None when it may."""
+    cursor.execute(
+        "SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(t) IS NULL OR NOT has_table_privilege(t, 'SELECT')",
+        [list(HISTORY_TABLES)],
+    )
+    missing = sorted(table for (table,) in cursor.fetchall())
+    if not missing:
+        return None
+    return (
+        f"the database role may not read Cuebot's history ({', '.join(missing)}): "
+        f"GRANT SELECT ON {', '.join(sorted(HISTORY_TABLES))} TO the service's role (see docs/attaching.md)"
+    )
 
 
 def search_path() -> str:

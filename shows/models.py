@@ -278,3 +278,58 @@ class HostStat(CuebotTable):
         db_table = "host_stat"
         verbose_name = "host status"
         verbose_name_plural = "host statuses"
+
+
+# Cuebot's history (V1, V11, V13): written by Cuebot's triggers, never by this project on a
+# site, read by the usage report (accounting.usage). Epochs are whole seconds in INT columns.
+
+
+class Config(CuebotTable):
+    """Cuebot's settings table; a DISABLE_HISTORY key switches the history off."""
+
+    id = text_pk("pk_config")
+    str_key = models.CharField(max_length=36, unique=True)
+
+    class Meta(CuebotTable.Meta):
+        db_table = "config"
+
+
+class JobHistory(CuebotTable):
+    """A job as it was: written when the job is inserted, its core time when it finishes."""
+
+    id = models.CharField(primary_key=True, max_length=36, db_column="pk_job")
+    show = models.ForeignKey(Show, on_delete=models.DO_NOTHING, db_column="pk_show")
+    facility = models.ForeignKey(Facility, on_delete=models.DO_NOTHING, db_column="pk_facility")
+    dept = models.ForeignKey(Dept, on_delete=models.DO_NOTHING, db_column="pk_dept")
+    str_name = models.CharField(max_length=512)
+    str_shot = models.CharField(max_length=64)
+    str_user = models.CharField(max_length=36)
+    int_core_time_success = big_integer(0)
+    int_core_time_fail = big_integer(0)
+    int_ts_started = models.IntegerField()
+    int_ts_stopped = integer(0)
+
+    class Meta(CuebotTable.Meta):
+        db_table = "job_history"
+
+
+class FrameHistory(CuebotTable):
+    """One run of a frame: opened when the frame starts running, closed (int_ts_stopped) when it stops."""
+
+    id = models.CharField(primary_key=True, max_length=36, db_column="pk_frame_history", default=new_pk)
+    pk_frame = models.CharField(max_length=36)
+    pk_layer = models.CharField(max_length=36)
+    job = models.ForeignKey(JobHistory, on_delete=models.DO_NOTHING, db_column="pk_job")
+    alloc = models.ForeignKey(Alloc, on_delete=models.DO_NOTHING, db_column="pk_alloc", null=True)
+    str_name = models.CharField(max_length=256)
+    str_state = models.CharField(max_length=24)
+    int_cores = integer(100)
+    int_gpus = integer(0)
+    int_mem_reserved = big_integer(0)
+    int_mem_max_used = big_integer(0)
+    int_exit_status = models.SmallIntegerField(default=-1, db_default=-1)
+    int_ts_started = models.IntegerField()
+    int_ts_stopped = integer(0)
+
+    class Meta(CuebotTable.Meta):
+        db_table = "frame_history"

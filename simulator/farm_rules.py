@@ -31,6 +31,8 @@ FARM_INSERTS = (
     "host_stat",
     "frame",
     "proc",
+    "job_history",
+    "frame_history",
 )
 
 

@@ -21,6 +21,7 @@ def test_creates_the_schedules_and_rerunning_makes_no_duplicates(capsys):
     assert ours() == {
         "accounting_guardrail": ("accounting.tasks.accounting_guardrail_task", Schedule.MINUTES, 1, -1),
         "acct-drift-check": ("accounting.tasks.drift_check_task", Schedule.MINUTES, 2, -1),
+        "acct-usage": ("accounting.tasks.usage_task", Schedule.MINUTES, 2, -1),
         "recalculate_subs": ("accounting.tasks.recalculate_subs_task", Schedule.MINUTES, 120, -1),
     }
     out = capsys.readouterr().out
@@ -60,7 +61,7 @@ def test_reconcile_schedules_follow_the_setting(settings, monkeypatch):
     settings.ACCOUNTING_RECONCILE_ENABLED = False
     call_command("setup_schedules")
     assert not Schedule.objects.filter(name="booked_reseed").exists()
-    assert set(ours()) == {"accounting_guardrail", "acct-drift-check", "recalculate_subs"}
+    assert set(ours()) == {"accounting_guardrail", "acct-drift-check", "acct-usage", "recalculate_subs"}
 
 
 def test_a_notify_era_instance_runs_no_schedule_that_reads_or_writes_redis(settings, capsys):
@@ -70,7 +71,7 @@ def test_a_notify_era_instance_runs_no_schedule_that_reads_or_writes_redis(setti
     settings.ACCOUNTING_SCHEDULER = "notify"
     call_command("setup_schedules")
     # The drift check stays: without Redis it checks Cuebot's own tables only.
-    assert set(ours()) == {"accounting_guardrail", "acct-drift-check", "recalculate_subs"}
+    assert set(ours()) == {"accounting_guardrail", "acct-drift-check", "acct-usage", "recalculate_subs"}
     assert "acct-reconcile-booked: removed (ACCOUNTING_SCHEDULER is notify: no acct:* keys)" in capsys.readouterr().out
 
 
@@ -85,3 +86,4 @@ def test_the_scheduled_functions_run_in_the_task_cluster(cuebot_farm):
     with named_lock(name=RECALCULATE_SUBS_LOCK, ttl_seconds=60):
         assert result(async_task("accounting.tasks.recalculate_subs_task")) == -1
     assert result(async_task("accounting.tasks.accounting_guardrail_task")) is False
+    assert result(async_task("accounting.tasks.usage_task")) == 0  # sizes recorded, no day of runs to roll

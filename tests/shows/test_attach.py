@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from shows.cuebot_schema import TABLES, TABLES_SQL, TRIGGERS_SQL
+from shows.cuebot_schema import HISTORY_SQL, TABLES, TABLES_SQL, TRIGGERS_SQL
 from tests.processes import manage
 
 OWN_SCHEMA = "cuebot_acct"
@@ -63,6 +63,7 @@ def cuebot_database(request):
     with server(name) as site:
         site.execute(TABLES_SQL)
         site.execute(TRIGGERS_SQL)
+        site.execute(HISTORY_SQL)
         site.execute(dba_sql(role=role, password=password))
     settings = connection.settings_dict
     address = f"{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{name}"

@@ -1,11 +1,14 @@
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.utils import timezone
 
 from accounting.models import Proc, Subscription
+from accounting.usage.report import parse_query, reconcile_jobs, usage_report
 from shows.models import Host, Job, Show
 from tests.accounting.pg import accounting_mismatches
 from tests.processes import closed_port
@@ -62,7 +65,7 @@ def test_the_services_documented_role_is_refused_in_one_line_before_anything_is_
     assert str(raised.value) == (
         "seed_demo_farm refuses: it writes Cuebot's own rows as Cuebot and the scheduler do, and this database role "
         "may not INSERT on facility, alloc, show, dept, subscription, point, folder, job, layer, host, host_stat, "
-        "frame, proc (the service's role of docs/attaching.md never may); run it as Cuebot's database role or the "
+        "frame, proc, job_history, frame_history (the service's role of docs/attaching.md never may); run it as Cuebot's database role or the "
         "database owner, on a scratch Cuebot database"
     )
     assert set(counts().values()) == {0}
@@ -98,7 +101,7 @@ def test_the_maestro_size_is_the_proof_farms_and_is_not_mixed_with_a_size_by_han
     with pytest.raises(CommandError) as raised:
         seed("--maestro-size", "--procs", "10")
     assert raised.value.returncode == 2 and Show.objects.count() == 0
-    out = seed("--maestro-size")
+    out = seed("--maestro-size", "--history-days", "0")
     assert "demo farm: 20 shows (10 scheduler-managed), 1553 hosts (57,461 cores), 20000 procs (20000 new)" in out
     assert scalar("SELECT count(*) FROM proc") == 20000
     assert scalar(HOST_IDLE_MISMATCHES) == 0
@@ -164,3 +167,31 @@ def test_bad_sizes_are_refused_and_change_nothing(args):
     with pytest.raises((CommandError, SystemExit)):
         call_command("seed_demo_farm", *args, stdout=StringIO(), stderr=StringIO())
     assert Show.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_the_demo_farm_has_cuebots_history_to_report_on():
+    """make run's farm: a day of finished jobs' runs as Cuebot's trigger leaves them (failures and
+    their retries, a second row of the same frame), an open run per running frame, job_history's
+    core time as Cuebot counts it, and the subscriptions' terms, so that the usage report has rows,
+    promises and nothing to warn of."""
+    out = seed("--shows", "2", "--hosts", "4", "--procs", "20", "--history-days", "1")
+    assert "history: 480 runs of 5 finished jobs over 1 day, 20 running, written in " in out
+    assert scalar("SELECT count(*) FROM frame_history WHERE int_exit_status = 1") == 48
+    retried = """SELECT count(*) FROM frame_history failed JOIN frame_history retry ON retry.pk_frame = failed.pk_frame
+                  AND retry.int_exit_status = 0 AND retry.int_ts_started > failed.int_ts_stopped
+                 WHERE failed.int_exit_status = 1"""
+    assert scalar(retried) == 48
+    open_runs = """SELECT count(*) FROM frame_history fh JOIN proc p ON p.pk_frame = fh.pk_frame
+                    JOIN host h ON h.pk_host = p.pk_host AND h.pk_alloc = fh.pk_alloc
+                   WHERE fh.int_ts_stopped = 0 AND fh.int_cores = p.int_cores_reserved"""
+    assert scalar(open_runs) == 20 == scalar("SELECT count(*) FROM frame_history WHERE int_ts_stopped = 0")
+    today = timezone.localdate()
+    query = parse_query(
+        since=str(today - timedelta(days=2)), until=str(today + timedelta(days=1)), by="show,allocation"
+    )
+    assert reconcile_jobs(query=query) == []  # every finished job's core time is its runs', as Cuebot rounds them
+    report = usage_report(query=query)
+    assert len(report.rows) == 4 and report.problems == [] and report.unknown_promises == []
+    assert all(row["promised_core_hours"] for row in report.rows)
+    assert all(row["core_hours_failed"] and row["core_hours_running"] for row in report.rows)

@@ -1,16 +1,26 @@
 """seed_demo_farm: a farm to try the service on, built as Cuebot writes its rows, of any size up to Maestro's proof farm."""
 
 import time
+from datetime import datetime, timezone
 
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from accounting.management.commands._limit_args import ascii_int
 from accounting.management.commands._writes import refused_while_observing
+from accounting.models import SubscriptionTerm
 from accounting.reconcile.reseed import ReseedSkipped, bootstrap_if_empty, reseed
+from accounting.usage.terms import record_terms
 from infra.era import era
 from infra.writes import require_writes
-from simulator.farm_builder import MAESTRO_PROOF, DemoFarmSize, DemoFarmSummary, build_demo_farm, refuse_demo_farm_here
+from simulator.farm_builder import (
+    MAESTRO_PROOF,
+    DemoFarmSize,
+    DemoFarmSummary,
+    build_demo_farm,
+    refuse_demo_farm_here,
+)
+from simulator.farm_history import HistoryShape, history_tables_here, write_history
 from simulator.farm_rules import PLAYS_CUEBOT, FarmRefused
 
 
@@ -19,6 +29,11 @@ def positive(value: str) -> int:
     if number < 0:
         raise ValueError(value)
     return number
+
+
+# What the demo's usage report has to show: the last three days, and what runs now.
+HISTORY_DAYS = 3
+TERMS_DAYS = 7
 
 
 class Command(BaseCommand):
@@ -36,6 +51,12 @@ class Command(BaseCommand):
             "--cores-per-host", type=positive, help="default 0: enough for any host's share of the procs"
         )
         parser.add_argument(
+            "--history-days",
+            type=positive,
+            default=HISTORY_DAYS,
+            help=f"days of Cuebot's history to write before now, as its triggers would (default {HISTORY_DAYS}; 0: none)",
+        )
+        parser.add_argument(
             "--maestro-size",
             action="store_true",
             help=(
@@ -45,7 +66,7 @@ class Command(BaseCommand):
         )
 
     @refused_while_observing
-    def handle(self, *args, maestro_size: bool, **options) -> None:
+    def handle(self, *args, maestro_size: bool, history_days: int, **options) -> None:
         require_writes(action="seed_demo_farm", grant=PLAYS_CUEBOT)
         size = self._size(maestro_size=maestro_size, options=options)
         try:
@@ -61,6 +82,8 @@ class Command(BaseCommand):
             f"{summary.hosts} hosts ({summary.host_cores // 100:,} cores), {summary.procs} procs "
             f"({summary.procs_added} new), built in {took:.1f} s"
         )
+        if history_days:
+            self._write_history(size=size, days=history_days)
         if not era().keeps_redis:
             self.stdout.write(
                 f"redis: nothing to seed (ACCOUNTING_SCHEDULER={era().name}: "
@@ -101,3 +124,21 @@ class Command(BaseCommand):
                 "Redis booked counters not seeded (acct:seq kept changing); run manage.py acct_reseed", returncode=1
             )
         self.stdout.write(f"redis: {report.booked.keys} booked keys and {report.limit_fields} limit fields seeded")
+
+    def _write_history(self, *, size: DemoFarmSize, days: int) -> None:
+        """frame_history and job_history over the last `days`, a run a proc an hour (one-hour frames),
+        and the subscriptions' terms as if the service had recorded them for TERMS_DAYS (a service
+        first started now would know no promise before now, and the admin's usage page opens on a week)."""
+        if not history_tables_here():
+            self.stdout.write("history: none written (this database has no frame_history and job_history)")
+            return
+        started = time.monotonic()
+        shape = HistoryShape(until=int(time.time()), days=days, runs_per_day=24 * max(1, size.procs))
+        written = write_history(shape=shape, hosts=size.hosts)
+        if not SubscriptionTerm.objects.exists():
+            watched = shape.until - TERMS_DAYS * 86_400
+            record_terms(now=datetime.fromtimestamp(watched, tz=timezone.utc))
+        self.stdout.write(
+            f"history: {written.runs:,} runs of {written.jobs:,} finished jobs over {days} day{'s' if days != 1 else ''}, "
+            f"{written.open_runs:,} running, written in {time.monotonic() - started:.1f} s"
+        )

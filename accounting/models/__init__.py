@@ -13,6 +13,15 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
+# The usage report's records, in a module of their own: Django finds an app's models here.
+from accounting.models.usage import (  # noqa: F401
+    SubscriptionTerm,
+    UsageAboveSize,
+    UsageOpenRun,
+    UsageRolledDay,
+    UsageRollup,
+    UsageWatermark,
+)
 from infra import permissions
 from shows.models import (
     Alloc,
