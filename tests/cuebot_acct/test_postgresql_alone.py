@@ -116,7 +116,7 @@ def test_the_maestro_era_starts_serves_and_runs_its_schedules_with_no_redis(alon
         assert scheduled.returncode == 0 and "accounting_guardrail: created" in scheduled.stdout, scheduled.stderr
         base = f"http://{bind}"
         status, body = http(f"{base}/healthz", token=token)
-        assert (status, json.loads(body)["checks"]) == (200, {"postgres": "ok"}), body
+        assert (status, json.loads(body)["checks"]) == (200, {"postgres": "ok", "task_cluster": "ok"}), body
         assert http(f"{base}/metrics", token=token)[0] == 200
         status, body = http(f"{base}/api/v1/procs/{proc.id}/unbook", token=token, method="POST")
         assert status == 200 and json.loads(body)["branch"] == "cuebot", body
