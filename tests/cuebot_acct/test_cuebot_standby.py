@@ -31,6 +31,7 @@ from accounting.models import DriftRecord
 from accounting.reconcile.drift_check import check_status, run_check
 from accounting.reconcile.tables_against_procs import CUEBOT_TABLES, cuebot_table_drift
 from accounting.usage import gauges
+from accounting.usage.report import parse_query, report_json, usage_report
 from accounting.usage.snapshot import SNAPSHOT, read_usage
 from infra import cuebot_database
 from infra.cuebot_database import CUEBOT_ALIAS, replay, said
@@ -42,7 +43,8 @@ from infra.startup import (
     writes_on_standby,
 )
 from shows.attach import grant_statements
-from shows.cuebot_schema import TABLES, TABLES_SQL, TRIGGERS_SQL
+from shows.cuebot_schema import HISTORY_SQL, TABLES, TABLES_SQL, TRIGGERS_SQL
+from shows.models import new_pk
 from tests.farms import build_farm
 from tests.processes import closed_port
 from tests.standby_cluster import Replication, start_replication
@@ -61,6 +63,7 @@ def replication():
         with started.primary.connect() as conn:
             conn.execute(TABLES_SQL)
             conn.execute(TRIGGERS_SQL)
+            conn.execute(HISTORY_SQL)
             conn.execute(f"CREATE ROLE {OBSERVER} LOGIN")
             for statement in grant_statements(role=OBSERVER, writes=False):
                 conn.execute(statement)
@@ -185,6 +188,46 @@ def api_reads(farm) -> list[str]:
         "/api/v1/accounting/drift",
         f"/api/v1/accounting/drift?show={show}",
     ]
+
+
+def write_history_on_the_primary(replication: Replication, farm, *, now: int) -> None:
+    """A finished job's runs (one failed, then run again) and a running frame's, as Cuebot writes
+    them, on the primary."""
+    job = new_pk()
+    runs = [(400, now - 7200, now - 3600, 0), (250, now - 5000, now - 4000, 1), (250, now - 3900, now - 600, 0)]
+    with replication.primary.connect() as conn:
+        conn.execute(
+            "INSERT INTO job_history (pk_job, pk_show, pk_facility, pk_dept, str_name, str_shot, str_user, "
+            "int_ts_started, int_ts_stopped) VALUES (%s, %s, %s, %s, 'job', 'sh010', 'ana', %s, %s)",
+            [job, farm.show.id, farm.alloc.facility_id, farm.dept.id, now - 7200, now - 600],
+        )
+        for cores, started, stopped, exit_status in [*runs, (100, now - 1800, 0, -1)]:
+            conn.execute(
+                "INSERT INTO frame_history (pk_frame, pk_layer, pk_job, str_name, str_state, int_cores, pk_alloc, "
+                "int_ts_started, int_ts_stopped, int_exit_status) VALUES (%s, %s, %s, 'f', 'RUNNING', %s, %s, %s, %s, %s)",
+                [new_pk(), new_pk(), job, cores, farm.alloc.id, started, stopped, exit_status],
+            )
+    replication.await_replay()
+
+
+def test_the_usage_report_read_from_the_standby_equals_the_one_read_on_the_primary(replication, observer):
+    now = timezone.now().replace(microsecond=0)
+    write_history_on_the_primary(replication, observer, now=int(now.timestamp()))
+    query = parse_query(
+        since=(now - timezone.timedelta(days=1)).isoformat(), until=now.isoformat(), by="show,allocation"
+    )
+    with own_database_names_no_cuebot_table():
+        on_the_standby = report_json(usage_report(query=query, now=now))
+    with cuebot_alias(replication.primary.url()):
+        on_the_primary = report_json(usage_report(query=query, now=now))
+    assert on_the_standby == on_the_primary
+    (row,) = on_the_standby["rows"]
+    # Succeeded 4 cores x 3,600 s + 2.5 x 3,300 s; failed 2.5 x 1,000 s; running 1 x 1,800 s, to now.
+    assert (row["core_hours_succeeded"], row["core_hours_failed"], row["core_hours_running"]) == (
+        "6.291667",
+        "0.694444",
+        "0.500000",
+    )
 
 
 def test_every_admin_page_api_read_command_and_health_check_answers_from_the_standby(
