@@ -25,7 +25,7 @@ from django.db.migrations.loader import MigrationLoader
 from psycopg.sql import SQL, Identifier
 
 from shows.cuebot_schema import TABLES as CUEBOT_TABLES
-from shows.cuebot_schema import TABLES_SQL, TRIGGERS_SQL
+from shows.cuebot_schema import HISTORY_SQL, TABLES_SQL, TRIGGERS_SQL
 
 ROOT = Path(__file__).resolve().parent.parent
 # The last commit before the first versioned release (1.0.0, CHANGELOG.md): the release a site
@@ -92,6 +92,7 @@ def site_database():
     with server(name) as site:
         site.execute(TABLES_SQL)
         site.execute(TRIGGERS_SQL)
+        site.execute(HISTORY_SQL)  # Cuebot's history, in every site's database since V1
     yield name
     with server("postgres") as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -2,6 +2,7 @@
 without a valid token, 403 naming the missing permission, and nothing changes."""
 
 import json
+from datetime import date, timedelta
 
 import pytest
 from django.contrib.auth.models import Group, Permission
@@ -33,6 +34,7 @@ ENDPOINTS = [
     ("get", "/api/v1/shows/{show}", None, VIEW_ACCOUNTING),
     ("get", "/api/v1/accounting/drift", None, VIEW_ACCOUNTING),
     ("get", "/api/v1/locks", None, VIEW_ACCOUNTING),
+    ("get", "/api/v1/usage?since={since}&until={until}", None, VIEW_ACCOUNTING),
 ]
 
 
@@ -44,6 +46,8 @@ def call(client, farm, method: str, url: str, body, token: str | None):
         "job": farm.job.id,
         "point": Point.objects.get(show=farm.show, dept=farm.dept).id,
         "show": farm.show.str_name,
+        "since": (date.today() - timedelta(days=1)).isoformat(),
+        "until": date.today().isoformat(),
     }
     data = json.dumps(body).replace('"{proc}"', json.dumps(names["proc"])) if body is not None else None
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
@@ -120,7 +124,8 @@ def test_the_openapi_schema_names_each_endpoints_permission(client, db):
     schema = client.get("/api/v1/openapi.json").json()
     for method, url, body, needed in ENDPOINTS:
         path = (
-            url.replace("{proc}", "{proc_id}")
+            url.split("?")[0]
+            .replace("{proc}", "{proc_id}")
             .replace("{sub}", "{subscription_id}")
             .replace("{folder}", "{folder_id}")
             .replace("{job}", "{job_id}")
