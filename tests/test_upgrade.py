@@ -24,8 +24,8 @@ from django.conf import settings
 from django.db.migrations.loader import MigrationLoader
 from psycopg.sql import SQL, Identifier
 
-from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 from shows.cuebot_schema import HISTORY_SQL, TABLES_SQL, TRIGGERS_SQL
+from shows.cuebot_schema import TABLES as CUEBOT_TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 # The last commit before the first versioned release (1.0.0, CHANGELOG.md): the release a site
