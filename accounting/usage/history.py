@@ -188,11 +188,13 @@ runs AS (
 ),"""
     + ABOVE_TAIL
 )
+# Here each run's clipped edges come from the day split's expressions, which the events would
+# evaluate again per event were the runs inlined: they are computed once, into a stored list.
 ABOVE_DAYS_SQL = (
     """
 WITH p AS (SELECT i AS bucket, (%(edges)s::int[])[i] AS lo, (%(edges)s::int[])[i + 1] AS hi
              FROM generate_series(1, cardinality(%(edges)s::int[]) - 1) AS i),
-runs AS (
+runs AS MATERIALIZED (
     SELECT d.i AS bucket, jh.pk_show COLLATE "C" AS s, fh.pk_alloc COLLATE "C" AS a,
            GREATEST(fh.int_ts_started, (%(edges)s::int[])[d.i]) AS t0,
            GREATEST(fh.int_ts_started, (%(edges)s::int[])[d.i]) + s.seconds AS t1, fh.int_cores::bigint AS cores
