@@ -133,16 +133,13 @@ def _roll_once(*, now: datetime, target: int) -> int:
         watermark, _ = UsageWatermark.objects.get_or_create(id=1, defaults={"stopped_by": 0})
         days = [(row.day, row.lo, row.hi) for row in UsageRolledDay.objects.order_by("day")]
         stopped_by = max(target, watermark.stopped_by)
-        added: list[tuple] = []
         with history.reading_history() as cursor:
             new = _new_days(cursor=cursor, last=days[-1][0] if days else None, target=target)[:DAYS_PER_TRANSACTION]
-            if watermark.stopped_by < target:  # the runs that closed since, into the days rolled
-                added = history.closed_used(
-                    cursor=cursor, edges=_edges(days), after=watermark.stopped_by, stopped_by=stopped_by
-                )
-            fresh = history.closed_used(cursor=cursor, edges=_edges(new), after=0, stopped_by=stopped_by)
-        _store_used(rows=added, days=days)
-        _store_used(rows=fresh, days=new)
+            # The runs closed since the watermark, into the days rolled, and every run of the new
+            # days: one read of the runs they share.
+            afters = [watermark.stopped_by] * len(days) + [0] * len(new)
+            rows = history.closed_used(cursor=cursor, edges=_edges(days + new), afters=afters, stopped_by=stopped_by)
+        _store_used(rows=rows, days=days + new)
         watermark.stopped_by = stopped_by
         watermark.save(update_fields=["stopped_by"])
         _roll_above(days=new, now=now)
@@ -252,7 +249,7 @@ def rebuild(*, day: date, now: datetime) -> bool:
         UsageRollup.objects.filter(day=day).delete()
         with history.reading_history() as cursor:
             rows = history.closed_used(
-                cursor=cursor, edges=[rolled.lo, rolled.hi], after=0, stopped_by=watermark.stopped_by
+                cursor=cursor, edges=[rolled.lo, rolled.hi], afters=[0], stopped_by=watermark.stopped_by
             )
         _store_used(rows=rows, days=[(day, rolled.lo, rolled.hi)])
         _redo_above(since=day, now=now)
