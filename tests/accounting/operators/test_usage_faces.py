@@ -15,10 +15,8 @@ from django.db import connection
 
 from accounting.operators import usage_faces
 from accounting.usage.report import UsageQueryError, parse_query, report_csv, report_json, usage_report
-from accounting.usage.terms import record_terms
 from infra.permissions import RELEASE_PROCS, VIEW_ACCOUNTING
-from tests.accounting.usage.history_rows import Run, add_job_history, add_runs
-from tests.farms import build_farm
+from tests.accounting.usage.history_rows import two_shows_with_runs
 from tests.service_role import as_cuebot, role_for
 
 pytestmark = pytest.mark.django_db
@@ -32,16 +30,11 @@ QUERY = {"since": "2026-11-01", "until": "2026-11-08", "by": "show,allocation"}
 def history(db):
     """Two shows' closed runs (a failure, a retry, one crossing the period's start), and their
     subscriptions seen by the service from before the period: every figure fixed, promises known."""
-    farms = build_farm(managed=False, size=400), build_farm(managed=False, size=1000)
-    record_terms(now=datetime(2026, 10, 1, tzinfo=UTC))
-    for farm, cores in zip(farms, (800, 250), strict=True):
-        job = add_job_history(farm, started=SINCE - HOUR)
-        add_runs(
-            Run(job, farm.alloc.id, cores, SINCE - HOUR, SINCE + 2 * HOUR, 0),
-            Run(job, farm.alloc.id, cores, SINCE + 3 * HOUR, SINCE + 4 * HOUR, 1),
-            Run(job, farm.alloc.id, cores, SINCE + 4 * HOUR, SINCE + 6 * HOUR, 0),
-        )
-    return farms
+    return two_shows_with_runs(
+        (SINCE - HOUR, SINCE + 2 * HOUR, 0),
+        (SINCE + 3 * HOUR, SINCE + 4 * HOUR, 1),
+        (SINCE + 4 * HOUR, SINCE + 6 * HOUR, 0),
+    )
 
 
 def expected(**asked: str) -> tuple[dict, str]:

@@ -12,7 +12,6 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
-from accounting.usage.terms import record_terms
 from tests.accounting.operators.test_admin_in_chromium import (
     PASSWORD,
     chromium_page,
@@ -22,8 +21,7 @@ from tests.accounting.operators.test_admin_in_chromium import (
     path_of,
     text_of,
 )
-from tests.accounting.usage.history_rows import Run, add_job_history, add_runs
-from tests.farms import build_farm
+from tests.accounting.usage.history_rows import two_shows_with_runs
 
 SINCE = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp())
 HOUR = 3600
@@ -32,15 +30,7 @@ HOUR = 3600
 def history() -> tuple:
     """Two shows' runs in November's first week (8 and 2.5 cores), their sizes (4 and 10 cores)
     seen by the service since October."""
-    farms = build_farm(managed=False, size=400), build_farm(managed=False, size=1000)
-    record_terms(now=datetime(2026, 10, 1, tzinfo=UTC))
-    for farm, cores in zip(farms, (800, 250), strict=True):
-        job = add_job_history(farm, started=SINCE - HOUR)
-        add_runs(
-            Run(job, farm.alloc.id, cores, SINCE - HOUR, SINCE + 2 * HOUR, 0),
-            Run(job, farm.alloc.id, cores, SINCE + 3 * HOUR, SINCE + 4 * HOUR, 1),
-        )
-    return farms
+    return two_shows_with_runs((SINCE - HOUR, SINCE + 2 * HOUR, 0), (SINCE + 3 * HOUR, SINCE + 4 * HOUR, 1))
 
 
 def bars(chromium) -> list[dict]:

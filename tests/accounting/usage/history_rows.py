@@ -4,11 +4,13 @@ trigger itself when a test moves a frame in and out of RUNNING). Cuebot writes t
 are written as the superuser (as_cuebot)."""
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.db import connection
 
+from accounting.usage.terms import record_terms
 from shows.models import new_pk
-from tests.farms import Farm
+from tests.farms import Farm, build_farm
 from tests.service_role import as_cuebot
 
 
@@ -90,3 +92,14 @@ def all_runs() -> list[tuple]:
             "FROM frame_history fh JOIN job_history jh USING (pk_job)"
         )
         return cursor.fetchall()
+
+
+def two_shows_with_runs(*spans: tuple[int, int, int]) -> tuple[Farm, Farm]:
+    """Two shows promised 4 and 10 cores, their sizes seen by the service since October 1st, each
+    with one job whose runs are `spans` (started, stopped, exit status), at 8 and 2.5 cores."""
+    farms = build_farm(managed=False, size=400), build_farm(managed=False, size=1000)
+    record_terms(now=datetime(2026, 10, 1, tzinfo=UTC))
+    for farm, cores in zip(farms, (800, 250), strict=True):
+        job = add_job_history(farm, started=min(started for started, _, _ in spans))
+        add_runs(*(Run(job, farm.alloc.id, cores, started, stopped, status) for started, stopped, status in spans))
+    return farms
