@@ -57,6 +57,12 @@ def render(*, at_scrape: Iterable[Callable[[], bytes]] = ()) -> tuple[bytes, str
     return generate_latest(registry) + b"".join(read() for read in at_scrape), CONTENT_TYPE_LATEST
 
 
+def gauge_text(*, name: str, text: str, value: float) -> bytes:
+    """One gauge without labels in Prometheus's text format: what a reader of `render`'s
+    `at_scrape` gives for a single value read at the scrape."""
+    return f"# HELP {name} {text}\n# TYPE {name} gauge\n{name} {value!r}\n".encode()
+
+
 # Release path (accounting.release.unbook.unbook_proc/unbook_procs, accounting.release.publish).
 
 RELEASES = Counter("cuebot_acct_releases_total", "Procs released, counted at commit, by accounting branch.", ["branch"])

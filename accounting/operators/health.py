@@ -15,7 +15,7 @@ from accounting.usage import gauges
 from infra import __version__
 from infra.cuebot_database import apart, cuebot_connection, cuebot_url
 from infra.era import era
-from infra.metrics import counter_total, note_redis_master, render
+from infra.metrics import counter_total, gauge_text, note_redis_master, render
 from infra.redis_factory import accounting_redis, master_address
 
 logger = logging.getLogger(__name__)
@@ -37,12 +37,12 @@ def task_cluster_heartbeat() -> bytes:
     except DatabaseError as error:
         logger.warning("task cluster heartbeat: not read (%s); left out of this scrape", error)
         return b""
-    value = last.timestamp() if last else 0.0
-    return (
-        f"# HELP {TASK_CLUSTER_HEARTBEAT} When a task worker (manage.py qcluster) last recorded itself, "
-        f"in seconds since the epoch; 0 if none ever did.\n# TYPE {TASK_CLUSTER_HEARTBEAT} gauge\n"
-        f"{TASK_CLUSTER_HEARTBEAT} {value!r}\n"
-    ).encode()
+    return gauge_text(
+        name=TASK_CLUSTER_HEARTBEAT,
+        text="When a task worker (manage.py qcluster) last recorded itself, in seconds since the epoch; "
+        "0 if none ever did.",
+        value=last.timestamp() if last else 0.0,
+    )
 
 
 def _check(probe) -> str:

@@ -40,6 +40,7 @@ from django.db import DatabaseError
 from accounting.live.units import cores_number
 from accounting.usage.snapshot import AllocationHosts, SubscriptionUse, Usage, read_usage
 from infra.cuebot_database import read_cuebot, replay
+from infra.metrics import gauge_text
 from infra.outages import first_line
 
 logger = logging.getLogger(__name__)
@@ -166,4 +167,4 @@ def replay_lag() -> bytes:
         )
         return b""
     name, text = REPLAY_LAG
-    return f"# HELP {name} {text}\n# TYPE {name} gauge\n{name} {lag!r}\n".encode()
+    return gauge_text(name=name, text=text, value=lag)
