@@ -4,6 +4,7 @@ thread does while they run (faults that stop the world, samples), and its report
 its invariants. The eras are simulator.eras.redis, .notify and .maestro."""
 
 import threading
+from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -31,6 +32,25 @@ class RunOptions:
     # An API token allowed to release procs, for releases over HTTP (the caller makes it: tokens
     # belong to the operator faces, which the simulator does not import).
     http_token: str | None = None
+
+
+class CountedStats(Protocol):
+    """What the progress bar reads of a run's statistics where they count each event once."""
+
+    bookings: int
+    rejections: Counter
+    releases: int
+    faults: Counter
+
+
+def progress_counts(stats: CountedStats) -> dict[str, int]:
+    """An era's `counts` from statistics kept as simulator.report.Stats keeps them."""
+    return {
+        "booked": stats.bookings,
+        "rejected": sum(stats.rejections.values()),
+        "released": stats.releases,
+        "faults": sum(stats.faults.values()),
+    }
 
 
 class Play(Protocol):

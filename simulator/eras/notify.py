@@ -21,7 +21,7 @@ from django.db import connection
 
 from infra.era import NOTIFY
 from simulator import service_era
-from simulator.era import Role, RunOptions
+from simulator.era import Role, RunOptions, progress_counts
 from simulator.own_farm import build_sim_farm
 from simulator.report import CAP_KINDS, EraReport
 from simulator.stopping import Threads
@@ -112,13 +112,7 @@ class NotifyEra:
         return 0.05
 
     def counts(self, play: NotifyPlay) -> dict[str, int]:
-        stats = play.stats
-        return {
-            "booked": stats.bookings,
-            "rejected": sum(stats.rejections.values()),
-            "released": stats.releases,
-            "faults": sum(stats.faults.values()),
-        }
+        return progress_counts(play.stats)
 
     def report(self, play: NotifyPlay, *, seconds: float) -> EraReport:
         # The kills whose procs were still to go: released now, before the final checks.

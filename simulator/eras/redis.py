@@ -20,7 +20,7 @@ from accounting.release.publish import ReleasePublisher
 from infra.redis_factory import accounting_redis, sentinel_target
 from infra.startup import redact
 from simulator import pg_truth, reconcile
-from simulator.era import Role, RunOptions
+from simulator.era import Role, RunOptions, progress_counts
 from simulator.farm import SimFarm, foreign_redis_keys, load_existing_farm, sim_show_ids
 from simulator.faults import FAULT_KINDS, FaultPlan, parse_faults
 from simulator.invariants import against_truth, farm_keys, negative_counters
@@ -170,13 +170,7 @@ class RedisEra:
         return 1.0 if time.monotonic() - play.started < play.options.seconds else 0.05
 
     def counts(self, play: RedisPlay) -> dict[str, int]:
-        stats = play.stats
-        return {
-            "booked": stats.bookings,
-            "rejected": sum(stats.rejections.values()),
-            "released": stats.releases,
-            "faults": sum(stats.faults.values()),
-        }
+        return progress_counts(play.stats)
 
     def report(self, play: RedisPlay, *, seconds: float) -> Report:
         settle_inflight(ttl_seconds=self.inflight_ttl_seconds)
